@@ -1,0 +1,694 @@
+//! Tier A: the node configuration a process starts from.
+//!
+//! A node reads one TOML file (or none: every key has a default), applies
+//! `${VAR}` interpolation to its string values and validates it into a
+//! [`NodeConfig`]. Loading is pure: it reads the file and the environment and
+//! writes nothing, so a bad configuration stops a node before it has touched
+//! its data dir. Every error names the file, the key and what was expected.
+//!
+//! Relative paths in the file resolve against the file's own directory;
+//! paths given on the command line resolve against the working directory.
+
+mod interpolate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use interpolate::{InterpolateError, interpolate_str};
+
+/// Lease TTL for seats and presence when the file does not set one.
+pub const DEFAULT_LEASE_TTL_SECONDS: u64 = 45;
+/// Heartbeat on which seat and presence leases are renewed.
+pub const DEFAULT_HEARTBEAT_SECONDS: u64 = 15;
+/// Turns one node runs at once when the file does not say.
+pub const DEFAULT_MAX_CONCURRENT: usize = 32;
+/// Port of the HTTP surface when the file does not say.
+pub const DEFAULT_API_PORT: u16 = 7420;
+/// Data dir when neither the file nor the command line names one.
+pub const DEFAULT_DATA_DIR: &str = "crewlet-data";
+
+/// What a node does. Declaring none means all four.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Holds the company's records.
+    Data,
+    /// Serves webhooks, the API and the dashboard.
+    Ingress,
+    /// Holds seats and runs their turns.
+    Seats,
+    /// Runs the company-wide singleton duties.
+    Workers,
+}
+
+impl Role {
+    pub const ALL: [Role; 4] = [Role::Data, Role::Ingress, Role::Seats, Role::Workers];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Data => "data",
+            Role::Ingress => "ingress",
+            Role::Seats => "seats",
+            Role::Workers => "workers",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A validated node configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeConfig {
+    /// The file it was read from, if any.
+    pub source: Option<PathBuf>,
+    /// Explicit node id; `None` means the stable id kept in the data dir.
+    pub node_id: Option<String>,
+    /// Never empty: an empty list in the file becomes all four.
+    pub roles: Vec<Role>,
+    pub labels: BTreeMap<String, String>,
+    pub data_dir: PathBuf,
+    pub max_concurrent: usize,
+    pub api: ApiConfig,
+    pub stream: StreamConfig,
+    pub coordination: CoordinationConfig,
+    pub logging: LoggingConfig,
+    pub shutdown: ShutdownConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiConfig {
+    pub host: IpAddr,
+    /// `0` means the node serves no HTTP at all.
+    pub port: u16,
+}
+
+/// Where the event stream and the coordination store live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamConfig {
+    pub mode: StreamMode,
+    /// Replicas for every stream and bucket this node creates.
+    pub replicas: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamMode {
+    /// The node supervises its own nats-server child.
+    Embedded(EmbeddedBroker),
+    /// An external NATS server or cluster; no child.
+    External { urls: Vec<String> },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedBroker {
+    /// JetStream store dir; defaults to `<data_dir>/stream`.
+    pub store_dir: PathBuf,
+    /// Client port on 127.0.0.1; `0` picks a free one at start.
+    pub port: u16,
+    /// Explicit nats-server binary; otherwise found by the usual search.
+    pub nats_server: Option<PathBuf>,
+    pub sync: SyncPolicy,
+}
+
+/// When the broker fsyncs JetStream writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyncPolicy {
+    /// `sync_interval: always`: an acknowledged write survives a crash.
+    Always,
+    /// The server's own lazy default (every two minutes): faster, and an
+    /// acknowledged write can be lost when the machine crashes.
+    ServerDefault,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CoordinationType {
+    /// Leases on the fleet's JetStream KV: required for more than one node.
+    Nats,
+    /// Leases held in process: a single node only. Shared buckets stay on NATS.
+    Local,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinationConfig {
+    pub kind: CoordinationType,
+    pub lease_ttl: Duration,
+    pub heartbeat: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggingConfig {
+    /// A `tracing` filter directive, e.g. `info` or `crewlet=debug,info`.
+    pub level: String,
+    pub format: LogFormat,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownConfig {
+    /// How long `/ready` answers 503 before the drain proceeds, so a load
+    /// balancer polling it stops routing here before anything closes.
+    pub drain_notice: Duration,
+    /// Upper bound on the whole drain before subsystems are stopped anyway.
+    pub drain_timeout: Duration,
+}
+
+/// Values from the command line that win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub data_dir: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+}
+
+/// Why a configuration was refused. Each names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{file}: cannot read the configuration: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: not valid TOML: {message}")]
+    Syntax { file: String, message: String },
+    #[error("{file}: key `{key}`: {message}")]
+    Invalid {
+        file: String,
+        key: String,
+        message: String,
+    },
+    #[error(
+        "{file}: key `{key}`: environment variable `{var}` is not set (referenced as `${{{var}}}`); export it or give a fallback with `${{{var}:-value}}`"
+    )]
+    MissingVar {
+        file: String,
+        key: String,
+        var: String,
+    },
+}
+
+impl NodeConfig {
+    /// Reads and validates `file` (or defaults when `None`), with `lookup`
+    /// answering environment variables. Writes nothing.
+    pub fn load(
+        file: Option<&Path>,
+        overrides: &Overrides,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<NodeConfig, ConfigError> {
+        let (label, text) = match file {
+            Some(path) => {
+                let label = path.display().to_string();
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    file: label.clone(),
+                    source,
+                })?;
+                (label, text)
+            }
+            None => ("<defaults>".to_owned(), String::new()),
+        };
+        let base = file
+            .and_then(Path::parent)
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        Self::from_toml(&label, &text, &base, overrides, lookup).map(|mut cfg| {
+            cfg.source = file.map(Path::to_path_buf);
+            cfg
+        })
+    }
+
+    /// Parses a document whose relative paths resolve against `base`.
+    pub fn from_toml(
+        label: &str,
+        text: &str,
+        base: &Path,
+        overrides: &Overrides,
+        lookup: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<NodeConfig, ConfigError> {
+        let mut doc: toml::Value = if text.trim().is_empty() {
+            toml::Value::Table(Default::default())
+        } else {
+            toml::from_str(text).map_err(|e| ConfigError::Syntax {
+                file: label.to_owned(),
+                message: e.to_string().trim_end().to_owned(),
+            })?
+        };
+        interpolate::interpolate_tree(&mut doc, lookup).map_err(|(key, err)| match err {
+            InterpolateError::Unset { var } => ConfigError::MissingVar {
+                file: label.to_owned(),
+                key,
+                var,
+            },
+            InterpolateError::Malformed { detail } => ConfigError::Invalid {
+                file: label.to_owned(),
+                key,
+                message: detail,
+            },
+        })?;
+        let raw: raw::File = serde_path_to_error::deserialize(doc).map_err(|e| {
+            let key = e.path().to_string();
+            ConfigError::Invalid {
+                file: label.to_owned(),
+                key: if key == "." { "(top level)".into() } else { key },
+                // toml appends "in `table`"; the key path already says where.
+                message: e
+                    .into_inner()
+                    .to_string()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned(),
+            }
+        })?;
+        raw.validate(label, base, overrides)
+    }
+
+    /// Every role this node performs.
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+}
+
+mod raw {
+    //! The file as written: every key optional, unknown keys refused.
+
+    use super::*;
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct File {
+        pub node: Node,
+        pub api: Api,
+        pub stream: Stream,
+        pub coordination: Coordination,
+        pub logging: Logging,
+        pub shutdown: Shutdown,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Node {
+        pub id: Option<String>,
+        pub roles: Option<Vec<Role>>,
+        pub labels: BTreeMap<String, String>,
+        pub data_dir: Option<PathBuf>,
+        pub max_concurrent: Option<usize>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Api {
+        pub host: Option<IpAddr>,
+        pub port: Option<u16>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(untagged)]
+    pub enum Urls {
+        One(String),
+        Many(Vec<String>),
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Stream {
+        pub url: Option<Urls>,
+        pub store_dir: Option<PathBuf>,
+        pub port: Option<u16>,
+        pub replicas: Option<usize>,
+        pub nats_server: Option<PathBuf>,
+        pub sync: Option<SyncPolicy>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Coordination {
+        #[serde(rename = "type")]
+        pub kind: Option<CoordinationType>,
+        pub lease_ttl_seconds: Option<u64>,
+        pub heartbeat_seconds: Option<u64>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Logging {
+        pub level: Option<String>,
+        pub format: Option<LogFormat>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Shutdown {
+        pub drain_notice_seconds: Option<f64>,
+        pub drain_timeout_seconds: Option<f64>,
+    }
+
+    impl File {
+        pub fn validate(
+            self,
+            label: &str,
+            base: &Path,
+            overrides: &Overrides,
+        ) -> Result<NodeConfig, ConfigError> {
+            let invalid = |key: &str, message: String| ConfigError::Invalid {
+                file: label.to_owned(),
+                key: key.to_owned(),
+                message,
+            };
+            let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
+
+            if let Some(id) = &self.node.id {
+                validate_node_id(id).map_err(|m| invalid("node.id", m))?;
+            }
+            let mut roles = self.node.roles.unwrap_or_default();
+            roles.sort();
+            roles.dedup();
+            if roles.is_empty() {
+                roles = Role::ALL.to_vec();
+            }
+            let data_dir = match (&overrides.data_dir, self.node.data_dir) {
+                (Some(cli), _) => cli.clone(),
+                (None, Some(file)) => resolve(file),
+                (None, None) => PathBuf::from(DEFAULT_DATA_DIR),
+            };
+            if data_dir.as_os_str().is_empty() {
+                return Err(invalid("node.data_dir", "expected a non-empty path".into()));
+            }
+            let max_concurrent = self.node.max_concurrent.unwrap_or(DEFAULT_MAX_CONCURRENT);
+            if max_concurrent == 0 {
+                return Err(invalid(
+                    "node.max_concurrent",
+                    "expected at least 1 turn in flight".into(),
+                ));
+            }
+
+            let api = ApiConfig {
+                host: self.api.host.unwrap_or(IpAddr::from([127, 0, 0, 1])),
+                port: self.api.port.unwrap_or(DEFAULT_API_PORT),
+            };
+
+            let replicas = self.stream.replicas.unwrap_or(1);
+            if !(1..=5).contains(&replicas) {
+                return Err(invalid(
+                    "stream.replicas",
+                    format!("expected 1 to 5 replicas (JetStream's range), found {replicas}"),
+                ));
+            }
+            let mode = match self.stream.url {
+                Some(urls) => {
+                    for (key, set) in [
+                        ("stream.store_dir", self.stream.store_dir.is_some()),
+                        ("stream.port", self.stream.port.is_some()),
+                        ("stream.nats_server", self.stream.nats_server.is_some()),
+                        ("stream.sync", self.stream.sync.is_some()),
+                    ] {
+                        if set {
+                            return Err(invalid(
+                                key,
+                                "applies to the embedded broker only; remove it, or remove `stream.url` to embed one".into(),
+                            ));
+                        }
+                    }
+                    let urls: Vec<String> = match urls {
+                        Urls::One(s) => s.split(',').map(|u| u.trim().to_owned()).collect(),
+                        Urls::Many(v) => v.into_iter().map(|u| u.trim().to_owned()).collect(),
+                    };
+                    if urls.is_empty() || urls.iter().any(String::is_empty) {
+                        return Err(invalid(
+                            "stream.url",
+                            "expected one or more NATS URLs such as `nats://10.0.0.5:4222`".into(),
+                        ));
+                    }
+                    StreamMode::External { urls }
+                }
+                None => {
+                    if replicas > 1 {
+                        return Err(invalid(
+                            "stream.replicas",
+                            format!(
+                                "{replicas} replicas need a NATS cluster, and the embedded broker is one server; set `stream.url` to the cluster or use 1"
+                            ),
+                        ));
+                    }
+                    StreamMode::Embedded(EmbeddedBroker {
+                        store_dir: self
+                            .stream
+                            .store_dir
+                            .map(resolve)
+                            .unwrap_or_else(|| data_dir.join("stream")),
+                        port: self.stream.port.unwrap_or(0),
+                        nats_server: self.stream.nats_server.map(resolve),
+                        sync: self.stream.sync.unwrap_or(SyncPolicy::Always),
+                    })
+                }
+            };
+
+            let ttl = self
+                .coordination
+                .lease_ttl_seconds
+                .unwrap_or(DEFAULT_LEASE_TTL_SECONDS);
+            let heartbeat = self
+                .coordination
+                .heartbeat_seconds
+                .unwrap_or(DEFAULT_HEARTBEAT_SECONDS.min(ttl / 3).max(1));
+            if ttl < 3 {
+                return Err(invalid(
+                    "coordination.lease_ttl_seconds",
+                    format!("expected at least 3 seconds, found {ttl}"),
+                ));
+            }
+            if heartbeat == 0 || heartbeat >= ttl {
+                return Err(invalid(
+                    "coordination.heartbeat_seconds",
+                    format!(
+                        "expected at least 1 and below the lease TTL ({ttl} s), found {heartbeat}"
+                    ),
+                ));
+            }
+
+            let logging = LoggingConfig {
+                level: self.logging.level.unwrap_or_else(|| "info".into()),
+                format: overrides
+                    .log_format
+                    .or(self.logging.format)
+                    .unwrap_or(LogFormat::Text),
+            };
+
+            let seconds = |key: &str, v: Option<f64>, default: f64| {
+                let v = v.unwrap_or(default);
+                if v.is_finite() && v >= 0.0 && v <= 3600.0 {
+                    Ok(Duration::from_secs_f64(v))
+                } else {
+                    Err(invalid(key, format!("expected 0 to 3600 seconds, found {v}")))
+                }
+            };
+            let shutdown = ShutdownConfig {
+                drain_notice: seconds(
+                    "shutdown.drain_notice_seconds",
+                    self.shutdown.drain_notice_seconds,
+                    0.0,
+                )?,
+                drain_timeout: seconds(
+                    "shutdown.drain_timeout_seconds",
+                    self.shutdown.drain_timeout_seconds,
+                    120.0,
+                )?,
+            };
+
+            Ok(NodeConfig {
+                source: None,
+                node_id: self.node.id,
+                roles,
+                labels: self.node.labels,
+                data_dir,
+                max_concurrent,
+                api,
+                stream: StreamConfig { mode, replicas },
+                coordination: CoordinationConfig {
+                    kind: self.coordination.kind.unwrap_or(CoordinationType::Nats),
+                    lease_ttl: Duration::from_secs(ttl),
+                    heartbeat: Duration::from_secs(heartbeat),
+                },
+                logging,
+                shutdown,
+            })
+        }
+    }
+}
+
+/// A node id is one segment of a lease name (`node:ID`) and a file name:
+/// letters, digits, `-` and `_`, 1 to 64 of them.
+pub fn validate_node_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > 64 {
+        return Err(format!(
+            "expected 1 to 64 characters, found {}",
+            id.len()
+        ));
+    }
+    if let Some(bad) = id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "expected letters, digits, `-` or `_`, found {bad:?} in {id:?}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(name: &str) -> Option<String> {
+        (name == "NATS_HOST").then(|| "10.1.2.3".to_owned())
+    }
+
+    fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
+        NodeConfig::from_toml("node.toml", text, Path::new("/etc/crewlet"), &Overrides::default(), &env)
+    }
+
+    #[test]
+    fn empty_file_is_all_defaults() {
+        let cfg = parse("").unwrap();
+        assert_eq!(cfg.roles, Role::ALL.to_vec());
+        assert_eq!(cfg.max_concurrent, 32);
+        assert_eq!(cfg.coordination.lease_ttl, Duration::from_secs(45));
+        assert_eq!(cfg.coordination.heartbeat, Duration::from_secs(15));
+        assert_eq!(cfg.api.port, DEFAULT_API_PORT);
+        match cfg.stream.mode {
+            StreamMode::Embedded(b) => {
+                assert_eq!(b.store_dir, PathBuf::from(DEFAULT_DATA_DIR).join("stream"));
+                assert_eq!(b.sync, SyncPolicy::Always);
+                assert_eq!(b.port, 0);
+            }
+            other => panic!("expected embedded, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn full_file_round_trips() {
+        let cfg = parse(
+            r#"
+            [node]
+            id = "edge-1"
+            roles = ["seats", "ingress", "seats"]
+            data_dir = "data"
+            max_concurrent = 8
+            labels = { zone = "eu" }
+            [api]
+            host = "0.0.0.0"
+            port = 9000
+            [stream]
+            url = "nats://${NATS_HOST}:4222, nats://b:4222"
+            replicas = 3
+            [coordination]
+            lease_ttl_seconds = 30
+            [logging]
+            format = "json"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(cfg.node_id.as_deref(), Some("edge-1"));
+        assert_eq!(cfg.roles, vec![Role::Ingress, Role::Seats]);
+        assert_eq!(cfg.data_dir, PathBuf::from("/etc/crewlet/data"));
+        assert_eq!(cfg.labels.get("zone").map(String::as_str), Some("eu"));
+        assert_eq!(
+            cfg.stream.mode,
+            StreamMode::External {
+                urls: vec!["nats://10.1.2.3:4222".into(), "nats://b:4222".into()]
+            }
+        );
+        assert_eq!(cfg.coordination.heartbeat, Duration::from_secs(10));
+        assert_eq!(cfg.logging.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn unknown_key_names_file_and_key() {
+        let err = parse("[stream]\nreplica = 3\n").unwrap_err().to_string();
+        assert!(err.starts_with("node.toml: key `stream.replica`: unknown field `replica`"), "{err}");
+        assert!(err.contains("unknown field `replica`"), "{err}");
+        assert!(err.contains("replicas"), "lists what is expected: {err}");
+    }
+
+    #[test]
+    fn wrong_type_names_key_and_expectation() {
+        let err = parse("[coordination]\nlease_ttl_seconds = \"soon\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key `coordination.lease_ttl_seconds`"), "{err}");
+        assert!(err.contains("expected u64"), "{err}");
+    }
+
+    #[test]
+    fn missing_variable_names_key_and_variable() {
+        let err = parse("[stream]\nurl = \"nats://${NATS_PASSWORD}@x\"\n").unwrap_err();
+        assert!(matches!(&err, ConfigError::MissingVar { key, var, .. }
+            if key == "stream.url" && var == "NATS_PASSWORD"), "{err}");
+    }
+
+    #[test]
+    fn embedded_only_keys_are_refused_with_an_external_url() {
+        let err = parse("[stream]\nurl = \"nats://a\"\nport = 4222\n").unwrap_err();
+        assert!(err.to_string().contains("key `stream.port`"), "{err}");
+    }
+
+    #[test]
+    fn embedded_broker_cannot_replicate() {
+        let err = parse("[stream]\nreplicas = 3\n").unwrap_err().to_string();
+        assert!(err.contains("need a NATS cluster"), "{err}");
+    }
+
+    #[test]
+    fn bad_role_and_bad_node_id_are_refused() {
+        let err = parse("[node]\nroles = [\"chef\"]\n").unwrap_err().to_string();
+        assert!(err.contains("key `node.roles[0]`") || err.contains("key `node.roles`"), "{err}");
+        assert!(err.contains("unknown variant `chef`"), "{err}");
+        let err = parse("[node]\nid = \"a:b\"\n").unwrap_err().to_string();
+        assert!(err.contains("key `node.id`"), "{err}");
+    }
+
+    #[test]
+    fn heartbeat_must_stay_below_ttl() {
+        let err = parse("[coordination]\nlease_ttl_seconds = 10\nheartbeat_seconds = 10\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("coordination.heartbeat_seconds"), "{err}");
+    }
+
+    #[test]
+    fn syntax_error_names_the_file() {
+        let err = parse("[node\n").unwrap_err().to_string();
+        assert!(err.starts_with("node.toml: not valid TOML"), "{err}");
+    }
+
+    #[test]
+    fn cli_data_dir_wins() {
+        let cfg = NodeConfig::from_toml(
+            "node.toml",
+            "[node]\ndata_dir = \"x\"\n",
+            Path::new("/etc"),
+            &Overrides {
+                data_dir: Some(PathBuf::from("/tmp/y")),
+                log_format: None,
+            },
+            &env,
+        )
+        .unwrap();
+        assert_eq!(cfg.data_dir, PathBuf::from("/tmp/y"));
+    }
+}

@@ -1,0 +1,12 @@
+//! Test harness: real nats-server processes on loopback and small helpers
+//! for tests that drive the real `crewlet` binary.
+//!
+//! Nothing here is a double. Every server is the pinned nats-server binary
+//! the bootstrap installs, started on free ports with its store in a
+//! temporary dir, killed when its handle drops (and by the kernel if the test
+//! process dies first, through a parent-death signal).
+
+pub mod http;
+pub mod nats;
+
+pub use nats::{NatsServer, free_port, nats_server_bin};

@@ -1,0 +1,203 @@
+//! A single nats-server with JetStream, on loopback.
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The repository root, from this crate's manifest dir (`host/testkit`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("testkit lives at host/testkit")
+        .to_path_buf()
+}
+
+/// The nats-server the tests run: `CREWLET_NATS_SERVER`, then the project's
+/// tools dir, then `PATH`. Panics with the fix when there is none.
+pub fn nats_server_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CREWLET_NATS_SERVER") {
+        return PathBuf::from(p);
+    }
+    let tools = repo_root().join(".tools/bin/nats-server");
+    if tools.is_file() {
+        return tools;
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join("nats-server");
+            if candidate.is_file() {
+                return candidate;
+            }
+        }
+    }
+    panic!(
+        "no nats-server for the tests: run `./dev test` (or `scripts/bootstrap.sh`), which installs \
+         the pinned one into .tools/bin, or set CREWLET_NATS_SERVER"
+    );
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port on loopback")
+}
+
+/// Makes a child die with the test process, whatever kills it.
+pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    cmd
+}
+
+/// What a server is started with; kept so it can be restarted identically.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    pub name: String,
+    pub port: u16,
+    pub monitor_port: u16,
+    pub store_dir: PathBuf,
+    /// Extra command-line arguments (cluster options and the like).
+    pub extra_args: Vec<String>,
+}
+
+/// One running nats-server. Killed on drop.
+pub struct NatsServer {
+    spec: ServerSpec,
+    child: Option<Child>,
+    _store: Option<tempfile::TempDir>,
+}
+
+impl NatsServer {
+    /// A fresh single server with JetStream, ready when this returns.
+    pub fn start() -> NatsServer {
+        let store = tempfile::tempdir().expect("temp store dir");
+        let spec = ServerSpec {
+            name: format!("test-{}", free_port()),
+            port: free_port(),
+            monitor_port: free_port(),
+            store_dir: store.path().to_path_buf(),
+            extra_args: Vec::new(),
+        };
+        let mut server = NatsServer::spawn(spec);
+        server._store = Some(store);
+        server.wait_healthy(Duration::from_secs(20));
+        server
+    }
+
+    /// Starts a server from `spec` without waiting for it.
+    pub fn spawn(spec: ServerSpec) -> NatsServer {
+        let child = spawn_child(&spec);
+        NatsServer {
+            spec,
+            child: Some(child),
+            _store: None,
+        }
+    }
+
+    pub fn spec(&self) -> &ServerSpec {
+        &self.spec
+    }
+
+    pub fn port(&self) -> u16 {
+        self.spec.port
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.spec.port)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// SIGKILLs the server (a crash) and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the same server again: same name, ports and store.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.child = Some(spawn_child(&self.spec));
+    }
+
+    /// Waits until `/healthz` answers 200 (JetStream current), or panics.
+    pub fn wait_healthy(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            if healthz(self.spec.monitor_port) == Some(200) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "nats-server {} did not become healthy within {within:?}",
+                    self.spec.name
+                );
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn_child(spec: &ServerSpec) -> Child {
+    std::fs::create_dir_all(&spec.store_dir).expect("create store dir");
+    let mut cmd = Command::new(nats_server_bin());
+    cmd.args([
+        "--jetstream",
+        "--server_name",
+        &spec.name,
+        "--addr",
+        "127.0.0.1",
+        "--port",
+        &spec.port.to_string(),
+        "--http_port",
+        &spec.monitor_port.to_string(),
+        "--store_dir",
+    ])
+    .arg(&spec.store_dir)
+    .args(&spec.extra_args)
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    die_with_parent(&mut cmd);
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", nats_server_bin().display()))
+}
+
+/// Status of `GET /healthz` on a monitoring port, `None` if it does not answer.
+pub fn healthz(monitor_port: u16) -> Option<u16> {
+    crate::http::get(&format!("127.0.0.1:{monitor_port}"), "/healthz")
+        .ok()
+        .map(|r| r.status)
+}
+
