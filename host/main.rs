@@ -1,1 +1,5 @@
-fn main() {}
+//! The `crewlet` binary. Everything lives in `crewlet-node`.
+
+fn main() {
+    std::process::exit(crewlet_node::cli::main());
+}

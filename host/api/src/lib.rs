@@ -1,1 +1,191 @@
-//! todo
+//! The HTTP surface of a node.
+//!
+//! It binds before the engine starts, so probes (and later the dashboard,
+//! the REST plane and every webhook route) answer while the engine is still
+//! coming up. Two probes answer two different questions: `/health` says how
+//! the node is, and stays 200 through a drain so an orchestrator does not kill
+//! the turns the drain exists to finish; `/ready` says whether to send it
+//! work, and is 503 until the node is connected to its stream and from the
+//! first moment of a drain. While draining, every route but the probes
+//! answers 503 with `Retry-After`: new work goes to a peer.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use serde::Serialize;
+
+/// Seconds a refused sender is told to wait before retrying.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
+
+/// What the node tells its probes. Implemented by the node, read per request.
+pub trait Probe: Send + Sync + 'static {
+    /// The body of `/health`: the node's posture, as JSON.
+    fn health(&self) -> serde_json::Value;
+    /// Whether to route work here; `Err` carries the reason it is not ready.
+    fn ready(&self) -> Result<(), NotReady>;
+    /// True from the first moment of a drain.
+    fn draining(&self) -> bool;
+}
+
+/// Why `/ready` answers 503.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotReady {
+    /// The engine is still coming up.
+    Starting,
+    /// The stream connection is down.
+    StreamDisconnected,
+    /// The node is draining and takes no new work.
+    Draining,
+}
+
+#[derive(Clone)]
+struct Shared {
+    probe: Arc<dyn Probe>,
+}
+
+/// The router: probes plus the drain gate over everything else.
+pub fn router(probe: Arc<dyn Probe>) -> Router {
+    let shared = Shared { probe };
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(shared.clone(), drain_gate))
+        .with_state(shared)
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then finishes
+/// the requests in flight.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+}
+
+async fn health(State(s): State<Shared>) -> Json<serde_json::Value> {
+    Json(s.probe.health())
+}
+
+async fn ready(State(s): State<Shared>) -> Response {
+    match s.probe.ready() {
+        Ok(()) => Json(serde_json::json!({ "ready": true })).into_response(),
+        Err(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "ready": false, "reason": reason })),
+        )
+            .into_response(),
+    }
+}
+
+async fn not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(serde_json::json!({ "error": "no such route" })),
+    )
+        .into_response()
+}
+
+/// From the first moment of a drain, everything but the probes is refused.
+async fn drain_gate(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if s.probe.draining() && path != "/health" && path != "/ready" {
+        let mut resp = (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({
+                "error": "draining",
+                "detail": "this node is shutting down and takes no new work; retry against a peer"
+            })),
+        )
+            .into_response();
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        return resp;
+    }
+    next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU8, Ordering};
+
+    /// 0 starting, 1 ready, 2 draining.
+    struct Fixed(AtomicU8);
+
+    impl Probe for Fixed {
+        fn health(&self) -> serde_json::Value {
+            serde_json::json!({ "status": "ok" })
+        }
+        fn ready(&self) -> Result<(), NotReady> {
+            match self.0.load(Ordering::SeqCst) {
+                0 => Err(NotReady::Starting),
+                1 => Ok(()),
+                _ => Err(NotReady::Draining),
+            }
+        }
+        fn draining(&self) -> bool {
+            self.0.load(Ordering::SeqCst) == 2
+        }
+    }
+
+    async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, Option<String>, String) {
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+        let status = resp.status();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, retry, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn probes_follow_the_node_and_drain_refuses_work() {
+        let probe = Arc::new(Fixed(AtomicU8::new(0)));
+        let app = router(probe.clone());
+
+        assert_eq!(call(&app, "GET", "/health").await.0, StatusCode::OK);
+        let (status, _, body) = call(&app, "GET", "/ready").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.contains("starting"), "{body}");
+
+        probe.0.store(1, Ordering::SeqCst);
+        assert_eq!(call(&app, "GET", "/ready").await.0, StatusCode::OK);
+        assert_eq!(
+            call(&app, "POST", "/webhooks/github").await.0,
+            StatusCode::NOT_FOUND
+        );
+
+        probe.0.store(2, Ordering::SeqCst);
+        assert_eq!(call(&app, "GET", "/health").await.0, StatusCode::OK);
+        assert_eq!(
+            call(&app, "GET", "/ready").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        let (status, retry, _) = call(&app, "POST", "/webhooks/github").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry.as_deref(), Some("5"));
+    }
+}

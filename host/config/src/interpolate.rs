@@ -38,11 +38,7 @@ pub fn interpolate_str(
                 Some((name, fallback)) => (name, Some(fallback)),
                 None => (expr, None),
             };
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_')
-            {
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(InterpolateError::Malformed {
                     detail: format!(
                         "`${{{expr}}}` is not a variable reference (names are letters, digits and `_`)"
@@ -129,7 +125,10 @@ mod tests {
             interpolate_str("nats://${HOST}:4222", &env).unwrap(),
             "nats://nats.internal:4222"
         );
-        assert_eq!(interpolate_str("cost $5 and $$x", &env).unwrap(), "cost $5 and $x");
+        assert_eq!(
+            interpolate_str("cost $5 and $$x", &env).unwrap(),
+            "cost $5 and $x"
+        );
         assert_eq!(interpolate_str("${MISSING:-dflt}", &env).unwrap(), "dflt");
         assert_eq!(interpolate_str("${EMPTY:-dflt}", &env).unwrap(), "dflt");
     }

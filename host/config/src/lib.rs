@@ -263,7 +263,11 @@ impl NodeConfig {
             let key = e.path().to_string();
             ConfigError::Invalid {
                 file: label.to_owned(),
-                key: if key == "." { "(top level)".into() } else { key },
+                key: if key == "." {
+                    "(top level)".into()
+                } else {
+                    key
+                },
                 // toml appends "in `table`"; the key path already says where.
                 message: e
                     .into_inner()
@@ -490,10 +494,13 @@ mod raw {
 
             let seconds = |key: &str, v: Option<f64>, default: f64| {
                 let v = v.unwrap_or(default);
-                if v.is_finite() && v >= 0.0 && v <= 3600.0 {
+                if (0.0..=3600.0).contains(&v) {
                     Ok(Duration::from_secs_f64(v))
                 } else {
-                    Err(invalid(key, format!("expected 0 to 3600 seconds, found {v}")))
+                    Err(invalid(
+                        key,
+                        format!("expected 0 to 3600 seconds, found {v}"),
+                    ))
                 }
             };
             let shutdown = ShutdownConfig {
@@ -534,10 +541,7 @@ mod raw {
 /// letters, digits, `-` and `_`, 1 to 64 of them.
 pub fn validate_node_id(id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > 64 {
-        return Err(format!(
-            "expected 1 to 64 characters, found {}",
-            id.len()
-        ));
+        return Err(format!("expected 1 to 64 characters, found {}", id.len()));
     }
     if let Some(bad) = id
         .chars()
@@ -559,7 +563,13 @@ mod tests {
     }
 
     fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
-        NodeConfig::from_toml("node.toml", text, Path::new("/etc/crewlet"), &Overrides::default(), &env)
+        NodeConfig::from_toml(
+            "node.toml",
+            text,
+            Path::new("/etc/crewlet"),
+            &Overrides::default(),
+            &env,
+        )
     }
 
     #[test]
@@ -620,7 +630,10 @@ mod tests {
     #[test]
     fn unknown_key_names_file_and_key() {
         let err = parse("[stream]\nreplica = 3\n").unwrap_err().to_string();
-        assert!(err.starts_with("node.toml: key `stream.replica`: unknown field `replica`"), "{err}");
+        assert!(
+            err.starts_with("node.toml: key `stream.replica`: unknown field `replica`"),
+            "{err}"
+        );
         assert!(err.contains("unknown field `replica`"), "{err}");
         assert!(err.contains("replicas"), "lists what is expected: {err}");
     }
@@ -630,15 +643,21 @@ mod tests {
         let err = parse("[coordination]\nlease_ttl_seconds = \"soon\"\n")
             .unwrap_err()
             .to_string();
-        assert!(err.contains("key `coordination.lease_ttl_seconds`"), "{err}");
+        assert!(
+            err.contains("key `coordination.lease_ttl_seconds`"),
+            "{err}"
+        );
         assert!(err.contains("expected u64"), "{err}");
     }
 
     #[test]
     fn missing_variable_names_key_and_variable() {
         let err = parse("[stream]\nurl = \"nats://${NATS_PASSWORD}@x\"\n").unwrap_err();
-        assert!(matches!(&err, ConfigError::MissingVar { key, var, .. }
-            if key == "stream.url" && var == "NATS_PASSWORD"), "{err}");
+        assert!(
+            matches!(&err, ConfigError::MissingVar { key, var, .. }
+            if key == "stream.url" && var == "NATS_PASSWORD"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -655,8 +674,13 @@ mod tests {
 
     #[test]
     fn bad_role_and_bad_node_id_are_refused() {
-        let err = parse("[node]\nroles = [\"chef\"]\n").unwrap_err().to_string();
-        assert!(err.contains("key `node.roles[0]`") || err.contains("key `node.roles`"), "{err}");
+        let err = parse("[node]\nroles = [\"chef\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key `node.roles[0]`") || err.contains("key `node.roles`"),
+            "{err}"
+        );
         assert!(err.contains("unknown variant `chef`"), "{err}");
         let err = parse("[node]\nid = \"a:b\"\n").unwrap_err().to_string();
         assert!(err.contains("key `node.id`"), "{err}");

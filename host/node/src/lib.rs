@@ -1,1 +1,17 @@
-//! todo
+//! A crewlet node: the command line, the lifecycle and the wiring.
+//!
+//! This crate is the one place that knows every subsystem; each of them
+//! knows only what it needs. The lifecycle is the rule that matters here:
+//! the HTTP surface binds first, then subsystems start in order; a signal
+//! turns `/ready` to 503 at once, subsystems stop in the reverse order, and
+//! the stream (with its embedded nats-server) stops last.
+
+pub mod cli;
+pub mod company;
+pub mod identity;
+pub mod logging;
+pub mod run;
+pub mod state;
+
+/// The version this binary reports.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

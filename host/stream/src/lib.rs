@@ -1,1 +1,272 @@
-//! todo
+//! The event stream's broker and the node's one connection to it.
+//!
+//! By default a node embeds its broker: Rust has no in-process NATS server,
+//! so the node starts, supervises and finally stops its own `nats-server`
+//! child ([`embedded`]). With `stream.url` set it dials an external server or
+//! cluster instead and starts no child. Either way the rest of the node gets
+//! exactly one [`async_nats::Client`]: the streams and the coordination
+//! buckets ride that connection, never a second dial that could fail alone.
+
+pub mod embedded;
+pub mod locate;
+pub mod lock;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::connection::State;
+use crewlet_config::{StreamConfig, StreamMode};
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+pub use embedded::{BrokerStatus, Supervisor};
+pub use locate::{NatsServerNotFound, locate_nats_server};
+pub use lock::{DirLock, LockError};
+
+/// Why the broker could not be started or reached.
+#[derive(Debug, thiserror::Error)]
+pub enum StreamError {
+    #[error(transparent)]
+    NotFound(#[from] NatsServerNotFound),
+    #[error(transparent)]
+    Locked(#[from] LockError),
+    #[error("cannot prepare the embedded broker's files under {path}: {source}")]
+    Files {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start nats-server {binary}: {source}")]
+    Spawn {
+        binary: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "nats-server exited during start-up ({status}); its last words: {last_lines}\nCheck that the port is free and the store dir is writable."
+    )]
+    EarlyExit { status: String, last_lines: String },
+    #[error(
+        "nats-server did not accept connections on 127.0.0.1:{port} within {waited:?}; see the broker log lines above"
+    )]
+    StartTimeout { port: u16, waited: Duration },
+    #[error("cannot connect to NATS at {urls}: {detail}")]
+    Connect { urls: String, detail: String },
+    #[error(
+        "NATS at {urls} answers but JetStream is not available ({detail}); enable JetStream on the server (`-js` / `jetstream {{}}`)"
+    )]
+    NoJetStream { urls: String, detail: String },
+    #[error("start-up was interrupted by a shutdown signal")]
+    Interrupted,
+}
+
+/// The node's connection to its stream, and the child behind it if embedded.
+pub struct Broker {
+    client: async_nats::Client,
+    urls: Vec<String>,
+    supervisor: Option<Supervisor>,
+}
+
+/// What `/health` reports about the stream.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StreamHealth {
+    pub mode: &'static str,
+    pub urls: Vec<String>,
+    pub connected: bool,
+    /// The embedded child, when there is one.
+    pub server: Option<BrokerStatus>,
+}
+
+impl Broker {
+    /// Starts (embedded) or dials (external) the broker and waits until
+    /// JetStream answers. `cancel` flipping to `true` abandons the wait.
+    pub async fn start(
+        config: &StreamConfig,
+        node_id: &str,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<Broker, StreamError> {
+        let (urls, supervisor) = match &config.mode {
+            StreamMode::Embedded(spec) => {
+                let sup = Supervisor::start(spec, node_id, cancel.clone()).await?;
+                (vec![sup.client_url()], Some(sup))
+            }
+            StreamMode::External { urls } => (urls.clone(), None),
+        };
+        let connect = connect(&urls, node_id);
+        let client = tokio::select! {
+            c = connect => c,
+            _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
+        };
+        let client = match client {
+            Ok(c) => c,
+            Err(e) => {
+                if let Some(sup) = supervisor {
+                    sup.stop().await;
+                }
+                return Err(e);
+            }
+        };
+        Ok(Broker {
+            client,
+            urls,
+            supervisor,
+        })
+    }
+
+    /// The node's one connection. Clones share it.
+    pub fn client(&self) -> async_nats::Client {
+        self.client.clone()
+    }
+
+    pub fn jetstream(&self) -> async_nats::jetstream::Context {
+        async_nats::jetstream::new(self.client.clone())
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
+    pub fn health(&self) -> StreamHealth {
+        StreamHealth {
+            mode: if self.supervisor.is_some() {
+                "embedded"
+            } else {
+                "external"
+            },
+            urls: self.urls.clone(),
+            connected: self.is_connected(),
+            server: self.supervisor.as_ref().map(Supervisor::status),
+        }
+    }
+
+    /// A cheap handle that answers connection state and health later.
+    pub fn monitor(&self) -> BrokerMonitor {
+        BrokerMonitor {
+            client: self.client.clone(),
+            urls: self.urls.clone(),
+            status: self.supervisor.as_ref().map(Supervisor::status_handle),
+        }
+    }
+
+    /// Flushes and closes the connection, then stops the child (if any).
+    /// The broker is the last thing a node stops.
+    pub async fn stop(self) {
+        if tokio::time::timeout(Duration::from_secs(5), self.client.flush())
+            .await
+            .is_err()
+        {
+            warn!(subsystem = "stream", "flush on shutdown timed out");
+        }
+        drop(self.client);
+        if let Some(sup) = self.supervisor {
+            sup.stop().await;
+        }
+        info!(subsystem = "stream", "stream stopped");
+    }
+}
+
+/// Answers the stream's health without holding the broker itself.
+#[derive(Clone)]
+pub struct BrokerMonitor {
+    client: async_nats::Client,
+    urls: Vec<String>,
+    status: Option<Arc<std::sync::Mutex<BrokerStatus>>>,
+}
+
+impl BrokerMonitor {
+    pub fn is_connected(&self) -> bool {
+        self.client.connection_state() == State::Connected
+    }
+
+    pub fn health(&self) -> StreamHealth {
+        StreamHealth {
+            mode: if self.status.is_some() {
+                "embedded"
+            } else {
+                "external"
+            },
+            urls: self.urls.clone(),
+            connected: self.is_connected(),
+            server: self
+                .status
+                .as_ref()
+                .map(|s| s.lock().expect("broker status lock").clone()),
+        }
+    }
+}
+
+/// Dials `urls`, waiting (with the client's own reconnect backoff) until the
+/// first connection is up and JetStream answers.
+async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, StreamError> {
+    let joined = urls.join(",");
+    let addrs: Vec<async_nats::ServerAddr> = urls
+        .iter()
+        .map(|u| {
+            u.parse().map_err(|e| StreamError::Connect {
+                urls: joined.clone(),
+                detail: format!("`{u}` is not a NATS URL: {e}"),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let url_list = joined.clone();
+    let options = async_nats::ConnectOptions::new()
+        .name(format!("crewlet:{node_id}"))
+        .retry_on_initial_connect()
+        .max_reconnects(None)
+        .connection_timeout(Duration::from_secs(2))
+        .reconnect_delay_callback(|attempt| {
+            Duration::from_millis((25u64 << attempt.min(6)).min(1_000))
+        })
+        .event_callback(move |event| {
+            let urls = url_list.clone();
+            async move {
+                match event {
+                    async_nats::Event::Connected => {
+                        info!(subsystem = "stream", %urls, "connected to NATS")
+                    }
+                    async_nats::Event::Disconnected => {
+                        warn!(subsystem = "stream", %urls, "disconnected from NATS; reconnecting")
+                    }
+                    other => info!(subsystem = "stream", event = %other, "NATS client event"),
+                }
+            }
+        });
+    let client = options
+        .connect(addrs.as_slice())
+        .await
+        .map_err(|e| StreamError::Connect {
+            urls: joined.clone(),
+            detail: e.to_string(),
+        })?;
+    let started = std::time::Instant::now();
+    let mut next_warning = Duration::from_secs(5);
+    while client.connection_state() != State::Connected {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if started.elapsed() >= next_warning {
+            warn!(subsystem = "stream", urls = %joined, waited = ?started.elapsed(), "still waiting for NATS");
+            next_warning += Duration::from_secs(5);
+        }
+    }
+    let js = async_nats::jetstream::new(client.clone());
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), js.query_account()).await {
+            Ok(Ok(_)) => return Ok(client),
+            Ok(Err(e)) => {
+                let detail = e.to_string();
+                // "JetStream not enabled" is final; anything else is the
+                // server still coming up, so ask again.
+                if detail.contains("not enabled") {
+                    return Err(StreamError::NoJetStream {
+                        urls: joined,
+                        detail,
+                    });
+                }
+                warn!(subsystem = "stream", urls = %joined, %detail, "JetStream not answering yet");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(_) => {
+                warn!(subsystem = "stream", urls = %joined, "JetStream account query timed out")
+            }
+        }
+    }
+}

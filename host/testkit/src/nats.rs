@@ -200,4 +200,3 @@ pub fn healthz(monitor_port: u16) -> Option<u16> {
         .ok()
         .map(|r| r.status)
 }
-

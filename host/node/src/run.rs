@@ -1,0 +1,327 @@
+//! `crewlet run`: the node's lifecycle.
+//!
+//! Start: validate everything that can be validated without side effects
+//! (config, company file, plugins dir) and exit 2 on any error before the
+//! disk is touched; then lock the data dir, bind the HTTP surface, start the
+//! stream (the embedded nats-server or a connection to an external one),
+//! then every engine subsystem in order.
+//!
+//! Stop, on SIGINT or SIGTERM: `/ready` answers 503 and new work is refused
+//! from the first instant; after the configured drain notice, engine
+//! subsystems stop in the reverse order of their start, then the HTTP
+//! listener closes, and the stream — with the nats-server child — stops
+//! last, since everything before it may still be flushing to it. A second
+//! signal skips the notice. Exit status 0.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_config::{LogFormat, NodeConfig, Overrides};
+use crewlet_stream::{Broker, DirLock, StreamError};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::watch;
+use tracing::{Instrument, error, info, info_span, warn};
+
+use crate::company::CompanyFile;
+use crate::state::{NodeState, Phase};
+
+/// Exit status for a configuration the node refused.
+pub const EXIT_CONFIG: i32 = 2;
+/// Exit status for a node that could not start or failed while running.
+pub const EXIT_FAILURE: i32 = 1;
+
+/// The flags of `crewlet run`.
+#[derive(Debug, Clone, Default)]
+pub struct RunArgs {
+    pub config: Option<PathBuf>,
+    pub company: Option<PathBuf>,
+    pub plugins: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub log_format: Option<LogFormat>,
+}
+
+/// Runs a node to completion and answers the process exit status.
+pub fn run(args: RunArgs) -> i32 {
+    let overrides = Overrides {
+        data_dir: args.data_dir.clone(),
+        log_format: args.log_format,
+    };
+    let env = |name: &str| std::env::var(name).ok();
+    let config = match NodeConfig::load(args.config.as_deref(), &overrides, &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    let company = match args.company.as_deref().map(CompanyFile::load).transpose() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    if let Some(dir) = &args.plugins
+        && !dir.is_dir()
+    {
+        eprintln!(
+            "crewlet: --plugins {}: not a directory; pass the folder that holds the plugins' plugin.toml files",
+            dir.display()
+        );
+        return EXIT_CONFIG;
+    }
+    if let Err(e) = crate::logging::init(&config.logging) {
+        eprintln!("crewlet: {e}");
+        return EXIT_CONFIG;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("crewlet")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("crewlet: cannot start the async runtime: {e}");
+            return EXIT_FAILURE;
+        }
+    };
+    runtime.block_on(node_main(config, company, args.plugins))
+}
+
+async fn node_main(
+    config: NodeConfig,
+    company: Option<CompanyFile>,
+    plugins: Option<PathBuf>,
+) -> i32 {
+    match start_and_serve(config, company, plugins).await {
+        Ok(()) => 0,
+        Err(e) => {
+            error!("{e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+/// A failure that stops the node, with what to do about it.
+#[derive(Debug, thiserror::Error)]
+enum NodeError {
+    #[error("cannot create the data dir {dir}: {source}")]
+    DataDir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Locked(#[from] crewlet_stream::LockError),
+    #[error("cannot establish the node id: {0}")]
+    Identity(std::io::Error),
+    #[error(
+        "cannot listen on {addr}: {source}; set api.port to a free port (or 0 to serve no HTTP)"
+    )]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot install signal handlers: {0}")]
+    Signals(std::io::Error),
+    #[error(transparent)]
+    Stream(#[from] StreamError),
+}
+
+type StopFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
+type StopFn = Box<dyn FnOnce() -> StopFuture + Send>;
+
+/// Engine subsystems in start order; stopped in reverse.
+#[derive(Default)]
+struct Started {
+    stack: Vec<(&'static str, StopFn)>,
+}
+
+impl Started {
+    #[allow(dead_code)] // the first engine subsystems arrive with coordination
+    fn push(&mut self, name: &'static str, stop: impl FnOnce() -> StopFuture + Send + 'static) {
+        info!(subsystem = name, "started");
+        self.stack.push((name, Box::new(stop)));
+    }
+
+    async fn stop_all(mut self, within: Duration) {
+        while let Some((name, stop)) = self.stack.pop() {
+            if tokio::time::timeout(within, stop()).await.is_err() {
+                warn!(subsystem = name, ?within, "did not stop in time; moving on");
+            } else {
+                info!(subsystem = name, "stopped");
+            }
+        }
+    }
+}
+
+async fn start_and_serve(
+    config: NodeConfig,
+    company: Option<CompanyFile>,
+    plugins: Option<PathBuf>,
+) -> Result<(), NodeError> {
+    let data_dir = config.data_dir.clone();
+    std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
+        dir: data_dir.display().to_string(),
+        source,
+    })?;
+    let owner = format!("crewlet node starting from {}", data_dir.display());
+    let _data_lock = DirLock::acquire(&data_dir, ".crewlet-node.lock", "data dir", &owner)?;
+    let node_id = match &config.node_id {
+        Some(id) => id.clone(),
+        None => crate::identity::stable_node_id(&data_dir).map_err(NodeError::Identity)?,
+    };
+    let span = info_span!("node", node_id = %node_id);
+    lifecycle(config, company, plugins, node_id)
+        .instrument(span)
+        .await
+}
+
+async fn lifecycle(
+    config: NodeConfig,
+    company: Option<CompanyFile>,
+    plugins: Option<PathBuf>,
+    node_id: String,
+) -> Result<(), NodeError> {
+    let state = Arc::new(NodeState::new(
+        node_id.clone(),
+        &config,
+        company.clone(),
+        plugins,
+    ));
+    info!(
+        version = crate::VERSION,
+        roles = ?config.roles,
+        data_dir = %config.data_dir.display(),
+        config = ?config.source,
+        "node starting"
+    );
+    if let Some(c) = &company {
+        info!(org = %c.org, seats = c.seats, file = %c.path.display(),
+            "company document read (activation comes with the config plane)");
+    }
+
+    // Signals first, so a signal during start-up is a clean stop.
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (force_tx, mut force_rx) = watch::channel(false);
+    spawn_signal_listener(state.clone(), shutdown_tx, force_tx)?;
+
+    // The HTTP surface binds before the engine starts.
+    let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let http = if config.api.port == 0 {
+        info!(subsystem = "api", "api.port = 0: serving no HTTP");
+        None
+    } else {
+        let addr = SocketAddr::new(config.api.host, config.api.port);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| NodeError::Bind { addr, source })?;
+        let router = crewlet_api::router(state.clone());
+        let mut stop = http_stop_rx.clone();
+        let task = tokio::spawn(
+            async move {
+                let shutdown = async move {
+                    let _ = stop.wait_for(|s| *s).await;
+                };
+                if let Err(e) = crewlet_api::serve(listener, router, shutdown).await {
+                    error!(subsystem = "api", error = %e, "HTTP surface failed");
+                }
+            }
+            .in_current_span(),
+        );
+        info!(subsystem = "api", %addr, "HTTP surface listening");
+        Some(task)
+    };
+
+    // The engine: the stream first, then (in later stages) everything that
+    // rides it.
+    let broker = match Broker::start(&config.stream, &node_id, shutdown_rx.clone())
+        .instrument(info_span!("stream", subsystem = "stream"))
+        .await
+    {
+        Ok(b) => Some(b),
+        Err(StreamError::Interrupted) => None,
+        Err(e) => {
+            stop_http(http, http_stop_tx).await;
+            return Err(e.into());
+        }
+    };
+    let engine = Started::default();
+    if let Some(b) = &broker {
+        state.attach_stream(b.monitor());
+        state.advance(Phase::Running);
+        info!(health = %b.health().urls.join(","), "node running");
+    }
+
+    // Serve until a signal.
+    let mut wait = shutdown_rx.clone();
+    let _ = wait.wait_for(|s| *s).await;
+    info!("draining: /ready is 503 and new work is refused");
+    let notice = config.shutdown.drain_notice;
+    if !notice.is_zero() {
+        tokio::select! {
+            _ = tokio::time::sleep(notice) => {}
+            _ = force_rx.wait_for(|f| *f) => info!("second signal: skipping the drain notice"),
+        }
+    }
+    state.advance(Phase::Stopping);
+    engine.stop_all(config.shutdown.drain_timeout).await;
+    stop_http(http, http_stop_tx).await;
+    if let Some(b) = broker {
+        b.stop().await;
+    }
+    info!("node stopped");
+    Ok(())
+}
+
+async fn stop_http(task: Option<tokio::task::JoinHandle<()>>, stop: watch::Sender<bool>) {
+    let _ = stop.send(true);
+    if let Some(task) = task {
+        if tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .is_err()
+        {
+            warn!(subsystem = "api", "HTTP surface did not close within 10 s");
+        } else {
+            info!(subsystem = "api", "HTTP surface closed");
+        }
+    }
+}
+
+/// First SIGINT/SIGTERM: drain. Second: skip the drain notice.
+fn spawn_signal_listener(
+    state: Arc<NodeState>,
+    shutdown: watch::Sender<bool>,
+    force: watch::Sender<bool>,
+) -> Result<(), NodeError> {
+    let mut term = signal(SignalKind::terminate()).map_err(NodeError::Signals)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(NodeError::Signals)?;
+    tokio::spawn(
+        async move {
+            let mut seen = 0u32;
+            loop {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                seen += 1;
+                if seen == 1 {
+                    // Readiness flips before anything else happens.
+                    state.advance(Phase::Draining);
+                    info!(signal = name, "shutdown requested");
+                    let _ = shutdown.send(true);
+                } else {
+                    info!(signal = name, "second signal: stopping without waiting");
+                    let _ = force.send(true);
+                }
+            }
+        }
+        .in_current_span(),
+    );
+    Ok(())
+}

@@ -1,0 +1,151 @@
+//! What a node knows about itself, shared by the lifecycle and the probes.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+
+use crewlet_api::{NotReady, Probe};
+use crewlet_config::Role;
+use crewlet_stream::BrokerMonitor;
+use serde_json::json;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// Where a node is in its life. Moves forward only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    /// The HTTP surface is up; the engine is starting.
+    Starting = 0,
+    /// Connected and serving.
+    Running = 1,
+    /// A signal arrived: no new work, finishing what is in flight.
+    Draining = 2,
+    /// Subsystems are being stopped.
+    Stopping = 3,
+}
+
+impl Phase {
+    fn from_u8(v: u8) -> Phase {
+        match v {
+            0 => Phase::Starting,
+            1 => Phase::Running,
+            2 => Phase::Draining,
+            _ => Phase::Stopping,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Running => "running",
+            Phase::Draining => "draining",
+            Phase::Stopping => "stopping",
+        }
+    }
+}
+
+pub struct NodeState {
+    pub node_id: String,
+    pub roles: Vec<Role>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub max_concurrent: usize,
+    pub data_dir: PathBuf,
+    pub company: Option<crate::company::CompanyFile>,
+    pub plugins_dir: Option<PathBuf>,
+    started_at: OffsetDateTime,
+    started: Instant,
+    phase: AtomicU8,
+    stream: OnceLock<BrokerMonitor>,
+}
+
+impl NodeState {
+    pub fn new(
+        node_id: String,
+        config: &crewlet_config::NodeConfig,
+        company: Option<crate::company::CompanyFile>,
+        plugins_dir: Option<PathBuf>,
+    ) -> NodeState {
+        NodeState {
+            node_id,
+            roles: config.roles.clone(),
+            labels: config.labels.clone(),
+            max_concurrent: config.max_concurrent,
+            data_dir: config.data_dir.clone(),
+            company,
+            plugins_dir,
+            started_at: OffsetDateTime::now_utc(),
+            started: Instant::now(),
+            phase: AtomicU8::new(Phase::Starting as u8),
+            stream: OnceLock::new(),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        Phase::from_u8(self.phase.load(Ordering::SeqCst))
+    }
+
+    /// Moves to `next` unless the node is already past it.
+    pub fn advance(&self, next: Phase) {
+        self.phase.fetch_max(next as u8, Ordering::SeqCst);
+    }
+
+    pub fn attach_stream(&self, monitor: BrokerMonitor) {
+        let _ = self.stream.set(monitor);
+    }
+}
+
+impl Probe for NodeState {
+    fn health(&self) -> serde_json::Value {
+        let phase = self.phase();
+        let stream = self.stream.get().map(BrokerMonitor::health);
+        json!({
+            "status": "ok",
+            "node_id": self.node_id,
+            "version": crate::VERSION,
+            "phase": phase.as_str(),
+            "draining": phase >= Phase::Draining,
+            "ready": self.ready().is_ok(),
+            // The config plane (a later stage) moves this between serve, wait,
+            // shed, isolated and stuck; until a company is activated through
+            // it, a running node serves.
+            "posture": match phase {
+                Phase::Starting => "wait",
+                _ => "serve",
+            },
+            "applied_epoch": null,
+            "roles": self.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+            "labels": self.labels,
+            "started_at": self.started_at.format(&Rfc3339).unwrap_or_default(),
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "turns_in_flight": 0,
+            "max_concurrent": self.max_concurrent,
+            "seats_held": 0,
+            "stream": stream,
+            "company": self.company.as_ref().map(|c| json!({
+                "file": c.path.display().to_string(),
+                "org": c.org,
+                "seats": c.seats,
+                "activated": false,
+            })),
+            "plugins_dir": self.plugins_dir.as_ref().map(|p| p.display().to_string()),
+        })
+    }
+
+    fn ready(&self) -> Result<(), NotReady> {
+        match self.phase() {
+            Phase::Starting => Err(NotReady::Starting),
+            Phase::Draining | Phase::Stopping => Err(NotReady::Draining),
+            Phase::Running => match self.stream.get() {
+                Some(s) if s.is_connected() => Ok(()),
+                Some(_) => Err(NotReady::StreamDisconnected),
+                None => Err(NotReady::Starting),
+            },
+        }
+    }
+
+    fn draining(&self) -> bool {
+        self.phase() >= Phase::Draining
+    }
+}

@@ -1,0 +1,414 @@
+//! The embedded broker: a nats-server child the node supervises.
+//!
+//! The child runs JetStream with its store under the node's data dir, on a
+//! loopback client port, and — unless the operator opts out — with
+//! `sync_interval: always`, because an acknowledged write must survive a
+//! crash (the Jepsen analysis of NATS 2.12.1 lost acknowledged writes under
+//! the lazy default). The node starts it first, restarts it with backoff if
+//! it dies behind the node's back, and stops it last. The child cannot outlive
+//! the node: it carries a parent-death signal, so even a SIGKILLed node takes
+//! it down. It runs in its own process group so a terminal's Ctrl-C reaches
+//! the node alone, which then stops the child in order.
+//!
+//! One store dir, one server: the store dir is locked for the life of the
+//! supervisor, and a second node pointed at it refuses to start.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crewlet_config::{EmbeddedBroker, SyncPolicy};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, error, info, warn};
+
+use crate::StreamError;
+use crate::locate::locate_nats_server;
+use crate::lock::DirLock;
+
+/// How long a stop waits for the child to exit on SIGTERM before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+/// How long start-up waits for the child to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Restart backoff: first delay, ceiling, and the uptime that resets it.
+const BACKOFF_FIRST: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+/// Lines of the child's log kept for an error report.
+const TAIL_LINES: usize = 20;
+
+/// What the node reports about its child.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BrokerStatus {
+    pub binary: String,
+    pub store_dir: String,
+    pub port: u16,
+    pub sync: &'static str,
+    pub running: bool,
+    pub pid: Option<u32>,
+    /// Times the child was restarted after dying unexpectedly.
+    pub restarts: u32,
+}
+
+/// The running child and the task that watches it.
+pub struct Supervisor {
+    port: u16,
+    status: Arc<Mutex<BrokerStatus>>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+    _lock: DirLock,
+}
+
+struct Launch {
+    binary: PathBuf,
+    conf: PathBuf,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl Supervisor {
+    /// Locks the store dir, writes the server config, starts the child and
+    /// waits until it accepts connections.
+    pub async fn start(
+        spec: &EmbeddedBroker,
+        node_id: &str,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<Supervisor, StreamError> {
+        let binary = locate_nats_server(spec.nats_server.as_deref())?;
+        let files = |path: &Path| {
+            let path = path.display().to_string();
+            move |source| StreamError::Files { path, source }
+        };
+        std::fs::create_dir_all(&spec.store_dir).map_err(files(&spec.store_dir))?;
+        let store_dir = spec
+            .store_dir
+            .canonicalize()
+            .map_err(files(&spec.store_dir))?;
+        let lock = DirLock::acquire(
+            &store_dir,
+            ".crewlet-broker.lock",
+            "stream store dir",
+            &format!("crewlet node {node_id}"),
+        )?;
+        let port = match spec.port {
+            0 => free_loopback_port().map_err(files(&store_dir))?,
+            p => p,
+        };
+        let conf = store_dir.join("nats-server.conf");
+        std::fs::write(&conf, server_config(node_id, port, &store_dir, spec.sync))
+            .map_err(files(&conf))?;
+
+        let launch = Launch {
+            binary,
+            conf,
+            tail: Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_LINES))),
+        };
+        let mut child = launch.spawn()?;
+        let status = Arc::new(Mutex::new(BrokerStatus {
+            binary: launch.binary.display().to_string(),
+            store_dir: store_dir.display().to_string(),
+            port,
+            sync: match spec.sync {
+                SyncPolicy::Always => "always",
+                SyncPolicy::ServerDefault => "server-default",
+            },
+            running: true,
+            pid: child.id(),
+            restarts: 0,
+        }));
+
+        let waited = tokio::select! {
+            r = wait_accepting(port, &mut child, &launch.tail) => r,
+            _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
+        };
+        if let Err(e) = waited {
+            terminate(&mut child).await;
+            return Err(e);
+        }
+        info!(
+            subsystem = "broker",
+            port,
+            pid = child.id(),
+            store_dir = %store_dir.display(),
+            sync = status.lock().expect("status").sync,
+            "embedded nats-server is up"
+        );
+
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(supervise(launch, child, status.clone(), stop_rx));
+        Ok(Supervisor {
+            port,
+            status,
+            stop,
+            task,
+            _lock: lock,
+        })
+    }
+
+    pub fn client_url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn status(&self) -> BrokerStatus {
+        self.status.lock().expect("broker status").clone()
+    }
+
+    pub(crate) fn status_handle(&self) -> Arc<Mutex<BrokerStatus>> {
+        self.status.clone()
+    }
+
+    /// Stops the child (SIGTERM, then SIGKILL after a grace period) and
+    /// waits for it; the store dir lock is released afterwards.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        if let Err(e) = self.task.await {
+            error!(subsystem = "broker", error = %e, "broker supervisor task failed");
+        }
+    }
+}
+
+impl Launch {
+    fn spawn(&self) -> Result<Child, StreamError> {
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--config")
+            .arg(&self.conf)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0);
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: between fork and exec only async-signal-safe calls.
+        // PR_SET_PDEATHSIG fires when the forking *thread* exits; we fork from
+        // runtime worker threads, which live as long as the node does.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl took effect.
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|source| StreamError::Spawn {
+            binary: self.binary.display().to_string(),
+            source,
+        })?;
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_log(stderr, self.tail.clone()));
+        }
+        Ok(child)
+    }
+}
+
+/// The server's configuration file. Paths are quoted JSON strings, which the
+/// NATS config format reads verbatim.
+fn server_config(node_id: &str, port: u16, store_dir: &Path, sync: SyncPolicy) -> String {
+    let quote = |s: &str| serde_json::to_string(s).expect("string to JSON");
+    let mut conf = format!(
+        "# Written by crewlet at every start; edits are overwritten.\n\
+         server_name: {name}\n\
+         listen: \"127.0.0.1:{port}\"\n\
+         jetstream {{\n  store_dir: {store}\n",
+        name = quote(&format!("crewlet-{node_id}")),
+        store = quote(&store_dir.display().to_string()),
+    );
+    if sync == SyncPolicy::Always {
+        conf.push_str("  sync_interval: always\n");
+    }
+    conf.push_str("}\n");
+    conf
+}
+
+fn free_loopback_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+async fn wait_accepting(
+    port: u16,
+    child: &mut Child,
+    tail: &Mutex<VecDeque<String>>,
+) -> Result<(), StreamError> {
+    let started = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().map_err(|source| StreamError::Spawn {
+            binary: "nats-server".into(),
+            source,
+        })? {
+            // Give the log forwarder a moment to drain the last lines.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let last_lines = tail
+                .lock()
+                .expect("tail")
+                .iter()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" | ");
+            return Err(StreamError::EarlyExit {
+                status: describe(status),
+                last_lines,
+            });
+        }
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        if started.elapsed() > START_TIMEOUT {
+            return Err(StreamError::StartTimeout {
+                port,
+                waited: START_TIMEOUT,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Watches the child until asked to stop; restarts it when it dies.
+async fn supervise(
+    launch: Launch,
+    mut child: Child,
+    status: Arc<Mutex<BrokerStatus>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut backoff = BACKOFF_FIRST;
+    let mut started = Instant::now();
+    loop {
+        let exit = tokio::select! {
+            exit = child.wait() => Some(exit),
+            _ = stop.wait_for(|s| *s) => None,
+        };
+        let Some(exit) = exit else {
+            terminate(&mut child).await;
+            let mut s = status.lock().expect("status");
+            s.running = false;
+            s.pid = None;
+            info!(subsystem = "broker", "embedded nats-server stopped");
+            return;
+        };
+        let how = exit.map(describe).unwrap_or_else(|e| e.to_string());
+        {
+            let mut s = status.lock().expect("status");
+            s.running = false;
+            s.pid = None;
+        }
+        if started.elapsed() > BACKOFF_RESET_AFTER {
+            backoff = BACKOFF_FIRST;
+        }
+        warn!(subsystem = "broker", exit = %how, retry_in = ?backoff,
+            "nats-server exited unexpectedly; restarting it");
+        // Respawn until it works or the node stops.
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            match launch.spawn() {
+                Ok(c) => {
+                    child = c;
+                    started = Instant::now();
+                    let mut s = status.lock().expect("status");
+                    s.running = true;
+                    s.pid = child.id();
+                    s.restarts += 1;
+                    info!(
+                        subsystem = "broker",
+                        pid = s.pid,
+                        restarts = s.restarts,
+                        "nats-server restarted"
+                    );
+                    break;
+                }
+                Err(e) => error!(subsystem = "broker", error = %e, retry_in = ?backoff,
+                    "cannot restart nats-server"),
+            }
+        }
+    }
+}
+
+/// SIGTERM, a grace period, then SIGKILL; always reaps.
+async fn terminate(child: &mut Child) {
+    if let Some(pid) = child.id() {
+        // SAFETY: signalling our own child by pid; it has not been reaped yet
+        // (we hold its handle), so the pid cannot have been reused.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGTERM);
+        }
+        if tokio::time::timeout(STOP_GRACE, child.wait()).await.is_ok() {
+            return;
+        }
+        warn!(subsystem = "broker", grace = ?STOP_GRACE, "nats-server ignored SIGTERM; killing it");
+    }
+    let _ = child.kill().await;
+}
+
+fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        _ => status.to_string(),
+    }
+}
+
+/// Copies the child's log into ours, at a level read from its tag.
+async fn forward_log(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        {
+            let mut t = tail.lock().expect("tail");
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line.clone());
+        }
+        let msg = line
+            .split_once("] ")
+            .and_then(|(head, rest)| head.contains('[').then_some(rest))
+            .unwrap_or(&line);
+        if line.contains("[ERR]") || line.contains("[FTL]") {
+            error!(
+                subsystem = "broker",
+                target_process = "nats-server",
+                "{msg}"
+            );
+        } else if line.contains("[WRN]") {
+            warn!(
+                subsystem = "broker",
+                target_process = "nats-server",
+                "{msg}"
+            );
+        } else {
+            debug!(
+                subsystem = "broker",
+                target_process = "nats-server",
+                "{msg}"
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_syncs_always_unless_told_otherwise() {
+        let c = server_config("n1", 4222, Path::new("/var/x \"y\""), SyncPolicy::Always);
+        assert!(c.contains("sync_interval: always"), "{c}");
+        assert!(c.contains(r#"store_dir: "/var/x \"y\"""#), "{c}");
+        assert!(c.contains("listen: \"127.0.0.1:4222\""), "{c}");
+        let lazy = server_config("n1", 4222, Path::new("/s"), SyncPolicy::ServerDefault);
+        assert!(!lazy.contains("sync_interval"), "{lazy}");
+    }
+}

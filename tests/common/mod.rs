@@ -1,0 +1,263 @@
+//! Drives the real `crewlet` binary as a child process.
+
+#![allow(dead_code)] // each test file uses a different part of this module
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+pub use crewlet_testkit::http;
+use crewlet_testkit::nats::die_with_parent;
+
+pub fn crewlet_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_crewlet"))
+}
+
+/// A temp dir holding one node's config, data dir and log.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        Sandbox {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path("data")
+    }
+
+    /// Writes `node.toml` with an API on a free port plus `extra` TOML.
+    pub fn config(&self, api_port: u16, extra: &str) -> PathBuf {
+        let file = self.path("node.toml");
+        std::fs::write(&file, format!("[api]\nport = {api_port}\n\n{extra}\n"))
+            .expect("write node.toml");
+        file
+    }
+}
+
+/// A running `crewlet run`. Killed on drop if still alive.
+pub struct Node {
+    pub child: Child,
+    pub api: String,
+    pub log: PathBuf,
+}
+
+pub struct NodeBuilder {
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    api_port: u16,
+    log: PathBuf,
+}
+
+impl NodeBuilder {
+    pub fn new(sandbox: &Sandbox, api_port: u16) -> NodeBuilder {
+        NodeBuilder {
+            args: vec!["run".into()],
+            envs: Vec::new(),
+            api_port,
+            log: sandbox.path(&format!("node-{api_port}.log")),
+        }
+    }
+
+    pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.args.push(a.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.envs
+            .push((k.to_owned(), v.as_ref().to_string_lossy().into_owned()));
+        self
+    }
+
+    pub fn spawn(self) -> Node {
+        let log = std::fs::File::create(&self.log).expect("log file");
+        let mut cmd = Command::new(crewlet_bin());
+        cmd.args(&self.args)
+            .env_remove("CREWLET_CONFIG")
+            .env_remove("CREWLET_COMPANY")
+            .env_remove("CREWLET_PLUGINS")
+            .env_remove("CREWLET_DATA_DIR")
+            .env_remove("CREWLET_NATS_SERVER")
+            .env_remove("CREWLET_TOOLS_DIR")
+            .env("CREWLET_LOG", "info")
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log);
+        die_with_parent(&mut cmd);
+        Node {
+            child: cmd.spawn().expect("spawn crewlet"),
+            api: format!("127.0.0.1:{}", self.api_port),
+            log: self.log,
+        }
+    }
+}
+
+impl Node {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn get(&self, path: &str) -> Option<http::Response> {
+        http::get(&self.api, path).ok()
+    }
+
+    /// Waits until `/ready` answers 200; panics with the log otherwise.
+    pub fn wait_ready(&mut self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "node exited ({status}) before ready; log:\n{}",
+                    self.log_text()
+                );
+            }
+            if self.get("/ready").map(|r| r.status) == Some(200) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!(
+            "node not ready within {within:?}; log:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn health(&self) -> serde_json::Value {
+        self.get("/health").expect("/health answers").json()
+    }
+
+    /// The embedded nats-server's pid, from `/health`.
+    pub fn broker_pid(&self) -> i32 {
+        self.health()["stream"]["server"]["pid"]
+            .as_i64()
+            .unwrap_or_else(|| panic!("no broker pid in {}", self.health())) as i32
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: signalling our own, unreaped child.
+        unsafe {
+            libc::kill(self.pid(), sig);
+        }
+    }
+
+    /// Waits for the process to exit.
+    pub fn wait_exit(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "node still running after {within:?}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.signal(libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if !matches!(self.child.try_wait(), Ok(None)) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `crewlet` to completion with `args`, answering (status, output).
+pub fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (ExitStatus, String) {
+    let out = Command::new(crewlet_bin())
+        .args(args)
+        .env_remove("CREWLET_CONFIG")
+        .env_remove("CREWLET_DATA_DIR")
+        .envs(envs.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run crewlet");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status, text)
+}
+
+/// True while `pid` names a live (not zombie) process.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // Field 3, after the parenthesised command name, is the state.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// The command line of `pid`, NUL separators turned into spaces.
+pub fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Live children of `pid`.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(pid) && alive(child) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Polls `cond` every 10 ms until true or `within` passes.
+pub fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+pub fn dir_is_absent_or_empty(p: &Path) -> bool {
+    !p.exists()
+        || std::fs::read_dir(p)
+            .map(|mut d| d.next().is_none())
+            .unwrap_or(false)
+}

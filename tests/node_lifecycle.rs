@@ -1,0 +1,348 @@
+//! The node's lifecycle, end to end: the real binary, a real nats-server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use crewlet_testkit::{NatsServer, free_port};
+
+const READY_WITHIN: Duration = Duration::from_secs(30);
+
+#[test]
+fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+
+    let health = node.health();
+    assert_eq!(health["phase"], "running", "{health}");
+    assert_eq!(health["stream"]["mode"], "embedded", "{health}");
+    assert_eq!(health["stream"]["connected"], true, "{health}");
+    assert_eq!(health["stream"]["server"]["sync"], "always", "{health}");
+
+    let broker = node.broker_pid();
+    assert!(alive(broker));
+    assert!(
+        cmdline(broker).contains("nats-server"),
+        "{}",
+        cmdline(broker)
+    );
+    assert_eq!(children(node.pid()), vec![broker]);
+
+    let store = sb.data_dir().join("stream");
+    let conf = std::fs::read_to_string(store.join("nats-server.conf")).unwrap();
+    assert!(conf.contains("sync_interval: always"), "{conf}");
+    assert!(conf.contains("jetstream"), "{conf}");
+    assert!(
+        store.join("jetstream").is_dir(),
+        "JetStream keeps its store under the data dir"
+    );
+    assert!(sb.data_dir().join("node-id").is_file());
+    assert_eq!(
+        health["node_id"].as_str().unwrap(),
+        std::fs::read_to_string(sb.data_dir().join("node-id"))
+            .unwrap()
+            .trim()
+    );
+}
+
+#[test]
+fn sigterm_drains_with_ready_503_then_exits_zero_and_stops_the_child() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "[shutdown]\ndrain_notice_seconds = 1.5\n");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    let broker = node.broker_pid();
+
+    node.signal(libc::SIGTERM);
+    // From the first instant of the drain: not ready, still healthy, and
+    // new work refused with 503 + Retry-After.
+    assert!(
+        eventually(Duration::from_millis(500), || node
+            .get("/ready")
+            .is_some_and(|r| r.status == 503)),
+        "/ready did not turn 503 during the drain"
+    );
+    let ready = node.get("/ready").expect("probe answers while draining");
+    assert_eq!(ready.status, 503);
+    assert_eq!(ready.json()["reason"], "draining");
+    let health = node.get("/health").expect("health answers while draining");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["draining"], true);
+    let work = http::post(&node.api, "/webhooks/github", &[], b"{}").unwrap();
+    assert_eq!(work.status, 503);
+    assert_eq!(work.header("retry-after"), Some("5"));
+    assert!(alive(broker), "the broker outlives the drain notice");
+
+    let status = node.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(0), "log:\n{}", node.log_text());
+    assert!(!alive(broker), "nats-server child still running");
+    let log = node.log_text();
+    let http_closed = log.find("HTTP surface closed").expect("HTTP closed logged");
+    let broker_stopped = log
+        .find("embedded nats-server stopped")
+        .expect("broker stop logged");
+    assert!(
+        http_closed < broker_stopped,
+        "the broker stops last:\n{log}"
+    );
+}
+
+#[test]
+fn sigkill_of_the_node_takes_the_child_down_within_two_seconds() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    let broker = node.broker_pid();
+    assert!(alive(broker));
+
+    node.signal(libc::SIGKILL);
+    node.wait_exit(Duration::from_secs(5));
+    assert!(
+        eventually(Duration::from_secs(2), || !alive(broker)),
+        "nats-server {broker} survived its node"
+    );
+}
+
+#[test]
+fn a_child_killed_behind_the_nodes_back_is_restarted_and_ready_recovers() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    let first = node.broker_pid();
+
+    // SAFETY: a process we found as the node's child; a test-only kill.
+    unsafe {
+        libc::kill(first, libc::SIGKILL);
+    }
+    let mut saw_not_ready = false;
+    let recovered = eventually(Duration::from_secs(20), || {
+        let Some(ready) = node.get("/ready") else {
+            return false;
+        };
+        if ready.status == 503 {
+            saw_not_ready = true;
+        }
+        let health = node.health();
+        ready.status == 200
+            && health["stream"]["server"]["restarts"].as_u64() >= Some(1)
+            && health["stream"]["server"]["pid"]
+                .as_i64()
+                .is_some_and(|p| p as i32 != first)
+    });
+    assert!(
+        recovered,
+        "not recovered: {}\nlog:\n{}",
+        node.health(),
+        node.log_text()
+    );
+    assert!(
+        saw_not_ready,
+        "/ready should report the lost stream while it is down"
+    );
+    let second = node.broker_pid();
+    assert!(alive(second));
+    assert_eq!(children(node.pid()), vec![second]);
+    assert!(node.log_text().contains("nats-server exited unexpectedly"));
+}
+
+#[test]
+fn bad_configs_exit_2_naming_file_and_key_and_touch_nothing() {
+    let cases = [
+        ("[stream]\nreplica = 1\n", "stream.replica", "unknown field"),
+        (
+            "[coordination]\nlease_ttl_seconds = \"long\"\n",
+            "coordination.lease_ttl_seconds",
+            "expected u64",
+        ),
+        (
+            "[stream]\nurl = \"nats://${CREWLET_TEST_SURELY_UNSET}:4222\"\n",
+            "stream.url",
+            "CREWLET_TEST_SURELY_UNSET",
+        ),
+    ];
+    for (body, key, expected) in cases {
+        let sb = Sandbox::new();
+        let file = sb.path("node.toml");
+        std::fs::write(&file, body).unwrap();
+        let data = sb.data_dir();
+        let (status, out) = run_to_exit(
+            &[
+                "run",
+                "--config",
+                file.to_str().unwrap(),
+                "--data-dir",
+                data.to_str().unwrap(),
+            ],
+            &[],
+        );
+        assert_eq!(status.code(), Some(2), "{body}: {out}");
+        assert!(
+            out.contains(file.to_str().unwrap()),
+            "names the file: {out}"
+        );
+        assert!(
+            out.contains(&format!("`{key}`")),
+            "names the key {key}: {out}"
+        );
+        assert!(out.contains(expected), "says what was expected: {out}");
+        assert!(!data.exists(), "data dir created by a refused config");
+        let entries: Vec<_> = std::fs::read_dir(sb.dir.path())
+            .unwrap()
+            .flatten()
+            .collect();
+        assert_eq!(entries.len(), 1, "only node.toml is in the sandbox");
+    }
+}
+
+#[test]
+fn no_nats_server_anywhere_is_a_clear_error_naming_the_fix() {
+    let sb = Sandbox::new();
+    let empty_tools = sb.path("no-tools");
+    std::fs::create_dir_all(&empty_tools).unwrap();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .env("CREWLET_TOOLS_DIR", &empty_tools)
+        .env("PATH", "/usr/bin:/bin")
+        .spawn();
+    let status = node.wait_exit(Duration::from_secs(20));
+    assert_eq!(status.code(), Some(1));
+    let log = node.log_text();
+    assert!(log.contains("no nats-server binary found"), "{log}");
+    assert!(log.contains("scripts/bootstrap.sh"), "{log}");
+    assert!(log.contains("CREWLET_NATS_SERVER"), "{log}");
+}
+
+#[test]
+fn a_second_node_on_the_same_data_dir_refuses_to_start() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut first = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    first.wait_ready(READY_WITHIN);
+
+    let sb2 = Sandbox::new();
+    let port2 = free_port();
+    let cfg2 = sb2.config(port2, "");
+    let mut second = NodeBuilder::new(&sb2, port2)
+        .arg("--config")
+        .arg(&cfg2)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    assert_eq!(second.wait_exit(Duration::from_secs(20)).code(), Some(1));
+    let log = second.log_text();
+    assert!(log.contains("is in use by another process"), "{log}");
+    assert_eq!(children(first.pid()).len(), 1, "still exactly one broker");
+    assert_eq!(first.get("/ready").map(|r| r.status), Some(200));
+}
+
+#[test]
+fn a_second_node_on_the_same_stream_store_refuses_to_start() {
+    let sb = Sandbox::new();
+    let store = sb.path("shared-store");
+    let extra = format!("[stream]\nstore_dir = {:?}\n", store.display().to_string());
+    let port = free_port();
+    let cfg = sb.config(port, &extra);
+    let mut first = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.path("data-a"))
+        .spawn();
+    first.wait_ready(READY_WITHIN);
+
+    let sb2 = Sandbox::new();
+    let port2 = free_port();
+    let cfg2 = sb2.config(port2, &extra);
+    let mut second = NodeBuilder::new(&sb2, port2)
+        .arg("--config")
+        .arg(&cfg2)
+        .arg("--data-dir")
+        .arg(sb2.path("data-b"))
+        .spawn();
+    assert_eq!(second.wait_exit(Duration::from_secs(20)).code(), Some(1));
+    let log = second.log_text();
+    assert!(log.contains("stream store dir"), "{log}");
+    assert!(log.contains("in use"), "{log}");
+}
+
+#[test]
+fn external_mode_uses_the_given_server_and_starts_no_child() {
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, &format!("[stream]\nurl = \"{}\"\n", server.url()));
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    let health = node.health();
+    assert_eq!(health["stream"]["mode"], "external", "{health}");
+    assert_eq!(health["stream"]["urls"][0], server.url(), "{health}");
+    assert!(health["stream"]["server"].is_null(), "{health}");
+    assert!(children(node.pid()).is_empty(), "no child in external mode");
+    assert!(!sb.data_dir().join("stream").exists());
+
+    node.signal(libc::SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(20)).code(), Some(0));
+}
+
+#[test]
+fn version_and_help_answer() {
+    let (status, out) = run_to_exit(&["version"], &[]);
+    assert!(status.success());
+    assert!(out.starts_with("crewlet "), "{out}");
+    let (status, out) = run_to_exit(&["--help"], &[]);
+    assert!(status.success());
+    assert!(
+        out.contains("run") && out.contains("company of AI agents"),
+        "{out}"
+    );
+    let (status, out) = run_to_exit(&["run", "--help"], &[]);
+    assert!(status.success());
+    for flag in ["--config", "--company", "--plugins", "--data-dir"] {
+        assert!(out.contains(flag), "{flag} in {out}");
+    }
+}
