@@ -46,7 +46,9 @@ fn main() {
         ms(warm.1),
         warm.0.as_secs_f64() / bare.0.as_secs_f64()
     );
-    println!("idle node after 2 s: crewlet peak RSS {node_rss} KiB, its nats-server peak RSS {broker_rss} KiB");
+    println!(
+        "idle node after 2 s: crewlet peak RSS {node_rss} KiB, its nats-server peak RSS {broker_rss} KiB"
+    );
 }
 
 fn ms(d: Duration) -> f64 {
@@ -103,7 +105,10 @@ fn node_start(data_dir: &Path, rss: bool) -> (Duration, Option<(u64, u64)>) {
         if http::get(&addr, "/ready").is_ok_and(|r| r.status == 200) {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "node never ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "node never ready"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     let t = started.elapsed();
