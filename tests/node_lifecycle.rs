@@ -58,7 +58,7 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
 fn sigterm_drains_with_ready_503_then_exits_zero_and_stops_the_child() {
     let sb = Sandbox::new();
     let port = free_port();
-    let cfg = sb.config(port, "[shutdown]\ndrain_notice_seconds = 1.5\n");
+    let cfg = sb.config(port, "[shutdown]\ndrain_notice_seconds = 3\n");
     let mut node = NodeBuilder::new(&sb, port)
         .arg("--config")
         .arg(&cfg)
@@ -344,5 +344,47 @@ fn version_and_help_answer() {
     assert!(status.success());
     for flag in ["--config", "--company", "--plugins", "--data-dir"] {
         assert!(out.contains(flag), "{flag} in {out}");
+    }
+}
+
+#[test]
+fn json_logs_carry_node_id_and_subsystem_on_every_line() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "[node]\nid = \"json-node\"\n");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .arg("--log-format")
+        .arg("json")
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    node.signal(libc::SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(20)).code(), Some(0));
+
+    let log = node.log_text();
+    let mut subsystems = std::collections::BTreeSet::new();
+    for line in log.lines() {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not a JSON log line ({e}): {line}"));
+        let subsystem = event["subsystem"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no subsystem: {line}"));
+        subsystems.insert(subsystem.to_owned());
+        let in_node_span = event["spans"]
+            .as_array()
+            .is_some_and(|spans| spans.iter().any(|s| s["node_id"] == "json-node"));
+        assert!(
+            in_node_span || event["node_id"] == "json-node",
+            "no node id: {line}"
+        );
+    }
+    for expected in ["node", "api", "broker", "stream"] {
+        assert!(
+            subsystems.contains(expected),
+            "{expected} missing from {subsystems:?}"
+        );
     }
 }

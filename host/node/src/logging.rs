@@ -1,24 +1,29 @@
 //! Logging: human-readable by default, JSON on request.
 //!
-//! Every event carries the node id (from the root span) and the subsystem
-//! that emitted it (a `subsystem` field), so a fleet's merged log can be cut
-//! by either. `CREWLET_LOG` overrides the configured filter.
+//! Every event carries the node id (from the root span, or a field where an
+//! event is emitted outside it) and the subsystem that emitted it (a
+//! `subsystem` field), so a fleet's merged log can be cut by either.
+//! `CREWLET_LOG` overrides the configured filter.
 
 use crewlet_config::{LogFormat, LoggingConfig};
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Called once, after the config is valid.
 pub fn init(config: &LoggingConfig) -> Result<(), String> {
-    let filter = match std::env::var("CREWLET_LOG") {
-        Ok(directives) => EnvFilter::try_new(&directives)
-            .map_err(|e| format!("CREWLET_LOG={directives:?} is not a log filter: {e}"))?,
-        Err(_) => EnvFilter::try_new(&config.level).map_err(|e| {
-            format!(
-                "logging.level = {:?} is not a log filter (e.g. `info`, `crewlet=debug,info`): {e}",
-                config.level
-            )
-        })?,
+    let (origin, directives) = match std::env::var("CREWLET_LOG") {
+        Ok(d) => ("CREWLET_LOG", d),
+        Err(_) => ("logging.level", config.level.clone()),
     };
+    // The NATS client narrates each connect at info from its own task, with
+    // no node id; the stream subsystem reports those events itself.
+    let effective = if directives.contains("async_nats") {
+        directives.clone()
+    } else {
+        format!("{directives},async_nats=warn")
+    };
+    let filter = EnvFilter::try_new(&effective).map_err(|e| {
+        format!("{origin} = {directives:?} is not a log filter (e.g. `info`, `crewlet_stream=debug,info`): {e}")
+    })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

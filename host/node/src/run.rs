@@ -100,7 +100,7 @@ async fn node_main(
     match start_and_serve(config, company, plugins).await {
         Ok(()) => 0,
         Err(e) => {
-            error!("{e}");
+            error!(subsystem = "node", "{e}");
             EXIT_FAILURE
         }
     }
@@ -195,14 +195,15 @@ async fn lifecycle(
         plugins,
     ));
     info!(
+        subsystem = "node",
         version = crate::VERSION,
-        roles = ?config.roles,
+        roles = %config.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(","),
         data_dir = %config.data_dir.display(),
         config = ?config.source,
         "node starting"
     );
     if let Some(c) = &company {
-        info!(org = %c.org, seats = c.seats, file = %c.path.display(),
+        info!(subsystem = "node", org = %c.org, seats = c.seats, file = %c.path.display(),
             "company document read (activation comes with the config plane)");
     }
 
@@ -255,18 +256,21 @@ async fn lifecycle(
     if let Some(b) = &broker {
         state.attach_stream(b.monitor());
         state.advance(Phase::Running);
-        info!(health = %b.health().urls.join(","), "node running");
+        info!(subsystem = "node", stream = %b.health().urls.join(","), "node running");
     }
 
     // Serve until a signal.
     let mut wait = shutdown_rx.clone();
     let _ = wait.wait_for(|s| *s).await;
-    info!("draining: /ready is 503 and new work is refused");
+    info!(
+        subsystem = "node",
+        "draining: /ready is 503 and new work is refused"
+    );
     let notice = config.shutdown.drain_notice;
     if !notice.is_zero() {
         tokio::select! {
             _ = tokio::time::sleep(notice) => {}
-            _ = force_rx.wait_for(|f| *f) => info!("second signal: skipping the drain notice"),
+            _ = force_rx.wait_for(|f| *f) => info!(subsystem = "node", "second signal: skipping the drain notice"),
         }
     }
     state.advance(Phase::Stopping);
@@ -275,7 +279,7 @@ async fn lifecycle(
     if let Some(b) = broker {
         b.stop().await;
     }
-    info!("node stopped");
+    info!(subsystem = "node", "node stopped");
     Ok(())
 }
 
@@ -313,10 +317,14 @@ fn spawn_signal_listener(
                 if seen == 1 {
                     // Readiness flips before anything else happens.
                     state.advance(Phase::Draining);
-                    info!(signal = name, "shutdown requested");
+                    info!(subsystem = "node", signal = name, "shutdown requested");
                     let _ = shutdown.send(true);
                 } else {
-                    info!(signal = name, "second signal: stopping without waiting");
+                    info!(
+                        subsystem = "node",
+                        signal = name,
+                        "second signal: stopping without waiting"
+                    );
                     let _ = force.send(true);
                 }
             }

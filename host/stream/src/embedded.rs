@@ -24,7 +24,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{debug, error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::StreamError;
 use crate::locate::locate_nats_server;
@@ -138,7 +138,8 @@ impl Supervisor {
         );
 
         let (stop, stop_rx) = watch::channel(false);
-        let task = tokio::spawn(supervise(launch, child, status.clone(), stop_rx));
+        let task =
+            tokio::spawn(supervise(launch, child, status.clone(), stop_rx).in_current_span());
         Ok(Supervisor {
             port,
             status,
@@ -201,7 +202,7 @@ impl Launch {
             source,
         })?;
         if let Some(stderr) = child.stderr.take() {
-            tokio::spawn(forward_log(stderr, self.tail.clone()));
+            tokio::spawn(forward_log(stderr, self.tail.clone()).in_current_span());
         }
         Ok(child)
     }

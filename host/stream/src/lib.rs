@@ -209,6 +209,8 @@ async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, S
         })
         .collect::<Result<_, _>>()?;
     let url_list = joined.clone();
+    // The client calls back from its own task, outside the node's span.
+    let node = node_id.to_owned();
     let options = async_nats::ConnectOptions::new()
         .name(format!("crewlet:{node_id}"))
         .retry_on_initial_connect()
@@ -219,15 +221,18 @@ async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, S
         })
         .event_callback(move |event| {
             let urls = url_list.clone();
+            let node_id = node.clone();
             async move {
                 match event {
                     async_nats::Event::Connected => {
-                        info!(subsystem = "stream", %urls, "connected to NATS")
+                        info!(subsystem = "stream", %node_id, %urls, "connected to NATS")
                     }
                     async_nats::Event::Disconnected => {
-                        warn!(subsystem = "stream", %urls, "disconnected from NATS; reconnecting")
+                        warn!(subsystem = "stream", %node_id, %urls, "disconnected from NATS; reconnecting")
                     }
-                    other => info!(subsystem = "stream", event = %other, "NATS client event"),
+                    other => {
+                        info!(subsystem = "stream", %node_id, event = %other, "NATS client event")
+                    }
                 }
             }
         });
