@@ -388,3 +388,36 @@ fn json_logs_carry_node_id_and_subsystem_on_every_line() {
         );
     }
 }
+
+#[test]
+fn a_store_written_by_a_newer_schema_stops_the_node() {
+    use crewlet_store::{FILE_NAME, MIGRATIONS, Migration, Store};
+    let sb = Sandbox::new();
+    std::fs::create_dir_all(sb.data_dir()).unwrap();
+    let future: Vec<Migration> = MIGRATIONS
+        .iter()
+        .copied()
+        .chain([Migration {
+            version: MIGRATIONS.len() as u32 + 1,
+            name: "from_a_newer_build",
+            sql: "CREATE TABLE newer (x INTEGER)",
+        }])
+        .collect();
+    drop(Store::open_with(&sb.data_dir().join(FILE_NAME), &future).unwrap());
+
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    assert_eq!(node.wait_exit(Duration::from_secs(20)).code(), Some(1));
+    let log = node.log_text();
+    assert!(log.contains("written by a newer crewlet"), "{log}");
+    assert!(
+        !sb.data_dir().join("stream").exists(),
+        "no broker was started"
+    );
+}

@@ -131,6 +131,8 @@ enum NodeError {
     Signals(std::io::Error),
     #[error(transparent)]
     Stream(#[from] StreamError),
+    #[error(transparent)]
+    Store(#[from] crewlet_store::StoreError),
 }
 
 type StopFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -176,8 +178,11 @@ async fn start_and_serve(
         Some(id) => id.clone(),
         None => crate::identity::stable_node_id(&data_dir).map_err(NodeError::Identity)?,
     };
+    // The node store opens (and migrates) before anything is served: a store
+    // this build cannot use stops the node here.
+    let store = crewlet_store::Store::open_in(&data_dir)?;
     let span = info_span!("node", node_id = %node_id);
-    lifecycle(config, company, plugins, node_id)
+    lifecycle(config, company, plugins, node_id, Arc::new(store))
         .instrument(span)
         .await
 }
@@ -187,12 +192,14 @@ async fn lifecycle(
     company: Option<CompanyFile>,
     plugins: Option<PathBuf>,
     node_id: String,
+    store: Arc<crewlet_store::Store>,
 ) -> Result<(), NodeError> {
     let state = Arc::new(NodeState::new(
         node_id.clone(),
         &config,
         company.clone(),
         plugins,
+        store.clone(),
     ));
     info!(
         subsystem = "node",

@@ -54,6 +54,7 @@ pub struct NodeState {
     pub data_dir: PathBuf,
     pub company: Option<crate::company::CompanyFile>,
     pub plugins_dir: Option<PathBuf>,
+    pub store: std::sync::Arc<crewlet_store::Store>,
     started_at: OffsetDateTime,
     started: Instant,
     phase: AtomicU8,
@@ -66,6 +67,7 @@ impl NodeState {
         config: &crewlet_config::NodeConfig,
         company: Option<crate::company::CompanyFile>,
         plugins_dir: Option<PathBuf>,
+        store: std::sync::Arc<crewlet_store::Store>,
     ) -> NodeState {
         NodeState {
             node_id,
@@ -75,6 +77,7 @@ impl NodeState {
             data_dir: config.data_dir.clone(),
             company,
             plugins_dir,
+            store,
             started_at: OffsetDateTime::now_utc(),
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
@@ -123,6 +126,10 @@ impl Probe for NodeState {
             "max_concurrent": self.max_concurrent,
             "seats_held": 0,
             "stream": stream,
+            "store": {
+                "path": self.store.path().display().to_string(),
+                "schema_version": self.store.schema_version(),
+            },
             "company": self.company.as_ref().map(|c| json!({
                 "file": c.path.display().to_string(),
                 "org": c.org,
