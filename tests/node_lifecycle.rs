@@ -46,6 +46,39 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
         "JetStream keeps its store under the data dir"
     );
     assert!(sb.data_dir().join("node-id").is_file());
+    assert!(sb.data_dir().join("node.sqlite3").is_file());
+    assert_eq!(
+        health["store"]["schema_version"],
+        crewlet_store::MIGRATIONS.len()
+    );
+
+    // The streams exist on the embedded broker, with their retentions.
+    let url = health["stream"]["urls"][0].as_str().unwrap().to_owned();
+    let streams = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+            let mut found = Vec::new();
+            for name in [
+                "CREWLET_AGENT",
+                "CREWLET_NOTIFICATIONS",
+                "CREWLET_EVENTS",
+                "CREWLET_DLQ",
+            ] {
+                let info = js.get_stream(name).await.unwrap().cached_info().clone();
+                found.push((name, format!("{:?}", info.config.retention)));
+            }
+            found
+        });
+    assert_eq!(
+        streams,
+        [
+            ("CREWLET_AGENT", "Interest".to_owned()),
+            ("CREWLET_NOTIFICATIONS", "Interest".to_owned()),
+            ("CREWLET_EVENTS", "Limits".to_owned()),
+            ("CREWLET_DLQ", "Limits".to_owned()),
+        ]
+    );
     assert_eq!(
         health["node_id"].as_str().unwrap(),
         std::fs::read_to_string(sb.data_dir().join("node-id"))

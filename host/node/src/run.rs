@@ -133,6 +133,8 @@ enum NodeError {
     Stream(#[from] StreamError),
     #[error(transparent)]
     Store(#[from] crewlet_store::StoreError),
+    #[error(transparent)]
+    Streams(#[from] crewlet_stream::streams::StreamsError),
 }
 
 type StopFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -259,6 +261,18 @@ async fn lifecycle(
             return Err(e.into());
         }
     };
+    if let Some(b) = &broker
+        && let Err(e) =
+            crewlet_stream::streams::ensure_streams(&b.jetstream(), config.stream.replicas)
+                .instrument(info_span!("streams", subsystem = "stream"))
+                .await
+    {
+        stop_http(http, http_stop_tx).await;
+        if let Some(b) = broker {
+            b.stop().await;
+        }
+        return Err(e.into());
+    }
     let engine = Started::default();
     if let Some(b) = &broker {
         state.attach_stream(b.monitor());

@@ -10,6 +10,7 @@
 pub mod embedded;
 pub mod locate;
 pub mod lock;
+pub mod streams;
 
 use std::sync::Arc;
 use std::time::Duration;

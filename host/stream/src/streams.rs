@@ -1,0 +1,236 @@
+//! The event streams, created at start or adopted as they are.
+//!
+//! | stream | subjects | retention | why |
+//! | --- | --- | --- | --- |
+//! | `CREWLET_AGENT` | `crewlet.agent.>` | interest | a seat's inbox is a mailbox: a message lives until its durable consumer acks it |
+//! | `CREWLET_NOTIFICATIONS` | `crewlet.notifications.>` | interest | inbound deliveries wait for the `notify-inbound` group |
+//! | `CREWLET_EVENTS` | `crewlet.events.>` | limits, 7 days | the broadcast every dashboard streams |
+//! | `CREWLET_DLQ` | `dlq.>` | limits, 30 days | dead letters, deliberately outside `crewlet.*` |
+//!
+//! Interest retention has a sharp edge: a publish to a subject no durable
+//! consumer covers is dropped in silence. That is why every node creates a
+//! mailbox for every seat of the company, not only for the seats it runs.
+//!
+//! An existing stream is adopted, never rewritten: changing a retention is
+//! an operator's gesture. One difference refuses the start: fewer replicas
+//! than configured, which would hold the company's work on fewer disks than
+//! every node reports.
+
+use std::time::Duration;
+
+use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
+use async_nats::jetstream::{self, context::GetStreamErrorKind};
+use tracing::{info, warn};
+
+/// Subject of inbound deliveries, consumed by `notify-inbound`.
+pub const SUBJECT_INBOUND: &str = "crewlet.notifications.inbound";
+/// Prefix of the live event broadcast.
+pub const SUBJECT_EVENTS_PREFIX: &str = "crewlet.events";
+
+/// One stream the node needs.
+#[derive(Debug, Clone)]
+pub struct StreamSpec {
+    pub name: &'static str,
+    pub subjects: &'static [&'static str],
+    pub retention: RetentionPolicy,
+    pub max_age: Duration,
+    pub description: &'static str,
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// Every stream a node creates or adopts at start.
+pub fn specs() -> [StreamSpec; 4] {
+    [
+        StreamSpec {
+            name: "CREWLET_AGENT",
+            subjects: &["crewlet.agent.>"],
+            retention: RetentionPolicy::Interest,
+            max_age: Duration::ZERO,
+            description: "seat mailboxes: crewlet.agent.HANDLE.inbox",
+        },
+        StreamSpec {
+            name: "CREWLET_NOTIFICATIONS",
+            subjects: &["crewlet.notifications.>"],
+            retention: RetentionPolicy::Interest,
+            max_age: Duration::ZERO,
+            description: "inbound deliveries awaiting the notify-inbound group",
+        },
+        StreamSpec {
+            name: "CREWLET_EVENTS",
+            subjects: &["crewlet.events.>"],
+            retention: RetentionPolicy::Limits,
+            max_age: 7 * DAY,
+            description: "the live event broadcast",
+        },
+        StreamSpec {
+            name: "CREWLET_DLQ",
+            subjects: &["dlq.>"],
+            retention: RetentionPolicy::Limits,
+            max_age: 30 * DAY,
+            description: "dead letters, with the reason",
+        },
+    ]
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StreamsError {
+    #[error(
+        "stream {name} has {found} replica(s) but this node is configured for {configured} (stream.replicas); raise it with `nats stream update {name} --replicas={configured}` or lower stream.replicas"
+    )]
+    TooFewReplicas {
+        name: String,
+        found: usize,
+        configured: usize,
+    },
+    #[error(
+        "cannot read or create stream {name}: {detail}; is JetStream up and does this account have room for it?"
+    )]
+    Unavailable { name: String, detail: String },
+}
+
+/// Creates each stream that is missing and adopts each that exists.
+pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
+    for spec in specs() {
+        ensure(js, &spec, replicas).await?;
+    }
+    Ok(())
+}
+
+async fn ensure(
+    js: &jetstream::Context,
+    spec: &StreamSpec,
+    replicas: usize,
+) -> Result<(), StreamsError> {
+    let unavailable = |detail: String| StreamsError::Unavailable {
+        name: spec.name.to_owned(),
+        detail,
+    };
+    match js.get_stream(spec.name).await {
+        Ok(stream) => {
+            let cfg = &stream.cached_info().config;
+            if cfg.num_replicas < replicas {
+                return Err(StreamsError::TooFewReplicas {
+                    name: spec.name.to_owned(),
+                    found: cfg.num_replicas,
+                    configured: replicas,
+                });
+            }
+            if cfg.retention != spec.retention || cfg.max_age != spec.max_age {
+                warn!(subsystem = "stream", stream = spec.name,
+                    retention_in_force = ?cfg.retention, max_age_in_force = ?cfg.max_age,
+                    "stream adopted with a retention that differs from this build's; honouring it");
+            }
+            info!(
+                subsystem = "stream",
+                stream = spec.name,
+                replicas = cfg.num_replicas,
+                "stream adopted"
+            );
+            Ok(())
+        }
+        Err(e) => match e.kind() {
+            GetStreamErrorKind::JetStream(inner)
+                if inner.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+            {
+                let config = Config {
+                    name: spec.name.to_owned(),
+                    description: Some(spec.description.to_owned()),
+                    subjects: spec.subjects.iter().map(|s| (*s).to_owned()).collect(),
+                    retention: spec.retention,
+                    max_age: spec.max_age,
+                    storage: StorageType::File,
+                    num_replicas: replicas,
+                    discard: DiscardPolicy::Old,
+                    duplicate_window: Duration::from_secs(120),
+                    ..Config::default()
+                };
+                match js.create_stream(config).await {
+                    Ok(_) => {
+                        info!(
+                            subsystem = "stream",
+                            stream = spec.name,
+                            replicas,
+                            "stream created"
+                        );
+                        Ok(())
+                    }
+                    // Another node created it between our read and create:
+                    // adopt what it made.
+                    Err(create) => match js.get_stream(spec.name).await {
+                        Ok(_) => Ok(()),
+                        Err(_) => Err(unavailable(create.to_string())),
+                    },
+                }
+            }
+            _ => Err(unavailable(e.to_string())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewlet_testkit::NatsServer;
+
+    #[tokio::test]
+    async fn streams_are_created_once_and_adopted_after() {
+        let server = NatsServer::start();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        ensure_streams(&js, 1).await.unwrap();
+        for spec in specs() {
+            let info = js
+                .get_stream(spec.name)
+                .await
+                .unwrap()
+                .cached_info()
+                .clone();
+            assert_eq!(info.config.retention, spec.retention, "{}", spec.name);
+            assert_eq!(info.config.max_age, spec.max_age, "{}", spec.name);
+        }
+        // Someone changed a retention by hand: adopted, not rewritten.
+        let mut events = js
+            .get_stream("CREWLET_EVENTS")
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        events.max_age = Duration::from_secs(3600);
+        js.update_stream(events).await.unwrap();
+        ensure_streams(&js, 1).await.unwrap();
+        let info = js
+            .get_stream("CREWLET_EVENTS")
+            .await
+            .unwrap()
+            .cached_info()
+            .clone();
+        assert_eq!(info.config.max_age, Duration::from_secs(3600));
+    }
+
+    #[tokio::test]
+    async fn fewer_replicas_than_configured_refuses_naming_both_counts() {
+        let server = NatsServer::start();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        ensure_streams(&js, 1).await.unwrap();
+        let err = ensure_streams(&js, 3).await.unwrap_err();
+        let msg = err.to_string();
+        assert!(
+            matches!(
+                err,
+                StreamsError::TooFewReplicas {
+                    found: 1,
+                    configured: 3,
+                    ..
+                }
+            ),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("1 replica") && msg.contains("configured for 3"),
+            "{msg}"
+        );
+    }
+}
