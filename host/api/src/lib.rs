@@ -8,6 +8,12 @@
 //! work, and is 503 until the node is connected to its stream and from the
 //! first moment of a drain. While draining, every route but the probes
 //! answers 503 with `Retry-After`: new work goes to a peer.
+//!
+//! `/ws/stream` is the dashboard's one read channel: live events pushed
+//! from the fleet-wide broadcast, and a query channel on the same socket. It
+//! carries no write.
+
+pub mod stream;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,6 +26,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use serde::Serialize;
+use tokio::sync::watch;
+
+pub use stream::{EventFilter, EventSource};
 
 /// Seconds a refused sender is told to wait before retrying.
 pub const RETRY_AFTER_SECONDS: u32 = 5;
@@ -46,17 +55,35 @@ pub enum NotReady {
     Draining,
 }
 
+/// What the HTTP surface reads the node through.
 #[derive(Clone)]
-struct Shared {
-    probe: Arc<dyn Probe>,
+pub struct Surface {
+    pub probe: Arc<dyn Probe>,
+    pub events: Arc<dyn EventSource>,
+    /// Flips to `true` when the listener is closing: long-lived sockets end.
+    pub closing: watch::Receiver<bool>,
 }
 
-/// The router: probes plus the drain gate over everything else.
-pub fn router(probe: Arc<dyn Probe>) -> Router {
-    let shared = Shared { probe };
+#[derive(Clone)]
+pub(crate) struct Shared {
+    pub(crate) probe: Arc<dyn Probe>,
+    pub(crate) events: Arc<dyn EventSource>,
+    pub(crate) closing: watch::Receiver<bool>,
+}
+
+/// The router: probes, the read channel, and the drain gate over
+/// everything but the probes.
+pub fn router(surface: Surface) -> Router {
+    let shared = Shared {
+        probe: surface.probe,
+        events: surface.events,
+        closing: surface.closing,
+    };
     Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
+        .route("/events", get(stream::list_events))
+        .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), drain_gate))
         .with_state(shared)
@@ -161,10 +188,26 @@ mod tests {
         (status, retry, String::from_utf8(body.to_vec()).unwrap())
     }
 
+    struct NoEvents;
+
+    impl EventSource for NoEvents {
+        fn live(&self) -> Option<tokio::sync::broadcast::Receiver<Arc<str>>> {
+            None
+        }
+        fn query(&self, _: EventFilter) -> stream::QueryFuture {
+            Box::pin(async { Ok(serde_json::json!([])) })
+        }
+    }
+
     #[tokio::test]
     async fn probes_follow_the_node_and_drain_refuses_work() {
         let probe = Arc::new(Fixed(AtomicU8::new(0)));
-        let app = router(probe.clone());
+        let (_closing_tx, closing) = watch::channel(false);
+        let app = router(Surface {
+            probe: probe.clone(),
+            events: Arc::new(NoEvents),
+            closing,
+        });
 
         assert_eq!(call(&app, "GET", "/health").await.0, StatusCode::OK);
         let (status, _, body) = call(&app, "GET", "/ready").await;

@@ -147,7 +147,6 @@ struct Started {
 }
 
 impl Started {
-    #[allow(dead_code)] // the first engine subsystems arrive with coordination
     fn push(&mut self, name: &'static str, stop: impl FnOnce() -> StopFuture + Send + 'static) {
         info!(subsystem = name, "started");
         self.stack.push((name, Box::new(stop)));
@@ -231,7 +230,11 @@ async fn lifecycle(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|source| NodeError::Bind { addr, source })?;
-        let router = crewlet_api::router(state.clone());
+        let router = crewlet_api::router(crewlet_api::Surface {
+            probe: state.clone(),
+            events: state.clone(),
+            closing: http_stop_rx.clone(),
+        });
         let mut stop = http_stop_rx.clone();
         let task = tokio::spawn(
             async move {
@@ -273,11 +276,37 @@ async fn lifecycle(
         }
         return Err(e.into());
     }
-    let engine = Started::default();
+    let mut engine = Started::default();
+    let mut publisher = None;
     if let Some(b) = &broker {
+        // The observability edge: rows written inline by this node's
+        // publisher, the live view fed from the fleet's broadcast.
+        let (live_stop_tx, live_stop) = watch::channel(false);
+        match crewlet_observe::LiveFeed::start(b.client(), live_stop).await {
+            Ok(feed) => {
+                state.attach_live(feed);
+                engine.push("observe", move || {
+                    Box::pin(async move {
+                        let _ = live_stop_tx.send(true);
+                    })
+                });
+            }
+            Err(e) => {
+                warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
+            }
+        }
+        publisher = Some(crewlet_observe::Publisher::new(
+            &node_id,
+            store.clone(),
+            b.jetstream(),
+        ));
         state.attach_stream(b.monitor());
         state.advance(Phase::Running);
         info!(subsystem = "node", stream = %b.health().urls.join(","), "node running");
+    }
+
+    if let Some(p) = &publisher {
+        announce(p, "node_started", &state).await;
     }
 
     // Serve until a signal.
@@ -302,6 +331,22 @@ async fn lifecycle(
     }
     info!(subsystem = "node", "node stopped");
     Ok(())
+}
+
+/// Publishes a node lifecycle event; a failure is logged, never fatal.
+async fn announce(publisher: &crewlet_observe::Publisher, kind: &str, state: &NodeState) {
+    use crewlet_api::Probe;
+    let mut event = publisher.event(
+        kind,
+        serde_json::json!({ "version": crate::VERSION, "roles": state.health()["roles"] }),
+    );
+    event.parties = vec![crewlet_store::Party {
+        party: format!("node:{}", state.node_id),
+        role: "node".into(),
+    }];
+    if let Err(e) = publisher.publish(event).await {
+        warn!(subsystem = "observe", error = %e, event = kind, "could not publish a node event");
+    }
 }
 
 async fn stop_http(task: Option<tokio::task::JoinHandle<()>>, stop: watch::Sender<bool>) {

@@ -5,8 +5,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use crewlet_api::{NotReady, Probe};
+use crewlet_api::{EventFilter, EventSource, NotReady, Probe};
 use crewlet_config::Role;
+use crewlet_observe::LiveFeed;
 use crewlet_stream::BrokerMonitor;
 use serde_json::json;
 use time::OffsetDateTime;
@@ -59,6 +60,7 @@ pub struct NodeState {
     started: Instant,
     phase: AtomicU8,
     stream: OnceLock<BrokerMonitor>,
+    live: OnceLock<LiveFeed>,
 }
 
 impl NodeState {
@@ -82,6 +84,7 @@ impl NodeState {
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
             stream: OnceLock::new(),
+            live: OnceLock::new(),
         }
     }
 
@@ -96,6 +99,10 @@ impl NodeState {
 
     pub fn attach_stream(&self, monitor: BrokerMonitor) {
         let _ = self.stream.set(monitor);
+    }
+
+    pub fn attach_live(&self, feed: LiveFeed) {
+        let _ = self.live.set(feed);
     }
 }
 
@@ -154,5 +161,30 @@ impl Probe for NodeState {
 
     fn draining(&self) -> bool {
         self.phase() >= Phase::Draining
+    }
+}
+
+impl EventSource for NodeState {
+    fn live(&self) -> Option<tokio::sync::broadcast::Receiver<std::sync::Arc<str>>> {
+        self.live.get().map(LiveFeed::subscribe)
+    }
+
+    fn query(&self, filter: EventFilter) -> crewlet_api::stream::QueryFuture {
+        let store = self.store.clone();
+        Box::pin(async move {
+            let query = crewlet_store::EventQuery {
+                seat: filter.seat,
+                kind: filter.kind,
+                party: filter.party,
+                trace_id: filter.trace_id,
+                before_seq: filter.before_seq,
+                limit: filter.limit.unwrap_or(0),
+            };
+            let rows = tokio::task::spawn_blocking(move || store.events(&query))
+                .await
+                .map_err(|e| format!("event log reader failed: {e}"))?
+                .map_err(|e| e.to_string())?;
+            serde_json::to_value(rows).map_err(|e| e.to_string())
+        })
     }
 }

@@ -1,0 +1,269 @@
+//! The observability edge: one published event, two routes.
+//!
+//! A published event is written to this node's event log inline, by the
+//! publisher itself — no consumer group, so no two nodes can ever write one
+//! row — and broadcast on `crewlet.events.TYPE`. The live view reads the
+//! broadcast back through an ephemeral subscription, so a dashboard on node B
+//! shows turns that ran on node A. Swapping either mechanism for the other
+//! loses the guarantee the other provides: a group would scatter rows across
+//! nodes, and reading the log would show only this node's work.
+//!
+//! A few event types are live-only ([`Publisher::publish_live`]): per-round
+//! progress and counter snapshots, whose rows would fill the log with
+//! intermediate states of things it already holds finished.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use crewlet_store::{EventRecord, Store};
+use futures::StreamExt;
+use tokio::sync::{broadcast, watch};
+use tracing::{Instrument, debug, warn};
+
+/// Subject prefix of the broadcast.
+pub const EVENTS_PREFIX: &str = "crewlet.events";
+/// Live events a slow reader may fall behind by before it is told it lagged.
+pub const LIVE_BUFFER: usize = 1024;
+/// How long a publish waits for the stream's acknowledgement.
+const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    #[error("event type {0:?} is not a valid subject token (letters, digits, `_` and `-` only)")]
+    BadType(String),
+    #[error("the event log refused event {event_id}: {source}")]
+    Store {
+        event_id: String,
+        #[source]
+        source: Box<crewlet_store::StoreError>,
+    },
+    #[error("event {event_id} is in the log but its broadcast failed: {detail}")]
+    Broadcast { event_id: String, detail: String },
+}
+
+/// Publishes this node's events.
+#[derive(Clone)]
+pub struct Publisher {
+    node_id: Arc<str>,
+    store: Arc<Store>,
+    js: jetstream::Context,
+}
+
+impl Publisher {
+    pub fn new(node_id: &str, store: Arc<Store>, js: jetstream::Context) -> Publisher {
+        Publisher {
+            node_id: node_id.into(),
+            store,
+            js,
+        }
+    }
+
+    /// A new event of `kind` from this node, with a fresh id.
+    pub fn event(&self, kind: &str, payload: serde_json::Value) -> EventRecord {
+        EventRecord::new(
+            uuid::Uuid::new_v4().to_string(),
+            kind,
+            self.node_id.as_ref(),
+            payload,
+        )
+    }
+
+    /// Writes `event` to this node's log, then broadcasts it. Answers the
+    /// row's position. A failed broadcast leaves the row (the log is the
+    /// record) and is reported, so the caller can decide what it costs.
+    pub async fn publish(&self, mut event: EventRecord) -> Result<EventRecord, PublishError> {
+        check_type(&event.kind)?;
+        let store = self.store.clone();
+        let row = event.clone();
+        let seq = tokio::task::spawn_blocking(move || store.append_event(&row))
+            .await
+            .expect("event log writer panicked")
+            .map_err(|source| PublishError::Store {
+                event_id: event.event_id.clone(),
+                source: Box::new(source),
+            })?;
+        event.seq = seq;
+        self.broadcast(&event).await?;
+        Ok(event)
+    }
+
+    /// Broadcasts `event` without a row: for live-only types.
+    pub async fn publish_live(&self, event: EventRecord) -> Result<(), PublishError> {
+        check_type(&event.kind)?;
+        self.broadcast(&event).await
+    }
+
+    async fn broadcast(&self, event: &EventRecord) -> Result<(), PublishError> {
+        let failed = |detail: String| PublishError::Broadcast {
+            event_id: event.event_id.clone(),
+            detail,
+        };
+        let body = serde_json::to_vec(event).expect("event serialises");
+        let subject = format!("{EVENTS_PREFIX}.{}", event.kind);
+        let ack = self
+            .js
+            .publish(subject, body.into())
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(failed(e.to_string())),
+            Err(_) => Err(failed(format!("no acknowledgement within {ACK_TIMEOUT:?}"))),
+        }
+    }
+}
+
+fn check_type(kind: &str) -> Result<(), PublishError> {
+    let ok = !kind.is_empty()
+        && kind
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(PublishError::BadType(kind.to_owned()))
+    }
+}
+
+/// The live projection: the fleet's broadcast, fanned out to local readers.
+#[derive(Clone)]
+pub struct LiveFeed {
+    tx: broadcast::Sender<Arc<str>>,
+}
+
+impl LiveFeed {
+    /// Subscribes to `crewlet.events.>` (an ephemeral, core subscription:
+    /// every node sees every event) and fans each one out until `stop`.
+    pub async fn start(
+        client: async_nats::Client,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<LiveFeed, async_nats::SubscribeError> {
+        let mut sub = client.subscribe(format!("{EVENTS_PREFIX}.>")).await?;
+        let (tx, _) = broadcast::channel(LIVE_BUFFER);
+        let fan = tx.clone();
+        tokio::spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        msg = sub.next() => match msg {
+                            Some(msg) => match std::str::from_utf8(&msg.payload) {
+                                // No reader is not an error: nobody is watching.
+                                Ok(text) => { let _ = fan.send(Arc::from(text)); }
+                                Err(_) => warn!(subsystem = "observe", subject = %msg.subject,
+                                    "dropped a non-UTF-8 event from the broadcast"),
+                            },
+                            None => break,
+                        },
+                        _ = stop.wait_for(|s| *s) => break,
+                    }
+                }
+                let _ = sub.unsubscribe().await;
+                debug!(subsystem = "observe", "live feed stopped");
+            }
+            .in_current_span(),
+        );
+        Ok(LiveFeed { tx })
+    }
+
+    /// A new reader; it sees events broadcast from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.tx.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewlet_store::EventQuery;
+    use crewlet_testkit::NatsServer;
+
+    async fn js_with_events_stream(url: &str) -> (async_nats::Client, jetstream::Context) {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = jetstream::new(client.clone());
+        js.create_stream(jetstream::stream::Config {
+            name: "CREWLET_EVENTS".into(),
+            subjects: vec!["crewlet.events.>".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        (client, js)
+    }
+
+    #[tokio::test]
+    async fn a_published_event_is_one_row_here_and_live_everywhere() {
+        let server = NatsServer::start();
+        let (client_a, js_a) = js_with_events_stream(&server.url()).await;
+        let client_b = async_nats::connect(server.url()).await.unwrap();
+        let dir_a = tempfile::tempdir().unwrap();
+        let dir_b = tempfile::tempdir().unwrap();
+        let store_a = Arc::new(Store::open_in(dir_a.path()).unwrap());
+        let store_b = Arc::new(Store::open_in(dir_b.path()).unwrap());
+        let (_stop_tx, stop) = watch::channel(false);
+        let feed_a = LiveFeed::start(client_a.clone(), stop.clone())
+            .await
+            .unwrap();
+        let feed_b = LiveFeed::start(client_b, stop).await.unwrap();
+        let (mut live_a, mut live_b) = (feed_a.subscribe(), feed_b.subscribe());
+        client_a.flush().await.unwrap();
+
+        let publisher = Publisher::new("node-a", store_a.clone(), js_a);
+        let sent = publisher
+            .publish(publisher.event("turn_finished", serde_json::json!({"ok": true})))
+            .await
+            .unwrap();
+        assert!(sent.seq > 0);
+
+        for live in [&mut live_a, &mut live_b] {
+            let text = tokio::time::timeout(Duration::from_secs(5), live.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            let got: EventRecord = serde_json::from_str(&text).unwrap();
+            assert_eq!(got.event_id, sent.event_id);
+            assert_eq!(got.node_id, "node-a");
+        }
+        assert_eq!(store_a.events(&EventQuery::default()).unwrap().len(), 1);
+        assert!(
+            store_b.events(&EventQuery::default()).unwrap().is_empty(),
+            "only the publisher writes the row"
+        );
+
+        publisher
+            .publish_live(publisher.event("turn_progress", serde_json::json!({"round": 2})))
+            .await
+            .unwrap();
+        let text = tokio::time::timeout(Duration::from_secs(5), live_b.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(text.contains("turn_progress"));
+        assert_eq!(
+            store_a.events(&EventQuery::default()).unwrap().len(),
+            1,
+            "live-only: no row"
+        );
+
+        let bad = publisher
+            .publish(publisher.event("a.b", serde_json::json!({})))
+            .await;
+        assert!(matches!(bad, Err(PublishError::BadType(_))));
+    }
+
+    #[tokio::test]
+    async fn a_broadcast_that_cannot_land_keeps_the_row_and_says_so() {
+        let mut server = NatsServer::start();
+        let (_client, js) = js_with_events_stream(&server.url()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_in(dir.path()).unwrap());
+        let publisher = Publisher::new("n", store.clone(), js);
+        server.kill();
+        let err = publisher
+            .publish(publisher.event("node_started", serde_json::json!({})))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, PublishError::Broadcast { .. }), "{err}");
+        assert_eq!(store.events(&EventQuery::default()).unwrap().len(), 1);
+    }
+}
