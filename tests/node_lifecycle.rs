@@ -454,3 +454,62 @@ fn a_store_written_by_a_newer_schema_stops_the_node() {
         "no broker was started"
     );
 }
+
+fn example_company() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/company.toml")
+}
+
+#[test]
+fn the_example_company_is_served_at_org() {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, "");
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .arg("--company")
+        .arg(example_company())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    let org = node.get("/org").unwrap();
+    assert_eq!(org.status, 200);
+    let org = org.json();
+    assert_eq!(org["name"], "Acme Robotics");
+    let seats = org["seats"].as_array().unwrap();
+    assert!(seats.len() >= 2, "{org}");
+    for seat in seats {
+        let id = seat["id"].as_str().unwrap();
+        assert_eq!(id.len(), 36, "{seat}");
+        assert_eq!(&id[14..15], "5", "a UUIDv5: {seat}");
+    }
+    assert_eq!(node.health()["company"]["org"], "Acme Robotics");
+}
+
+#[test]
+fn an_invalid_company_exits_2_with_every_error_and_its_path() {
+    let sb = Sandbox::new();
+    let doc = sb.path("company.toml");
+    std::fs::write(
+        &doc,
+        "[org]\nname = \"A\"\ntimezone = \"Nowhere/Else\"\n[seats]\nada = { role = \"ghost\" }\n",
+    )
+    .unwrap();
+    let data = sb.data_dir();
+    let (status, out) = run_to_exit(
+        &[
+            "run",
+            "--company",
+            doc.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("2 errors"), "{out}");
+    assert!(out.contains("`org.timezone`"), "{out}");
+    assert!(out.contains("`seats.ada.role`"), "{out}");
+    assert!(!data.exists());
+}

@@ -55,11 +55,18 @@ pub enum NotReady {
     Draining,
 }
 
+/// Read-only views of the company and the node's catalogue.
+pub trait Catalog: Send + Sync + 'static {
+    /// The org, its roles and seats; `None` while no company is loaded.
+    fn org(&self) -> Option<serde_json::Value>;
+}
+
 /// What the HTTP surface reads the node through.
 #[derive(Clone)]
 pub struct Surface {
     pub probe: Arc<dyn Probe>,
     pub events: Arc<dyn EventSource>,
+    pub catalog: Arc<dyn Catalog>,
     /// Flips to `true` when the listener is closing: long-lived sockets end.
     pub closing: watch::Receiver<bool>,
 }
@@ -68,6 +75,7 @@ pub struct Surface {
 pub(crate) struct Shared {
     pub(crate) probe: Arc<dyn Probe>,
     pub(crate) events: Arc<dyn EventSource>,
+    pub(crate) catalog: Arc<dyn Catalog>,
     pub(crate) closing: watch::Receiver<bool>,
 }
 
@@ -77,12 +85,14 @@ pub fn router(surface: Surface) -> Router {
     let shared = Shared {
         probe: surface.probe,
         events: surface.events,
+        catalog: surface.catalog,
         closing: surface.closing,
     };
     Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
         .route("/events", get(stream::list_events))
+        .route("/org", get(org))
         .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), drain_gate))
@@ -114,6 +124,20 @@ async fn ready(State(s): State<Shared>) -> Response {
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({ "ready": false, "reason": reason })),
+        )
+            .into_response(),
+    }
+}
+
+async fn org(State(s): State<Shared>) -> Response {
+    match s.catalog.org() {
+        Some(org) => Json(org).into_response(),
+        None => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({
+                "error": "no company is active on this node",
+                "detail": "start the node with --company FILE"
+            })),
         )
             .into_response(),
     }
@@ -190,6 +214,12 @@ mod tests {
 
     struct NoEvents;
 
+    impl Catalog for NoEvents {
+        fn org(&self) -> Option<serde_json::Value> {
+            None
+        }
+    }
+
     impl EventSource for NoEvents {
         fn live(&self) -> Option<tokio::sync::broadcast::Receiver<Arc<str>>> {
             None
@@ -206,6 +236,7 @@ mod tests {
         let app = router(Surface {
             probe: probe.clone(),
             events: Arc::new(NoEvents),
+            catalog: Arc::new(NoEvents),
             closing,
         });
 

@@ -1,19 +1,19 @@
 //! The company document a node is started with (`--company`).
 //!
-//! The full document — roles, seats, budgets, integrations — and its
-//! activation through the config plane belong to the seats issue. At this
-//! stage a node reads the file, refuses one that is not a TOML document with
-//! an `[org]` name, and reports what it found; nothing is activated from it.
+//! The document is validated in full before the node touches the disk; a
+//! refused document stops the start with exit status 2 and every error with
+//! its path. Activation through the config plane (so a fleet agrees on one
+//! revision) arrives with the config plane; until then a node serves the
+//! document it was started with.
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use crewlet_company::Company;
 
 #[derive(Debug, Clone)]
 pub struct CompanyFile {
     pub path: PathBuf,
-    pub org: String,
-    pub seats: usize,
+    pub company: Company,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -24,20 +24,12 @@ pub enum CompanyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{file}: {message}")]
-    Invalid { file: String, message: String },
-}
-
-#[derive(Deserialize)]
-struct Head {
-    org: Option<Org>,
-    #[serde(default)]
-    seats: toml::Table,
-}
-
-#[derive(Deserialize)]
-struct Org {
-    name: Option<String>,
+    #[error("{file}: {source}")]
+    Invalid {
+        file: String,
+        #[source]
+        source: crewlet_company::Invalid,
+    },
 }
 
 impl CompanyFile {
@@ -47,22 +39,42 @@ impl CompanyFile {
             file: file.clone(),
             source,
         })?;
-        let head: Head = toml::from_str(&text).map_err(|e| CompanyError::Invalid {
-            file: file.clone(),
-            message: format!("not a valid company document: {}", e.to_string().trim_end()),
-        })?;
-        let org = head
-            .org
-            .and_then(|o| o.name)
-            .filter(|n| !n.trim().is_empty())
-            .ok_or_else(|| CompanyError::Invalid {
-                file: file.clone(),
-                message: "key `org.name`: expected the organisation's name".into(),
-            })?;
+        let company =
+            Company::parse(&text).map_err(|source| CompanyError::Invalid { file, source })?;
         Ok(CompanyFile {
             path: path.to_path_buf(),
-            org,
-            seats: head.seats.len(),
+            company,
+        })
+    }
+
+    /// The org view: what `GET /org` answers.
+    pub fn org_view(&self) -> serde_json::Value {
+        let c = &self.company;
+        serde_json::json!({
+            "name": c.org,
+            "timezone": c.timezone,
+            "digest": c.digest,
+            "budget": c.budget,
+            "seats": c.seats.values().map(|s| serde_json::json!({
+                "handle": s.handle,
+                "id": s.id,
+                "role": s.role,
+                "group": s.group,
+            })).collect::<Vec<_>>(),
+            "roles": c.roles.values().map(|r| serde_json::json!({
+                "name": r.name,
+                "executor": r.executor.iter().map(|m| format!("{}/{}", m.provider, m.model)).collect::<Vec<_>>(),
+                "reviewer": format!("{}/{}", r.reviewer.provider, r.reviewer.model),
+                "mcp_servers": r.mcp.keys().collect::<Vec<_>>(),
+                "max_iterations": r.max_iterations,
+                "max_tool_rounds": r.max_tool_rounds,
+                "budget": r.budget,
+            })).collect::<Vec<_>>(),
+            "integrations": c.integrations.values().map(|i| serde_json::json!({
+                "source": i.source,
+                "plugin": i.plugin,
+                "secret": i.secret.name_str(),
+            })).collect::<Vec<_>>(),
         })
     }
 }

@@ -211,8 +211,8 @@ async fn lifecycle(
         "node starting"
     );
     if let Some(c) = &company {
-        info!(subsystem = "node", org = %c.org, seats = c.seats, file = %c.path.display(),
-            "company document read (activation comes with the config plane)");
+        info!(subsystem = "node", org = %c.company.org, seats = c.company.seats.len(),
+            file = %c.path.display(), "company document loaded");
     }
 
     // Signals first, so a signal during start-up is a clean stop.
@@ -233,6 +233,7 @@ async fn lifecycle(
         let router = crewlet_api::router(crewlet_api::Surface {
             probe: state.clone(),
             events: state.clone(),
+            catalog: state.clone(),
             closing: http_stop_rx.clone(),
         });
         let mut stop = http_stop_rx.clone();

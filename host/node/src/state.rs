@@ -139,9 +139,9 @@ impl Probe for NodeState {
             },
             "company": self.company.as_ref().map(|c| json!({
                 "file": c.path.display().to_string(),
-                "org": c.org,
-                "seats": c.seats,
-                "activated": false,
+                "org": c.company.org,
+                "seats": c.company.seats.len(),
+                "digest": c.company.digest,
             })),
             "plugins_dir": self.plugins_dir.as_ref().map(|p| p.display().to_string()),
         })
@@ -161,6 +161,14 @@ impl Probe for NodeState {
 
     fn draining(&self) -> bool {
         self.phase() >= Phase::Draining
+    }
+}
+
+impl crewlet_api::Catalog for NodeState {
+    fn org(&self) -> Option<serde_json::Value> {
+        self.company
+            .as_ref()
+            .map(crate::company::CompanyFile::org_view)
     }
 }
 

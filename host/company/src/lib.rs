@@ -1,0 +1,285 @@
+//! The company document: who works here, as what, with which tools and
+//! budgets, and which surfaces reach them.
+//!
+//! A document is TOML. Parsing refuses unknown keys and wrong types (one
+//! error, with its path); validation then reports *every* semantic error,
+//! each with its path in the document (`roles.engineer.executor[1].model`),
+//! because an operator fixing a document wants the whole list at once.
+//!
+//! Credentials never appear in a document: every credential field is a
+//! `${NAME}` reference, resolved by the engine when a call needs it. A
+//! literal key in a document is refused, since documents are stored,
+//! versioned and shown.
+//!
+//! Seat ids are UUIDv5 over the org name and the handle, so every node
+//! computes the same id with no database and no running instance.
+
+mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+/// The namespace of seat ids (a fixed, random UUID).
+pub const SEAT_NAMESPACE: uuid::Uuid = uuid::uuid!("8d6f3a52-1c4e-4b8e-9a57-2f0c6d9e4b13");
+
+/// A seat's handle: one subject token and one lease segment.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Handle(String);
+
+impl Handle {
+    /// Lowercase letters, digits, `-` and `_`, starting with a letter or
+    /// digit, at most 64: safe as a NATS subject token, a lease segment, a
+    /// consumer name and a file name.
+    pub fn parse(s: &str) -> Result<Handle, String> {
+        let ok_char =
+            |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
+        if s.is_empty() || s.len() > 64 {
+            return Err(format!("a handle is 1 to 64 characters, found {}", s.len()));
+        }
+        if !s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+            || !s.chars().all(ok_char)
+        {
+            return Err(format!(
+                "{s:?} is not a handle: use lowercase letters, digits, `-` and `_`, starting with a letter or digit"
+            ));
+        }
+        Ok(Handle(s.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The subject a seat's wakes are published to.
+    pub fn inbox_subject(&self) -> String {
+        format!("crewlet.agent.{}.inbox", self.0)
+    }
+}
+
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The id of the seat `handle` in `org`: the same on every node.
+pub fn seat_id(org: &str, handle: &Handle) -> uuid::Uuid {
+    // A handle holds no `/`, so splitting at the last one is unambiguous.
+    uuid::Uuid::new_v5(&SEAT_NAMESPACE, format!("{org}/{handle}").as_bytes())
+}
+
+/// A `${NAME}` reference to a credential or secret, resolved at use.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(transparent)]
+pub struct SecretRef(String);
+
+impl SecretRef {
+    /// Accepts exactly `${NAME}` with NAME of letters, digits and `_`.
+    pub fn parse(s: &str) -> Result<SecretRef, String> {
+        let name = s
+            .strip_prefix("${")
+            .and_then(|r| r.strip_suffix('}'))
+            .ok_or_else(|| {
+                "expected a reference like `${OPENAI_API_KEY}`: credentials are never written into a document".to_owned()
+            })?;
+        SecretRef::name(name)
+    }
+
+    /// Accepts a bare secret name (`GITHUB_WEBHOOK_SECRET`).
+    pub fn name(name: &str) -> Result<SecretRef, String> {
+        if name.is_empty()
+            || name.len() > 128
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || name.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!(
+                "{name:?} is not a secret name: use letters, digits and `_`, not starting with a digit"
+            ));
+        }
+        Ok(SecretRef(name.to_owned()))
+    }
+
+    pub fn name_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Token ceilings per calendar window; `None` is uncapped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Ceilings {
+    pub day: Option<u64>,
+    pub week: Option<u64>,
+    pub month: Option<u64>,
+}
+
+/// One model in a chain: which provider plugin, which model, which keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelRef {
+    /// The provider plugin's name.
+    pub provider: String,
+    pub model: String,
+    /// The key pool: one or more credential references.
+    pub credentials: Vec<SecretRef>,
+    /// Provider-specific settings (a base URL, a scripted provider's rules),
+    /// passed to the plugin as they are.
+    pub options: BTreeMap<String, serde_json::Value>,
+}
+
+/// An MCP server a role's seats use.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct McpServer {
+    pub transport: McpTransport,
+    /// One child per node bound to the config epoch (`true`), or one child
+    /// per seat carrying that seat's credentials (`false`, the default).
+    pub shared: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpTransport {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Role {
+    pub name: String,
+    pub system_prompt: String,
+    pub executor: Vec<ModelRef>,
+    pub reviewer: ModelRef,
+    pub mcp: BTreeMap<String, McpServer>,
+    pub max_iterations: u32,
+    pub max_tool_rounds: u32,
+    pub budget: Ceilings,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Seat {
+    pub handle: Handle,
+    pub id: uuid::Uuid,
+    pub role: String,
+    /// Placement group; seats without one share the default group.
+    pub group: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Integration {
+    /// The source its webhook route serves (`/webhooks/SOURCE`).
+    pub source: String,
+    /// The webhook plugin that verifies and parses it.
+    pub plugin: String,
+    /// The secret that plugin verifies with, by name.
+    pub secret: SecretRef,
+}
+
+/// A validated company document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Company {
+    pub org: String,
+    pub timezone: String,
+    pub budget: Ceilings,
+    pub roles: BTreeMap<String, Role>,
+    pub seats: BTreeMap<Handle, Seat>,
+    pub integrations: BTreeMap<String, Integration>,
+    /// SHA-256 of the document text, hex: names a revision's content.
+    pub digest: String,
+}
+
+/// One problem in a document, at a path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DocError {
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for DocError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.path, self.message)
+    }
+}
+
+/// Why a document was refused: every error found, each with its path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", render(.errors))]
+pub struct Invalid {
+    pub errors: Vec<DocError>,
+}
+
+fn render(errors: &[DocError]) -> String {
+    let mut s = format!(
+        "the company document has {} error{}:",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" }
+    );
+    for e in errors {
+        s.push_str("\n  - ");
+        s.push_str(&e.to_string());
+    }
+    s
+}
+
+impl Company {
+    /// Parses and validates a document.
+    pub fn parse(text: &str) -> Result<Company, Invalid> {
+        let value: toml::Value = toml::from_str(text).map_err(|e| Invalid {
+            errors: vec![DocError {
+                path: "(document)".into(),
+                message: format!("not valid TOML: {}", e.message()),
+            }],
+        })?;
+        let raw: raw::Document = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            Invalid {
+                errors: vec![DocError {
+                    path: if path == "." {
+                        "(document)".into()
+                    } else {
+                        path
+                    },
+                    message: e
+                        .into_inner()
+                        .to_string()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .to_owned(),
+                }],
+            }
+        })?;
+        let digest = hex(&Sha256::digest(text.as_bytes()));
+        raw.validate(digest)
+    }
+
+    /// The seat with `handle`, if the company has one.
+    pub fn seat(&self, handle: &str) -> Option<&Seat> {
+        Handle::parse(handle).ok().and_then(|h| self.seats.get(&h))
+    }
+
+    /// The seats' handles, in order.
+    pub fn handles(&self) -> impl Iterator<Item = &Handle> {
+        self.seats.keys()
+    }
+
+    /// The role of a seat.
+    pub fn role_of(&self, seat: &Seat) -> &Role {
+        &self.roles[&seat.role]
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests;
