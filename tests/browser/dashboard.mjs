@@ -1,0 +1,37 @@
+// Loads the dashboard of a running node in Debian's headless Chromium and
+// checks what a person would: the org and its seats, the socket live, the
+// feed filled from the query channel, and a live push arriving.
+//
+//   node dashboard.mjs BASE_URL EXPECT_LIVE_NODE_ID SCREENSHOT
+//
+// Prints READY once the page is live; the driver then makes a peer node
+// publish, and this script waits for that event to appear in the feed.
+import { chromium } from "playwright-core";
+
+const [base, liveNode, screenshot] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+try {
+  const page = await browser.newPage();
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  await page.goto(base);
+  await page.getByTestId("socket").filter({ hasText: "live" }).waitFor({ timeout: 15000 });
+  const seats = await page.getByTestId("seat").count();
+  if (seats < 2) throw new Error(`expected the example company's seats, found ${seats}`);
+  await page.locator('[data-testid=event][data-type=node_started]').first().waitFor({ timeout: 15000 });
+  console.log("READY");
+  await page
+    .locator("[data-testid=event][data-type=node_started]", { hasText: liveNode })
+    .waitFor({ timeout: 20000 });
+  if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
+  if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });
+  console.log("OK");
+} finally {
+  await browser.close();
+}

@@ -1,0 +1,73 @@
+//! The dashboard in a real browser: headless Chromium (Debian's) driven by
+//! playwright-core, against the real binary.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use crewlet_testkit::{NatsServer, free_port};
+
+fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(
+        port,
+        &format!(
+            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n",
+            server.url()
+        ),
+    );
+    let mut builder = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir());
+    if company {
+        builder = builder
+            .arg("--company")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/company.toml"));
+    }
+    let mut node = builder.spawn();
+    node.wait_ready(Duration::from_secs(30));
+    (sb, node)
+}
+
+#[test]
+fn the_dashboard_shows_the_org_and_a_live_feed_in_a_real_browser() {
+    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(
+        browser_dir.join("node_modules/playwright-core").is_dir(),
+        "playwright-core is not installed: run `./dev test` (scripts/bootstrap.sh --browser installs it)"
+    );
+    let server = NatsServer::start();
+    let (_sa, node_a) = node_on(&server, "dash-a", true);
+    let page = node_a.get("/").expect("dashboard served");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("/assets/app.js"));
+
+    let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
+    let mut driver = Command::new("node")
+        .arg(browser_dir.join("dashboard.mjs"))
+        .arg(format!("http://{}/", node_a.api))
+        .arg("dash-b")
+        .arg(&screenshot)
+        .current_dir(&browser_dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run node (Node.js)");
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("driver output").unwrap();
+    assert_eq!(first, "READY");
+
+    // A peer publishes; the page on node A must show it live.
+    let (_sb, _node_b) = node_on(&server, "dash-b", false);
+    let last = lines.next().expect("driver output").unwrap();
+    assert_eq!(last, "OK");
+    assert!(driver.wait().unwrap().success());
+    assert!(screenshot.is_file());
+}
