@@ -269,6 +269,7 @@ fn no_nats_server_anywhere_is_a_clear_error_naming_the_fix() {
         .arg("--data-dir")
         .arg(sb.data_dir())
         .env("CREWLET_TOOLS_DIR", &empty_tools)
+        .env_remove("CREWLET_NATS_SERVER")
         .env("PATH", "/usr/bin:/bin")
         .spawn();
     let status = node.wait_exit(Duration::from_secs(20));

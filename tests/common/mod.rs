@@ -7,7 +7,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 pub use crewlet_testkit::http;
-use crewlet_testkit::nats::die_with_parent;
+use crewlet_testkit::nats::{nats_server_bin, spawn_tied};
 
 pub fn crewlet_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_crewlet"))
@@ -52,6 +52,7 @@ pub struct Node {
 pub struct NodeBuilder {
     args: Vec<String>,
     envs: Vec<(String, String)>,
+    removed: Vec<String>,
     api_port: u16,
     log: PathBuf,
 }
@@ -61,6 +62,7 @@ impl NodeBuilder {
         NodeBuilder {
             args: vec!["run".into()],
             envs: Vec::new(),
+            removed: Vec::new(),
             api_port,
             log: sandbox.path(&format!("node-{api_port}.log")),
         }
@@ -77,6 +79,11 @@ impl NodeBuilder {
         self
     }
 
+    pub fn env_remove(mut self, k: &str) -> Self {
+        self.removed.push(k.to_owned());
+        self
+    }
+
     pub fn spawn(self) -> Node {
         let log = std::fs::File::create(&self.log).expect("log file");
         let mut cmd = Command::new(crewlet_bin());
@@ -85,16 +92,19 @@ impl NodeBuilder {
             .env_remove("CREWLET_COMPANY")
             .env_remove("CREWLET_PLUGINS")
             .env_remove("CREWLET_DATA_DIR")
-            .env_remove("CREWLET_NATS_SERVER")
             .env_remove("CREWLET_TOOLS_DIR")
+            // The binary the tests run, wherever the build put the executable.
+            .env("CREWLET_NATS_SERVER", nats_server_bin())
             .env("CREWLET_LOG", "info")
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
             .stderr(log);
-        die_with_parent(&mut cmd);
+        for k in &self.removed {
+            cmd.env_remove(k);
+        }
         Node {
-            child: cmd.spawn().expect("spawn crewlet"),
+            child: spawn_tied(cmd).expect("spawn crewlet"),
             api: format!("127.0.0.1:{}", self.api_port),
             log: self.log,
         }

@@ -24,11 +24,42 @@ enum Command {
     /// engine. Runs until SIGINT/SIGTERM, then drains and exits 0.
     /// A configuration it refuses exits 2 without touching the disk.
     Run(RunCmd),
+    /// Inspect and create plugins (WASM components with a plugin.toml).
+    #[command(subcommand)]
+    Plugins(PluginsCmd),
     /// Print the version of this binary.
     Version {
         /// Print as JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PluginsCmd {
+    /// Validate every plugin under DIR without running any: manifests, the
+    /// catalogue between them, and each component's world. Exits 1 on any
+    /// problem.
+    Check {
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print each plugin's effective permissions: routes and secrets,
+    /// outbound hosts, buckets owned and read, limits.
+    List {
+        #[arg(value_name = "DIR", default_value = "plugins")]
+        dir: PathBuf,
+    },
+    /// Scaffold a new plugin that builds and passes its own test.
+    New {
+        /// webhook, provider or module.
+        #[arg(long, value_name = "KIND")]
+        kind: String,
+        /// The plugin's name (a-z, 0-9, -).
+        name: String,
+        /// Where to create it.
+        #[arg(long, value_name = "DIR", default_value = ".")]
+        dir: PathBuf,
     },
 }
 
@@ -73,6 +104,7 @@ pub fn main() -> i32 {
                 LogFormatArg::Json => LogFormat::Json,
             }),
         }),
+        Command::Plugins(cmd) => plugins(cmd),
         Command::Version { json } => {
             if json {
                 println!(
@@ -83,6 +115,47 @@ pub fn main() -> i32 {
                 println!("crewlet {}", crate::VERSION);
             }
             0
+        }
+    }
+}
+
+fn plugins(cmd: PluginsCmd) -> i32 {
+    match cmd {
+        PluginsCmd::Check { dir } => match crewlet_plugins::check(&dir) {
+            Ok(report) => {
+                print!("{report}");
+                if report.is_ok() { 0 } else { 1 }
+            }
+            Err(e) => {
+                eprintln!("crewlet: {e}");
+                1
+            }
+        },
+        PluginsCmd::List { dir } => match crewlet_plugins::list(&dir) {
+            Ok(list) => {
+                print!("{list}");
+                0
+            }
+            Err(e) => {
+                eprintln!("crewlet: {e}");
+                1
+            }
+        },
+        PluginsCmd::New { kind, name, dir } => {
+            let Some(kind) = crewlet_plugins::Kind::parse(&kind) else {
+                eprintln!("crewlet: --kind {kind:?}: expected webhook, provider or module");
+                return 2;
+            };
+            match crewlet_plugins::scaffold(kind, &name, &dir) {
+                Ok(report) => {
+                    print!("{report}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("crewlet: {e}");
+                    1
+                }
+            }
         }
     }
 }

@@ -3,7 +3,8 @@
 //! The order is fixed and documented so an operator can predict it: the
 //! config's `stream.nats_server`, then `CREWLET_NATS_SERVER`, then the
 //! project's tools dir (`.tools/bin`, found upward from the running
-//! executable, or named by `CREWLET_TOOLS_DIR`), then `PATH`.
+//! executable or else from the working directory, or named by
+//! `CREWLET_TOOLS_DIR`), then `PATH`.
 
 use std::path::{Path, PathBuf};
 
@@ -84,14 +85,23 @@ pub fn locate_nats_server(configured: Option<&Path>) -> Result<PathBuf, NatsServ
     Search::from_env(configured).run()
 }
 
-/// `.tools/bin` in the nearest ancestor of the executable that has one: a
-/// binary run from `target/{debug,release}` finds its checkout's tools.
+/// `.tools/bin` in the nearest ancestor of the executable that has one (a
+/// binary run from `target/{debug,release}` finds its checkout's tools), or
+/// else of the working directory (a binary built elsewhere, run from inside
+/// a checkout).
 fn project_tools_dir() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .skip(1)
-        .map(|dir| dir.join(".tools/bin"))
-        .find(|dir| dir.is_dir())
+    let within = |start: PathBuf| {
+        start
+            .ancestors()
+            .map(|dir| dir.join(".tools/bin"))
+            .find(|dir| dir.is_dir())
+    };
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    exe_dir
+        .and_then(within)
+        .or_else(|| std::env::current_dir().ok().and_then(within))
 }
 
 fn existing(p: &Path) -> Option<PathBuf> {

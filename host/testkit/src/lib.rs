@@ -6,7 +6,9 @@
 //! temporary dir, killed when its handle drops (and by the kernel if the test
 //! process dies first, through a parent-death signal).
 
+pub mod cluster;
 pub mod http;
 pub mod nats;
 
+pub use cluster::{Cluster, Proxy};
 pub use nats::{NatsServer, free_port, nats_server_bin};

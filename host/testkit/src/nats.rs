@@ -47,7 +47,39 @@ pub fn free_port() -> u16 {
         .expect("bind an ephemeral port on loopback")
 }
 
-/// Makes a child die with the test process, whatever kills it.
+/// Spawns `cmd` so that it dies with the test process, whatever kills it.
+///
+/// The parent-death signal fires when the *thread* that forked the child
+/// exits, not the process; a child forked from a test thread or a blocking
+/// pool thread would be killed when that thread ends. So every tied child is
+/// forked from one spawner thread that lives as long as the process.
+pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
+    type Job = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<Job>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("testkit-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("start the spawner thread");
+        std::sync::Mutex::new(tx)
+    });
+    die_with_parent(&mut cmd);
+    let (reply, answer) = std::sync::mpsc::channel();
+    spawner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((cmd, reply))
+        .expect("spawner thread alive");
+    answer.recv().expect("spawner thread answers")
+}
+
+/// Makes a child die with the thread that forks it (see [`spawn_tied`]).
 pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: only async-signal-safe calls between fork and exec.
@@ -189,9 +221,7 @@ fn spawn_child(spec: &ServerSpec) -> Child {
     .stdin(Stdio::null())
     .stdout(Stdio::null())
     .stderr(Stdio::null());
-    die_with_parent(&mut cmd);
-    cmd.spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", nats_server_bin().display()))
+    spawn_tied(cmd).unwrap_or_else(|e| panic!("start {}: {e}", nats_server_bin().display()))
 }
 
 /// Status of `GET /healthz` on a monitoring port, `None` if it does not answer.

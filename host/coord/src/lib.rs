@@ -1,0 +1,260 @@
+//! Crewlet's coordination layer: the fleet's shared slots.
+//!
+//! Everything that must be true for the company rather than for one process
+//! lives here — which node holds which seat, whether a delivery was already
+//! seen, whether a budget has room — on JetStream KV, opened on the node's
+//! one NATS connection (a second dial could keep renewing leases over one
+//! connection while the one carrying the inbox has dropped: alive to peers,
+//! deaf to work).
+//!
+//! Every call answers yes, no, or unknown ([`Answer`], with unknown as the
+//! error [`CoordError::Unavailable`]); each contract documents its safe
+//! direction on an unreachable store:
+//!
+//! | contract | on unknown |
+//! |---|---|
+//! | [`Coord::admit`] (rate valve) | fails closed: refuse |
+//! | [`Coord::claim`] (delivery dedupe) | fails open: do not suppress |
+//! | [`Coord::completed`] (completion ledger) | fails open: do the work |
+//! | [`Coord::renew`] (lease) | holds, bounded by the holder's clock ([`Holder`]) |
+//! | [`Coord::charge`] (budget) | fails closed with an error that is not a refusal |
+//!
+//! Open it with [`Coord::open`] on the node's client. Tests use
+//! [`Coord::memory`] over the [`MemoryKv`] twin, whose clock they advance.
+
+pub mod answer;
+pub mod bucket;
+pub mod budget;
+pub mod faulty;
+pub mod holder;
+pub mod kv;
+pub mod lease;
+pub mod memory;
+pub mod names;
+pub mod nats;
+pub mod records;
+pub mod sweep;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+pub use answer::{Answer, CoordError, Reply};
+pub use bucket::{Bucket, MARKER_RETENTION, MAX_DUTY_TTL};
+pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, Windows};
+pub use faulty::Faulty;
+pub use holder::{Holder, HolderState};
+pub use kv::{Change, Kv};
+pub use lease::{Held, Lease, NodeStatus, NotHeld, Owner};
+pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
+pub use names::ResourceName;
+pub use nats::{NatsKv, OpenError};
+pub use records::{
+    Claimed, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, key_hint,
+    merge_cooldowns,
+};
+pub use sweep::SweepReport;
+
+use bucket::Retentions;
+use kv::{Entry, Expect};
+
+/// Where leases live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CoordKind {
+    /// Leases in the JetStream KV, like every shared record.
+    #[default]
+    Nats,
+    /// Leases in this process only (one node, no peer to fence against).
+    /// Every other record still lives in the KV.
+    Local,
+}
+
+/// Plain values the node opens coordination with.
+#[derive(Debug, Clone)]
+pub struct CoordOptions {
+    pub kind: CoordKind,
+    /// Replicas every bucket must have (stream.replicas). Default 1.
+    pub replicas: usize,
+    /// Seat and presence lease TTL, and the leases bucket's age. Default 45 s.
+    pub lease_ttl: Duration,
+    /// Holder heartbeat. Default 15 s.
+    pub heartbeat: Duration,
+    /// This process incarnation.
+    pub owner: Owner,
+    /// Bucket name prefix (`{namespace}_{bucket}`). Default `crewlet`.
+    pub namespace: String,
+    /// Age of the status bucket (~4 reconcile intervals). Default 60 s.
+    pub status_age: Duration,
+    /// Age of the rate bucket (a few valve windows). Default 60 s.
+    pub rate_age: Duration,
+    /// Timeout of one store request. Default 5 s.
+    pub request_timeout: Duration,
+}
+
+impl CoordOptions {
+    /// Defaults for a node whose process incarnation is `owner`.
+    pub fn new(owner: Owner) -> CoordOptions {
+        CoordOptions {
+            kind: CoordKind::Nats,
+            replicas: 1,
+            lease_ttl: Duration::from_secs(45),
+            heartbeat: Duration::from_secs(15),
+            owner,
+            namespace: "crewlet".into(),
+            status_age: Duration::from_secs(60),
+            rate_age: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+
+    fn retentions(&self) -> Retentions {
+        Retentions {
+            lease_ttl: self.lease_ttl,
+            status: self.status_age,
+            rate: self.rate_age,
+        }
+    }
+}
+
+/// The coordination handle. Cheap to clone.
+#[derive(Clone)]
+pub struct Coord {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    leases: Arc<dyn Kv>,
+    records: Arc<dyn Kv>,
+    opts: CoordOptions,
+}
+
+impl Coord {
+    /// Opens every bucket on the node's one connection (adopting buckets
+    /// that exist). With [`CoordKind::Local`] leases stay in this process.
+    pub async fn open(client: async_nats::Client, opts: CoordOptions) -> Result<Coord, OpenError> {
+        let ret = opts.retentions();
+        let wanted: Vec<Bucket> = Bucket::ALL
+            .into_iter()
+            .filter(|b| opts.kind == CoordKind::Nats || !b.is_lease_store())
+            .collect();
+        let nats = Arc::new(
+            NatsKv::open(
+                client,
+                &opts.namespace,
+                &wanted,
+                &ret,
+                opts.replicas,
+                opts.request_timeout,
+            )
+            .await?,
+        );
+        let leases: Arc<dyn Kv> = match opts.kind {
+            CoordKind::Nats => nats.clone(),
+            CoordKind::Local => Arc::new(MemoryKv::new(Arc::new(SystemClock), &ret)),
+        };
+        Ok(Coord::with_backends(leases, nats, opts))
+    }
+
+    /// Everything on one in-process twin (tests).
+    pub fn memory(kv: MemoryKv, opts: CoordOptions) -> Coord {
+        let kv: Arc<dyn Kv> = Arc::new(kv);
+        Coord::with_backends(kv.clone(), kv, opts)
+    }
+
+    /// Any backends: one for leases/duties/epochs, one for every record.
+    pub fn with_backends(leases: Arc<dyn Kv>, records: Arc<dyn Kv>, opts: CoordOptions) -> Coord {
+        Coord {
+            inner: Arc::new(Inner {
+                leases,
+                records,
+                opts,
+            }),
+        }
+    }
+
+    /// The options this handle runs with.
+    pub fn options(&self) -> &CoordOptions {
+        &self.inner.opts
+    }
+
+    /// The seat/presence lease TTL in force: the leases bucket's age, which
+    /// the first node to create it decided.
+    pub fn lease_ttl(&self) -> Duration {
+        self.inner
+            .leases
+            .age(Bucket::Leases)
+            .unwrap_or(self.inner.opts.lease_ttl)
+    }
+
+    /// A holder state machine for a lease this node holds.
+    pub fn holder(&self, now: std::time::Instant) -> Holder {
+        Holder::new(now, self.inner.opts.heartbeat, self.lease_ttl())
+    }
+
+    pub(crate) fn kv(&self, b: Bucket) -> &dyn Kv {
+        if b.is_lease_store() {
+            self.inner.leases.as_ref()
+        } else {
+            self.inner.records.as_ref()
+        }
+    }
+
+    /// Create-only write: a live value is the key existing (`Err(entry)`), a
+    /// marker is the revision to write over, nothing at all is a key never
+    /// written. `judge` may declare an existing live record lapsed (its
+    /// deadline passed), in which case it is written over at its revision.
+    pub(crate) async fn create(
+        &self,
+        b: Bucket,
+        key: &str,
+        value: Bytes,
+        lapsed: impl Fn(&Entry) -> bool,
+    ) -> Result<Result<u64, Entry>, CoordError> {
+        let kv = self.kv(b);
+        let mut expect = Expect::Revision(0);
+        for _ in 0..8 {
+            if let Ok(rev) = kv.put(b, key, value.clone(), expect).await? {
+                return Ok(Ok(rev));
+            }
+            match kv.get(b, key).await? {
+                None => expect = Expect::Revision(0),
+                Some(e) if e.removed || lapsed(&e) => expect = Expect::Revision(e.revision),
+                Some(e) => return Ok(Err(e)),
+            }
+        }
+        Err(CoordError::Contended {
+            key: key.to_owned(),
+            attempts: 8,
+        })
+    }
+}
+
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    b: Bucket,
+    e: &Entry,
+) -> Result<T, CoordError> {
+    serde_json::from_slice(&e.value).map_err(|err| CoordError::Corrupt {
+        bucket: b.short().into(),
+        key: e.key.clone(),
+        why: err.to_string(),
+    })
+}
+
+pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Bytes {
+    Bytes::from(serde_json::to_vec(v).expect("records serialize"))
+}
+
+/// Contended compare-and-swap waits a jittered 1 ms, doubling to 32 ms,
+/// across [`CAS_ATTEMPTS`] attempts (about a third of a second) before the
+/// call fails closed. Retried at once, 32 concurrent charges on one record
+/// ran out of attempts in four runs of ten.
+pub const CAS_ATTEMPTS: u32 = 16;
+
+pub(crate) async fn backoff(attempt: u32) {
+    let cap_ms = 1u64 << attempt.min(5); // 1, 2, 4, 8, 16, 32
+    let r = uuid::Uuid::new_v4().as_u128() as u64;
+    // Jitter in [cap/2, cap] ms, at microsecond grain.
+    let us = cap_ms * 500 + r % (cap_ms * 500 + 1);
+    tokio::time::sleep(Duration::from_micros(us)).await;
+}

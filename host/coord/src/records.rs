@@ -1,0 +1,566 @@
+//! The records built on the primitives: delivery claims, the completion
+//! ledger, the rate valve, credential cooldowns, the config activation
+//! pointer, per-node status, seat pauses, and plain records for the other
+//! shared slots. Each contract states its safe direction on unknown.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::answer::{Answer, CoordError, Reply};
+use crate::bucket::Bucket;
+use crate::kv::{Change, Entry, Expect};
+use crate::names::{check_class, decode_token, encode_token};
+use crate::{CAS_ATTEMPTS, Coord, backoff, decode, encode};
+
+/// A delivery claim's holder and when it lapses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub claimant: String,
+    pub deadline: SystemTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ClaimRecord {
+    claimant: String,
+    ttl_ms: u64,
+}
+
+/// The rate valve's count in the current window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateVerdict {
+    pub count: u64,
+    pub limit: u64,
+}
+
+/// A benched credential: an instant, never a duration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cooldown {
+    pub provider: String,
+    pub hint: KeyHint,
+    pub until: SystemTime,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CooldownRecord {
+    until_ms: u64,
+}
+
+/// 12 hex characters of SHA-256 of a credential: enough to tell keys apart
+/// in a log, not reversible.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct KeyHint(String);
+
+impl KeyHint {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The hint for a credential.
+pub fn key_hint(secret: &str) -> KeyHint {
+    let d = Sha256::digest(secret.as_bytes());
+    KeyHint(d.iter().take(6).map(|b| format!("{b:02x}")).collect())
+}
+
+/// The config activation pointer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pointer {
+    /// Nobody has activated a revision yet.
+    Unset,
+    /// The active revision; `epoch` is the pointer's own revision.
+    Set { revision: String, epoch: u64 },
+}
+
+/// An activation refused because the pointer was not where the caller thought.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PointerMoved {
+    pub current: Pointer,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PointerRecord {
+    revision: String,
+}
+
+/// The seat-pause watch: a certified first answer, then changes.
+pub struct SeatPauses {
+    /// Paused seats (handle → pause record) as of the certified listing.
+    pub initial: BTreeMap<String, serde_json::Value>,
+    /// Later changes: `(handle, Some(record))` paused, `(handle, None)` resumed.
+    pub changes: BoxStream<'static, Result<(String, Option<serde_json::Value>), CoordError>>,
+}
+
+const POINTER_KEY: &str = "active";
+const SEAT_PAUSE: &str = "seat_pause";
+
+fn ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn from_ms(ms: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
+}
+
+fn class_key(class: &str, id: &str) -> Result<String, CoordError> {
+    check_class(class)?;
+    if id.is_empty() {
+        return Err(CoordError::InvalidName {
+            name: format!("{class}:"),
+            why: "an empty segment addresses no key",
+        });
+    }
+    Ok(format!("{class}.{}", encode_token(id)))
+}
+
+impl Coord {
+    // ---- delivery claims -------------------------------------------------
+
+    /// Claims an inbound delivery for `ttl` (create-only; the deadline is in
+    /// the record). Yes: this claimant holds it (a repeat by the same
+    /// claimant is a yes). No: another claimant's live claim.
+    ///
+    /// Safe direction: fails open — on unknown, do NOT suppress the delivery
+    /// (a claim that cannot be read has suppressed nothing, and nothing
+    /// redelivers a dropped delivery).
+    pub async fn claim(
+        &self,
+        delivery: &str,
+        claimant: &str,
+        ttl: Duration,
+    ) -> Reply<Claimed, Claimed> {
+        let b = Bucket::Claims;
+        if let Some(age) = self.kv(b).age(b)
+            && ttl > age
+        {
+            return Err(CoordError::TtlAboveBucketAge {
+                asked: ttl,
+                age,
+                bucket: "claims".into(),
+            });
+        }
+        let key = encode_token(delivery);
+        let rec = ClaimRecord {
+            claimant: claimant.to_owned(),
+            ttl_ms: ttl.as_millis() as u64,
+        };
+        let kv = self.kv(b);
+        let now = kv.now();
+        let lapsed = |e: &Entry| {
+            serde_json::from_slice::<ClaimRecord>(&e.value)
+                .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= now)
+                .unwrap_or(true)
+        };
+        match self.create(b, &key, encode(&rec), lapsed).await? {
+            Ok(_) => {
+                // Read our own write back (from the leader) to learn the
+                // store's deadline.
+                match kv.get(b, &key).await? {
+                    Some(e) if !e.removed => {
+                        let r: ClaimRecord = decode(b, &e)?;
+                        let c = Claimed {
+                            deadline: e.written_at + Duration::from_millis(r.ttl_ms),
+                            claimant: r.claimant,
+                        };
+                        Ok(if c.claimant == claimant {
+                            Answer::Yes(c)
+                        } else {
+                            Answer::No(c)
+                        })
+                    }
+                    _ => Err(CoordError::Unavailable(
+                        "the claim was written but reads back as absent".into(),
+                    )),
+                }
+            }
+            Err(e) => {
+                let r: ClaimRecord = decode(b, &e)?;
+                let c = Claimed {
+                    deadline: e.written_at + Duration::from_millis(r.ttl_ms),
+                    claimant: r.claimant,
+                };
+                Ok(if c.claimant == claimant {
+                    Answer::Yes(c)
+                } else {
+                    Answer::No(c)
+                })
+            }
+        }
+    }
+
+    // ---- completion ledger -----------------------------------------------
+
+    /// Records that a trigger has been worked.
+    pub async fn complete(&self, trigger: &str) -> Result<(), CoordError> {
+        let b = Bucket::Ledger;
+        let v = encode(&serde_json::json!({ "at_ms": ms(self.kv(b).now()) }));
+        let _blind = self
+            .kv(b)
+            .put(b, &encode_token(trigger), v, Expect::Any)
+            .await?;
+        Ok(())
+    }
+
+    /// Has this trigger been worked? Safe direction: fails open — on
+    /// unknown, do the work (the redundant turn is bounded and visible).
+    pub async fn completed(&self, trigger: &str) -> Reply<(), ()> {
+        let b = Bucket::Ledger;
+        Ok(match self.kv(b).get(b, &encode_token(trigger)).await? {
+            Some(e) if !e.removed => Answer::Yes(()),
+            _ => Answer::No(()),
+        })
+    }
+
+    // ---- rate valve --------------------------------------------------------
+
+    /// Counts one event for `scope` in the current fixed window of length
+    /// `window`, fleet-wide; Yes while the count is within `limit`.
+    ///
+    /// Safe direction: fails closed — on unknown (or contention), refuse.
+    /// A valve that opens when it cannot be read is not a valve.
+    pub async fn admit(
+        &self,
+        scope: &str,
+        limit: u64,
+        window: Duration,
+    ) -> Reply<RateVerdict, RateVerdict> {
+        let b = Bucket::Rate;
+        let kv = self.kv(b);
+        let age = kv.age(b).unwrap_or(Duration::MAX);
+        if window.is_zero() || window.saturating_mul(2) > age {
+            return Err(CoordError::Invalid(format!(
+                "a valve window of {window:?} must be above zero and at most half the rate bucket's age {age:?}, so a closed window ages out before its successor does"
+            )));
+        }
+        let idx = ms(kv.now()) / window.as_millis().max(1) as u64;
+        let key = format!("{}.{idx}", encode_token(scope));
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                backoff(attempt - 1).await;
+            }
+            let (count, expect) = match kv.get(b, &key).await? {
+                Some(e) if !e.removed => (decode::<u64>(b, &e)?, e.revision),
+                Some(e) => (0, e.revision),
+                None => (0, 0),
+            };
+            if count >= limit {
+                // Already full: refusing writes nothing.
+                return Ok(Answer::No(RateVerdict { count, limit }));
+            }
+            if kv
+                .put(b, &key, encode(&(count + 1)), Expect::Revision(expect))
+                .await?
+                .is_ok()
+            {
+                return Ok(Answer::Yes(RateVerdict {
+                    count: count + 1,
+                    limit,
+                }));
+            }
+        }
+        Err(CoordError::Contended {
+            key,
+            attempts: CAS_ATTEMPTS,
+        })
+    }
+
+    // ---- credential cooldowns ---------------------------------------------
+
+    /// Publishes that a credential (`hint`) under provider entry `provider`
+    /// is cooling until `until`. Extends a record, never shortens it.
+    pub async fn bench(
+        &self,
+        provider: &str,
+        hint: &KeyHint,
+        until: SystemTime,
+    ) -> Result<(), CoordError> {
+        let b = Bucket::Cooldowns;
+        let kv = self.kv(b);
+        let key = format!("{}.{}", encode_token(provider), hint.0);
+        for attempt in 0..CAS_ATTEMPTS {
+            if attempt > 0 {
+                backoff(attempt - 1).await;
+            }
+            let (cur, expect) = match kv.get(b, &key).await? {
+                Some(e) if !e.removed => (decode::<CooldownRecord>(b, &e)?.until_ms, e.revision),
+                Some(e) => (0, e.revision),
+                None => (0, 0),
+            };
+            if cur >= ms(until) {
+                return Ok(());
+            }
+            let rec = CooldownRecord {
+                until_ms: ms(until),
+            };
+            if kv
+                .put(b, &key, encode(&rec), Expect::Revision(expect))
+                .await?
+                .is_ok()
+            {
+                return Ok(());
+            }
+        }
+        Err(CoordError::Contended {
+            key,
+            attempts: CAS_ATTEMPTS,
+        })
+    }
+
+    /// Every cooldown still running. Safe direction: an unreadable store is
+    /// a no-op for the caller's bench (see [`merge_cooldowns`]).
+    pub async fn cooldowns(&self) -> Result<Vec<Cooldown>, CoordError> {
+        let b = Bucket::Cooldowns;
+        let kv = self.kv(b);
+        let now = kv.now();
+        let mut out = Vec::new();
+        for e in kv.list(b, None).await? {
+            let r: CooldownRecord = decode(b, &e)?;
+            let Some((p, h)) = e.key.split_once('.') else {
+                continue;
+            };
+            let (Some(provider), until) = (decode_token(p), from_ms(r.until_ms)) else {
+                continue;
+            };
+            if until > now {
+                out.push(Cooldown {
+                    provider,
+                    hint: KeyHint(h.to_owned()),
+                    until,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    // ---- config activation pointer ----------------------------------------
+
+    /// The active company revision; unset reads as [`Pointer::Unset`].
+    pub async fn active_config(&self) -> Result<Pointer, CoordError> {
+        let b = Bucket::Config;
+        Ok(match self.kv(b).get(b, POINTER_KEY).await? {
+            Some(e) if !e.removed => Pointer::Set {
+                revision: decode::<PointerRecord>(b, &e)?.revision,
+                epoch: e.revision,
+            },
+            _ => Pointer::Unset,
+        })
+    }
+
+    /// Activates `revision` by compare-and-swap on the pointer: `expected`
+    /// is the epoch the caller saw (`None` for unset). Yes: the new epoch.
+    /// Two operators activating at once get two revisions in order, never
+    /// an overwrite.
+    pub async fn activate(
+        &self,
+        revision: &str,
+        expected: Option<u64>,
+    ) -> Reply<u64, PointerMoved> {
+        let b = Bucket::Config;
+        let rec = PointerRecord {
+            revision: revision.to_owned(),
+        };
+        let expect = Expect::Revision(expected.unwrap_or(0));
+        match self.kv(b).put(b, POINTER_KEY, encode(&rec), expect).await? {
+            Ok(epoch) => Ok(Answer::Yes(epoch)),
+            Err(_) => Ok(Answer::No(PointerMoved {
+                current: self.active_config().await?,
+            })),
+        }
+    }
+
+    // ---- per-node status ---------------------------------------------------
+
+    /// Publishes what this node applied (ages out with the status bucket).
+    pub async fn publish_status(
+        &self,
+        node_id: &str,
+        status: &serde_json::Value,
+    ) -> Result<(), CoordError> {
+        let b = Bucket::Status;
+        self.kv(b)
+            .put(b, &encode_token(node_id), encode(status), Expect::Any)
+            .await?
+            .map(|_| ())
+            .map_err(|_| CoordError::Contended {
+                key: node_id.to_owned(),
+                attempts: 1,
+            })
+    }
+
+    /// One node's status: Yes with it, No if it said nothing recently.
+    pub async fn node_status(&self, node_id: &str) -> Reply<serde_json::Value, ()> {
+        let b = Bucket::Status;
+        Ok(match self.kv(b).get(b, &encode_token(node_id)).await? {
+            Some(e) if !e.removed => Answer::Yes(decode(b, &e)?),
+            _ => Answer::No(()),
+        })
+    }
+
+    /// Every node's status (certified listing).
+    pub async fn statuses(&self) -> Result<BTreeMap<String, serde_json::Value>, CoordError> {
+        let b = Bucket::Status;
+        let mut out = BTreeMap::new();
+        for e in self.kv(b).list(b, None).await? {
+            if let Some(id) = decode_token(&e.key) {
+                out.insert(id, decode(b, &e)?);
+            }
+        }
+        Ok(out)
+    }
+
+    // ---- seat pauses ---------------------------------------------------------
+
+    /// Pauses a seat (a record in the ageless positions bucket).
+    pub async fn pause_seat(
+        &self,
+        handle: &str,
+        record: &serde_json::Value,
+    ) -> Result<(), CoordError> {
+        self.put_record(Bucket::Positions, SEAT_PAUSE, handle, record)
+            .await
+            .map(|_| ())
+    }
+
+    /// Resumes a seat. Yes if it was paused.
+    pub async fn resume_seat(&self, handle: &str) -> Reply<(), ()> {
+        self.remove_record(Bucket::Positions, SEAT_PAUSE, handle)
+            .await
+    }
+
+    /// The one watch: seat pauses, starting with the certified listing.
+    pub async fn watch_seat_pauses(&self) -> Result<SeatPauses, CoordError> {
+        let b = Bucket::Positions;
+        let w = self.kv(b).watch(b, Some(SEAT_PAUSE)).await?;
+        let mut initial = BTreeMap::new();
+        for e in &w.initial {
+            if let Some(h) = pause_handle(&e.key) {
+                initial.insert(h, decode(b, e)?);
+            }
+        }
+        let changes = w
+            .changes
+            .filter_map(move |c| {
+                futures::future::ready(match c {
+                    Err(u) => Some(Err(CoordError::from(u))),
+                    Ok(Change::Put(e)) => {
+                        pause_handle(&e.key).map(|h| decode(b, &e).map(|v| (h, Some(v))))
+                    }
+                    Ok(Change::Removed { key, .. }) => pause_handle(&key).map(|h| Ok((h, None))),
+                })
+            })
+            .boxed();
+        Ok(SeatPauses { initial, changes })
+    }
+
+    // ---- plain records (fires, secrets, mailboxes, positions, ...) -----------
+
+    /// Writes `class:id` in `bucket` (blind). Returns the revision.
+    pub async fn put_record(
+        &self,
+        bucket: Bucket,
+        class: &str,
+        id: &str,
+        value: &serde_json::Value,
+    ) -> Result<u64, CoordError> {
+        let key = class_key(class, id)?;
+        self.kv(bucket)
+            .put(bucket, &key, encode(value), Expect::Any)
+            .await?
+            .map_err(|_| CoordError::Contended { key, attempts: 1 })
+    }
+
+    /// Creates `class:id` only if it holds nothing live. Yes: the revision;
+    /// No: the value already there.
+    pub async fn create_record(
+        &self,
+        bucket: Bucket,
+        class: &str,
+        id: &str,
+        value: &serde_json::Value,
+    ) -> Reply<u64, serde_json::Value> {
+        let key = class_key(class, id)?;
+        match self.create(bucket, &key, encode(value), |_| false).await? {
+            Ok(rev) => Ok(Answer::Yes(rev)),
+            Err(e) => Ok(Answer::No(decode(bucket, &e)?)),
+        }
+    }
+
+    /// Reads `class:id`: Yes with (value, revision), or No.
+    pub async fn get_record(
+        &self,
+        bucket: Bucket,
+        class: &str,
+        id: &str,
+    ) -> Reply<(serde_json::Value, u64), ()> {
+        let key = class_key(class, id)?;
+        Ok(match self.kv(bucket).get(bucket, &key).await? {
+            Some(e) if !e.removed => Answer::Yes((decode(bucket, &e)?, e.revision)),
+            _ => Answer::No(()),
+        })
+    }
+
+    /// Removes `class:id` (a marker, swept later). Yes if it was live.
+    pub async fn remove_record(&self, bucket: Bucket, class: &str, id: &str) -> Reply<(), ()> {
+        let key = class_key(class, id)?;
+        let kv = self.kv(bucket);
+        match kv.get(bucket, &key).await? {
+            Some(e) if !e.removed => match kv
+                .remove(bucket, &key, Expect::Revision(e.revision))
+                .await?
+            {
+                Ok(_) => Ok(Answer::Yes(())),
+                Err(_) => Ok(Answer::No(())),
+            },
+            _ => Ok(Answer::No(())),
+        }
+    }
+
+    /// Every live record of one class (certified listing): id → value.
+    pub async fn list_records(
+        &self,
+        bucket: Bucket,
+        class: &str,
+    ) -> Result<BTreeMap<String, serde_json::Value>, CoordError> {
+        check_class(class)?;
+        let mut out = BTreeMap::new();
+        for e in self.kv(bucket).list(bucket, Some(class)).await? {
+            if let Some(id) = e.key.split_once('.').and_then(|(_, id)| decode_token(id)) {
+                out.insert(id, decode(bucket, &e)?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn pause_handle(key: &str) -> Option<String> {
+    key.strip_prefix("seat_pause.").and_then(decode_token)
+}
+
+/// Merges a pull into a local bench: extends, never shortens; an
+/// unreadable store (an `Err`) changes nothing. Returns the entries a peer
+/// extended (for `credential_cooled_by_peer`).
+pub fn merge_cooldowns(
+    bench: &mut HashMap<(String, KeyHint), SystemTime>,
+    pulled: &Result<Vec<Cooldown>, CoordError>,
+) -> Vec<Cooldown> {
+    let Ok(pulled) = pulled else {
+        return Vec::new();
+    };
+    let mut extended = Vec::new();
+    for c in pulled {
+        let slot = bench
+            .entry((c.provider.clone(), c.hint.clone()))
+            .or_insert(SystemTime::UNIX_EPOCH);
+        if c.until > *slot {
+            *slot = c.until;
+            extended.push(c.clone());
+        }
+    }
+    extended
+}

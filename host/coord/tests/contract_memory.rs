@@ -1,0 +1,4 @@
+//! The contract suite against the in-process twin.
+mod contract;
+
+contract_suite!(contract::fixtures::Memory::new());

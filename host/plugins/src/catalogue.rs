@@ -1,0 +1,378 @@
+//! The catalogue: every manifest under a plugins directory, checked together.
+//!
+//! Rules, and why:
+//! - The directory is walked for `plugin.toml` files (skipping `target` and
+//!   hidden directories), so a plugin is wherever its manifest is.
+//! - Two plugins may not share a name (buckets and logs are keyed by it),
+//!   nor two webhooks a route (a delivery must have one parser).
+//! - A `reads` entry whose owner is in the catalogue must name a bucket the
+//!   owner declares (ADR 202); one whose owner is absent is allowed — the
+//!   bucket is created from the reader's side and can be watched before the
+//!   owner is ever loaded.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use crate::manifest::{
+    BucketDecl, MANIFEST_FILE, Manifest, ManifestError, Permissions, ReadDecl, bucket_name,
+};
+
+/// A catalogue-level problem (between manifests).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CatalogueError {
+    #[error("{}: field `name`: `{name}` is also the name of {}; rename one", file.display(), other.display())]
+    DuplicateName {
+        name: String,
+        file: PathBuf,
+        other: PathBuf,
+    },
+    #[error("{}: field `webhook.routes`: route `{route}` is also served by {}; a route has one parser", file.display(), other.display())]
+    DuplicateRoute {
+        route: String,
+        file: PathBuf,
+        other: PathBuf,
+    },
+    #[error("{}: field `module.reads`: `{read}` names a bucket module `{}` does not declare (it declares: {declared}); fix the name or add [module.state.{}] to {}", file.display(), read.module, read.bucket, owner_file.display())]
+    UndeclaredRead {
+        read: ReadDecl,
+        file: PathBuf,
+        owner_file: PathBuf,
+        declared: String,
+    },
+}
+
+/// Every bucket the catalogue declares or reads, by mesh-wide name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketSpec {
+    /// Mesh-wide name (`mod_<module>_<local>`).
+    pub name: String,
+    /// The owning module.
+    pub owner: String,
+    /// The owner's local name for it.
+    pub local: String,
+    /// The owner's options, when the owner is in the catalogue; a bucket
+    /// only read so far is created with the defaults.
+    pub decl: Option<BucketDecl>,
+}
+
+/// The manifests under one directory, checked together.
+#[derive(Debug, Clone, Default)]
+pub struct Catalogue {
+    pub plugins: Vec<Manifest>,
+}
+
+/// Finds every `plugin.toml` under `dir`, sorted by path. Build output
+/// (`target`), hidden directories and `testdata` (plugins that exist to be
+/// refused) are not part of a catalogue.
+pub fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        for entry in std::fs::read_dir(&current)? {
+            let entry = entry?;
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if entry.file_type()?.is_dir() {
+                if name != "target" && name != "testdata" && !name.starts_with('.') {
+                    stack.push(path);
+                }
+            } else if name == MANIFEST_FILE {
+                found.push(path);
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+impl Catalogue {
+    /// Loads every manifest under `dir`. Manifests that fail are returned
+    /// beside the catalogue of those that parsed, so one bad plugin does not
+    /// hide the others.
+    pub fn load(dir: &Path) -> std::io::Result<(Catalogue, Vec<ManifestError>)> {
+        let mut catalogue = Catalogue::default();
+        let mut errors = Vec::new();
+        for file in manifest_files(dir)? {
+            match Manifest::load(&file) {
+                Ok(m) => catalogue.plugins.push(m),
+                Err(e) => errors.push(e),
+            }
+        }
+        Ok((catalogue, errors))
+    }
+
+    /// The plugin named `name`.
+    pub fn get(&self, name: &str) -> Option<&Manifest> {
+        self.plugins.iter().find(|m| m.name == name)
+    }
+
+    /// Problems between manifests.
+    pub fn problems(&self) -> Vec<CatalogueError> {
+        let mut problems = Vec::new();
+        let mut names: BTreeMap<&str, &Path> = BTreeMap::new();
+        let mut routes: BTreeMap<&str, &Path> = BTreeMap::new();
+        for m in &self.plugins {
+            if let Some(other) = names.insert(&m.name, &m.file) {
+                problems.push(CatalogueError::DuplicateName {
+                    name: m.name.clone(),
+                    file: m.file.clone(),
+                    other: other.to_path_buf(),
+                });
+            }
+            if let Permissions::Webhook { routes: rs, .. } = &m.permissions {
+                for r in rs {
+                    if let Some(other) = routes.insert(r, &m.file) {
+                        problems.push(CatalogueError::DuplicateRoute {
+                            route: r.clone(),
+                            file: m.file.clone(),
+                            other: other.to_path_buf(),
+                        });
+                    }
+                }
+            }
+        }
+        for m in &self.plugins {
+            let Permissions::Module { reads, .. } = &m.permissions else {
+                continue;
+            };
+            for read in reads {
+                let Some(owner) = self.get(&read.module) else {
+                    continue;
+                };
+                let declared: Vec<&str> = match &owner.permissions {
+                    Permissions::Module { state, .. } => {
+                        state.iter().map(|b| b.local.as_str()).collect()
+                    }
+                    _ => Vec::new(),
+                };
+                if !declared.contains(&read.bucket.as_str()) {
+                    problems.push(CatalogueError::UndeclaredRead {
+                        read: read.clone(),
+                        file: m.file.clone(),
+                        owner_file: owner.file.clone(),
+                        declared: if declared.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            declared.join(", ")
+                        },
+                    });
+                }
+            }
+        }
+        problems
+    }
+
+    /// Every bucket to create: each declared one, and each read one whose
+    /// owner is absent (with default options), deduplicated by name.
+    pub fn buckets(&self) -> Vec<BucketSpec> {
+        let mut out: BTreeMap<String, BucketSpec> = BTreeMap::new();
+        for m in &self.plugins {
+            if let Permissions::Module { state, .. } = &m.permissions {
+                for b in state {
+                    let name = bucket_name(&m.name, &b.local);
+                    out.insert(
+                        name.clone(),
+                        BucketSpec {
+                            name,
+                            owner: m.name.clone(),
+                            local: b.local.clone(),
+                            decl: Some(b.clone()),
+                        },
+                    );
+                }
+            }
+        }
+        for m in &self.plugins {
+            if let Permissions::Module { reads, .. } = &m.permissions {
+                for r in reads {
+                    let name = bucket_name(&r.module, &r.bucket);
+                    out.entry(name.clone()).or_insert(BucketSpec {
+                        name,
+                        owner: r.module.clone(),
+                        local: r.bucket.clone(),
+                        decl: None,
+                    });
+                }
+            }
+        }
+        out.into_values().collect()
+    }
+
+    /// Module buckets that exist (`existing`, mesh-wide names with the
+    /// `mod_` prefix) but that no manifest declares or reads any more:
+    /// reported, never removed.
+    pub fn orphaned_buckets<'a>(&self, existing: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+        let known: BTreeSet<String> = self.buckets().into_iter().map(|b| b.name).collect();
+        existing
+            .into_iter()
+            .filter(|b| b.starts_with("mod_") && !known.contains(*b))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+/// One plugin's line in a check report.
+#[derive(Debug, Clone)]
+pub struct CheckedPlugin {
+    pub file: PathBuf,
+    /// `None` when the manifest did not parse.
+    pub name: Option<String>,
+    pub problems: Vec<String>,
+}
+
+/// What `crewlet plugins check DIR` prints.
+#[derive(Debug, Clone)]
+pub struct CheckReport {
+    pub dir: PathBuf,
+    pub plugins: Vec<CheckedPlugin>,
+    /// Problems between manifests.
+    pub catalogue: Vec<String>,
+}
+
+impl CheckReport {
+    /// Whether every manifest and component passed.
+    pub fn is_ok(&self) -> bool {
+        self.catalogue.is_empty() && self.plugins.iter().all(|p| p.problems.is_empty())
+    }
+
+    /// Every problem, one per line.
+    pub fn problems(&self) -> Vec<String> {
+        self.plugins
+            .iter()
+            .flat_map(|p| p.problems.iter().cloned())
+            .chain(self.catalogue.iter().cloned())
+            .collect()
+    }
+}
+
+impl fmt::Display for CheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "checked {} plugin(s) under {}",
+            self.plugins.len(),
+            self.dir.display()
+        )?;
+        for p in &self.plugins {
+            let name = p.name.as_deref().unwrap_or("?");
+            if p.problems.is_empty() {
+                writeln!(f, "  ok    {name} ({})", p.file.display())?;
+            } else {
+                writeln!(f, "  FAIL  {name} ({})", p.file.display())?;
+                for problem in &p.problems {
+                    writeln!(f, "        {problem}")?;
+                }
+            }
+        }
+        for problem in &self.catalogue {
+            writeln!(f, "  FAIL  catalogue: {problem}")?;
+        }
+        let n = self.problems().len();
+        if n == 0 {
+            writeln!(f, "all plugins pass")
+        } else {
+            writeln!(f, "{n} problem(s)")
+        }
+    }
+}
+
+/// What `crewlet plugins list` prints: each plugin's effective permissions.
+#[derive(Debug, Clone)]
+pub struct PluginList {
+    pub dir: PathBuf,
+    pub catalogue: Catalogue,
+    /// Manifests that did not parse (listed so they are not missed).
+    pub invalid: Vec<ManifestError>,
+}
+
+impl fmt::Display for PluginList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "plugins under {}", self.dir.display())?;
+        for m in &self.catalogue.plugins {
+            writeln!(
+                f,
+                "{} {} ({}) — {}",
+                m.name,
+                m.version,
+                m.kind,
+                m.file.display()
+            )?;
+            writeln!(
+                f,
+                "  limits: memory {} MiB, deadline {} ms per call",
+                m.limits.memory_bytes / (1024 * 1024),
+                m.limits.deadline.as_millis()
+            )?;
+            writeln!(
+                f,
+                "  ambient: no env, no sockets, no clock{}",
+                if m.scratch {
+                    ", a private scratch directory"
+                } else {
+                    ", no filesystem"
+                }
+            )?;
+            match &m.permissions {
+                Permissions::Webhook { routes, secrets } => {
+                    writeln!(f, "  serves: {}", routes.join(", "))?;
+                    writeln!(
+                        f,
+                        "  secrets: {}",
+                        if secrets.is_empty() {
+                            "none".to_string()
+                        } else {
+                            secrets.join(", ")
+                        }
+                    )?;
+                }
+                Permissions::Provider {
+                    base_url,
+                    allowed_outbound_hosts,
+                } => {
+                    writeln!(f, "  base url: {base_url}")?;
+                    let hosts: Vec<String> = allowed_outbound_hosts
+                        .iter()
+                        .map(|o| o.to_string())
+                        .collect();
+                    writeln!(f, "  outbound http: {}", hosts.join(", "))?;
+                }
+                Permissions::Module { state, reads } => {
+                    for b in state {
+                        let ttl = b
+                            .ttl
+                            .map(|t| format!("{} s", t.as_secs()))
+                            .unwrap_or_else(|| "none".to_string());
+                        writeln!(
+                            f,
+                            "  read-write: {} as `{}` (history {}, ttl {ttl})",
+                            bucket_name(&m.name, &b.local),
+                            b.local,
+                            b.history
+                        )?;
+                    }
+                    for r in reads {
+                        let owner = if self.catalogue.get(&r.module).is_some() {
+                            ""
+                        } else {
+                            " (owner not in this catalogue)"
+                        };
+                        writeln!(
+                            f,
+                            "  read-only: {} as `{r}`{owner}",
+                            bucket_name(&r.module, &r.bucket)
+                        )?;
+                    }
+                    if state.is_empty() && reads.is_empty() {
+                        writeln!(f, "  state: none")?;
+                    }
+                }
+            }
+        }
+        for e in &self.invalid {
+            writeln!(f, "INVALID {e}")?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,589 @@
+//! `plugin.toml`: what a plugin is and everything it may touch.
+//!
+//! Rules, and why:
+//! - Unknown fields are refused, so a misspelt permission is an error rather
+//!   than a permission silently not granted.
+//! - Every error names the file and the field (`limits.memory_mib`), so the
+//!   author knows which line to fix.
+//! - A kind's section is required for that kind and refused for the others:
+//!   a webhook cannot carry `allowed_outbound_hosts` it would never use.
+//! - Names are `a-z 0-9 -`: bucket names are built as `mod_<module>_<local>`
+//!   and reads as `<module>.<bucket>`, so `_` and `.` must not appear in
+//!   either part.
+//! - A provider's `base_url` must be inside its own `allowed_outbound_hosts`;
+//!   a manifest that could never make its first call is refused at check.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The manifest's file name, next to the component.
+pub const MANIFEST_FILE: &str = "plugin.toml";
+
+/// Memory cap when `limits.memory_mib` is absent.
+pub const DEFAULT_MEMORY_MIB: u64 = 64;
+/// The largest memory cap a manifest may ask for.
+pub const MAX_MEMORY_MIB: u64 = 1024;
+/// Per-call deadline when `limits.deadline_ms` is absent (webhook, module).
+pub const DEFAULT_DEADLINE_MS: u64 = 1_000;
+/// Per-call deadline when a provider's `limits.deadline_ms` is absent.
+pub const DEFAULT_PROVIDER_DEADLINE_MS: u64 = 120_000;
+/// The longest deadline a manifest may ask for.
+pub const MAX_DEADLINE_MS: u64 = 600_000;
+/// The most past values a bucket may keep per key (NATS's own limit).
+pub const MAX_HISTORY: u8 = 64;
+
+/// A manifest problem, naming the file and the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: field `{field}`: {problem}", file.display())]
+pub struct ManifestError {
+    pub file: PathBuf,
+    pub field: String,
+    pub problem: String,
+}
+
+/// The three plugin kinds, one per world.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Webhook,
+    Provider,
+    Module,
+}
+
+impl Kind {
+    /// The WIT world a component of this kind must target.
+    pub fn world(self) -> &'static str {
+        match self {
+            Kind::Webhook => "webhook",
+            Kind::Provider => "provider",
+            Kind::Module => "module",
+        }
+    }
+
+    /// Parses `webhook`, `provider` or `module`.
+    pub fn parse(text: &str) -> Option<Kind> {
+        match text {
+            "webhook" => Some(Kind::Webhook),
+            "provider" => Some(Kind::Provider),
+            "module" => Some(Kind::Module),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.world())
+    }
+}
+
+/// Per-instance limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The most linear memory one instance may have.
+    pub memory_bytes: u64,
+    /// The most one call may take, host calls included.
+    pub deadline: std::time::Duration,
+}
+
+/// One `scheme://host:port` a provider may reach.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Origin {
+    pub scheme: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Origin {
+    /// Parses `http(s)://host[:port][/…]`; the path is ignored, a missing
+    /// port is the scheme's default. Host names compare lower-case.
+    pub fn parse(text: &str) -> Result<Origin, String> {
+        let (scheme, rest) = text
+            .split_once("://")
+            .ok_or_else(|| format!("`{text}` is not scheme://host:port"))?;
+        let default_port = match scheme {
+            "https" => 443,
+            "http" => 80,
+            _ => return Err(format!("`{text}`: the scheme must be http or https")),
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+        if authority.contains('@') {
+            return Err(format!("`{text}`: user info is not allowed"));
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
+                let port = p
+                    .parse::<u16>()
+                    .map_err(|_| format!("`{text}`: the port must be a number"))?;
+                (h, port)
+            }
+            _ => (authority, default_port),
+        };
+        if host.is_empty() || host.contains('*') {
+            return Err(format!(
+                "`{text}`: a host is required and wildcards are not allowed"
+            ));
+        }
+        Ok(Origin {
+            scheme: scheme.to_string(),
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}:{}", self.scheme, self.host, self.port)
+    }
+}
+
+/// A bucket the module owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketDecl {
+    /// The name the module uses.
+    pub local: String,
+    /// Values kept per key.
+    pub history: u8,
+    /// How long a value lives; `None` for ever.
+    pub ttl: Option<std::time::Duration>,
+}
+
+/// A bucket of another module, read-only.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ReadDecl {
+    pub module: String,
+    pub bucket: String,
+}
+
+impl fmt::Display for ReadDecl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.module, self.bucket)
+    }
+}
+
+/// What a kind's section declares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Permissions {
+    Webhook {
+        routes: Vec<String>,
+        secrets: Vec<String>,
+    },
+    Provider {
+        base_url: String,
+        allowed_outbound_hosts: Vec<Origin>,
+    },
+    Module {
+        state: Vec<BucketDecl>,
+        reads: Vec<ReadDecl>,
+    },
+}
+
+/// A parsed, validated manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// Where it was read from.
+    pub file: PathBuf,
+    pub name: String,
+    pub version: String,
+    pub kind: Kind,
+    /// The component, resolved against the manifest's directory.
+    pub component: PathBuf,
+    /// Whether the plugin gets a private scratch directory.
+    pub scratch: bool,
+    pub limits: Limits,
+    pub permissions: Permissions,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    version: String,
+    kind: String,
+    component: String,
+    #[serde(default)]
+    scratch: bool,
+    #[serde(default)]
+    limits: RawLimits,
+    webhook: Option<RawWebhook>,
+    provider: Option<RawProvider>,
+    module: Option<RawModule>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    memory_mib: Option<u64>,
+    deadline_ms: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWebhook {
+    routes: Vec<String>,
+    #[serde(default)]
+    secrets: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProvider {
+    base_url: String,
+    allowed_outbound_hosts: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawModule {
+    #[serde(default)]
+    state: BTreeMap<String, RawBucket>,
+    #[serde(default)]
+    reads: Vec<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawBucket {
+    history: Option<u8>,
+    ttl_seconds: Option<u64>,
+}
+
+/// Whether `name` is a plugin or bucket name: `a-z 0-9 -`, starting with a
+/// letter, at most 63 characters.
+pub fn valid_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+impl Manifest {
+    /// Reads and validates `file`.
+    pub fn load(file: &Path) -> Result<Manifest, ManifestError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ManifestError {
+            file: file.to_path_buf(),
+            field: "(file)".to_string(),
+            problem: format!("cannot read it: {e}"),
+        })?;
+        Manifest::parse(file, &text)
+    }
+
+    /// Validates manifest `text` as if read from `file`.
+    pub fn parse(file: &Path, text: &str) -> Result<Manifest, ManifestError> {
+        let err = |field: &str, problem: String| ManifestError {
+            file: file.to_path_buf(),
+            field: field.to_string(),
+            problem,
+        };
+        let value: toml::Value = toml::from_str(text)
+            .map_err(|e| err("(syntax)", format!("not valid TOML: {}", e.message())))?;
+        let raw: Raw = serde_path_to_error::deserialize(value).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." {
+                "(top level)".to_string()
+            } else {
+                path
+            };
+            err(&field, e.into_inner().to_string())
+        })?;
+
+        if !valid_name(&raw.name) {
+            return Err(err(
+                "name",
+                format!(
+                    "`{}` must be 1–63 of a-z, 0-9 and -, starting with a letter",
+                    raw.name
+                ),
+            ));
+        }
+        let semver = raw.version.split('.').collect::<Vec<_>>();
+        if semver.len() != 3 || semver.iter().any(|p| p.parse::<u64>().is_err()) {
+            return Err(err(
+                "version",
+                format!("`{}` must be MAJOR.MINOR.PATCH", raw.version),
+            ));
+        }
+        let kind = Kind::parse(&raw.kind).ok_or_else(|| {
+            err(
+                "kind",
+                format!("`{}` must be webhook, provider or module", raw.kind),
+            )
+        })?;
+        if raw.component.is_empty() || Path::new(&raw.component).is_absolute() {
+            return Err(err(
+                "component",
+                "must be a path relative to the manifest's directory".to_string(),
+            ));
+        }
+        let dir = file.parent().unwrap_or(Path::new("."));
+        let component = dir.join(&raw.component);
+
+        let memory_mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
+        if !(1..=MAX_MEMORY_MIB).contains(&memory_mib) {
+            return Err(err(
+                "limits.memory_mib",
+                format!("{memory_mib} must be between 1 and {MAX_MEMORY_MIB}"),
+            ));
+        }
+        let default_deadline = if kind == Kind::Provider {
+            DEFAULT_PROVIDER_DEADLINE_MS
+        } else {
+            DEFAULT_DEADLINE_MS
+        };
+        let deadline_ms = raw.limits.deadline_ms.unwrap_or(default_deadline);
+        if !(1..=MAX_DEADLINE_MS).contains(&deadline_ms) {
+            return Err(err(
+                "limits.deadline_ms",
+                format!("{deadline_ms} must be between 1 and {MAX_DEADLINE_MS}"),
+            ));
+        }
+        let limits = Limits {
+            memory_bytes: memory_mib * 1024 * 1024,
+            deadline: std::time::Duration::from_millis(deadline_ms),
+        };
+
+        let sections = [
+            ("webhook", raw.webhook.is_some(), Kind::Webhook),
+            ("provider", raw.provider.is_some(), Kind::Provider),
+            ("module", raw.module.is_some(), Kind::Module),
+        ];
+        for (section, present, owner) in sections {
+            if present && owner != kind {
+                return Err(err(
+                    section,
+                    format!("a {kind} plugin has no [{section}] section; remove it"),
+                ));
+            }
+        }
+
+        let permissions = match kind {
+            Kind::Webhook => {
+                let section = raw.webhook.ok_or_else(|| {
+                    err(
+                        "webhook",
+                        "a webhook plugin needs [webhook] with `routes`".to_string(),
+                    )
+                })?;
+                if section.routes.is_empty() {
+                    return Err(err("webhook.routes", "name at least one route".to_string()));
+                }
+                for (i, route) in section.routes.iter().enumerate() {
+                    let ok = route.starts_with("/webhooks/")
+                        && route.len() > "/webhooks/".len()
+                        && route
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"/-_".contains(&b));
+                    if !ok {
+                        return Err(err(
+                            &format!("webhook.routes[{i}]"),
+                            format!(
+                                "`{route}` must start with /webhooks/ and use only a-z A-Z 0-9 / - _"
+                            ),
+                        ));
+                    }
+                }
+                for (i, secret) in section.secrets.iter().enumerate() {
+                    let ok = !secret.is_empty()
+                        && secret
+                            .bytes()
+                            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                    if !ok {
+                        return Err(err(
+                            &format!("webhook.secrets[{i}]"),
+                            format!("`{secret}` must be a-z, 0-9 and _"),
+                        ));
+                    }
+                }
+                Permissions::Webhook {
+                    routes: section.routes,
+                    secrets: section.secrets,
+                }
+            }
+            Kind::Provider => {
+                let section = raw.provider.ok_or_else(|| {
+                    err(
+                        "provider",
+                        "a provider plugin needs [provider] with `base_url` and `allowed_outbound_hosts`"
+                            .to_string(),
+                    )
+                })?;
+                let mut hosts = Vec::new();
+                for (i, host) in section.allowed_outbound_hosts.iter().enumerate() {
+                    hosts.push(
+                        Origin::parse(host).map_err(|p| {
+                            err(&format!("provider.allowed_outbound_hosts[{i}]"), p)
+                        })?,
+                    );
+                }
+                let base =
+                    Origin::parse(&section.base_url).map_err(|p| err("provider.base_url", p))?;
+                if !hosts.contains(&base) {
+                    return Err(err(
+                        "provider.base_url",
+                        format!(
+                            "its origin {base} is not in allowed_outbound_hosts; add \"{base}\" there"
+                        ),
+                    ));
+                }
+                Permissions::Provider {
+                    base_url: section.base_url,
+                    allowed_outbound_hosts: hosts,
+                }
+            }
+            Kind::Module => {
+                let section = raw.module.unwrap_or_default();
+                let mut state = Vec::new();
+                for (local, bucket) in section.state {
+                    let field = format!("module.state.{local}");
+                    if !valid_name(&local) {
+                        return Err(err(
+                            &field,
+                            format!(
+                                "bucket name `{local}` must be a-z, 0-9 and -, starting with a letter"
+                            ),
+                        ));
+                    }
+                    let history = bucket.history.unwrap_or(1);
+                    if !(1..=MAX_HISTORY).contains(&history) {
+                        return Err(err(
+                            &format!("{field}.history"),
+                            format!("{history} must be between 1 and {MAX_HISTORY}"),
+                        ));
+                    }
+                    let ttl = match bucket.ttl_seconds {
+                        None | Some(0) => None,
+                        Some(s) => Some(std::time::Duration::from_secs(s)),
+                    };
+                    state.push(BucketDecl {
+                        local,
+                        history,
+                        ttl,
+                    });
+                }
+                let mut reads = Vec::new();
+                for (i, read) in section.reads.iter().enumerate() {
+                    let field = format!("module.reads[{i}]");
+                    let (module, bucket) = read
+                        .split_once('.')
+                        .ok_or_else(|| err(&field, format!("`{read}` must be `module.bucket`")))?;
+                    if !valid_name(module) || !valid_name(bucket) {
+                        return Err(err(
+                            &field,
+                            format!("`{read}`: both parts must be a-z, 0-9 and -"),
+                        ));
+                    }
+                    if module == raw.name {
+                        return Err(err(
+                            &field,
+                            format!(
+                                "`{read}` is this module's own bucket; use its local name from module.state"
+                            ),
+                        ));
+                    }
+                    reads.push(ReadDecl {
+                        module: module.to_string(),
+                        bucket: bucket.to_string(),
+                    });
+                }
+                Permissions::Module { state, reads }
+            }
+        };
+
+        Ok(Manifest {
+            file: file.to_path_buf(),
+            name: raw.name,
+            version: raw.version,
+            kind,
+            component,
+            scratch: raw.scratch,
+            limits,
+            permissions,
+        })
+    }
+}
+
+/// The mesh-wide bucket name of `module`'s bucket `local`:
+/// `mod_<module>_<local>`, `-` kept (NATS allows it), unambiguous because
+/// neither part may contain `_`.
+pub fn bucket_name(module: &str, local: &str) -> String {
+    format!("mod_{module}_{local}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(Path::new("plugins/x/plugin.toml"), text)
+    }
+
+    const HEAD: &str = "name = \"x\"\nversion = \"0.1.0\"\ncomponent = \"x.wasm\"\n";
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let e = parse(&format!(
+            "{HEAD}kind = \"webhook\"\n[limits]\nmemory_mb = 3\n[webhook]\nroutes = [\"/webhooks/x\"]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "limits.memory_mb");
+        assert!(
+            e.to_string()
+                .starts_with("plugins/x/plugin.toml: field `limits.memory_mb`"),
+            "{e}"
+        );
+
+        let e = parse(&format!(
+            "{HEAD}kind = \"provider\"\n[provider]\nbase_url = \"https://api.example.com/v1\"\nallowed_outbound_hosts = [\"https://other.example.com\"]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "provider.base_url");
+        assert!(e.problem.contains("https://api.example.com:443"), "{e}");
+
+        let e = parse(&format!(
+            "{HEAD}kind = \"module\"\n[module]\nreads = [\"nodot\"]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "module.reads[0]");
+
+        let e = parse(&format!(
+            "{HEAD}kind = \"webhook\"\n[webhook]\nroutes = [\"/webhooks/x\"]\n[module]\n"
+        ))
+        .unwrap_err();
+        assert_eq!(e.field, "module");
+    }
+
+    #[test]
+    fn a_module_manifest_yields_its_buckets_and_reads() {
+        let m = parse(&format!(
+            "{HEAD}kind = \"module\"\n[module]\nreads = [\"other.things\"]\n[module.state.seen]\nhistory = 3\nttl_seconds = 60\n"
+        ))
+        .unwrap();
+        let Permissions::Module { state, reads } = m.permissions else {
+            panic!("not a module")
+        };
+        assert_eq!(state[0].local, "seen");
+        assert_eq!(state[0].history, 3);
+        assert_eq!(state[0].ttl, Some(std::time::Duration::from_secs(60)));
+        assert_eq!(reads[0].to_string(), "other.things");
+        assert_eq!(bucket_name("x", "seen"), "mod_x_seen");
+    }
+
+    #[test]
+    fn origins_default_ports_and_refuse_wildcards() {
+        assert_eq!(
+            Origin::parse("https://API.example.com/v1")
+                .unwrap()
+                .to_string(),
+            "https://api.example.com:443"
+        );
+        assert_eq!(Origin::parse("http://127.0.0.1:8080").unwrap().port, 8080);
+        assert!(Origin::parse("https://*.example.com").is_err());
+        assert!(Origin::parse("ftp://x").is_err());
+    }
+}

@@ -1,0 +1,748 @@
+//! The plugin runtime: one wasmtime engine, its artifact cache, and the
+//! sandbox every call runs in.
+//!
+//! Rules, and why:
+//! - **Pooling allocator**: instance slots are reserved once, so a fresh
+//!   instance per call costs microseconds and instances never share memory.
+//! - **Deadline per call, host calls included**: epoch interruption stops a
+//!   guest spinning in its own code; a `tokio` timeout around the whole call
+//!   stops one waiting in a host call (a slow vendor, a slow bus). Every
+//!   store gets a deadline before it runs anything, because a store without
+//!   one traps at once.
+//! - **Memory cap per instance**: a limiter refuses growth past the
+//!   manifest's cap and remembers it did, so the fault reads
+//!   "out of memory", not the guest allocator's `unreachable`.
+//! - **A trapped instance is never re-entered**: an instance whose call
+//!   failed in any way (trap, timeout, dropped future) is dropped; only an
+//!   instance whose last call succeeded goes back to the idle list.
+//! - **Degraded and recovered**: [`DEGRADED_AFTER`] faults in a row mark a
+//!   plugin degraded (logged and reported); the next success recovers it.
+//! - **Artifact cache** in `<data dir>/plugin-cache`, keyed by the
+//!   component's SHA-256 and a fingerprint of wasmtime's version and engine
+//!   configuration. An artifact is loaded only if its own SHA-256 matches the
+//!   digest this host recorded beside it and wasmtime accepts its header;
+//!   anything else — stale, foreign, truncated — is recompiled, never trusted.
+//! - **Nothing ambient**: no environment, arguments, stdin, sockets, name
+//!   lookups or preopened directories; both clocks read zero. A manifest's
+//!   `scratch = true` preopens `/scratch`, a directory under the data dir
+//!   private to that plugin.
+
+use std::hash::Hasher;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, ResourceTable};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::manifest::{Kind, Manifest};
+use crate::outbound::OutboundPolicy;
+
+/// How often the epoch advances; a deadline is rounded up to this.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// Faults in a row after which a plugin is degraded.
+pub const DEGRADED_AFTER: u32 = 3;
+/// The wasmtime this host embeds; part of every artifact's key.
+pub const WASMTIME_VERSION: &str = "48.0.8";
+/// The WIT package this host implements.
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.1.x";
+/// The most a guest may write to stderr that a fault report keeps.
+const STDERR_CAPTURE: usize = 4096;
+
+/// Why a plugin could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "{}: field `component`: cannot read {}: {source}; build the plugin (for the repo's plugins: cargo build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml)",
+        manifest.display(), component.display()
+    )]
+    MissingComponent {
+        manifest: PathBuf,
+        component: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: the component is not a valid WebAssembly component: {reason}", component.display())]
+    Invalid { component: PathBuf, reason: String },
+    #[error("{}: the component targets {found}, a version this host does not support; it supports {SUPPORTED_PACKAGE} (worlds webhook, provider, module). Rebuild it against wit/ of this release", component.display())]
+    UnsupportedVersion { component: PathBuf, found: String },
+    #[error("{}: the component exports no world this host knows (its exports: {exports}); it supports {SUPPORTED_PACKAGE} (worlds webhook, provider, module)", component.display())]
+    UnknownWorld { component: PathBuf, exports: String },
+    #[error("{}: field `kind`: the manifest says {expected} but the component targets the {found} world; fix `kind` or rebuild the component", manifest.display())]
+    WorldMismatch {
+        manifest: PathBuf,
+        expected: Kind,
+        found: Kind,
+    },
+    #[error("{}: the component needs imports its world does not grant: {reason}", component.display())]
+    Link { component: PathBuf, reason: String },
+    #[error("plugin `{plugin}`: cannot prepare its scratch directory {}: {source}", dir.display())]
+    Scratch {
+        plugin: String,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin `{plugin}`: `init` refused to start: {reason}")]
+    Init { plugin: String, reason: String },
+    #[error("plugin `{plugin}`: `init` failed: {fault}")]
+    InitFault { plugin: String, fault: Fault },
+    #[error("the plugin engine could not start: {0}")]
+    Engine(String),
+}
+
+/// How a call failed inside the sandbox. The host survives every one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Fault {
+    #[error("ran past its deadline of {} ms; make the call cheaper or raise limits.deadline_ms", deadline.as_millis())]
+    Timeout { deadline: Duration },
+    #[error(
+        "tried to grow memory to {requested} bytes past its cap of {limit} bytes; raise limits.memory_mib or allocate less"
+    )]
+    OutOfMemory { limit: u64, requested: u64 },
+    #[error("overflowed its stack (unbounded recursion?)")]
+    StackOverflow,
+    #[error("trapped: {reason}")]
+    Trap { reason: String },
+}
+
+impl Fault {
+    /// A short name for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Fault::Timeout { .. } => "timeout",
+            Fault::OutOfMemory { .. } => "out-of-memory",
+            Fault::StackOverflow => "stack-overflow",
+            Fault::Trap { .. } => "trap",
+        }
+    }
+}
+
+/// Why a call did not return a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    #[error("plugin `{plugin}` faulted: {fault}")]
+    Fault { plugin: String, fault: Fault },
+    #[error("plugin `{plugin}` could not be instantiated: {reason}")]
+    Instantiate { plugin: String, reason: String },
+}
+
+impl CallError {
+    /// The fault, if the call faulted.
+    pub fn fault(&self) -> Option<&Fault> {
+        match self {
+            CallError::Fault { fault, .. } => Some(fault),
+            CallError::Instantiate { .. } => None,
+        }
+    }
+}
+
+/// A plugin's health as reported to operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthReport {
+    pub degraded: bool,
+    pub consecutive_faults: u32,
+    pub total_faults: u64,
+    pub total_calls: u64,
+    pub last_fault: Option<String>,
+}
+
+/// Fault bookkeeping for one plugin.
+#[derive(Debug, Default)]
+pub struct Health {
+    consecutive: AtomicU32,
+    degraded: AtomicBool,
+    faults: AtomicU64,
+    calls: AtomicU64,
+    last_fault: Mutex<Option<String>>,
+}
+
+impl Health {
+    pub(crate) fn record_ok(&self, plugin: &str) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.consecutive.store(0, Ordering::Relaxed);
+        if self.degraded.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                plugin,
+                "plugin recovered: a call succeeded after repeated faults"
+            );
+        }
+    }
+
+    pub(crate) fn record_fault(&self, plugin: &str, fault: &Fault) {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        self.faults.fetch_add(1, Ordering::Relaxed);
+        let row = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
+        *self.last_fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(fault.to_string());
+        tracing::warn!(plugin, fault = fault.kind(), "plugin call faulted: {fault}");
+        if row >= DEGRADED_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                plugin,
+                faults_in_a_row = row,
+                "plugin degraded after repeated faults"
+            );
+        }
+    }
+
+    /// The current report.
+    pub fn report(&self) -> HealthReport {
+        HealthReport {
+            degraded: self.degraded.load(Ordering::Relaxed),
+            consecutive_faults: self.consecutive.load(Ordering::Relaxed),
+            total_faults: self.faults.load(Ordering::Relaxed),
+            total_calls: self.calls.load(Ordering::Relaxed),
+            last_fault: self
+                .last_fault
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        }
+    }
+}
+
+/// Where an artifact came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Loaded from the cache.
+    Hit,
+    /// Not in the cache (or no cache): compiled, and stored if there is one.
+    Compiled,
+    /// In the cache but refused (carries why); recompiled and replaced.
+    Recompiled(String),
+}
+
+/// Options for a [`Runtime`].
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// The data directory: the artifact cache and scratch directories live
+    /// under it. `None` disables both (scratch requests are then refused).
+    pub data_dir: Option<PathBuf>,
+    /// Instances the pool holds at once, across all plugins.
+    pub max_instances: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            data_dir: None,
+            max_instances: 128,
+        }
+    }
+}
+
+struct Ticker {
+    stop: Arc<AtomicBool>,
+}
+
+impl Drop for Ticker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The engine all plugins share.
+pub struct Runtime {
+    engine: Engine,
+    config: RuntimeConfig,
+    fingerprint: String,
+    _ticker: Ticker,
+}
+
+struct ShaHasher(Sha256);
+
+impl Hasher for ShaHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+    fn finish(&self) -> u64 {
+        // Only the digest is used; `finish` is never part of a key.
+        0
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Runtime {
+    /// Builds the engine and starts its epoch ticker.
+    pub fn new(config: RuntimeConfig) -> Result<Arc<Runtime>, LoadError> {
+        let mut pool = PoolingAllocationConfig::default();
+        pool.total_component_instances(config.max_instances)
+            .total_core_instances(config.max_instances * 4)
+            .total_memories(config.max_instances * 2)
+            .total_tables(config.max_instances * 4)
+            .total_stacks(config.max_instances)
+            .max_memory_size((crate::manifest::MAX_MEMORY_MIB * 1024 * 1024) as usize)
+            .max_memories_per_component(4)
+            .max_core_instances_per_component(16)
+            .max_tables_per_component(16);
+        let mut wasm = Config::new();
+        wasm.wasm_component_model(true)
+            .epoch_interruption(true)
+            .max_wasm_stack(512 * 1024)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&wasm).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+
+        let mut hasher = ShaHasher(Sha256::new());
+        hasher.write(WASMTIME_VERSION.as_bytes());
+        std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
+        let fingerprint = hex(&hasher.0.finalize()[..8]);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let ticking = engine.clone();
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("plugin-epoch".to_string())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            })
+            .map_err(|e| LoadError::Engine(format!("cannot start the epoch ticker: {e}")))?;
+        Ok(Arc::new(Runtime {
+            engine,
+            config,
+            fingerprint,
+            _ticker: Ticker { stop },
+        }))
+    }
+
+    /// The wasmtime engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The artifact cache directory, if there is a data dir.
+    pub fn cache_dir(&self) -> Option<PathBuf> {
+        self.config
+            .data_dir
+            .as_ref()
+            .map(|d| d.join("plugin-cache"))
+    }
+
+    /// Loads `manifest`'s component (from the cache when it can), checks
+    /// its world against the manifest's kind.
+    pub fn load_component(
+        &self,
+        manifest: &Manifest,
+    ) -> Result<(Component, CacheOutcome), LoadError> {
+        let bytes =
+            std::fs::read(&manifest.component).map_err(|source| LoadError::MissingComponent {
+                manifest: manifest.file.clone(),
+                component: manifest.component.clone(),
+                source,
+            })?;
+        let (component, outcome) = self.compile_cached(&manifest.component, &bytes)?;
+        let found = world_of(&self.engine, &component, &manifest.component)?;
+        if found != manifest.kind {
+            return Err(LoadError::WorldMismatch {
+                manifest: manifest.file.clone(),
+                expected: manifest.kind,
+                found,
+            });
+        }
+        Ok((component, outcome))
+    }
+
+    fn compile_cached(
+        &self,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(Component, CacheOutcome), LoadError> {
+        let compile = || {
+            Component::new(&self.engine, bytes).map_err(|e| LoadError::Invalid {
+                component: path.to_path_buf(),
+                reason: format!("{e:#}"),
+            })
+        };
+        let Some(dir) = self.cache_dir() else {
+            return Ok((compile()?, CacheOutcome::Compiled));
+        };
+        let key = format!("{}-{}", hex(&Sha256::digest(bytes)), self.fingerprint);
+        let artifact = dir.join(format!("{key}.cwasm"));
+        let digest_file = dir.join(format!("{key}.sha256"));
+        let refused = match (
+            std::fs::read(&artifact),
+            std::fs::read_to_string(&digest_file),
+        ) {
+            (Ok(code), Ok(recorded)) => {
+                if hex(&Sha256::digest(&code)) != recorded.trim() {
+                    Some("its digest does not match the one recorded".to_string())
+                } else {
+                    // SAFETY: the bytes are an artifact this host serialized
+                    // (their digest matches the one it recorded), and wasmtime
+                    // checks the header against this engine's version and
+                    // configuration before using them.
+                    match unsafe { Component::deserialize(&self.engine, &code) } {
+                        Ok(c) => return Ok((c, CacheOutcome::Hit)),
+                        Err(e) => Some(format!("wasmtime refused it: {e}")),
+                    }
+                }
+            }
+            (Err(_), _) => None,
+            (Ok(_), Err(_)) => Some("no digest was recorded for it".to_string()),
+        };
+        if let Some(reason) = &refused {
+            tracing::warn!(artifact = %artifact.display(), "recompiling a cached plugin artifact: {reason}");
+        }
+        let component = compile()?;
+        if let Err(e) = store_artifact(&dir, &artifact, &digest_file, &component) {
+            tracing::warn!(dir = %dir.display(), "cannot write the plugin artifact cache: {e}");
+        }
+        Ok((
+            component,
+            refused.map_or(CacheOutcome::Compiled, CacheOutcome::Recompiled),
+        ))
+    }
+
+    /// A fresh store for one instance of `manifest`'s plugin, with its
+    /// memory cap, no ambient authority and a deadline already set.
+    pub(crate) fn new_store(
+        &self,
+        manifest: &Manifest,
+        outbound: OutboundPolicy,
+    ) -> Result<Store<Sandbox>, LoadError> {
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = WasiCtx::builder();
+        wasi.stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .socket_addr_check(|_, _| Box::pin(async { false }))
+            .wall_clock(ZeroClock)
+            .monotonic_clock(ZeroClock);
+        if manifest.scratch {
+            let dir = self.scratch_dir(&manifest.name)?;
+            wasi.preopened_dir(&dir, "/scratch", FsPerms::ReadWrite)
+                .map_err(|e| LoadError::Scratch {
+                    plugin: manifest.name.clone(),
+                    dir: dir.clone(),
+                    source: std::io::Error::other(format!("{e:#}")),
+                })?;
+        }
+        let sandbox = Sandbox {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            http: WasiHttpCtx::new(),
+            outbound,
+            limiter: Limiter {
+                cap: manifest.limits.memory_bytes as usize,
+                denied: None,
+            },
+            stderr,
+            module: None,
+        };
+        let mut store = Store::new(&self.engine, sandbox);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(manifest.limits.deadline));
+        store.epoch_deadline_trap();
+        Ok(store)
+    }
+
+    /// The plugin's private scratch directory, created if needed.
+    fn scratch_dir(&self, plugin: &str) -> Result<PathBuf, LoadError> {
+        let Some(data) = &self.config.data_dir else {
+            return Err(LoadError::Scratch {
+                plugin: plugin.to_string(),
+                dir: PathBuf::from("(no data dir)"),
+                source: std::io::Error::other("the host has no data dir"),
+            });
+        };
+        let dir = data.join("plugin-scratch").join(plugin);
+        std::fs::create_dir_all(&dir).map_err(|source| LoadError::Scratch {
+            plugin: plugin.to_string(),
+            dir: dir.clone(),
+            source,
+        })?;
+        Ok(dir)
+    }
+}
+
+fn store_artifact(
+    dir: &Path,
+    artifact: &Path,
+    digest_file: &Path,
+    component: &Component,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let code = component
+        .serialize()
+        .map_err(|e| std::io::Error::other(format!("{e:#}")))?;
+    let tmp = artifact.with_extension("tmp");
+    std::fs::write(&tmp, &code)?;
+    std::fs::rename(&tmp, artifact)?;
+    std::fs::write(digest_file, hex(&Sha256::digest(&code)))
+}
+
+/// Epoch ticks for a deadline, rounded up, at least one.
+pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
+    (deadline.as_micros() as u64).div_ceil(EPOCH_TICK.as_micros() as u64) + 1
+}
+
+/// Which world a component targets, from its exports.
+pub fn world_of(engine: &Engine, component: &Component, path: &Path) -> Result<Kind, LoadError> {
+    let ty = component.component_type();
+    let exports: Vec<String> = ty.exports(engine).map(|(n, _)| n.to_string()).collect();
+    let mut found = None;
+    for name in &exports {
+        let Some(rest) = name.strip_prefix("crewlet:plugin/") else {
+            continue;
+        };
+        let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
+        if !version.starts_with("0.1.") {
+            return Err(LoadError::UnsupportedVersion {
+                component: path.to_path_buf(),
+                found: format!(
+                    "crewlet:plugin@{}",
+                    if version.is_empty() { "?" } else { version }
+                ),
+            });
+        }
+        found = match interface {
+            "inbound" => Some(Kind::Webhook),
+            "completions" => Some(Kind::Provider),
+            "handlers" => Some(Kind::Module),
+            _ => found,
+        };
+    }
+    found.ok_or_else(|| LoadError::UnknownWorld {
+        component: path.to_path_buf(),
+        exports: if exports.is_empty() {
+            "none".to_string()
+        } else {
+            exports.join(", ")
+        },
+    })
+}
+
+/// Both WASI clocks read zero: a plugin's only time is what a call passes.
+struct ZeroClock;
+
+impl HostWallClock for ZeroClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for ZeroClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Refuses memory growth past the cap, and remembers it did.
+pub(crate) struct Limiter {
+    cap: usize,
+    denied: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.denied = Some(desired);
+            Ok(false)
+        } else {
+            Ok(true)
+        }
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+/// Everything one instance's store holds.
+pub struct Sandbox {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    http: WasiHttpCtx,
+    outbound: OutboundPolicy,
+    limiter: Limiter,
+    stderr: MemoryOutputPipe,
+    /// The module runtime's state, for module plugins.
+    pub(crate) module: Option<crate::module::ModuleCtx>,
+}
+
+impl WasiView for Sandbox {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for Sandbox {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.outbound,
+        }
+    }
+}
+
+impl Sandbox {
+    /// Turns a failed call's error into a typed fault.
+    pub(crate) fn classify(&mut self, error: &wasmtime::Error, deadline: Duration) -> Fault {
+        if let Some(requested) = self.limiter.denied.take() {
+            return Fault::OutOfMemory {
+                limit: self.limiter.cap as u64,
+                requested: requested as u64,
+            };
+        }
+        let trap = error
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<Trap>())
+            .copied();
+        match trap {
+            Some(Trap::Interrupt) => Fault::Timeout { deadline },
+            Some(Trap::StackOverflow) => Fault::StackOverflow,
+            Some(other) => {
+                let stderr = self.stderr.contents();
+                let said = String::from_utf8_lossy(&stderr);
+                let said = said.trim();
+                Fault::Trap {
+                    reason: if said.is_empty() {
+                        other.to_string()
+                    } else {
+                        format!("{other}; the plugin said: {said}")
+                    },
+                }
+            }
+            None => Fault::Trap {
+                reason: format!("{error:#}"),
+            },
+        }
+    }
+
+    /// Resets per-call bookkeeping before a call.
+    pub(crate) fn begin_call(&mut self) {
+        self.limiter.denied = None;
+    }
+}
+
+/// Idle instances of one plugin whose last call succeeded, ready for reuse.
+pub(crate) struct IdleInstances<B> {
+    slots: Mutex<Vec<(Store<Sandbox>, B)>>,
+    keep: usize,
+}
+
+impl<B> IdleInstances<B> {
+    pub(crate) fn new(keep: usize) -> Self {
+        IdleInstances {
+            slots: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    pub(crate) fn take(&self) -> Option<(Store<Sandbox>, B)> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    pub(crate) fn give_back(&self, slot: (Store<Sandbox>, B)) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.len() < self.keep {
+            slots.push(slot);
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// Readies a store for one call: clears the last call's bookkeeping and
+/// sets the epoch deadline.
+pub(crate) fn prepare(store: &mut Store<Sandbox>, deadline: Duration) {
+    store.data_mut().begin_call();
+    store.set_epoch_deadline(deadline_ticks(deadline));
+}
+
+/// How a call future ended.
+pub(crate) enum Outcome<R> {
+    Done(wasmtime::Result<R>),
+    Elapsed,
+}
+
+/// Runs a call future under the deadline's timer, which covers time spent
+/// in host calls (epoch interruption covers guest code).
+pub(crate) async fn within<R>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = wasmtime::Result<R>>,
+) -> Outcome<R> {
+    match tokio::time::timeout(deadline, call).await {
+        Ok(result) => Outcome::Done(result),
+        Err(_elapsed) => Outcome::Elapsed,
+    }
+}
+
+/// Turns an outcome into the call's result, recording health. On `Err` the
+/// caller must drop the store: it is never entered again.
+pub(crate) fn settle<R>(
+    plugin: &str,
+    health: &Health,
+    deadline: Duration,
+    store: &mut Store<Sandbox>,
+    outcome: Outcome<R>,
+) -> Result<R, CallError> {
+    settle_step(plugin, health, deadline, store, outcome, true)
+}
+
+/// [`settle`] for instantiation alone: a fault counts, a success does not
+/// (only a successful call recovers a degraded plugin).
+pub(crate) fn settle_instantiate<R>(
+    plugin: &str,
+    health: &Health,
+    deadline: Duration,
+    store: &mut Store<Sandbox>,
+    outcome: Outcome<R>,
+) -> Result<R, CallError> {
+    settle_step(plugin, health, deadline, store, outcome, false)
+}
+
+fn settle_step<R>(
+    plugin: &str,
+    health: &Health,
+    deadline: Duration,
+    store: &mut Store<Sandbox>,
+    outcome: Outcome<R>,
+    is_call: bool,
+) -> Result<R, CallError> {
+    let fault = match outcome {
+        Outcome::Done(Ok(value)) => {
+            if is_call {
+                health.record_ok(plugin);
+            }
+            return Ok(value);
+        }
+        Outcome::Done(Err(error)) => store.data_mut().classify(&error, deadline),
+        Outcome::Elapsed => Fault::Timeout { deadline },
+    };
+    health.record_fault(plugin, &fault);
+    Err(CallError::Fault {
+        plugin: plugin.to_string(),
+        fault,
+    })
+}

@@ -1,0 +1,174 @@
+//! `crewlet plugins check|list|new` as library calls: reports over the
+//! repo's plugins, errors naming file and field, and a scaffold that builds
+//! and passes its own test.
+
+mod common;
+
+use std::process::Command;
+
+use common::{plugins_dir, runtime};
+use crewlet_plugins::{Kind, check, list, scaffold};
+
+#[test]
+fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
+    // The shipped plugins: testdata is not part of a catalogue.
+    let report = check(&plugins_dir()).unwrap();
+    let text = report.to_string();
+    assert!(report.is_ok(), "{text}");
+    assert!(report.catalogue.is_empty(), "{text}");
+    assert_eq!(report.plugins.len(), 9, "{text}");
+    assert!(text.contains("ok    github"), "{text}");
+    assert!(!text.contains("hostile"), "{text}");
+
+    // The hostile ones, checked on their own: only the wrong world fails
+    // validation (the rest misbehave only when run).
+    let report = check(&plugins_dir().join("testdata")).unwrap();
+    let text = report.to_string();
+    let failing: Vec<_> = report
+        .plugins
+        .iter()
+        .filter(|p| !p.problems.is_empty())
+        .map(|p| p.name.clone().unwrap_or_default())
+        .collect();
+    assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
+    assert_eq!(report.plugins.len(), 3, "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.1.x"), "{text}");
+}
+
+#[test]
+fn check_names_the_file_and_field_of_each_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(
+        bad.join("plugin.toml"),
+        "name = \"bad\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"bad.wasm\"\n[limits]\ndeadline_ms = 0\n[webhook]\nroutes = [\"/webhooks/bad\"]\n",
+    )
+    .unwrap();
+    let missing = dir.path().join("missing");
+    std::fs::create_dir_all(&missing).unwrap();
+    std::fs::write(
+        missing.join("plugin.toml"),
+        "name = \"missing\"\nversion = \"0.1.0\"\nkind = \"module\"\ncomponent = \"nothing.wasm\"\n[module]\nreads = [\"owner.a\"]\n",
+    )
+    .unwrap();
+    let report = check(dir.path()).unwrap();
+    assert!(!report.is_ok());
+    let problems = report.problems();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems[0].contains("bad/plugin.toml: field `limits.deadline_ms`"),
+        "{}",
+        problems[0]
+    );
+    assert!(
+        problems[1].contains("missing/plugin.toml: field `component`"),
+        "{}",
+        problems[1]
+    );
+    assert!(problems[1].contains("build the plugin"), "{}", problems[1]);
+    assert!(check(&dir.path().join("nope")).is_err());
+}
+
+#[test]
+fn list_prints_effective_permissions() {
+    let text = list(&plugins_dir()).unwrap().to_string();
+    for expected in [
+        "github 0.1.0 (webhook)",
+        "serves: /webhooks/github",
+        "secrets: github_webhook_secret",
+        "outbound http: https://api.openai.com:443",
+        "read-write: mod_presence_seen as `seen` (history 1, ttl none)",
+        "read-only: mod_presence_seen as `presence.seen`",
+        "limits: memory 32 MiB, deadline 500 ms per call",
+        "ambient: no env, no sockets, no clock, no filesystem",
+    ] {
+        assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+    }
+}
+
+/// The repository's pinned toolchain, so a scaffold built outside the
+/// repository uses it too (and its wasm32-wasip2 target).
+fn pinned_toolchain() -> String {
+    let text = std::fs::read_to_string(plugins_dir().join("../rust-toolchain.toml")).unwrap();
+    let table: toml::Table = toml::from_str(&text).unwrap();
+    table["toolchain"]["channel"].as_str().unwrap().to_string()
+}
+
+fn cargo(args: &[&str], target: &std::path::Path) {
+    let out = Command::new("cargo")
+        .args(args)
+        .env("RUSTUP_TOOLCHAIN", pinned_toolchain())
+        .env("CARGO_TARGET_DIR", target)
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_builds_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    // Shared with the guest build so wit-bindgen compiles once per machine.
+    let target = plugins_dir().join("target/scaffold-test");
+    for (kind, name) in [
+        (Kind::Webhook, "acme-hook"),
+        (Kind::Provider, "acme-llm"),
+        (Kind::Module, "acme-mod"),
+    ] {
+        let report = scaffold(kind, name, dir.path()).unwrap();
+        assert!(
+            report
+                .to_string()
+                .contains("cargo build --release --target wasm32-wasip2")
+        );
+        let manifest = report.dir.join("Cargo.toml");
+        cargo(
+            &[
+                "test",
+                "--quiet",
+                "--manifest-path",
+                manifest.to_str().unwrap(),
+            ],
+            &target,
+        );
+    }
+    assert!(
+        scaffold(Kind::Module, "acme-mod", dir.path()).is_err(),
+        "never overwrites"
+    );
+    assert!(scaffold(Kind::Module, "Bad_Name", dir.path()).is_err());
+
+    let hook = dir.path().join("acme-hook");
+    cargo(
+        &[
+            "build",
+            "--quiet",
+            "--release",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+            hook.join("Cargo.toml").to_str().unwrap(),
+        ],
+        &hook.join("target"),
+    );
+    let report = check(&hook).unwrap();
+    assert!(report.is_ok(), "{report}");
+
+    let (rt, _data) = runtime();
+    let m = crewlet_plugins::Manifest::load(&hook.join("plugin.toml")).unwrap();
+    let plugin = crewlet_plugins::webhook::WebhookPlugin::load(&rt, m).unwrap();
+    let req = crewlet_plugins::webhook::Request::new(
+        "/webhooks/acme-hook",
+        &[("x-acme-hook-token", "t0k"), ("x-request-id", "r1")],
+        b"hello",
+        &[("acme_hook_token", b"t0k")],
+        0,
+    );
+    assert_eq!(plugin.verify(&req).await.unwrap(), Ok(()));
+    let parsed = plugin.parse(&req).await.unwrap().unwrap();
+    assert_eq!(parsed.deliveries[0].text.as_deref(), Some("hello"));
+}

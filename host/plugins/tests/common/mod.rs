@@ -1,0 +1,67 @@
+//! Shared test helpers: the repo's plugins, built by
+//! `cargo build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml`.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crewlet_plugins::manifest::Manifest;
+use crewlet_plugins::runtime::{Runtime, RuntimeConfig};
+
+pub const BUILD: &str =
+    "cargo build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml";
+
+/// `plugins/` at the repository root.
+pub fn plugins_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../plugins")
+}
+
+/// Fails with the fix when a component has not been built.
+pub fn require_built(manifest: &Manifest) {
+    assert!(
+        manifest.component.is_file(),
+        "the component {} is missing: run the plugin build first: {BUILD}",
+        manifest.component.display()
+    );
+}
+
+/// The manifest at `plugins/<rel>/plugin.toml`, its component built.
+pub fn manifest(rel: &str) -> Manifest {
+    let m = Manifest::load(&plugins_dir().join(rel).join("plugin.toml"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    require_built(&m);
+    m
+}
+
+/// `text` parsed as if it were `plugins/<rel>/plugin.toml`.
+pub fn manifest_text(rel: &str, text: &str) -> Manifest {
+    let m = Manifest::parse(&plugins_dir().join(rel).join("plugin.toml"), text)
+        .unwrap_or_else(|e| panic!("{e}"));
+    require_built(&m);
+    m
+}
+
+/// A runtime with a throwaway data dir (the artifact cache lives there).
+pub fn runtime() -> (Arc<Runtime>, tempfile::TempDir) {
+    let data = tempfile::tempdir().expect("temp data dir");
+    let rt = Runtime::new(RuntimeConfig {
+        data_dir: Some(data.path().to_path_buf()),
+        max_instances: 64,
+    })
+    .expect("engine");
+    (rt, data)
+}
+
+/// HMAC-SHA256 as lower-case hex, computed independently of the plugins.
+pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}

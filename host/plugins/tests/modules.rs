@@ -1,0 +1,304 @@
+//! Module grants end to end on a real nats-server (ADR 202): buckets
+//! created from the catalogue, the owner writes, a reader reads and watches
+//! (current values → marker → changes), a reader's write and every other
+//! forbidden use is refused as a value the guest sees, and a healthy module
+//! keeps answering.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{manifest, manifest_text, plugins_dir, runtime};
+use crewlet_plugins::catalogue::{BucketSpec, Catalogue};
+use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
+use crewlet_plugins::runtime::LoadError;
+use crewlet_plugins::state::{NatsState, StateBackend};
+use crewlet_testkit::NatsServer;
+
+async fn board_log(board: &ModulePlugin, want_lines: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let log = board.on_event("board.log", b"").await.unwrap().unwrap();
+        let lines: Vec<String> = String::from_utf8(log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if lines.len() >= want_lines || Instant::now() > deadline {
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn text(bytes: Vec<u8>) -> String {
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_writes_reader_reads_and_watches_and_cannot_write() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let (catalogue, invalid) = Catalogue::load(&plugins_dir()).unwrap();
+    assert!(invalid.is_empty(), "{invalid:?}");
+    let created = ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
+    assert!(
+        created.contains(&"mod_presence_seen".to_string()),
+        "{created:?}"
+    );
+    // Idempotent: a second raise changes nothing and fails nothing.
+    assert_eq!(
+        ensure_buckets(&catalogue, backend.as_ref()).await.unwrap(),
+        created
+    );
+
+    let (rt, _data) = runtime();
+    let owner = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence"),
+        &catalogue,
+        backend.clone(),
+    )
+    .await
+    .unwrap();
+    let rev = owner
+        .on_event("seen.set", br#"{"who":"alice","where":"lab"}"#)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(text(rev).parse::<u64>().unwrap() >= 1);
+    assert!(
+        owner.logs().iter().any(|l| l.contains("presence ready")),
+        "{:?}",
+        owner.logs()
+    );
+
+    // The reader starts after alice was written: she is current.
+    let board = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence-board"),
+        &catalogue,
+        backend.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        board_log(&board, 2).await,
+        vec![
+            r#"current alice={"who":"alice","where":"lab"}"#.to_string(),
+            "end-of-current".to_string(),
+        ]
+    );
+    owner
+        .on_event("seen.set", br#"{"who":"bob","where":"desk"}"#)
+        .await
+        .unwrap()
+        .unwrap();
+    owner
+        .on_event("seen.delete", b"alice")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        board_log(&board, 4).await[2..],
+        [
+            r#"put bob={"who":"bob","where":"desk"}"#.to_string(),
+            "deleted alice".to_string(),
+        ]
+    );
+
+    // Reads go through; a write is refused with the bucket and the reason.
+    assert_eq!(
+        text(board.on_event("board.get", b"bob").await.unwrap().unwrap()),
+        r#"{"who":"bob","where":"desk"}"#
+    );
+    assert_eq!(
+        text(
+            board
+                .on_event("board.get", b"alice")
+                .await
+                .unwrap()
+                .unwrap()
+        ),
+        "<none>"
+    );
+    assert_eq!(
+        text(board.on_event("board.keys", b"").await.unwrap().unwrap()),
+        "bob"
+    );
+    let refused = board
+        .on_event("board.write", b"mallory")
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        refused.starts_with("read-only: bucket `presence.seen`"),
+        "{refused}"
+    );
+    assert_eq!(
+        text(
+            board
+                .on_event("board.get", b"mallory")
+                .await
+                .unwrap()
+                .unwrap()
+        ),
+        "<none>"
+    );
+
+    // A second reader started now sees bob as current, then the marker.
+    let late = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence-board"),
+        &catalogue,
+        backend.clone(),
+    )
+    .await
+    .unwrap();
+    let late_log = board_log(&late, 2).await;
+    assert_eq!(
+        late_log[..2],
+        [
+            r#"current bob={"who":"bob","where":"desk"}"#.to_string(),
+            "end-of-current".to_string()
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_state_use_is_refused_as_values_while_a_healthy_module_answers() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    // The shipped catalogue plus the hostile module, as one deployment.
+    let (mut catalogue, _) = Catalogue::load(&plugins_dir()).unwrap();
+    let (hostile, _) = Catalogue::load(&plugins_dir().join("testdata")).unwrap();
+    catalogue.plugins.extend(hostile.plugins);
+    ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
+    let (rt, _data) = runtime();
+    let healthy = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence"),
+        &catalogue,
+        backend.clone(),
+    )
+    .await
+    .unwrap();
+    let hostile = ModulePlugin::start(
+        &rt,
+        manifest("testdata/hostile-module"),
+        &catalogue,
+        backend.clone(),
+    )
+    .await
+    .unwrap();
+
+    let cases = [
+        (
+            "write-read-only",
+            "refused: read-only: bucket `presence.seen`",
+        ),
+        (
+            "undeclared-bucket",
+            "refused: not-issued: bucket `payroll.salaries`",
+        ),
+        (
+            "credential-field",
+            "refused: credential-field: field `/server/headers/0/Authorization`",
+        ),
+        ("huge-value", "refused: value-too-large: 307202 bytes"),
+    ];
+    for (topic, expected) in cases {
+        let answer = hostile
+            .on_event(topic, b"")
+            .await
+            .expect("a refusal is not a fault");
+        let refusal = answer.expect_err(topic);
+        assert!(refusal.starts_with(expected), "{topic}: {refusal}");
+        let rev = healthy
+            .on_event("seen.set", br#"{"who":"carol"}"#)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!rev.is_empty());
+    }
+    // Nothing was written by the refused calls; an ordinary write works.
+    let ok = hostile.on_event("ordinary", b"").await.unwrap().unwrap();
+    assert!(text(ok).starts_with("allowed: "));
+    assert!(
+        backend
+            .get("mod_presence_seen", "intruder")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        backend
+            .get("mod_hostile-module_own", "huge")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        backend
+            .get("mod_hostile-module_own", "mcp")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(
+        hostile.health().total_faults,
+        0,
+        "refusals are values, not faults"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_of_an_undeclared_bucket_is_refused_at_load_and_orphans_are_reported() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let owner = manifest("modules/presence");
+    let reader = manifest_text(
+        "modules/presence-board",
+        "name = \"nosy\"\nversion = \"0.1.0\"\nkind = \"module\"\ncomponent = \"../../target/wasm32-wasip2/release/crewlet_module_presence_board.wasm\"\n[module]\nreads = [\"presence.salaries\"]\n",
+    );
+    let catalogue = Catalogue {
+        plugins: vec![owner, reader.clone()],
+    };
+    let problems = catalogue.problems();
+    assert_eq!(problems.len(), 1);
+    assert!(problems[0].to_string().contains("`presence.salaries` names a bucket module `presence` does not declare (it declares: seen)"), "{}", problems[0]);
+    let (rt, _data) = runtime();
+    let err = ModulePlugin::start(&rt, reader, &catalogue, backend.clone())
+        .await
+        .err()
+        .expect("refused");
+    assert!(matches!(err, LoadError::Init { .. }), "{err:?}");
+
+    // A bucket whose declaration left the catalogue is reported, not removed.
+    let gone = BucketSpec {
+        name: "mod_retired_notes".into(),
+        owner: "retired".into(),
+        local: "notes".into(),
+        decl: None,
+    };
+    backend.ensure_bucket(&gone).await.unwrap();
+    backend
+        .put("mod_retired_notes", "k", b"v".to_vec())
+        .await
+        .unwrap();
+    let orphans = orphaned_buckets(&catalogue, backend.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(orphans, vec!["mod_retired_notes".to_string()]);
+    assert!(
+        backend
+            .get("mod_retired_notes", "k")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -1,0 +1,192 @@
+//! Verification and parsing for Crewlet's webhook plugins.
+//!
+//! Plain Rust with no WIT in sight, so the same code runs inside the
+//! components (through thin adapters in `plugins/webhooks/*`) and natively
+//! (unit tests, and the host's benchmark that compares the two).
+//!
+//! Rules every source follows:
+//! - Signatures and tokens are compared in constant time (`subtle`, or
+//!   `hmac`'s own `verify_slice`), so timing says nothing about the secret.
+//! - A malformed header is a [`VerifyError`], never a panic: every decode is
+//!   checked and every index is bounds-checked.
+//! - Parsing never fails on an unknown event type; it yields a delivery with
+//!   the type as the source named it, so new events reach routing unchanged.
+
+pub mod atlassian;
+pub mod datadog;
+pub mod github;
+pub mod gitlab;
+pub mod slack;
+
+mod crypto;
+mod json;
+
+#[cfg(feature = "component")]
+pub mod component;
+
+pub use crypto::{constant_time_eq, decode_hex, hmac_sha256, hmac_sha256_verify};
+
+/// One delivery as the ingress received it, borrowed from the caller.
+#[derive(Debug, Clone, Copy)]
+pub struct Input<'a> {
+    pub route: &'a str,
+    /// Header names are lower-case.
+    pub headers: &'a [(&'a str, &'a str)],
+    pub body: &'a [u8],
+    pub secrets: &'a [(&'a str, &'a [u8])],
+    pub now_unix_seconds: i64,
+}
+
+impl<'a> Input<'a> {
+    /// The first header with this (lower-case) name.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+    }
+
+    /// A required header, or [`VerifyError::MissingHeader`].
+    pub fn require_header(&self, name: &str) -> Result<&'a str, VerifyError> {
+        self.header(name)
+            .ok_or_else(|| VerifyError::MissingHeader(name.to_string()))
+    }
+
+    /// The secret the host resolved under `name`.
+    pub fn secret(&self, name: &str) -> Option<&'a [u8]> {
+        self.secrets
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| *v)
+    }
+
+    /// A required secret, or [`VerifyError::MissingSecret`].
+    pub fn require_secret(&self, name: &str) -> Result<&'a [u8], VerifyError> {
+        self.secret(name)
+            .ok_or_else(|| VerifyError::MissingSecret(name.to_string()))
+    }
+}
+
+/// Why a delivery was refused; mirrors the WIT `verify-error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VerifyError {
+    MissingHeader(String),
+    MalformedHeader(String),
+    Mismatch,
+    StaleTimestamp(i64),
+    MissingSecret(String),
+}
+
+/// Why a verified delivery could not be parsed; mirrors the WIT `parse-error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseError {
+    MalformedBody(String),
+    MissingField(String),
+}
+
+/// Who a delivery is addressed to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Addressed {
+    pub mentions: Vec<String>,
+    pub assignees: Vec<String>,
+    pub reviewers: Vec<String>,
+    pub channel: Option<String>,
+    pub thread: Option<String>,
+}
+
+/// One normalised delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub source: String,
+    pub event_type: String,
+    pub delivery_id: String,
+    pub addressed: Addressed,
+    pub text: Option<String>,
+    pub payload: Vec<u8>,
+}
+
+/// A body to answer the sender with instead of an empty `200`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// What parsing produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Parsed {
+    pub deliveries: Vec<Delivery>,
+    pub reply: Option<Reply>,
+}
+
+/// `@name` mentions in free text, in order of appearance, without
+/// duplicates. A name is ASCII letters, digits, `-`, `_` and `.`, not ending
+/// in `.` (so "ask @octocat." yields `octocat`); an `@` inside a word (an
+/// e-mail address) is not a mention.
+pub fn at_mentions(text: &str) -> Vec<String> {
+    let bytes = text.as_bytes();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'@' && (i == 0 || !is_name_byte(bytes[i - 1])) {
+            let start = i + 1;
+            let mut end = start;
+            while end < bytes.len() && is_name_byte(bytes[end]) {
+                end += 1;
+            }
+            while end > start && bytes[end - 1] == b'.' {
+                end -= 1;
+            }
+            if end > start {
+                let name = &text[start..end];
+                if !out.iter().any(|n| n == name) {
+                    out.push(name.to_string());
+                }
+            }
+            i = end.max(start);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.'
+}
+
+/// Parses a JSON body, mapping failure to [`ParseError::MalformedBody`]
+/// without echoing the body.
+pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, ParseError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ParseError::MalformedBody(format!("body is not JSON: {}", e.classify_name())))
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "read error",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "unexpected data",
+            serde_json::error::Category::Eof => "truncated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_skip_emails_and_trailing_dots() {
+        assert_eq!(
+            at_mentions("@alice ask @bob. mail a@b.c, @alice again, @-x"),
+            vec!["alice", "bob", "-x"]
+        );
+        assert!(at_mentions("no one @").is_empty());
+    }
+}

@@ -1,0 +1,205 @@
+//! Slack: signing secret v0 (secret `slack_signing_secret`).
+//!
+//! `X-Slack-Signature: v0=<hex>` is an HMAC-SHA256 of `v0:<ts>:<body>` where
+//! `<ts>` is `X-Slack-Request-Timestamp`. A timestamp more than five minutes
+//! from now, in either direction, is refused: Slack's own guidance against
+//! replays, and a clock far ahead is as suspect as one behind.
+//!
+//! Parsing handles the Events API (JSON): `url_verification` yields no
+//! delivery and a reply carrying the challenge; `event_callback` yields one
+//! delivery. Slash commands (form-encoded) yield one `slash_command`.
+
+use crate::json::{first_string, string_at};
+use crate::{Addressed, Delivery, Input, ParseError, Parsed, Reply, VerifyError, decode_hex};
+
+/// The signing secret's name.
+pub const SECRET: &str = "slack_signing_secret";
+/// How far the signed timestamp may be from now, in seconds, either way.
+pub const WINDOW_SECONDS: i64 = 5 * 60;
+
+const SIGNATURE_HEADER: &str = "x-slack-signature";
+const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
+
+/// Checks the v0 signature and the timestamp window.
+pub fn verify(input: &Input<'_>) -> Result<(), VerifyError> {
+    let secret = input.require_secret(SECRET)?;
+    let timestamp_text = input.require_header(TIMESTAMP_HEADER)?;
+    let header = input.require_header(SIGNATURE_HEADER)?;
+    let timestamp: i64 = timestamp_text
+        .trim()
+        .parse()
+        .map_err(|_| VerifyError::MalformedHeader(TIMESTAMP_HEADER.to_string()))?;
+    let signature = header
+        .strip_prefix("v0=")
+        .and_then(decode_hex)
+        .filter(|s| s.len() == 32)
+        .ok_or_else(|| VerifyError::MalformedHeader(SIGNATURE_HEADER.to_string()))?;
+    if (input.now_unix_seconds - timestamp).abs() > WINDOW_SECONDS {
+        return Err(VerifyError::StaleTimestamp(timestamp));
+    }
+    let parts: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", input.body];
+    if crate::hmac_sha256_verify(secret, &parts, &signature) {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch)
+    }
+}
+
+/// Parses an Events API body or a slash command.
+pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
+    let trimmed = input.body.iter().position(|b| !b.is_ascii_whitespace());
+    if trimmed.is_some_and(|i| input.body[i] == b'{') {
+        parse_event(input)
+    } else {
+        parse_command(input)
+    }
+}
+
+fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
+    let payload = crate::parse_json(input.body)?;
+    let kind = string_at(&payload, &["type"])
+        .ok_or_else(|| ParseError::MissingField("type".to_string()))?;
+    match kind.as_str() {
+        "url_verification" => {
+            let challenge = string_at(&payload, &["challenge"])
+                .ok_or_else(|| ParseError::MissingField("challenge".to_string()))?;
+            Ok(Parsed {
+                deliveries: Vec::new(),
+                reply: Some(Reply {
+                    content_type: "text/plain".to_string(),
+                    body: challenge.into_bytes(),
+                }),
+            })
+        }
+        "event_callback" => {
+            let event_type = string_at(&payload, &["event", "type"])
+                .ok_or_else(|| ParseError::MissingField("event.type".to_string()))?;
+            let delivery_id = string_at(&payload, &["event_id"])
+                .ok_or_else(|| ParseError::MissingField("event_id".to_string()))?;
+            let text = string_at(&payload, &["event", "text"]);
+            Ok(Parsed {
+                deliveries: vec![Delivery {
+                    source: "slack".to_string(),
+                    event_type,
+                    delivery_id,
+                    addressed: Addressed {
+                        mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
+                        channel: string_at(&payload, &["event", "channel"]),
+                        thread: first_string(
+                            &payload,
+                            &[&["event", "thread_ts"], &["event", "ts"]],
+                        ),
+                        ..Addressed::default()
+                    },
+                    text,
+                    payload: input.body.to_vec(),
+                }],
+                reply: None,
+            })
+        }
+        other => Ok(Parsed {
+            deliveries: vec![Delivery {
+                source: "slack".to_string(),
+                event_type: other.to_string(),
+                delivery_id: string_at(&payload, &["event_id"]).unwrap_or_default(),
+                addressed: Addressed::default(),
+                text: None,
+                payload: input.body.to_vec(),
+            }],
+            reply: None,
+        }),
+    }
+}
+
+fn parse_command(input: &Input<'_>) -> Result<Parsed, ParseError> {
+    let body = std::str::from_utf8(input.body)
+        .map_err(|_| ParseError::MalformedBody("form body is not UTF-8".to_string()))?;
+    let fields = form_fields(body)
+        .ok_or_else(|| ParseError::MalformedBody("form body has a bad %-escape".to_string()))?;
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let command =
+        field("command").ok_or_else(|| ParseError::MissingField("command".to_string()))?;
+    let trigger =
+        field("trigger_id").ok_or_else(|| ParseError::MissingField("trigger_id".to_string()))?;
+    let text = field("text").filter(|t| !t.is_empty());
+    Ok(Parsed {
+        deliveries: vec![Delivery {
+            source: "slack".to_string(),
+            event_type: format!("slash_command{command}"),
+            delivery_id: trigger,
+            addressed: Addressed {
+                mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
+                channel: field("channel_id"),
+                ..Addressed::default()
+            },
+            text,
+            payload: input.body.to_vec(),
+        }],
+        reply: None,
+    })
+}
+
+/// Slack's `<@U123>` / `<@U123|name>` mentions, as user ids.
+pub fn user_mentions(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("<@") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('>') else { break };
+        let id = after[..end].split('|').next().unwrap_or_default();
+        if !id.is_empty() && !out.iter().any(|m| m == id) {
+            out.push(id.to_string());
+        }
+        rest = &after[end + 1..];
+    }
+    out
+}
+
+fn form_fields(body: &str) -> Option<Vec<(String, String)>> {
+    body.split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            Some((percent_decode(k)?, percent_decode(v)?))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = text.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_and_form_decoding() {
+        assert_eq!(
+            user_mentions("hi <@U1> and <@U2|bob> <@U1>"),
+            vec!["U1", "U2"]
+        );
+        assert_eq!(percent_decode("%2Fwebbot+x").as_deref(), Some("/webbot x"));
+        assert_eq!(percent_decode("%2"), None);
+    }
+}
