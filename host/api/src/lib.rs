@@ -60,6 +60,9 @@ pub enum NotReady {
 pub trait Catalog: Send + Sync + 'static {
     /// The org, its roles and seats; `None` while no company is loaded.
     fn org(&self) -> Option<serde_json::Value>;
+    /// Loaded plugins with their grants and health, those that failed, and
+    /// orphaned module buckets; `None` while no plugins are loaded.
+    fn plugins(&self) -> Option<serde_json::Value>;
 }
 
 /// What the HTTP surface reads the node through.
@@ -94,6 +97,7 @@ pub fn router(surface: Surface) -> Router {
         .route("/ready", get(ready))
         .route("/events", get(stream::list_events))
         .route("/org", get(org))
+        .route("/plugins", get(plugins))
         .route("/", get(dashboard::index))
         .route("/assets/app.js", get(dashboard::app_js))
         .route("/assets/style.css", get(dashboard::style))
@@ -144,6 +148,19 @@ async fn org(State(s): State<Shared>) -> Response {
             })),
         )
             .into_response(),
+    }
+}
+
+async fn plugins(State(s): State<Shared>) -> Response {
+    match s.catalog.plugins() {
+        Some(view) => Json(view).into_response(),
+        None => Json(serde_json::json!({
+            "plugins": [],
+            "failed": [],
+            "orphaned_buckets": [],
+            "detail": "no plugins directory on this node (start it with --plugins DIR)"
+        }))
+        .into_response(),
     }
 }
 
@@ -224,6 +241,9 @@ mod tests {
 
     impl Catalog for NoEvents {
         fn org(&self) -> Option<serde_json::Value> {
+            None
+        }
+        fn plugins(&self) -> Option<serde_json::Value> {
             None
         }
     }

@@ -10,6 +10,8 @@ pub mod cli;
 pub mod company;
 pub mod identity;
 pub mod logging;
+pub mod plugins;
+pub mod presence;
 pub mod run;
 pub mod state;
 

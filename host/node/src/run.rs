@@ -135,6 +135,10 @@ enum NodeError {
     Store(#[from] crewlet_store::StoreError),
     #[error(transparent)]
     Streams(#[from] crewlet_stream::streams::StreamsError),
+    #[error("coordination: {0}")]
+    Coordination(crewlet_coord::OpenError),
+    #[error("plugins: {0}")]
+    Plugins(crate::plugins::StartError),
 }
 
 type StopFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -279,6 +283,7 @@ async fn lifecycle(
     }
     let mut engine = Started::default();
     let mut publisher = None;
+    let mut presence: Option<crate::presence::Presence> = None;
     if let Some(b) = &broker {
         // The observability edge: rows written inline by this node's
         // publisher, the live view fed from the fleet's broadcast.
@@ -301,6 +306,59 @@ async fn lifecycle(
             store.clone(),
             b.jetstream(),
         ));
+
+        // Coordination rides the stream's connection: never a second dial.
+        let owner = crewlet_coord::Owner::incarnation(&node_id);
+        let mut opts = crewlet_coord::CoordOptions::new(owner.clone());
+        opts.kind = match config.coordination.kind {
+            crewlet_config::CoordinationType::Nats => crewlet_coord::CoordKind::Nats,
+            crewlet_config::CoordinationType::Local => crewlet_coord::CoordKind::Local,
+        };
+        opts.replicas = config.stream.replicas;
+        opts.lease_ttl = config.coordination.lease_ttl;
+        opts.heartbeat = config.coordination.heartbeat;
+        let opened = crewlet_coord::Coord::open(b.client(), opts)
+            .instrument(info_span!("coordination", subsystem = "coordination"))
+            .await
+            .map_err(NodeError::Coordination);
+        // Plugins: the catalogue, its module buckets, every plugin loaded.
+        let plugins = match (&opened, &state.plugins_dir) {
+            (Ok(_), Some(dir)) => Some(
+                crate::plugins::load(dir, &config.data_dir, b.client())
+                    .instrument(info_span!("plugins", subsystem = "plugins"))
+                    .await
+                    .map_err(NodeError::Plugins),
+            ),
+            _ => None,
+        };
+        let started = opened.and_then(|coord| plugins.transpose().map(|loaded| (coord, loaded)));
+        let (coord, loaded) = match started {
+            Ok(ok) => ok,
+            Err(e) => {
+                engine.stop_all(config.shutdown.drain_timeout).await;
+                stop_http(http, http_stop_tx).await;
+                if let Some(b) = broker {
+                    b.stop().await;
+                }
+                return Err(e);
+            }
+        };
+        info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
+        if let Some(loaded) = loaded {
+            info!(
+                subsystem = "plugins",
+                loaded = loaded.webhooks.len() + loaded.providers.len() + loaded.modules.len(),
+                failed = loaded.failed.len(),
+                "plugins loaded"
+            );
+            state.attach_plugins(Arc::new(loaded));
+        }
+        let status_of = state.clone();
+        let p = crate::presence::Presence::start(coord, node_id.clone(), owner, move || {
+            status_of.node_status()
+        });
+        state.attach_presence(p.view_handle());
+        presence = Some(p);
         state.attach_stream(b.monitor());
         state.advance(Phase::Running);
         info!(subsystem = "node", stream = %b.health().urls.join(","), "node running");
@@ -317,6 +375,10 @@ async fn lifecycle(
         subsystem = "node",
         "draining: /ready is 503 and new work is refused"
     );
+    // Leaving the fleet's membership is the first thing a drain does.
+    if let Some(p) = presence.take() {
+        p.stop().await;
+    }
     let notice = config.shutdown.drain_notice;
     if !notice.is_zero() {
         tokio::select! {

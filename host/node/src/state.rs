@@ -61,6 +61,8 @@ pub struct NodeState {
     phase: AtomicU8,
     stream: OnceLock<BrokerMonitor>,
     live: OnceLock<LiveFeed>,
+    presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
+    plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
 }
 
 impl NodeState {
@@ -85,6 +87,8 @@ impl NodeState {
             phase: AtomicU8::new(Phase::Starting as u8),
             stream: OnceLock::new(),
             live: OnceLock::new(),
+            presence: OnceLock::new(),
+            plugins: OnceLock::new(),
         }
     }
 
@@ -104,6 +108,37 @@ impl NodeState {
     pub fn attach_live(&self, feed: LiveFeed) {
         let _ = self.live.set(feed);
     }
+
+    pub fn attach_presence(
+        &self,
+        view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
+    ) {
+        let _ = self.presence.set(view);
+    }
+
+    pub fn attach_plugins(&self, loaded: std::sync::Arc<crate::plugins::Loaded>) {
+        let _ = self.plugins.set(loaded);
+    }
+
+    /// What this node says about itself on its presence lease.
+    pub fn node_status(&self) -> crewlet_coord::NodeStatus {
+        let phase = self.phase();
+        crewlet_coord::NodeStatus {
+            roles: self.roles.iter().map(|r| r.as_str().to_owned()).collect(),
+            labels: self.labels.clone(),
+            turns_in_flight: 0,
+            draining: phase >= Phase::Draining,
+            posture: self.posture().to_owned(),
+            started_at_ms: (self.started_at.unix_timestamp_nanos() / 1_000_000) as i64,
+        }
+    }
+
+    fn posture(&self) -> &'static str {
+        match self.phase() {
+            Phase::Starting => "wait",
+            _ => "serve",
+        }
+    }
 }
 
 impl Probe for NodeState {
@@ -120,10 +155,7 @@ impl Probe for NodeState {
             // The config plane (a later stage) moves this between serve, wait,
             // shed, isolated and stuck; until a company is activated through
             // it, a running node serves.
-            "posture": match phase {
-                Phase::Starting => "wait",
-                _ => "serve",
-            },
+            "posture": self.posture(),
             "applied_epoch": null,
             "roles": self.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
             "labels": self.labels,
@@ -133,6 +165,11 @@ impl Probe for NodeState {
             "max_concurrent": self.max_concurrent,
             "seats_held": 0,
             "stream": stream,
+            "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
+            "plugins": self.plugins.get().map(|p| json!({
+                "loaded": p.webhooks.len() + p.providers.len() + p.modules.len(),
+                "failed": p.failed.len(),
+            })),
             "store": {
                 "path": self.store.path().display().to_string(),
                 "schema_version": self.store.schema_version(),
@@ -169,6 +206,10 @@ impl crewlet_api::Catalog for NodeState {
         self.company
             .as_ref()
             .map(crate::company::CompanyFile::org_view)
+    }
+
+    fn plugins(&self) -> Option<serde_json::Value> {
+        self.plugins.get().map(|p| p.view())
     }
 }
 

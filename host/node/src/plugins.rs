@@ -1,0 +1,182 @@
+//! Plugins at start: the catalogue read from `--plugins DIR`, every declared
+//! module bucket created (idempotently, before any module runs), each
+//! plugin loaded into the one runtime, and the view `GET /plugins` answers.
+//!
+//! One broken plugin does not stop a node: it is reported (log and view)
+//! and whatever it would have served answers as absent. A store that cannot
+//! create the buckets does stop the start, as any store failure does.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crewlet_plugins::catalogue::Catalogue;
+use crewlet_plugins::manifest::Permissions;
+use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
+use crewlet_plugins::provider::ProviderPlugin;
+use crewlet_plugins::state::{NatsState, StateBackend};
+use crewlet_plugins::webhook::WebhookPlugin;
+use crewlet_plugins::{HealthReport, Kind, Manifest, Runtime, RuntimeConfig};
+use serde_json::{Value, json};
+use tracing::{error, info};
+
+/// Plugins this node loaded, and those it could not.
+pub struct Loaded {
+    pub runtime: Arc<Runtime>,
+    pub webhooks: Vec<Arc<WebhookPlugin>>,
+    pub providers: Vec<Arc<ProviderPlugin>>,
+    pub modules: Vec<Arc<ModulePlugin>>,
+    pub failed: Vec<(String, String)>,
+    pub orphaned: Vec<String>,
+    pub catalogue: Catalogue,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot read the plugins directory {dir}: {source}")]
+    Dir {
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the plugin engine could not start: {0}")]
+    Engine(String),
+    #[error("cannot create the module buckets the catalogue declares: {0}")]
+    Buckets(String),
+}
+
+pub async fn load(
+    dir: &Path,
+    data_dir: &Path,
+    client: async_nats::Client,
+) -> Result<Loaded, StartError> {
+    let (catalogue, invalid) = Catalogue::load(dir).map_err(|source| StartError::Dir {
+        dir: dir.display().to_string(),
+        source,
+    })?;
+    let mut failed: Vec<(String, String)> = invalid
+        .into_iter()
+        .map(|e| {
+            error!(subsystem = "plugins", error = %e, "plugin manifest refused");
+            (e.file.display().to_string(), e.to_string())
+        })
+        .collect();
+    let runtime = Runtime::new(RuntimeConfig {
+        data_dir: Some(data_dir.to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .map_err(|e| StartError::Engine(e.to_string()))?;
+    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    ensure_buckets(&catalogue, backend.as_ref())
+        .await
+        .map_err(|e| StartError::Buckets(e.to_string()))?;
+    let orphaned = orphaned_buckets(&catalogue, backend.as_ref())
+        .await
+        .unwrap_or_default();
+    for bucket in &orphaned {
+        info!(
+            subsystem = "plugins",
+            bucket, "module bucket no longer declared by any plugin; kept, not removed"
+        );
+    }
+
+    let mut loaded = Loaded {
+        runtime: runtime.clone(),
+        webhooks: Vec::new(),
+        providers: Vec::new(),
+        modules: Vec::new(),
+        failed: Vec::new(),
+        orphaned,
+        catalogue: catalogue.clone(),
+    };
+    for manifest in catalogue.plugins.iter().cloned() {
+        let name = manifest.name.clone();
+        let outcome = match manifest.kind {
+            Kind::Webhook => WebhookPlugin::load(&runtime, manifest)
+                .map(|p| loaded.webhooks.push(Arc::new(p)))
+                .map_err(|e| e.to_string()),
+            Kind::Provider => ProviderPlugin::load(&runtime, manifest)
+                .map(|p| loaded.providers.push(Arc::new(p)))
+                .map_err(|e| e.to_string()),
+            Kind::Module => ModulePlugin::start(&runtime, manifest, &catalogue, backend.clone())
+                .await
+                .map(|p| loaded.modules.push(p))
+                .map_err(|e| e.to_string()),
+        };
+        match outcome {
+            Ok(()) => info!(subsystem = "plugins", plugin = %name, "plugin loaded"),
+            Err(e) => {
+                error!(subsystem = "plugins", plugin = %name, error = %e, "plugin not loaded");
+                failed.push((name, e));
+            }
+        }
+    }
+    loaded.failed = failed;
+    Ok(loaded)
+}
+
+/// What a plugin may touch, one line per grant.
+pub fn permissions(m: &Manifest) -> Vec<String> {
+    let mut out = vec![format!(
+        "memory {} MiB, {} ms per call",
+        m.limits.memory_bytes / (1024 * 1024),
+        m.limits.deadline.as_millis()
+    )];
+    if m.scratch {
+        out.push("a private scratch directory".into());
+    }
+    match &m.permissions {
+        Permissions::Webhook { routes, secrets } => {
+            out.extend(routes.iter().map(|r| format!("serves {r}")));
+            out.extend(secrets.iter().map(|s| format!("secret {s}")));
+        }
+        Permissions::Provider {
+            allowed_outbound_hosts,
+            ..
+        } => out.extend(
+            allowed_outbound_hosts
+                .iter()
+                .map(|o| format!("outbound {o}")),
+        ),
+        Permissions::Module { state, reads } => {
+            out.extend(state.iter().map(|b| format!("owns bucket {}", b.local)));
+            out.extend(reads.iter().map(|r| format!("reads bucket {r}")));
+        }
+    }
+    out
+}
+
+impl Loaded {
+    /// The body of `GET /plugins`.
+    pub fn view(&self) -> Value {
+        let entry = |m: &Manifest, health: HealthReport| {
+            json!({
+                "name": m.name,
+                "version": m.version,
+                "kind": m.kind.world(),
+                "manifest": m.file.display().to_string(),
+                "permissions": permissions(m),
+                "degraded": health.degraded,
+                "calls": health.total_calls,
+                "faults": health.total_faults,
+                "last_fault": health.last_fault,
+            })
+        };
+        let mut plugins: Vec<Value> = Vec::new();
+        plugins.extend(
+            self.webhooks
+                .iter()
+                .map(|p| entry(p.manifest(), p.health())),
+        );
+        plugins.extend(
+            self.providers
+                .iter()
+                .map(|p| entry(p.manifest(), p.health())),
+        );
+        plugins.extend(self.modules.iter().map(|p| entry(p.manifest(), p.health())));
+        json!({
+            "plugins": plugins,
+            "failed": self.failed.iter().map(|(name, error)| json!({ "name": name, "error": error })).collect::<Vec<_>>(),
+            "orphaned_buckets": self.orphaned,
+        })
+    }
+}
