@@ -73,6 +73,9 @@ pub struct Surface {
     pub catalog: Arc<dyn Catalog>,
     /// Flips to `true` when the listener is closing: long-lived sockets end.
     pub closing: watch::Receiver<bool>,
+    /// Further routes (webhooks, the config plane), served under the same
+    /// drain gate.
+    pub routes: Router,
 }
 
 #[derive(Clone)]
@@ -86,6 +89,7 @@ pub(crate) struct Shared {
 /// The router: probes, the read channel, and the drain gate over
 /// everything but the probes.
 pub fn router(surface: Surface) -> Router {
+    let surface_routes = surface.routes;
     let shared = Shared {
         probe: surface.probe,
         events: surface.events,
@@ -103,8 +107,9 @@ pub fn router(surface: Surface) -> Router {
         .route("/assets/style.css", get(dashboard::style))
         .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(shared.clone(), drain_gate))
-        .with_state(shared)
+        .with_state(shared.clone())
+        .merge(surface_routes)
+        .layer(middleware::from_fn_with_state(shared, drain_gate))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then finishes
@@ -266,6 +271,7 @@ mod tests {
             events: Arc::new(NoEvents),
             catalog: Arc::new(NoEvents),
             closing,
+            routes: Router::new(),
         });
 
         assert_eq!(call(&app, "GET", "/health").await.0, StatusCode::OK);

@@ -283,3 +283,51 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A company as a node serves it: the document and the epoch it was
+/// activated at (the config pointer's revision; 0 for a document given on
+/// the command line and not activated through the pointer).
+#[derive(Debug, Clone)]
+pub struct Active {
+    pub epoch: u64,
+    pub company: std::sync::Arc<Company>,
+}
+
+impl Active {
+    /// A document served as given, outside the config plane.
+    pub fn local(company: Company) -> Active {
+        Active {
+            epoch: 0,
+            company: std::sync::Arc::new(company),
+        }
+    }
+}
+
+/// The company a node serves now; readers take it by value at the start of
+/// what they do (a turn, a delivery), so a change applies to what starts next.
+#[derive(Debug, Clone)]
+pub struct ActiveCompany {
+    tx: std::sync::Arc<tokio::sync::watch::Sender<Option<Active>>>,
+}
+
+impl ActiveCompany {
+    pub fn new(initial: Option<Active>) -> ActiveCompany {
+        ActiveCompany {
+            tx: std::sync::Arc::new(tokio::sync::watch::channel(initial).0),
+        }
+    }
+
+    /// The company now, if any.
+    pub fn current(&self) -> Option<Active> {
+        self.tx.borrow().clone()
+    }
+
+    /// Replaces the company; watchers see the change.
+    pub fn set(&self, next: Option<Active>) {
+        self.tx.send_replace(next);
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Active>> {
+        self.tx.subscribe()
+    }
+}

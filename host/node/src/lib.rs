@@ -8,7 +8,10 @@
 
 pub mod cli;
 pub mod company;
+pub mod configplane;
+pub mod engine;
 pub mod identity;
+pub mod ingress;
 pub mod logging;
 pub mod plugins;
 pub mod presence;

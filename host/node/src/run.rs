@@ -13,10 +13,8 @@
 //! last, since everything before it may still be flushing to it. A second
 //! signal skips the notice. Exit status 0.
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +25,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::company::CompanyFile;
+use crate::engine::{EngineContext, Late, Started};
 use crate::state::{NodeState, Phase};
 
 /// Exit status for a configuration the node refused.
@@ -135,36 +134,12 @@ enum NodeError {
     Store(#[from] crewlet_store::StoreError),
     #[error(transparent)]
     Streams(#[from] crewlet_stream::streams::StreamsError),
+    #[error("{0}")]
+    Engine(String),
     #[error("coordination: {0}")]
     Coordination(crewlet_coord::OpenError),
     #[error("plugins: {0}")]
     Plugins(crate::plugins::StartError),
-}
-
-type StopFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
-type StopFn = Box<dyn FnOnce() -> StopFuture + Send>;
-
-/// Engine subsystems in start order; stopped in reverse.
-#[derive(Default)]
-struct Started {
-    stack: Vec<(&'static str, StopFn)>,
-}
-
-impl Started {
-    fn push(&mut self, name: &'static str, stop: impl FnOnce() -> StopFuture + Send + 'static) {
-        info!(subsystem = name, "started");
-        self.stack.push((name, Box::new(stop)));
-    }
-
-    async fn stop_all(mut self, within: Duration) {
-        while let Some((name, stop)) = self.stack.pop() {
-            if tokio::time::timeout(within, stop()).await.is_err() {
-                warn!(subsystem = name, ?within, "did not stop in time; moving on");
-            } else {
-                info!(subsystem = name, "stopped");
-            }
-        }
-    }
 }
 
 async fn start_and_serve(
@@ -199,6 +174,13 @@ async fn lifecycle(
     node_id: String,
     store: Arc<crewlet_store::Store>,
 ) -> Result<(), NodeError> {
+    // The company this node serves. The config plane moves it; until a
+    // revision is activated through the pointer, the `--company` document.
+    let active = crewlet_company::ActiveCompany::new(
+        company
+            .as_ref()
+            .map(|c| crewlet_company::Active::local(c.company.clone())),
+    );
     let state = Arc::new(NodeState::new(
         node_id.clone(),
         &config,
@@ -224,6 +206,10 @@ async fn lifecycle(
     let (force_tx, mut force_rx) = watch::channel(false);
     spawn_signal_listener(state.clone(), shutdown_tx, force_tx)?;
 
+    // Routes that need the engine reach it through `late`, filled once the
+    // engine is up; until then they answer 503 with Retry-After.
+    let late: Late = Late::default();
+
     // The HTTP surface binds before the engine starts.
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
     let http = if config.api.port == 0 {
@@ -239,6 +225,8 @@ async fn lifecycle(
             events: state.clone(),
             catalog: state.clone(),
             closing: http_stop_rx.clone(),
+            routes: crate::ingress::routes(late.clone())
+                .merge(crate::configplane::routes(late.clone())),
         });
         let mut stop = http_stop_rx.clone();
         let task = tokio::spawn(
@@ -354,11 +342,37 @@ async fn lifecycle(
             state.attach_plugins(Arc::new(loaded));
         }
         let status_of = state.clone();
-        let p = crate::presence::Presence::start(coord, node_id.clone(), owner, move || {
-            status_of.node_status()
-        });
+        let p =
+            crate::presence::Presence::start(coord.clone(), node_id.clone(), owner, move || {
+                status_of.node_status()
+            });
         state.attach_presence(p.view_handle());
         presence = Some(p);
+
+        let ctx = EngineContext {
+            node_id: node_id.clone(),
+            config: Arc::new(config.clone()),
+            client: b.client(),
+            coord,
+            store: store.clone(),
+            publisher: publisher.clone().expect("publisher is set above"),
+            state: state.clone(),
+            active: active.clone(),
+        };
+        let hooked = async {
+            crate::configplane::start(&ctx, &mut engine).await?;
+            crate::ingress::start(&ctx, &mut engine).await
+        }
+        .await;
+        if let Err(e) = hooked {
+            engine.stop_all(config.shutdown.drain_timeout).await;
+            stop_http(http, http_stop_tx).await;
+            if let Some(b) = broker {
+                b.stop().await;
+            }
+            return Err(NodeError::Engine(e));
+        }
+        late.set(ctx);
         state.attach_stream(b.monitor());
         state.advance(Phase::Running);
         info!(subsystem = "node", stream = %b.health().urls.join(","), "node running");
