@@ -293,15 +293,34 @@ impl StateBackend for NatsState {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredEntry>, BackendError>> {
         Box::pin(async move {
-            let store = self.store(bucket).await?;
-            let entry = store.entry(key).await.map_err(unavailable)?;
-            Ok(entry
-                .filter(|e| e.operation == kv::Operation::Put)
-                .map(|e| StoredEntry {
-                    key: e.key,
-                    value: e.value.to_vec(),
-                    revision: e.revision,
-                }))
+            // A leader read (STREAM.MSG.GET, last by subject), never the
+            // bucket's direct get: any replica answers a direct get, and one
+            // behind an acknowledged write answers with the old value.
+            self.store(bucket).await?;
+            let stream = self
+                .js
+                .get_stream(format!("KV_{bucket}"))
+                .await
+                .map_err(unavailable)?;
+            let subject = format!("$KV.{bucket}.{key}");
+            let message = match stream.get_last_raw_message_by_subject(&subject).await {
+                Ok(m) => m,
+                Err(e)
+                    if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+                {
+                    return Ok(None);
+                }
+                Err(e) => return Err(unavailable(e)),
+            };
+            let removed = message
+                .headers
+                .get("KV-Operation")
+                .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
+            Ok((!removed).then(|| StoredEntry {
+                key: key.to_string(),
+                value: message.payload.to_vec(),
+                revision: message.sequence,
+            }))
         })
     }
 
