@@ -146,11 +146,21 @@ impl NatsKv {
     ) -> Result<NatsKv, OpenError> {
         let mut js = jetstream::new(client);
         js.set_timeout(request_timeout);
+        // Buckets are opened side by side: each creation is a stream
+        // created (and fsynced) by the server, and one after another they
+        // cost a node's start seconds.
+        let streams = futures::future::try_join_all(buckets.iter().map(|&b| {
+            let js = &js;
+            async move {
+                let name = format!("{namespace}_{}", b.short());
+                let spec = retentions.spec(b);
+                let stream = open_bucket(js, &name, spec.age, replicas).await?;
+                Ok::<_, OpenError>((b, name, spec, stream))
+            }
+        }))
+        .await?;
         let mut opened = HashMap::new();
-        for &b in buckets {
-            let name = format!("{namespace}_{}", b.short());
-            let spec = retentions.spec(b);
-            let stream = open_bucket(&js, &name, spec.age, replicas).await?;
+        for (b, name, spec, stream) in streams {
             let cfg = &stream.cached_info().config;
             let has = cfg.num_replicas.max(1);
             if has < replicas {

@@ -91,9 +91,9 @@ pub enum StreamsError {
 
 /// Creates each stream that is missing and adopts each that exists.
 pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
-    for spec in specs() {
-        ensure(js, &spec, replicas).await?;
-    }
+    // Side by side: each creation is a stream the server creates and syncs.
+    let specs = specs();
+    futures::future::try_join_all(specs.iter().map(|spec| ensure(js, spec, replicas))).await?;
     Ok(())
 }
 
