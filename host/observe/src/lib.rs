@@ -126,6 +126,11 @@ fn check_type(kind: &str) -> Result<(), PublishError> {
     }
 }
 
+/// The live feed could not subscribe to the broadcast.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot subscribe to the event broadcast: {0}")]
+pub struct LiveFeedError(String);
+
 /// The live projection: the fleet's broadcast, fanned out to local readers.
 #[derive(Clone)]
 pub struct LiveFeed {
@@ -135,11 +140,20 @@ pub struct LiveFeed {
 impl LiveFeed {
     /// Subscribes to `crewlet.events.>` (an ephemeral, core subscription:
     /// every node sees every event) and fans each one out until `stop`.
+    /// The subscription is registered with the server when this returns
+    /// (the client is flushed), so nothing published after it is missed.
     pub async fn start(
         client: async_nats::Client,
         mut stop: watch::Receiver<bool>,
-    ) -> Result<LiveFeed, async_nats::SubscribeError> {
-        let mut sub = client.subscribe(format!("{EVENTS_PREFIX}.>")).await?;
+    ) -> Result<LiveFeed, LiveFeedError> {
+        let mut sub = client
+            .subscribe(format!("{EVENTS_PREFIX}.>"))
+            .await
+            .map_err(|e| LiveFeedError(e.to_string()))?;
+        client
+            .flush()
+            .await
+            .map_err(|e| LiveFeedError(e.to_string()))?;
         let (tx, _) = broadcast::channel(LIVE_BUFFER);
         let fan = tx.clone();
         tokio::spawn(
@@ -206,7 +220,6 @@ mod tests {
             .unwrap();
         let feed_b = LiveFeed::start(client_b, stop).await.unwrap();
         let (mut live_a, mut live_b) = (feed_a.subscribe(), feed_b.subscribe());
-        client_a.flush().await.unwrap();
 
         let publisher = Publisher::new("node-a", store_a.clone(), js_a);
         let sent = publisher
