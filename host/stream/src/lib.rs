@@ -152,11 +152,12 @@ impl Broker {
     /// Flushes and closes the connection, then stops the child (if any).
     /// The broker is the last thing a node stops.
     pub async fn stop(self) {
-        if tokio::time::timeout(Duration::from_secs(5), self.client.flush())
-            .await
-            .is_err()
-        {
-            warn!(subsystem = "stream", "flush on shutdown timed out");
+        // Drain: flush what is buffered and close the connection every clone
+        // shares, so the broker stopping next is not mistaken for an outage.
+        match tokio::time::timeout(Duration::from_secs(5), self.client.drain()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => warn!(subsystem = "stream", error = %e, "drain on shutdown failed"),
+            Err(_) => warn!(subsystem = "stream", "drain on shutdown timed out"),
         }
         drop(self.client);
         if let Some(sup) = self.supervisor {
