@@ -27,6 +27,9 @@ enum Command {
     /// Inspect and create plugins (WASM components with a plugin.toml).
     #[command(subcommand)]
     Plugins(PluginsCmd),
+    /// Manage the company configuration (the config plane).
+    #[command(subcommand)]
+    Config(ConfigCmd),
     /// Print the version of this binary.
     Version {
         /// Print as JSON.
@@ -60,6 +63,25 @@ enum PluginsCmd {
         /// Where to create it.
         #[arg(long, value_name = "DIR", default_value = ".")]
         dir: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCmd {
+    /// Validate a company document and activate it: through a running
+    /// node's `PUT /config` (the fleet's pointer moves at once), or — with
+    /// `--data-dir` naming a stopped node's data dir — by marking it active
+    /// in that node's store, to be activated when the node next starts.
+    /// Exits 2 on a document refused, 1 on any other failure.
+    Import {
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        api: String,
+        /// A node's data dir: used directly when no node holds it.
+        #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
+        data_dir: Option<PathBuf>,
     },
 }
 
@@ -105,6 +127,20 @@ pub fn main() -> i32 {
             }),
         }),
         Command::Plugins(cmd) => plugins(cmd),
+        Command::Config(ConfigCmd::Import {
+            file,
+            api,
+            data_dir,
+        }) => match crate::configplane::import(&file, &api, data_dir.as_ref()) {
+            Ok(done) => {
+                println!("{done}");
+                0
+            }
+            Err(e) => {
+                eprintln!("crewlet: {e}");
+                e.exit_code()
+            }
+        },
         Command::Version { json } => {
             if json {
                 println!(

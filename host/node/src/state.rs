@@ -63,6 +63,8 @@ pub struct NodeState {
     live: OnceLock<LiveFeed>,
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
+    /// The company revision applied through the config pointer, and its epoch.
+    applied: std::sync::Mutex<Option<(u64, std::sync::Arc<crewlet_company::Company>)>>,
 }
 
 impl NodeState {
@@ -89,6 +91,7 @@ impl NodeState {
             live: OnceLock::new(),
             presence: OnceLock::new(),
             plugins: OnceLock::new(),
+            applied: std::sync::Mutex::new(None),
         }
     }
 
@@ -118,6 +121,28 @@ impl NodeState {
 
     pub fn attach_plugins(&self, loaded: std::sync::Arc<crate::plugins::Loaded>) {
         let _ = self.plugins.set(loaded);
+    }
+
+    /// The plugins this node loaded, once they are.
+    pub fn loaded_plugins(&self) -> Option<std::sync::Arc<crate::plugins::Loaded>> {
+        self.plugins.get().cloned()
+    }
+
+    /// Records the revision the config reconciler applied.
+    pub fn set_applied(&self, epoch: u64, company: std::sync::Arc<crewlet_company::Company>) {
+        *self.applied.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, company));
+    }
+
+    /// The epoch of the revision applied through the pointer, if any.
+    pub fn applied_epoch(&self) -> Option<u64> {
+        self.applied_company().map(|(epoch, _)| epoch)
+    }
+
+    fn applied_company(&self) -> Option<(u64, std::sync::Arc<crewlet_company::Company>)> {
+        self.applied
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// What this node says about itself on its presence lease.
@@ -156,7 +181,7 @@ impl Probe for NodeState {
             // shed, isolated and stuck; until a company is activated through
             // it, a running node serves.
             "posture": self.posture(),
-            "applied_epoch": null,
+            "applied_epoch": self.applied_epoch(),
             "roles": self.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
             "labels": self.labels,
             "started_at": self.started_at.format(&Rfc3339).unwrap_or_default(),
@@ -203,6 +228,15 @@ impl Probe for NodeState {
 
 impl crewlet_api::Catalog for NodeState {
     fn org(&self) -> Option<serde_json::Value> {
+        // The revision applied through the config pointer wins over the
+        // `--company` document the node was started with.
+        if let Some((_, company)) = self.applied_company() {
+            let file = crate::company::CompanyFile {
+                path: PathBuf::new(),
+                company: (*company).clone(),
+            };
+            return Some(file.org_view());
+        }
         self.company
             .as_ref()
             .map(crate::company::CompanyFile::org_view)

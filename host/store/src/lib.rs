@@ -14,6 +14,7 @@
 //! "upgraded" backwards.
 
 mod events;
+mod revisions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -22,6 +23,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
+pub use revisions::Revision;
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";

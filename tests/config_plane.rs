@@ -1,0 +1,292 @@
+//! The config plane: `PUT /config` / `GET /config`, the reconciler on every
+//! node, `crewlet config import` against a running and a stopped node, and
+//! the pointer answering unknown.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use crewlet_coord::{Answer, Coord, CoordOptions, Owner};
+use crewlet_testkit::{NatsServer, free_port};
+
+const APPLY_WITHIN: Duration = Duration::from_secs(15);
+
+fn example() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/company.toml"))
+        .expect("examples/company.toml")
+}
+
+/// The example company under another org name: a different revision.
+fn renamed(org: &str) -> String {
+    example().replace("name = \"Acme Robotics\"", &format!("name = \"{org}\""))
+}
+
+fn node_with(sb: &Sandbox, stream: Option<&NatsServer>, id: &str, extra: &[&Path]) -> Node {
+    let port = free_port();
+    let mut toml = format!("[node]\nid = \"{id}\"\n");
+    if let Some(server) = stream {
+        toml.push_str(&format!("[stream]\nurl = \"{}\"\n", server.url()));
+    }
+    let cfg = sb.config(port, &toml);
+    let mut builder = NodeBuilder::new(sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir());
+    if let Some(company) = extra.first() {
+        builder = builder.arg("--company").arg(company);
+    }
+    let mut node = builder.spawn();
+    node.wait_ready(Duration::from_secs(60));
+    node
+}
+
+fn put_config(node: &Node, doc: &str) -> http::Response {
+    http::request(&node.api, "PUT", "/config", &[], doc.as_bytes()).expect("PUT /config answers")
+}
+
+fn applied(node: &Node) -> Option<u64> {
+    node.health()["applied_epoch"].as_u64()
+}
+
+fn org_name(node: &Node) -> String {
+    node.get("/org")
+        .map(|r| r.json()["name"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default()
+}
+
+fn wait_applied(node: &Node, epoch: u64, org: &str) {
+    assert!(
+        eventually(APPLY_WITHIN, || applied(node) == Some(epoch)
+            && org_name(node) == org),
+        "node did not apply epoch {epoch} ({org}): health {}, log:\n{}",
+        node.health(),
+        node.log_text()
+    );
+}
+
+#[test]
+fn a_put_revision_is_applied_by_every_node_and_a_bad_one_is_refused() {
+    let server = NatsServer::start();
+    let (sb1, sb2) = (Sandbox::new(), Sandbox::new());
+    let one = node_with(&sb1, Some(&server), "cfg-1", &[]);
+    let mut two = node_with(&sb2, Some(&server), "cfg-2", &[]);
+    assert_eq!(applied(&one), None, "nothing activated yet");
+    let unset = one.get("/config").unwrap();
+    assert_eq!(unset.status, 404, "{}", unset.text());
+
+    // First revision, through node one.
+    let first_doc = example();
+    let put = put_config(&one, &first_doc);
+    assert_eq!(put.status, 201, "{}", put.text());
+    let first = put.json();
+    let epoch1 = first["epoch"].as_u64().expect("an epoch");
+    assert!(epoch1 >= 1);
+    assert_eq!(first["digest"].as_str().unwrap().len(), 64);
+
+    let got = one.get("/config").unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    let got = got.json();
+    assert_eq!(got["epoch"], epoch1);
+    assert_eq!(got["digest"], first["digest"]);
+    assert_eq!(got["document"], first_doc.as_str());
+
+    // Both nodes apply it: the reconciler, not the PUT, moved node two.
+    wait_applied(&one, epoch1, "Acme Robotics");
+    wait_applied(&two, epoch1, "Acme Robotics");
+    let on_two = two.get("/config").unwrap().json();
+    assert_eq!(on_two["epoch"], epoch1);
+    assert_eq!(on_two["applied"], true, "{on_two}");
+
+    // A bad document: 400 with every error and its path; nothing moves.
+    let bad = example()
+        .replace("Europe/Berlin", "Mars/Olympus")
+        .replace("ada = { role = \"engineer\" }", "ada = { role = \"nope\" }")
+        .replace("GITHUB_WEBHOOK_SECRET", "not a name");
+    let refused = put_config(&two, &bad);
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let errors = refused.json()["errors"].as_array().cloned().unwrap();
+    let paths: Vec<&str> = errors.iter().map(|e| e["path"].as_str().unwrap()).collect();
+    for expected in [
+        "org.timezone",
+        "seats.ada.role",
+        "integrations.github.secret",
+    ] {
+        assert!(paths.contains(&expected), "{expected} not in {paths:?}");
+    }
+    assert!(
+        errors
+            .iter()
+            .all(|e| !e["message"].as_str().unwrap().is_empty())
+    );
+    assert_eq!(one.get("/config").unwrap().json()["epoch"], epoch1);
+
+    // A second revision, through node two, gets a higher epoch.
+    let put = put_config(&two, &renamed("Acme Two"));
+    assert_eq!(put.status, 201, "{}", put.text());
+    let epoch2 = put.json()["epoch"].as_u64().unwrap();
+    assert!(epoch2 > epoch1, "{epoch2} > {epoch1}");
+    wait_applied(&one, epoch2, "Acme Two");
+    wait_applied(&two, epoch2, "Acme Two");
+
+    // The same document again is already active: no new epoch.
+    let again = put_config(&one, &renamed("Acme Two"));
+    assert_eq!(again.status, 200, "{}", again.text());
+    assert_eq!(again.json()["epoch"], epoch2);
+
+    // Each node wrote its status with the epoch it applied.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async_nats::connect(server.url())).unwrap();
+    let coord = rt
+        .block_on(Coord::open(
+            client,
+            CoordOptions::new(Owner::incarnation("observer")),
+        ))
+        .unwrap();
+    for id in ["cfg-1", "cfg-2"] {
+        match rt.block_on(coord.node_status(id)).expect("status answers") {
+            Answer::Yes(status) => assert_eq!(status["applied_epoch"], epoch2, "{id}: {status}"),
+            Answer::No(()) => panic!("{id} wrote no status"),
+        }
+    }
+
+    // And recorded it in its own store.
+    two.signal(libc::SIGTERM);
+    assert_eq!(two.wait_exit(Duration::from_secs(30)).code(), Some(0));
+    let store = crewlet_store::Store::open_in(&sb2.data_dir()).unwrap();
+    let active = store
+        .active_revision()
+        .unwrap()
+        .expect("an active revision");
+    assert_eq!(active.revision, epoch2 as i64);
+    assert!(active.document.contains("Acme Two"));
+}
+
+fn write(sb: &Sandbox, name: &str, doc: &str) -> PathBuf {
+    let p = sb.path(name);
+    std::fs::write(&p, doc).unwrap();
+    p
+}
+
+#[test]
+fn config_import_goes_through_a_running_node_and_into_a_stopped_ones_store() {
+    let sb = Sandbox::new();
+    let seed = write(&sb, "seed.toml", &example());
+    let mut node = node_with(&sb, None, "import-1", &[&seed]);
+    // --company on an unset pointer seeds the fleet with it.
+    let seeded = applied(&node).expect("the --company document was activated");
+    assert!(seeded >= 1);
+    assert_eq!(org_name(&node), "Acme Robotics");
+
+    let api = format!("http://{}", node.api);
+    let b = write(&sb, "b.toml", &renamed("Acme Bee"));
+    let (status, out) = run_to_exit(
+        &["config", "import", b.to_str().unwrap(), "--api", &api],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    assert!(out.contains("epoch"), "{out}");
+    let epoch_b = node.get("/config").unwrap().json()["epoch"]
+        .as_u64()
+        .unwrap();
+    assert!(epoch_b > seeded);
+    wait_applied(&node, epoch_b, "Acme Bee");
+
+    // --data-dir of a running node: the lock is held, so it goes through the API.
+    let c = write(&sb, "c.toml", &renamed("Acme Sea"));
+    let data = sb.data_dir();
+    let (status, out) = run_to_exit(
+        &[
+            "config",
+            "import",
+            c.to_str().unwrap(),
+            "--api",
+            &api,
+            "--data-dir",
+            data.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    let epoch_c = node.get("/config").unwrap().json()["epoch"]
+        .as_u64()
+        .unwrap();
+    assert!(epoch_c > epoch_b);
+    wait_applied(&node, epoch_c, "Acme Sea");
+
+    // A refused document exits 2 and names its paths.
+    let bad = write(
+        &sb,
+        "bad.toml",
+        &example().replace("Europe/Berlin", "Mars/Olympus"),
+    );
+    let (status, out) = run_to_exit(
+        &["config", "import", bad.to_str().unwrap(), "--api", &api],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("org.timezone"), "{out}");
+
+    // Stopped: the import marks the revision active in the node store...
+    node.signal(libc::SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(30)).code(), Some(0));
+    let d = write(&sb, "d.toml", &renamed("Acme Dee"));
+    let (status, out) = run_to_exit(
+        &[
+            "config",
+            "import",
+            d.to_str().unwrap(),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--api",
+            "http://127.0.0.1:9",
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    assert!(out.contains("no node is running"), "{out}");
+    {
+        let store = crewlet_store::Store::open_in(&data).unwrap();
+        let active = store.active_revision().unwrap().unwrap();
+        assert!(active.is_pending(), "{active:?}");
+        assert!(active.document.contains("Acme Dee"));
+    }
+
+    // ...and the next start activates it through the pointer (over the
+    // --company document, which only seeds an unset pointer).
+    let node = node_with(&sb, None, "import-1", &[&seed]);
+    let got = node.get("/config").unwrap().json();
+    let epoch_d = got["epoch"].as_u64().unwrap();
+    assert!(epoch_d > epoch_c, "{got}");
+    assert!(got["document"].as_str().unwrap().contains("Acme Dee"));
+    wait_applied(&node, epoch_d, "Acme Dee");
+}
+
+#[test]
+fn an_unreachable_pointer_answers_503_and_keeps_the_company() {
+    let mut server = NatsServer::start();
+    let sb = Sandbox::new();
+    let node = node_with(&sb, Some(&server), "down-1", &[]);
+    let put = put_config(&node, &example());
+    assert_eq!(put.status, 201, "{}", put.text());
+    let epoch = put.json()["epoch"].as_u64().unwrap();
+    wait_applied(&node, epoch, "Acme Robotics");
+
+    server.kill();
+    let refused = put_config(&node, &renamed("Never"));
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(
+        refused.header("retry-after").is_some(),
+        "Retry-After is set"
+    );
+    let read = node.get("/config").unwrap();
+    assert_eq!(read.status, 503, "{}", read.text());
+    assert!(read.header("retry-after").is_some());
+
+    // Unknown is not unset: the node keeps serving what it applied.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(applied(&node), Some(epoch));
+    assert_eq!(org_name(&node), "Acme Robotics");
+}
