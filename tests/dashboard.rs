@@ -11,6 +11,8 @@ use std::time::Duration;
 use common::*;
 use crewlet_testkit::{NatsServer, free_port};
 
+const SECRET: &str = "dashboard-secret";
+
 fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
@@ -27,9 +29,13 @@ fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
         .arg("--data-dir")
         .arg(sb.data_dir());
     if company {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         builder = builder
             .arg("--company")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/company.toml"));
+            .arg(root.join("examples/company.toml"))
+            .arg("--plugins")
+            .arg(root.join("plugins"))
+            .env("GITHUB_WEBHOOK_SECRET", SECRET);
     }
     let mut node = builder.spawn();
     node.wait_ready(Duration::from_secs(30));
@@ -64,8 +70,24 @@ fn the_dashboard_shows_the_org_and_a_live_feed_in_a_real_browser() {
     let first = lines.next().expect("driver output").unwrap();
     assert_eq!(first, "READY");
 
-    // A peer publishes; the page on node A must show it live.
+    // A peer publishes, and a signed webhook arrives at node A; the page on
+    // node A must show both live.
     let (_sb, _node_b) = node_on(&server, "dash-b", false);
+    let body = br#"{"action":"created","issue":{"number":1},"comment":{"body":"hi @ada"}}"#;
+    let sig = crewlet_ingress::sign::github_signature(SECRET.as_bytes(), body);
+    let accepted = http::post(
+        &node_a.api,
+        "/webhooks/github",
+        &[
+            ("Content-Type", "application/json"),
+            ("X-GitHub-Event", "issue_comment"),
+            ("X-GitHub-Delivery", "dash-1"),
+            ("X-Hub-Signature-256", &sig),
+        ],
+        body,
+    )
+    .expect("webhook answered");
+    assert_eq!(accepted.status, 202, "{}", accepted.text());
     let last = lines.next().expect("driver output").unwrap();
     assert_eq!(last, "OK");
     assert!(driver.wait().unwrap().success());

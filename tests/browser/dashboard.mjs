@@ -5,7 +5,8 @@
 //   node dashboard.mjs BASE_URL EXPECT_LIVE_NODE_ID SCREENSHOT
 //
 // Prints READY once the page is live; the driver then makes a peer node
-// publish, and this script waits for that event to appear in the feed.
+// publish and sends a signed webhook, and this script waits for both events
+// (the peer's node_started, the delivery's webhook_received) in the feed.
 import { chromium } from "playwright-core";
 
 const [base, liveNode, screenshot] = process.argv.slice(2);
@@ -28,6 +29,10 @@ try {
   console.log("READY");
   await page
     .locator("[data-testid=event][data-type=node_started]", { hasText: liveNode })
+    .waitFor({ timeout: 20000 });
+  await page
+    .locator("[data-testid=event][data-type=webhook_received]")
+    .first()
     .waitFor({ timeout: 20000 });
   if (errors.length) throw new Error(`page errors: ${errors.join("; ")}`);
   if (screenshot) await page.screenshot({ path: screenshot, fullPage: true });

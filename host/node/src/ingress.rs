@@ -1,18 +1,126 @@
-//! Ingress: the webhook routes and the notification service (issue 5).
+//! Ingress glue: the webhook routes and the ingress subsystems, wired from
+//! the engine. The logic is in `crewlet-ingress`; this file only builds it
+//! from the node's context.
 //!
-//! Wiring point for the ingress stage; see `crate::engine` for what a
-//! subsystem is started with.
+//! Rules: the routes answer 503 + Retry-After until the engine is up (the
+//! notification consumer must exist before a delivery is accepted: its
+//! stream has interest retention). Webhook secrets come from this node's
+//! environment, by the name the company gives them (see `crewlet-ingress`).
+
+use std::sync::{Arc, OnceLock};
 
 use axum::Router;
+use axum::extract::{Path, Request};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use crewlet_ingress::webhook::{env_secrets, unavailable};
+use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
+use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
 
-/// Routes bound with the HTTP surface, before the engine is up.
-pub fn routes(_late: Late) -> Router {
-    Router::new()
+#[derive(Clone)]
+struct Routes {
+    late: Late,
+    edge: Arc<OnceLock<Arc<Edge>>>,
 }
 
-/// Starts the ingress subsystems once the engine is up.
-pub async fn start(_ctx: &EngineContext, _started: &mut Started) -> Result<(), String> {
+impl Routes {
+    fn edge(&self) -> Option<Arc<Edge>> {
+        let ctx = self.late.get()?;
+        Some(self.edge.get_or_init(|| Arc::new(edge_for(ctx))).clone())
+    }
+}
+
+fn edge_for(ctx: &EngineContext) -> Edge {
+    let webhooks = ctx
+        .state
+        .loaded_plugins()
+        .map(|p| p.webhooks.clone())
+        .unwrap_or_default();
+    Edge::new(EdgeConfig {
+        node_id: ctx.node_id.clone(),
+        client: ctx.client.clone(),
+        coord: ctx.coord.clone(),
+        publisher: ctx.publisher.clone(),
+        active: ctx.active.clone(),
+        webhooks,
+        secrets: env_secrets(),
+    })
+}
+
+async fn serve(r: &Routes, source: &str, handle: Option<&str>, req: Request) -> Response {
+    let Some(edge) = r.edge() else {
+        return unavailable("the node is starting");
+    };
+    let (parts, body) = req.into_parts();
+    edge.serve(source, handle, &parts.headers, body)
+        .await
+        .into_response()
+}
+
+/// Routes bound with the HTTP surface, before the engine is up.
+pub fn routes(late: Late) -> Router {
+    let r = Routes {
+        late,
+        edge: Arc::default(),
+    };
+    let r2 = r.clone();
+    Router::new()
+        .route(
+            "/webhooks/{source}",
+            post(move |Path(source): Path<String>, req: Request| {
+                let r = r.clone();
+                async move { serve(&r, &source, None, req).await }
+            }),
+        )
+        .route(
+            "/webhooks/{source}/{handle}",
+            post(
+                move |Path((source, handle)): Path<(String, String)>, req: Request| {
+                    let r = r2.clone();
+                    async move { serve(&r, &source, Some(&handle), req).await }
+                },
+            ),
+        )
+}
+
+/// Starts the ingress subsystems once the engine is up: every seat's
+/// mailbox (and again whenever the company changes), then the notification
+/// service.
+pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), String> {
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    if let Some(active) = ctx.active.current() {
+        ensure_mailboxes(&js, &ctx.coord, &active.company)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    let mut changes = ctx.active.subscribe();
+    let (coord, js2) = (ctx.coord.clone(), js.clone());
+    let watcher = tokio::spawn(async move {
+        while changes.changed().await.is_ok() {
+            let next = changes.borrow_and_update().clone();
+            if let Some(active) = next
+                && let Err(e) = ensure_mailboxes(&js2, &coord, &active.company).await
+            {
+                warn!(subsystem = "ingress", error = %e, "mailboxes for the new company not all created");
+            }
+        }
+    });
+    started.push("mailboxes", move || {
+        Box::pin(async move {
+            watcher.abort();
+            let _ = watcher.await;
+        })
+    });
+    let service = NotifyService::start(crewlet_ingress::notify::NotifyConfig {
+        client: ctx.client.clone(),
+        coord: ctx.coord.clone(),
+        publisher: ctx.publisher.clone(),
+        active: ctx.active.clone(),
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    started.push("notify-inbound", move || Box::pin(service.stop()));
     Ok(())
 }

@@ -1,0 +1,51 @@
+//! Ingress: from a webhook to a seat's mailbox.
+//!
+//! Rules, and why:
+//! - **Nothing is answered 2xx before the stream has it.** The edge verifies
+//!   in the plugin, claims the delivery fleet-wide, publishes to
+//!   `crewlet.notifications.inbound` and waits for the JetStream ack; only
+//!   then does it write the event row and answer. A sender that got 2xx never
+//!   has to send again, so the stream is the only copy that matters.
+//! - **Unknown never drops.** A claim the store cannot answer fails open (a
+//!   duplicate turn is bounded and visible; a dropped delivery is not). A
+//!   publish that fails releases the claim and answers 503 + Retry-After, so
+//!   the sender's retry is accepted.
+//! - **Never 200 or 4xx for our own outage.** No active company or no secret
+//!   answers 503: senders drop (4xx) or forget (200) on the others.
+//! - **One service, fleet-wide.** Every node runs the notification service
+//!   as one competing durable consumer (`notify-inbound`); the rate valve
+//!   fails closed by delaying (nak with delay), and a message that keeps
+//!   failing goes to `dlq.notify-inbound` after [`notify::MAX_DELIVER`]
+//!   deliveries, with the reason.
+//! - **Every seat has a mailbox**, whether or not it runs anywhere: a durable
+//!   consumer on `crewlet.agent.HANDLE.inbox`, recorded in the mailboxes
+//!   bucket before it is created, so the interest-retention stream keeps a
+//!   wake for a seat that is not attached yet.
+//!
+//! Secrets: the company names a secret per integration
+//! (`[integrations.SOURCE] secret = "NAME"`); this stage resolves its value
+//! from the node's environment variable `NAME` (a later stage moves secrets
+//! into the secrets bucket). The plugin receives it under the name its
+//! manifest declares.
+
+pub mod mailbox;
+pub mod message;
+pub mod notify;
+pub mod sign;
+pub mod webhook;
+
+pub use mailbox::{MailboxError, ensure_mailboxes};
+pub use message::{Inbound, Wake};
+pub use notify::{NotifyError, NotifyService};
+pub use webhook::{Edge, EdgeConfig, Outcome, Secrets};
+
+/// The subject every verified delivery is published to.
+pub const INBOUND_SUBJECT: &str = "crewlet.notifications.inbound";
+/// The stream holding mailboxes.
+pub const AGENT_STREAM: &str = "CREWLET_AGENT";
+/// The stream holding inbound notifications.
+pub const NOTIFICATIONS_STREAM: &str = "CREWLET_NOTIFICATIONS";
+/// The dead-letter subject of the notification service.
+pub const DLQ_SUBJECT: &str = "dlq.notify-inbound";
+/// Header carrying the trace id on every message ingress publishes.
+pub const TRACE_HEADER: &str = "Crewlet-Trace-Id";

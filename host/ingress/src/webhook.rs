@@ -1,0 +1,456 @@
+//! The webhook edge: `/webhooks/{source}` and `/webhooks/{source}/{handle}`.
+//!
+//! Order (each step decides before the next runs, and why):
+//! 1. engine up, a plugin claims the route (404 otherwise), body at most
+//!    [`MAX_BODY`] (413) — nothing is read past the cap;
+//! 2. an active company and a resolvable secret for the source, else 503 +
+//!    Retry-After (our outage, never the sender's fault);
+//! 3. verify in the plugin (401), then parse (400, and 400 for a JSON body
+//!    that is not an object); a plugin fault is 500, logged with the
+//!    plugin's name, and nothing is claimed;
+//! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (another live claim →
+//!    200 `duplicate`, nothing published; unknown fails open);
+//! 5. publish to [`crate::INBOUND_SUBJECT`] with the claim key as the
+//!    stream's message id and wait for the ack — a failure releases the
+//!    claim and answers 503 + Retry-After;
+//! 6. only then the `webhook_received` row and live push, then 202.
+//!
+//! A release that cannot reach the store (the broker is down) is remembered:
+//! the next delivery of the same key on this node releases it first, so the
+//! sender's retry is not mistaken for a duplicate of a delivery nobody has.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use crewlet_company::ActiveCompany;
+use crewlet_coord::{Answer, Coord};
+use crewlet_observe::Publisher;
+use crewlet_plugins::manifest::Permissions;
+use crewlet_plugins::webhook::{Delivery, Request, WebhookPlugin};
+use crewlet_store::Party;
+use serde_json::json;
+use tracing::{error, info, warn};
+
+use crate::message::{Inbound, now_ms};
+use crate::{INBOUND_SUBJECT, TRACE_HEADER};
+
+/// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
+/// the stream's default message limit is 1 MiB and a mention never needs
+/// more; a larger body is answered 413 before anything else reads it.
+pub const MAX_BODY: usize = 1024 * 1024;
+/// How long a delivery claim holds: longer than any sender's retry burst.
+pub const CLAIM_TTL: Duration = Duration::from_secs(5 * 60);
+/// How long the edge waits for the stream's ack.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+/// Retry-After on every 503, in seconds.
+pub const RETRY_AFTER_SECS: u64 = 5;
+
+/// Resolves a secret's value by the name the company gives it.
+pub type Secrets = Arc<dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync>;
+
+/// Secrets from this process's environment (this stage's source).
+pub fn env_secrets() -> Secrets {
+    Arc::new(|name: &str| std::env::var_os(name).map(|v| v.into_encoded_bytes()))
+}
+
+/// What the edge is built from.
+pub struct EdgeConfig {
+    pub node_id: String,
+    pub client: async_nats::Client,
+    pub coord: Coord,
+    pub publisher: Publisher,
+    pub active: ActiveCompany,
+    pub webhooks: Vec<Arc<WebhookPlugin>>,
+    pub secrets: Secrets,
+}
+
+/// The webhook edge of one node.
+pub struct Edge {
+    cfg: EdgeConfig,
+    js: jetstream::Context,
+    /// Claims this node took and could not release: key → claimant.
+    unreleased: Mutex<HashMap<String, String>>,
+}
+
+/// How a delivery was answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// On the stream; the trace ids of its deliveries.
+    Accepted(Vec<String>),
+    /// Every delivery was already claimed elsewhere.
+    Duplicate,
+    /// Verified, nothing to deliver; answer with the source's reply if any.
+    Reply {
+        content_type: String,
+        body: Vec<u8>,
+    },
+    Ignored,
+    /// The sender's fault.
+    Refused {
+        status: StatusCode,
+        reason: String,
+    },
+    /// Ours: the sender should retry.
+    Unavailable(String),
+    /// The plugin faulted.
+    Fault {
+        plugin: String,
+    },
+}
+
+impl IntoResponse for Outcome {
+    fn into_response(self) -> Response {
+        let body =
+            |status: StatusCode, v: serde_json::Value| (status, axum::Json(v)).into_response();
+        match self {
+            Outcome::Accepted(traces) => body(
+                StatusCode::ACCEPTED,
+                json!({ "status": "accepted", "trace_ids": traces }),
+            ),
+            Outcome::Duplicate => body(StatusCode::OK, json!({ "status": "duplicate" })),
+            Outcome::Reply { content_type, body } => {
+                let mut r = Response::new(Body::from(body));
+                if let Ok(v) = HeaderValue::from_str(&content_type) {
+                    r.headers_mut().insert(header::CONTENT_TYPE, v);
+                }
+                r
+            }
+            Outcome::Ignored => body(StatusCode::OK, json!({ "status": "ignored" })),
+            Outcome::Refused { status, reason } => {
+                body(status, json!({ "status": "refused", "error": reason }))
+            }
+            Outcome::Unavailable(reason) => unavailable(&reason),
+            Outcome::Fault { plugin } => body(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                json!({ "status": "error", "error": format!("webhook plugin {plugin} failed") }),
+            ),
+        }
+    }
+}
+
+/// 503 + Retry-After with a reason.
+pub fn unavailable(reason: &str) -> Response {
+    let mut r = (
+        StatusCode::SERVICE_UNAVAILABLE,
+        axum::Json(json!({ "status": "unavailable", "error": reason })),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    r
+}
+
+fn refused(status: StatusCode, reason: impl Into<String>) -> Outcome {
+    Outcome::Refused {
+        status,
+        reason: reason.into(),
+    }
+}
+
+impl Edge {
+    pub fn new(cfg: EdgeConfig) -> Edge {
+        Edge {
+            js: jetstream::new(cfg.client.clone()),
+            cfg,
+            unreleased: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The plugin whose manifest claims `/webhooks/{source}`.
+    pub fn plugin_for(&self, source: &str) -> Option<&Arc<WebhookPlugin>> {
+        let route = format!("/webhooks/{source}");
+        self.cfg
+            .webhooks
+            .iter()
+            .find(|p| match &p.manifest().permissions {
+                Permissions::Webhook { routes, .. } => routes.iter().any(|r| r == &route),
+                _ => false,
+            })
+    }
+
+    /// Serves one request: reads at most [`MAX_BODY`] of `body`.
+    pub async fn serve(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Outcome {
+        if self.plugin_for(source).is_none() {
+            return refused(
+                StatusCode::NOT_FOUND,
+                format!("no webhook plugin serves /webhooks/{source}"),
+            );
+        }
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > MAX_BODY as u64) {
+            return refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB");
+        }
+        let body = match axum::body::to_bytes(body, MAX_BODY).await {
+            Ok(b) => b,
+            Err(e) => {
+                // axum reports the cap as "length limit exceeded" in the chain.
+                let too_big =
+                    format!("{e:#} {:?}", std::error::Error::source(&e)).contains("length limit");
+                return if too_big {
+                    refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB")
+                } else {
+                    refused(StatusCode::BAD_REQUEST, format!("unreadable body: {e}"))
+                };
+            }
+        };
+        self.deliver(source, handle, headers, body).await
+    }
+
+    /// The steps after the body is read (see the module docs).
+    pub async fn deliver(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Outcome {
+        let Some(plugin) = self.plugin_for(source) else {
+            return refused(
+                StatusCode::NOT_FOUND,
+                format!("no webhook plugin serves /webhooks/{source}"),
+            );
+        };
+        if body.len() > MAX_BODY {
+            return refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB");
+        }
+        let Some(active) = self.cfg.active.current() else {
+            return Outcome::Unavailable("no active company".into());
+        };
+        let Some(integration) = active.company.integrations.get(source) else {
+            return Outcome::Unavailable(format!(
+                "the company configures no integration (and so no secret) for {source}"
+            ));
+        };
+        let secret_name = integration.secret.name_str();
+        let Some(secret) = (self.cfg.secrets)(secret_name) else {
+            warn!(
+                subsystem = "ingress",
+                source,
+                secret = secret_name,
+                "webhook secret not set on this node"
+            );
+            return Outcome::Unavailable(format!("secret {secret_name} for {source} is not set"));
+        };
+        let route = match handle {
+            Some(h) => format!("/webhooks/{source}/{h}"),
+            None => format!("/webhooks/{source}"),
+        };
+        let hs: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_owned(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let hs_ref: Vec<(&str, &str)> = hs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
+        let secrets: Vec<(&str, &[u8])> = plugin
+            .secret_names()
+            .iter()
+            .map(|n| (n.as_str(), secret.as_slice()))
+            .collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0);
+        let req = Request::new(&route, &hs_ref, &body, &secrets, now);
+        let plugin_name = plugin.manifest().name.clone();
+        match plugin.verify(&req).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                return refused(StatusCode::UNAUTHORIZED, format!("not verified: {why:?}"));
+            }
+            Err(e) => {
+                error!(subsystem = "ingress", plugin = %plugin_name, error = %e, "webhook plugin fault in verify");
+                return Outcome::Fault {
+                    plugin: plugin_name,
+                };
+            }
+        }
+        let json_body = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|ct| ct.contains("json"));
+        if json_body
+            && !matches!(
+                serde_json::from_slice::<serde_json::Value>(&body),
+                Ok(serde_json::Value::Object(_))
+            )
+        {
+            return refused(StatusCode::BAD_REQUEST, "the body is not a JSON object");
+        }
+        let parsed = match plugin.parse(&req).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(why)) => {
+                return refused(StatusCode::BAD_REQUEST, format!("not parsed: {why:?}"));
+            }
+            Err(e) => {
+                error!(subsystem = "ingress", plugin = %plugin_name, error = %e, "webhook plugin fault in parse");
+                return Outcome::Fault {
+                    plugin: plugin_name,
+                };
+            }
+        };
+        if parsed.deliveries.is_empty() {
+            return match parsed.reply {
+                Some(r) => Outcome::Reply {
+                    content_type: r.content_type,
+                    body: r.body,
+                },
+                None => Outcome::Ignored,
+            };
+        }
+        let mut accepted = Vec::new();
+        for d in parsed.deliveries {
+            match self.one(source, handle, d).await {
+                Ok(Some(trace)) => accepted.push(trace),
+                Ok(None) => {}
+                Err(reason) => return Outcome::Unavailable(reason),
+            }
+        }
+        if accepted.is_empty() {
+            Outcome::Duplicate
+        } else {
+            Outcome::Accepted(accepted)
+        }
+    }
+
+    /// Claims, publishes and records one delivery: `Ok(Some(trace))` on the
+    /// stream, `Ok(None)` a duplicate, `Err` our outage (claim released).
+    async fn one(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+        d: Delivery,
+    ) -> Result<Option<String>, String> {
+        let trace_id = uuid::Uuid::new_v4().to_string();
+        let key = format!("{source}:{}", d.delivery_id);
+        let claimant = format!("{}/{trace_id}", self.cfg.node_id);
+        // A claim of ours that could not be released still stands in the
+        // way of this retry: release it first.
+        let stale = self.unreleased.lock().expect("lock").get(&key).cloned();
+        if stale.is_some() {
+            if let Err(e) = self.release(&key).await {
+                return Err(format!("a claim on {key} could not be released yet: {e}"));
+            }
+            self.unreleased.lock().expect("lock").remove(&key);
+        }
+        let claimed = match self.cfg.coord.claim(&key, &claimant, CLAIM_TTL).await {
+            Ok(Answer::Yes(_)) => true,
+            Ok(Answer::No(_)) => return Ok(None),
+            Err(e) => {
+                warn!(subsystem = "ingress", %key, trace_id, error = %e, "claim unknown; failing open");
+                false
+            }
+        };
+        let inbound = Inbound {
+            trace_id: trace_id.clone(),
+            key: key.clone(),
+            delivery_id: d.delivery_id.clone(),
+            source: d.source.clone(),
+            event_type: d.event_type.clone(),
+            route_handle: handle.map(str::to_owned),
+            mentions: d.addressed.mentions,
+            assignees: d.addressed.assignees,
+            reviewers: d.addressed.reviewers,
+            channel: d.addressed.channel,
+            thread: d.addressed.thread,
+            text: d.text,
+            received_by: self.cfg.node_id.clone(),
+            received_at_ms: now_ms(),
+        };
+        if let Err(e) = self.publish(&inbound).await {
+            // A claim write that timed out may still land (the client
+            // flushes what it buffered when it reconnects), so an unknown
+            // claim is remembered like one whose release failed.
+            let released = claimed && self.release(&key).await.is_ok();
+            if !released {
+                warn!(subsystem = "ingress", %key, "claim not released; released before the next delivery of this key");
+                self.unreleased
+                    .lock()
+                    .expect("lock")
+                    .insert(key.clone(), claimant);
+            }
+            return Err(format!("the stream did not take the delivery: {e}"));
+        }
+        let mut event = self.cfg.publisher.event(
+            "webhook_received",
+            json!({
+                "source": inbound.source,
+                "event_type": inbound.event_type,
+                "delivery_id": inbound.delivery_id,
+                "route_handle": inbound.route_handle,
+                "mentions": inbound.mentions,
+                "claimed": claimed,
+            }),
+        );
+        event.trace_id = Some(trace_id.clone());
+        event.parties = vec![
+            Party {
+                party: format!("source:{source}"),
+                role: "sender".into(),
+            },
+            Party {
+                party: format!("node:{}", self.cfg.node_id),
+                role: "edge".into(),
+            },
+        ];
+        if let Err(e) = self.cfg.publisher.publish(event).await {
+            // The delivery is on the stream: the 2xx stands.
+            warn!(subsystem = "ingress", trace_id, error = %e, "webhook_received event not recorded");
+        }
+        info!(subsystem = "ingress", %key, trace_id, "delivery accepted");
+        Ok(Some(trace_id))
+    }
+
+    async fn publish(&self, inbound: &Inbound) -> Result<(), String> {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", inbound.key.as_str());
+        headers.insert(TRACE_HEADER, inbound.trace_id.as_str());
+        let body = serde_json::to_vec(inbound).expect("inbound serialises");
+        let ack = self
+            .js
+            .publish_with_headers(INBOUND_SUBJECT, headers, body.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no ack within {ACK_TIMEOUT:?}")),
+        }
+    }
+
+    /// Removes the claim on `key` (a delete marker in the claims bucket).
+    async fn release(&self, key: &str) -> Result<(), String> {
+        let bucket = format!("{}_claims", self.cfg.coord.options().namespace);
+        let call = async {
+            let kv = self
+                .js
+                .get_key_value(&bucket)
+                .await
+                .map_err(|e| e.to_string())?;
+            kv.delete(crewlet_coord::names::encode_token(key))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        tokio::time::timeout(ACK_TIMEOUT, call)
+            .await
+            .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?
+    }
+}
