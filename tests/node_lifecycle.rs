@@ -12,14 +12,7 @@ const READY_WITHIN: Duration = Duration::from_secs(30);
 #[test]
 fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut node = sb.node("").spawn();
     node.wait_ready(READY_WITHIN);
 
     let health = node.health();
@@ -90,14 +83,7 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
 #[test]
 fn sigterm_drains_with_ready_503_then_exits_zero_and_stops_the_child() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "[shutdown]\ndrain_notice_seconds = 3\n");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut node = sb.node("[shutdown]\ndrain_notice_seconds = 3\n").spawn();
     node.wait_ready(READY_WITHIN);
     let broker = node.broker_pid();
 
@@ -138,14 +124,7 @@ fn sigterm_drains_with_ready_503_then_exits_zero_and_stops_the_child() {
 #[test]
 fn sigkill_of_the_node_takes_the_child_down_within_two_seconds() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut node = sb.node("").spawn();
     node.wait_ready(READY_WITHIN);
     let broker = node.broker_pid();
     assert!(alive(broker));
@@ -161,14 +140,7 @@ fn sigkill_of_the_node_takes_the_child_down_within_two_seconds() {
 #[test]
 fn a_child_killed_behind_the_nodes_back_is_restarted_and_ready_recovers() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut node = sb.node("").spawn();
     node.wait_ready(READY_WITHIN);
     let first = node.broker_pid();
 
@@ -261,13 +233,8 @@ fn no_nats_server_anywhere_is_a_clear_error_naming_the_fix() {
     let sb = Sandbox::new();
     let empty_tools = sb.path("no-tools");
     std::fs::create_dir_all(&empty_tools).unwrap();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
+    let mut node = sb
+        .node("")
         .env("CREWLET_TOOLS_DIR", &empty_tools)
         .env_remove("CREWLET_NATS_SERVER")
         .env("PATH", "/usr/bin:/bin")
@@ -283,14 +250,7 @@ fn no_nats_server_anywhere_is_a_clear_error_naming_the_fix() {
 #[test]
 fn a_second_node_on_the_same_data_dir_refuses_to_start() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut first = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut first = sb.node("").spawn();
     first.wait_ready(READY_WITHIN);
 
     let sb2 = Sandbox::new();
@@ -343,13 +303,8 @@ fn a_second_node_on_the_same_stream_store_refuses_to_start() {
 fn external_mode_uses_the_given_server_and_starts_no_child() {
     let server = NatsServer::start();
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, &format!("[stream]\nurl = \"{}\"\n", server.url()));
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
+    let mut node = sb
+        .node(&format!("[stream]\nurl = \"{}\"\n", server.url()))
         .spawn();
     node.wait_ready(READY_WITHIN);
     let health = node.health();
@@ -384,13 +339,8 @@ fn version_and_help_answer() {
 #[test]
 fn json_logs_carry_node_id_and_subsystem_on_every_line() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "[node]\nid = \"json-node\"\n");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
+    let mut node = sb
+        .node("[node]\nid = \"json-node\"\n")
         .arg("--log-format")
         .arg("json")
         .spawn();
@@ -439,14 +389,7 @@ fn a_store_written_by_a_newer_schema_stops_the_node() {
         .collect();
     drop(Store::open_with(&sb.data_dir().join(FILE_NAME), &future).unwrap());
 
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .spawn();
+    let mut node = sb.node("").spawn();
     assert_eq!(node.wait_exit(Duration::from_secs(20)).code(), Some(1));
     let log = node.log_text();
     assert!(log.contains("written by a newer crewlet"), "{log}");
@@ -463,16 +406,7 @@ fn example_company() -> std::path::PathBuf {
 #[test]
 fn the_example_company_is_served_at_org() {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(port, "");
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .arg("--company")
-        .arg(example_company())
-        .spawn();
+    let mut node = sb.node("").arg("--company").arg(example_company()).spawn();
     node.wait_ready(READY_WITHIN);
     let org = node.get("/org").unwrap();
     assert_eq!(org.status, 200);

@@ -33,6 +33,18 @@ impl Sandbox {
         self.path("data")
     }
 
+    /// A node of this sandbox: `node.toml` with the API on a free port plus
+    /// `extra`, and the sandbox's data dir.
+    pub fn node(&self, extra: &str) -> NodeBuilder {
+        let port = crewlet_testkit::free_port();
+        let cfg = self.config(port, extra);
+        NodeBuilder::new(self, port)
+            .arg("--config")
+            .arg(cfg)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+    }
+
     /// Writes `node.toml` with an API on a free port plus `extra` TOML.
     pub fn config(&self, api_port: u16, extra: &str) -> PathBuf {
         let file = self.path("node.toml");
