@@ -663,3 +663,88 @@ fn a_fuzz_pass_of_random_headers_and_bodies_never_yields_5xx() {
     assert!(seen.len() >= 3, "{seen:?}");
     assert!(seen.contains_key(&202), "{seen:?}");
 }
+
+#[test]
+fn a_poisoned_inbound_message_is_dead_lettered_with_its_reason() {
+    let server = NatsServer::start();
+    let (_sb, node) = node_on(&server, "edge-dlq", FULL);
+    let rt = rt();
+    let client = rt.block_on(async_nats::connect(server.url())).unwrap();
+    let js = rt.block_on(async { async_nats::jetstream::new(client.clone()) });
+    // Not a delivery the edge would ever publish: it can never succeed.
+    rt.block_on(async {
+        js.publish("crewlet.notifications.inbound", "this is not JSON".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    });
+    let dead = wait_events(&node, "delivery_dead_lettered", 1);
+    assert!(
+        dead[0]["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not an inbound delivery"),
+        "{dead:?}"
+    );
+    let letter = rt.block_on(async {
+        let stream = js.get_stream("CREWLET_DLQ").await.unwrap();
+        stream
+            .get_last_raw_message_by_subject("dlq.notify-inbound")
+            .await
+            .expect("the dead letter is on the DLQ stream")
+    });
+    let letter: Value = serde_json::from_slice(&letter.payload).unwrap();
+    assert_eq!(letter["original"], "this is not JSON");
+    assert!(
+        letter["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not an inbound delivery")
+    );
+    // Dead-lettered, not retried: the group has nothing left.
+    let info = rt.block_on(async {
+        js.get_stream("CREWLET_NOTIFICATIONS")
+            .await
+            .unwrap()
+            .consumer_info("notify-inbound")
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        info.num_pending + info.num_ack_pending as u64,
+        0,
+        "{info:?}"
+    );
+}
+
+#[test]
+fn a_closed_valve_delays_a_wake_and_never_drops_it() {
+    let server = NatsServer::start();
+    let (_sb, node) = node_on(&server, "edge-valve", FULL);
+    let limit = crewlet_ingress::notify::VALVE_LIMIT as usize;
+    for i in 0..=limit {
+        let answer = send_github(
+            &node,
+            "/webhooks/github",
+            &format!("v-{i}"),
+            &comment("@linus"),
+        );
+        assert_eq!(answer.status, 202, "delivery {i}");
+    }
+    // The valve admits `limit` wakes in this window; the one over it is
+    // delayed until a later window, then woken — never dead-lettered.
+    let window = crewlet_ingress::notify::VALVE_WINDOW;
+    let rt = rt();
+    let client = rt.block_on(async_nats::connect(server.url())).unwrap();
+    let all_woken = eventually(window + Duration::from_secs(15), || {
+        rt.block_on(pending(&client, "linus")) as usize == limit + 1
+    });
+    assert!(
+        all_woken,
+        "wakes pending: {}",
+        rt.block_on(pending(&client, "linus"))
+    );
+    assert!(events(&node, "delivery_dead_lettered").is_empty());
+    assert_eq!(events(&node, "wake_published").len(), limit + 1);
+}

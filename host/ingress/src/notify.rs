@@ -10,7 +10,9 @@
 //!   reviewers that name a seat of the active company (leading `@`
 //!   stripped); seat ids are UUIDv5, so every node answers the same.
 //! - **The valve fails closed by delaying.** A closed or unknown valve naks
-//!   with [`RETRY_DELAY`]; the delivery comes back, it is not dropped.
+//!   with [`RETRY_DELAY`]; the delivery comes back, it is not dropped — and
+//!   a delay never counts towards dead-lettering (a busy seat is not a bad
+//!   message). The same holds while no company is active.
 //! - **Wakes are idempotent on the stream.** Each carries the message id
 //!   `SOURCE:ID:HANDLE`, so a redelivery after a partial wake does not wake
 //!   a seat twice within the stream's duplicate window.
@@ -75,6 +77,9 @@ pub struct NotifyService {
 }
 
 enum Failure {
+    /// Not now: the valve is closed or unknown, or no company is active.
+    /// Redelivered after [`RETRY_DELAY`], never dead-lettered.
+    Delay(String),
     /// Worth another delivery.
     Retry(String),
     /// Will never succeed: dead-letter now.
@@ -183,6 +188,10 @@ impl Worker {
                     warn!(subsystem = "notify", error = %e, "ack failed; the delivery comes back and its wakes are deduplicated");
                 }
             }
+            Err(Failure::Delay(reason)) => {
+                debug!(subsystem = "notify", delivered, reason, "delivery delayed");
+                let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
+            }
             Err(Failure::Retry(reason)) if delivered < MAX_DELIVER => {
                 debug!(subsystem = "notify", delivered, reason, "delivery delayed");
                 let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
@@ -197,7 +206,7 @@ impl Worker {
         let inbound: Inbound = serde_json::from_slice(&msg.payload)
             .map_err(|e| Failure::Poison(format!("not an inbound delivery: {e}")))?;
         let Some(active) = self.cfg.active.current() else {
-            return Err(Failure::Retry("no active company".into()));
+            return Err(Failure::Delay("no active company".into()));
         };
         let company = &active.company;
         let seats = resolve(company, &inbound);
@@ -229,12 +238,12 @@ impl Worker {
             {
                 Ok(Answer::Yes(_)) => {}
                 Ok(Answer::No(v)) => {
-                    return Err(Failure::Retry(format!(
+                    return Err(Failure::Delay(format!(
                         "rate valve closed for {h} ({}/{})",
                         v.count, v.limit
                     )));
                 }
-                Err(e) => return Err(Failure::Retry(format!("rate valve unknown for {h}: {e}"))),
+                Err(e) => return Err(Failure::Delay(format!("rate valve unknown for {h}: {e}"))),
             }
             let seat = seat_id(&company.org, &handle).to_string();
             let wake = Wake {
