@@ -93,13 +93,16 @@ impl Supervisor {
             "stream store dir",
             &format!("crewlet node {node_id}"),
         )?;
-        let port = match spec.port {
-            0 => free_loopback_port().map_err(files(&store_dir))?,
-            p => p,
-        };
+        // Port 0: the server picks a free port itself and reports it in its
+        // ports file. Picking one here and handing it over would leave a
+        // window in which any outgoing connection may be given that port.
+        let requested = (spec.port != 0).then_some(spec.port);
         let conf = store_dir.join("nats-server.conf");
-        std::fs::write(&conf, server_config(node_id, port, &store_dir, spec.sync))
-            .map_err(files(&conf))?;
+        std::fs::write(
+            &conf,
+            server_config(node_id, requested, &store_dir, spec.sync),
+        )
+        .map_err(files(&conf))?;
 
         let launch = Launch {
             binary,
@@ -110,7 +113,7 @@ impl Supervisor {
         let status = Arc::new(Mutex::new(BrokerStatus {
             binary: launch.binary.display().to_string(),
             store_dir: store_dir.display().to_string(),
-            port,
+            port: requested.unwrap_or(0),
             sync: match spec.sync {
                 SyncPolicy::Always => "always",
                 SyncPolicy::ServerDefault => "server-default",
@@ -121,12 +124,24 @@ impl Supervisor {
         }));
 
         let waited = tokio::select! {
-            r = wait_accepting(port, &mut child, &launch.tail) => r,
+            r = wait_accepting(requested, &store_dir, &mut child, &launch.tail) => r,
             _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
         };
-        if let Err(e) = waited {
+        let port = match waited {
+            Ok(port) => port,
+            Err(e) => {
+                terminate(&mut child).await;
+                return Err(e);
+            }
+        };
+        status.lock().expect("status").port = port;
+        // A restart comes back on the same port: the client reconnects to it.
+        if let Err(e) = std::fs::write(
+            &launch.conf,
+            server_config(node_id, Some(port), &store_dir, spec.sync),
+        ) {
             terminate(&mut child).await;
-            return Err(e);
+            return Err(files(&launch.conf)(e));
         }
         info!(
             subsystem = "broker",
@@ -210,12 +225,17 @@ impl Launch {
 
 /// The server's configuration file. Paths are quoted JSON strings, which the
 /// NATS config format reads verbatim.
-fn server_config(node_id: &str, port: u16, store_dir: &Path, sync: SyncPolicy) -> String {
+fn server_config(node_id: &str, port: Option<u16>, store_dir: &Path, sync: SyncPolicy) -> String {
     let quote = |s: &str| serde_json::to_string(s).expect("string to JSON");
+    let listen = match port {
+        Some(p) => p.to_string(),
+        None => "-1".to_owned(),
+    };
     let mut conf = format!(
         "# Written by crewlet at every start; edits are overwritten.\n\
          server_name: {name}\n\
-         listen: \"127.0.0.1:{port}\"\n\
+         listen: \"127.0.0.1:{listen}\"\n\
+         ports_file_dir: {store}\n\
          jetstream {{\n  store_dir: {store}\n",
         name = quote(&format!("crewlet-{node_id}")),
         store = quote(&store_dir.display().to_string()),
@@ -227,18 +247,29 @@ fn server_config(node_id: &str, port: u16, store_dir: &Path, sync: SyncPolicy) -
     conf
 }
 
-fn free_loopback_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// The client port the server with `pid` reported in its ports file
+/// (`<exe>_<pid>.ports` in `dir`, JSON with the `nats` client URLs).
+fn reported_port(dir: &Path, pid: u32) -> Option<u16> {
+    let suffix = format!("_{pid}.ports");
+    let file = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))?;
+    let ports: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(file.path()).ok()?).ok()?;
+    let url = ports["nats"].get(0)?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
 }
 
+/// Waits until the child accepts clients; answers its client port.
 async fn wait_accepting(
-    port: u16,
+    requested: Option<u16>,
+    ports_dir: &Path,
     child: &mut Child,
     tail: &Mutex<VecDeque<String>>,
-) -> Result<(), StreamError> {
+) -> Result<u16, StreamError> {
     let started = Instant::now();
+    let pid = child.id().unwrap_or(0);
     loop {
         if let Some(status) = child.try_wait().map_err(|source| StreamError::Spawn {
             binary: "nats-server".into(),
@@ -258,15 +289,17 @@ async fn wait_accepting(
                 last_lines,
             });
         }
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
+        let port = requested.or_else(|| reported_port(ports_dir, pid));
+        if let Some(port) = port
+            && tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
         {
-            return Ok(());
+            return Ok(port);
         }
         if started.elapsed() > START_TIMEOUT {
             return Err(StreamError::StartTimeout {
-                port,
+                port: port.unwrap_or(0),
                 waited: START_TIMEOUT,
             });
         }
@@ -405,11 +438,17 @@ mod tests {
 
     #[test]
     fn config_syncs_always_unless_told_otherwise() {
-        let c = server_config("n1", 4222, Path::new("/var/x \"y\""), SyncPolicy::Always);
+        let c = server_config(
+            "n1",
+            Some(4222),
+            Path::new("/var/x \"y\""),
+            SyncPolicy::Always,
+        );
         assert!(c.contains("sync_interval: always"), "{c}");
         assert!(c.contains(r#"store_dir: "/var/x \"y\"""#), "{c}");
         assert!(c.contains("listen: \"127.0.0.1:4222\""), "{c}");
-        let lazy = server_config("n1", 4222, Path::new("/s"), SyncPolicy::ServerDefault);
+        let lazy = server_config("n1", None, Path::new("/s"), SyncPolicy::ServerDefault);
         assert!(!lazy.contains("sync_interval"), "{lazy}");
+        assert!(lazy.contains("listen: \"127.0.0.1:-1\""), "{lazy}");
     }
 }

@@ -39,12 +39,45 @@ pub fn nats_server_bin() -> PathBuf {
     );
 }
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, for a server a test
+/// starts with an explicit port.
+///
+/// The port is taken *below* the kernel's ephemeral range: a port from
+/// `bind(0)` comes from that range, and between releasing it and the server
+/// binding it, any outgoing connection on the machine (a cluster's route,
+/// a client) may be given the same port — a server that then fails to start.
+/// Below the range only an explicit bind can collide, and this process hands
+/// each port out once.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port on loopback")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| {
+            r.split_whitespace()
+                .next()
+                .and_then(|v| v.parse::<u32>().ok())
+        })
+        .unwrap_or(32768);
+    const LOW: u32 = 10_000;
+    if ephemeral_low <= LOW + 1_000 {
+        return TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind a port on loopback");
+    }
+    let span = ephemeral_low - LOW;
+    // Test binaries run one after another; start each at its own offset so
+    // a port a previous binary's server still holds is skipped quickly.
+    let offset = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + (offset + n) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 between {LOW} and {ephemeral_low}");
 }
 
 /// Spawns `cmd` so that it dies with the test process, whatever kills it.
