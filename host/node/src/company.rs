@@ -46,35 +46,34 @@ impl CompanyFile {
             company,
         })
     }
+}
 
-    /// The org view: what `GET /org` answers.
-    pub fn org_view(&self) -> serde_json::Value {
-        let c = &self.company;
-        serde_json::json!({
-            "name": c.org,
-            "timezone": c.timezone,
-            "digest": c.digest,
-            "budget": c.budget,
-            "seats": c.seats.values().map(|s| serde_json::json!({
-                "handle": s.handle,
-                "id": s.id,
-                "role": s.role,
-                "group": s.group,
-            })).collect::<Vec<_>>(),
-            "roles": c.roles.values().map(|r| serde_json::json!({
-                "name": r.name,
-                "executor": r.executor.iter().map(|m| format!("{}/{}", m.provider, m.model)).collect::<Vec<_>>(),
-                "reviewer": format!("{}/{}", r.reviewer.provider, r.reviewer.model),
-                "mcp_servers": r.mcp.keys().collect::<Vec<_>>(),
-                "max_iterations": r.max_iterations,
-                "max_tool_rounds": r.max_tool_rounds,
-                "budget": r.budget,
-            })).collect::<Vec<_>>(),
-            "integrations": c.integrations.values().map(|i| serde_json::json!({
-                "source": i.source,
-                "plugin": i.plugin,
-                "secret": i.secret.name_str(),
-            })).collect::<Vec<_>>(),
-        })
-    }
+/// The org view of `c`: what `GET /org` answers.
+pub fn org_view(c: &Company) -> serde_json::Value {
+    serde_json::json!({
+        "name": c.org,
+        "timezone": c.timezone,
+        "digest": c.digest,
+        "budget": c.budget,
+        "seats": c.seats.values().map(|s| serde_json::json!({
+            "handle": s.handle,
+            "id": s.id,
+            "role": s.role,
+            "group": s.group,
+        })).collect::<Vec<_>>(),
+        "roles": c.roles.values().map(|r| serde_json::json!({
+            "name": r.name,
+            "executor": r.executor.iter().map(|m| format!("{}/{}", m.provider, m.model)).collect::<Vec<_>>(),
+            "reviewer": format!("{}/{}", r.reviewer.provider, r.reviewer.model),
+            "mcp_servers": r.mcp.keys().collect::<Vec<_>>(),
+            "max_iterations": r.max_iterations,
+            "max_tool_rounds": r.max_tool_rounds,
+            "budget": r.budget,
+        })).collect::<Vec<_>>(),
+        "integrations": c.integrations.values().map(|i| serde_json::json!({
+            "source": i.source,
+            "plugin": i.plugin,
+            "secret": i.secret.name_str(),
+        })).collect::<Vec<_>>(),
+    })
 }

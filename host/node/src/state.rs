@@ -231,15 +231,11 @@ impl crewlet_api::Catalog for NodeState {
         // The revision applied through the config pointer wins over the
         // `--company` document the node was started with.
         if let Some((_, company)) = self.applied_company() {
-            let file = crate::company::CompanyFile {
-                path: PathBuf::new(),
-                company: (*company).clone(),
-            };
-            return Some(file.org_view());
+            return Some(crate::company::org_view(&company));
         }
         self.company
             .as_ref()
-            .map(crate::company::CompanyFile::org_view)
+            .map(|file| crate::company::org_view(&file.company))
     }
 
     fn plugins(&self) -> Option<serde_json::Value> {
