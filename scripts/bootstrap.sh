@@ -65,6 +65,17 @@ if [[ -f plugins/Cargo.toml ]]; then
     cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
 fi
 
+# 3b. The third-party MCP servers the crewlet-mcp tests run as children
+#     (tests/mcp-servers, from its lock file): again when the lock changed.
+if [[ -f tests/mcp-servers/package-lock.json ]]; then
+    mcp_stamp=tests/mcp-servers/node_modules/.crewlet-lock
+    if ! cmp -s tests/mcp-servers/package-lock.json "$mcp_stamp"; then
+        say "installing tests/mcp-servers npm packages"
+        (cd tests/mcp-servers && npm ci --no-audit --no-fund --loglevel=error)
+        cp tests/mcp-servers/package-lock.json "$mcp_stamp"
+    fi
+fi
+
 # 4. Browser tests: a real Chromium from Debian, driven by playwright-core.
 if [[ $browser == 1 ]]; then
     if [[ ! -x /usr/bin/chromium ]]; then

@@ -285,8 +285,248 @@ fn an_unreachable_pointer_answers_503_and_keeps_the_company() {
     assert_eq!(read.status, 503, "{}", read.text());
     assert!(read.header("retry-after").is_some());
 
-    // Unknown is not unset: the node keeps serving what it applied.
-    std::thread::sleep(Duration::from_secs(3));
+    // Unknown is not unset: the node keeps serving what it applied, and
+    // says it is isolated.
+    wait_posture(&node, "isolated", APPLY_WITHIN);
     assert_eq!(applied(&node), Some(epoch));
     assert_eq!(org_name(&node), "Acme Robotics");
+}
+
+fn posture(node: &Node) -> String {
+    node.health()["posture"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn ready_status(node: &Node) -> u16 {
+    node.get("/ready").map(|r| r.status).unwrap_or(0)
+}
+
+fn wait_posture(node: &Node, want: &str, within: Duration) {
+    assert!(
+        eventually(within, || posture(node) == want),
+        "posture never {want}: health {}, log:\n{}",
+        node.health(),
+        node.log_text()
+    );
+}
+
+#[test]
+fn postures_serve_wait_stuck_and_back_to_serve() {
+    use crewlet_coord::Bucket;
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    let node = node_with(&sb, Some(&server), "posture-1", &[]);
+    // Nothing activated: serve.
+    assert_eq!(posture(&node), "serve", "{}", node.health());
+    assert_eq!(ready_status(&node), 200);
+
+    let a = put_config(&node, &example());
+    assert_eq!(a.status, 201, "{}", a.text());
+    let epoch_a = a.json()["epoch"].as_u64().unwrap();
+    wait_applied(&node, epoch_a, "Acme Robotics");
+    wait_posture(&node, "serve", APPLY_WITHIN);
+    let b = put_config(&node, &renamed("Acme Bee"));
+    let (epoch_b, digest_b) = (
+        b.json()["epoch"].as_u64().unwrap(),
+        b.json()["digest"].as_str().unwrap().to_owned(),
+    );
+    wait_applied(&node, epoch_b, "Acme Bee");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async_nats::connect(server.url())).unwrap();
+    let coord = rt
+        .block_on(Coord::open(
+            client,
+            CoordOptions::new(Owner::incarnation("operator")),
+        ))
+        .unwrap();
+
+    // wait → serve: the pointer moves to a revision whose document is not
+    // in the bucket (yet). The node is behind, waits, and stays ready.
+    let Answer::Yes((record_b, _)) = rt
+        .block_on(coord.get_record(Bucket::Config, "company_revision", &digest_b))
+        .unwrap()
+    else {
+        panic!("revision b is stored");
+    };
+    assert!(matches!(
+        rt.block_on(coord.remove_record(Bucket::Config, "company_revision", &digest_b)),
+        Ok(Answer::Yes(()))
+    ));
+    let Answer::Yes(epoch_c) = rt
+        .block_on(coord.activate(&digest_b, Some(epoch_b)))
+        .unwrap()
+    else {
+        panic!("the pointer moves");
+    };
+    wait_posture(&node, "wait", APPLY_WITHIN);
+    let health = node.health();
+    assert_eq!(health["pointer_epoch"], epoch_c, "{health}");
+    assert_eq!(
+        health["applied_epoch"], epoch_b,
+        "keeps serving b: {health}"
+    );
+    assert_eq!(ready_status(&node), 200, "wait stays ready");
+    rt.block_on(coord.put_record(Bucket::Config, "company_revision", &digest_b, &record_b))
+        .unwrap();
+    wait_applied(&node, epoch_c, "Acme Bee");
+    wait_posture(&node, "serve", APPLY_WITHIN);
+
+    // stuck: the pointer names a document this build refuses; after the
+    // reconciler's bound (10 s) the node is stuck — /ready 503, /health 200.
+    let bogus = "f".repeat(64);
+    let record = serde_json::json!({
+        "digest": bogus,
+        "document": "this is [not a company",
+        "source": "a test",
+    });
+    rt.block_on(coord.put_record(Bucket::Config, "company_revision", &bogus, &record))
+        .unwrap();
+    let Answer::Yes(epoch_d) = rt.block_on(coord.activate(&bogus, Some(epoch_c))).unwrap() else {
+        panic!("the pointer moves");
+    };
+    wait_posture(&node, "wait", APPLY_WITHIN);
+    assert_eq!(ready_status(&node), 200);
+    wait_posture(&node, "stuck", Duration::from_secs(30));
+    let ready = node.get("/ready").unwrap();
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["reason"], "stuck", "{}", ready.text());
+    let health = node.get("/health").unwrap();
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["pointer_epoch"], epoch_d);
+    assert_eq!(health.json()["applied_epoch"], epoch_c, "still serving c");
+    assert_eq!(org_name(&node), "Acme Bee");
+    // The status it writes for the fleet says so too.
+    assert!(eventually(APPLY_WITHIN, || {
+        matches!(rt.block_on(coord.node_status("posture-1")),
+            Ok(Answer::Yes(s)) if s["posture"] == "stuck" && s["failed_epoch"] == epoch_d)
+    }));
+
+    // A good revision activated over it: serve and ready again.
+    let fixed = put_config(&node, &renamed("Acme Fixed"));
+    assert_eq!(fixed.status, 201, "{}", fixed.text());
+    let epoch_e = fixed.json()["epoch"].as_u64().unwrap();
+    wait_applied(&node, epoch_e, "Acme Fixed");
+    wait_posture(&node, "serve", APPLY_WITHIN);
+    assert!(eventually(APPLY_WITHIN, || ready_status(&node) == 200));
+}
+
+/// Takes (and acks) the next wake in `handle`'s mailbox, if there is one.
+async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serde_json::Value> {
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_consumer(&format!("inbox-{handle}"))
+        .await
+        .expect("the mailbox exists");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_millis(500))
+        .messages()
+        .await
+        .expect("fetch");
+    let msg = batch.next().await?.expect("a message");
+    msg.double_ack().await.expect("ack");
+    Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
+}
+
+#[test]
+fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
+    use crewlet_coord::Bucket;
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    let node = node_with(&sb, Some(&server), "shed-1", &[]);
+    let a = put_config(&node, &example());
+    assert_eq!(a.status, 201, "{}", a.text());
+    let epoch_a = a.json()["epoch"].as_u64().unwrap();
+    wait_applied(&node, epoch_a, "Acme Robotics");
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(async_nats::connect(server.url())).unwrap();
+    let coord = rt
+        .block_on(Coord::open(
+            client.clone(),
+            CoordOptions::new(Owner::incarnation("operator")),
+        ))
+        .unwrap();
+
+    // The pointer names a document this node refuses, and a peer reports
+    // serving that epoch: after the grace the node sheds.
+    let bogus = "e".repeat(64);
+    let record = serde_json::json!({ "digest": bogus, "document": "[not a company" });
+    rt.block_on(coord.put_record(Bucket::Config, "company_revision", &bogus, &record))
+        .unwrap();
+    let Answer::Yes(epoch_b) = rt.block_on(coord.activate(&bogus, Some(epoch_a))).unwrap() else {
+        panic!("the pointer moves");
+    };
+    rt.block_on(coord.publish_status(
+        "peer-ahead",
+        &serde_json::json!({ "applied_epoch": epoch_b, "posture": "serve" }),
+    ))
+    .unwrap();
+    wait_posture(&node, "shed", Duration::from_secs(30));
+    let ready = node.get("/ready").unwrap();
+    assert_eq!(ready.status, 503, "{}", ready.text());
+    assert_eq!(ready.json()["reason"], "shed");
+    assert_eq!(node.get("/health").unwrap().status, 200);
+    assert_eq!(org_name(&node), "Acme Robotics", "serves what it applied");
+
+    // A delivery arriving now is not worked here.
+    let inbound = crewlet_ingress::Inbound {
+        trace_id: "t-shed".into(),
+        key: "test:shed-1".into(),
+        delivery_id: "shed-1".into(),
+        source: "test".into(),
+        event_type: "comment".into(),
+        route_handle: None,
+        mentions: vec!["@ada".into()],
+        assignees: vec![],
+        reviewers: vec![],
+        channel: None,
+        thread: None,
+        text: Some("while shedding".into()),
+        received_by: "operator".into(),
+        received_at_ms: 0,
+    };
+    rt.block_on(async {
+        let js = async_nats::jetstream::new(client.clone());
+        js.publish(
+            "crewlet.notifications.inbound",
+            serde_json::to_vec(&inbound).unwrap().into(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    });
+    // Absence over a window: three seconds is many polls' worth of a
+    // consuming node (it wakes within milliseconds when it consumes).
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        rt.block_on(take_wake(&client, "ada")),
+        None,
+        "worked while shedding"
+    );
+
+    // A revision it can apply: it serves and works the delivery.
+    let fixed = put_config(&node, &renamed("Acme Fixed"));
+    let epoch_c = fixed.json()["epoch"].as_u64().unwrap();
+    wait_applied(&node, epoch_c, "Acme Fixed");
+    wait_posture(&node, "serve", APPLY_WITHIN);
+    let mut woke = None;
+    // Up to the consumer's ack wait (30 s): a pull the shedding node had
+    // outstanding may have taken it without handing it over.
+    assert!(
+        eventually(Duration::from_secs(45), || {
+            woke = rt.block_on(take_wake(&client, "ada"));
+            woke.is_some()
+        }),
+        "{}",
+        node.log_text()
+    );
+    assert_eq!(woke.unwrap()["delivery_id"], "shed-1");
 }

@@ -17,6 +17,7 @@ use tungstenite::{Message, WebSocket};
 
 const SECRET: &str = "it's-a-secret-to-everybody";
 
+#[derive(Clone, Copy)]
 struct Opts {
     company: bool,
     secret: bool,
@@ -568,6 +569,272 @@ fn a_broker_outage_during_a_delivery_is_503_and_the_retry_is_delivered_once() {
         1,
         "{ids:?}"
     );
+}
+
+#[test]
+fn a_secret_set_through_the_api_serves_webhooks_without_a_restart() {
+    let server = NatsServer::start();
+    let no_secret = Opts {
+        company: true,
+        secret: false,
+    };
+    let (_sb, node) = node_on(&server, "edge-secrets", no_secret);
+    let body = comment("@ada");
+    let before = send_github(&node, "/webhooks/github", "sec-1", &body);
+    assert_eq!(before.status, 503, "no secret yet");
+
+    // Set through the CLI (value on stdin, trailing newline trimmed).
+    let mut cli = std::process::Command::new(crewlet_bin())
+        .args(["secrets", "set", "GITHUB_WEBHOOK_SECRET", "--api"])
+        .arg(format!("http://{}", node.api))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    cli.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{SECRET}\n").as_bytes())
+        .unwrap();
+    let out = cli.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains(SECRET), "the CLI never prints a value");
+
+    // Accepted at once: the node that took the write holds it already.
+    let after = send_github(&node, "/webhooks/github", "sec-1", &body);
+    assert_eq!(
+        after.status,
+        202,
+        "{}",
+        String::from_utf8_lossy(&after.body)
+    );
+
+    // Listed by name, never by value; the CLI shows the same.
+    let listed = http::get(&node.api, "/secrets").unwrap();
+    assert_eq!(listed.status, 200);
+    assert_eq!(listed.json()["secrets"][0]["name"], "GITHUB_WEBHOOK_SECRET");
+    assert!(listed.json()["secrets"][0]["updated_ms"].as_u64().is_some());
+    assert!(!listed.text().contains(SECRET));
+    let (status, text) = run_to_exit(
+        &["secrets", "list", "--api", &format!("http://{}", node.api)],
+        &[],
+    );
+    assert!(status.success(), "{text}");
+    assert!(
+        text.contains("GITHUB_WEBHOOK_SECRET") && !text.contains(SECRET),
+        "{text}"
+    );
+    assert!(!node.log_text().contains(SECRET), "a value reached the log");
+
+    // Bad names and oversized values are refused and change nothing.
+    for bad in ["1BAD", "has-dash", "a.b"] {
+        let r = http::request(&node.api, "PUT", &format!("/secrets/{bad}"), &[], b"v").unwrap();
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    let big = vec![b'x'; 64 * 1024 + 1];
+    let r = http::request(&node.api, "PUT", "/secrets/BIG", &[], &big).unwrap();
+    assert_eq!(r.status, 413, "{}", r.text());
+    let r = http::request(&node.api, "PUT", "/secrets/NOT_TEXT", &[], &[0xff, 0xfe]).unwrap();
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(
+        http::get(&node.api, "/secrets").unwrap().json()["secrets"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A peer node on the same fleet sees it through its watch.
+    let (_sb2, peer) = node_on(&server, "edge-secrets-peer", no_secret);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            send_github(&peer, "/webhooks/github", "sec-peer", &body).status == 202
+        }),
+        "{}",
+        peer.log_text()
+    );
+
+    // Removed: the edge answers 503 again (on both nodes, once watched).
+    let r = http::request(
+        &node.api,
+        "DELETE",
+        "/secrets/GITHUB_WEBHOOK_SECRET",
+        &[],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(r.status, 204, "{}", r.text());
+    let r = http::request(
+        &node.api,
+        "DELETE",
+        "/secrets/GITHUB_WEBHOOK_SECRET",
+        &[],
+        b"",
+    )
+    .unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(
+        send_github(&node, "/webhooks/github", "sec-2", &body).status,
+        503
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        send_github(&peer, "/webhooks/github", "sec-3", &body).status == 503
+    }));
+}
+
+/// A node on its own embedded nats-server (no `stream.url`).
+fn embedded_node(id: &str) -> (Sandbox, Node) {
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(port, &format!("[node]\nid = \"{id}\"\n"));
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .arg("--plugins")
+        .arg(root.join("plugins"))
+        .arg("--company")
+        .arg(root.join("examples/company.toml"))
+        .env("GITHUB_WEBHOOK_SECRET", SECRET)
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    (sb, node)
+}
+
+/// The live claim on `key` in the claims bucket, if any (a leader read).
+async fn live_claim(client: &async_nats::Client, key: &str) -> Option<Value> {
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js.get_stream("KV_crewlet_claims").await.unwrap();
+    let subject = format!(
+        "$KV.crewlet_claims.{}",
+        crewlet_coord::names::encode_token(key)
+    );
+    let m = stream
+        .get_last_raw_message_by_subject(&subject)
+        .await
+        .ok()?;
+    let removed = m
+        .headers
+        .get("KV-Operation")
+        .is_some_and(|op| op.as_str() != "PUT");
+    (!removed).then(|| serde_json::from_slice(&m.payload).unwrap())
+}
+
+/// Resumes a stopped process when dropped, so a failing test never leaves
+/// a frozen broker behind.
+struct Frozen(i32);
+
+impl Frozen {
+    fn stop(pid: i32) -> Frozen {
+        // SAFETY: signalling our node's own nats-server child.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        Frozen(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // SAFETY: as above.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+#[test]
+fn a_stalled_embedded_broker_is_503_leaves_no_claim_and_the_retry_is_delivered_once() {
+    let (_sb, node) = embedded_node("edge-stalled");
+    let broker = children(node.pid())
+        .into_iter()
+        .find(|p| cmdline(*p).contains("nats-server"))
+        .unwrap_or_else(|| panic!("no nats-server child of {}", node.pid()));
+    assert_eq!(broker, node.broker_pid(), "the child is the node's broker");
+    let url = node.health()["stream"]["urls"][0]
+        .as_str()
+        .expect("the embedded broker's url")
+        .to_owned();
+    let body = comment("@ada");
+    // Warm the path, so the stall hits a live edge.
+    assert_eq!(
+        send_github(&node, "/webhooks/github", "s-warm", &body).status,
+        202
+    );
+    wait_events(&node, "wake_published", 1);
+
+    let frozen = Frozen::stop(broker);
+    let sent = Instant::now();
+    let a = send_github(&node, "/webhooks/github", "s-stall", &body);
+    let took = sent.elapsed();
+    assert_eq!(a.status, 503, "{}", String::from_utf8_lossy(&a.body));
+    assert!(a.header("retry-after").is_some());
+    // The claim's request timeout and the publish's ack timeout, 5 s each.
+    assert!(took < Duration::from_secs(15), "503 after {took:?}");
+    drop(frozen);
+
+    // Everything the edge wrote into the stalled connection lands now (a
+    // claim that timed out included); its release follows it.
+    let rt = rt();
+    let client = rt.block_on(async_nats::connect(&url)).unwrap();
+    let mut claim = None;
+    let released = eventually(Duration::from_secs(30), || {
+        claim = rt.block_on(live_claim(&client, "github:s-stall"));
+        claim.is_none()
+    });
+    assert!(
+        released,
+        "claim left behind: {claim:?}\n{}",
+        node.log_text()
+    );
+
+    // The sender retries as told: accepted, then a duplicate.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let accepted = loop {
+        let a = send_github(&node, "/webhooks/github", "s-stall", &body);
+        match a.status {
+            503 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(500)),
+            _ => break a,
+        }
+    };
+    assert_eq!(
+        accepted.status,
+        202,
+        "{} {}",
+        String::from_utf8_lossy(&accepted.body),
+        node.log_text()
+    );
+    let again = send_github(&node, "/webhooks/github", "s-stall", &body);
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json()["status"], "duplicate");
+
+    // Exactly one wake for it: the stalled publish may have landed when
+    // the broker resumed, and the retry's copy is the same stream message id.
+    let mut ids = Vec::new();
+    assert!(eventually(Duration::from_secs(30), || {
+        while let Some(w) = rt.block_on(take_wake(&client, "ada")) {
+            ids.push(w["delivery_id"].as_str().unwrap().to_owned());
+        }
+        ids.iter().any(|i| i == "s-stall")
+    }));
+    // Whatever else is in flight has been worked once the notify consumer
+    // has nothing pending.
+    assert!(eventually(Duration::from_secs(30), || {
+        rt.block_on(async {
+            let js = async_nats::jetstream::new(client.clone());
+            let stream = js.get_stream("CREWLET_NOTIFICATIONS").await.unwrap();
+            let info = stream.consumer_info("notify-inbound").await.unwrap();
+            info.num_pending == 0 && info.num_ack_pending == 0
+        })
+    }));
+    while let Some(w) = rt.block_on(take_wake(&client, "ada")) {
+        ids.push(w["delivery_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(ids.iter().filter(|i| *i == "s-stall").count(), 1, "{ids:?}");
 }
 
 /// xorshift64*: deterministic, so a failing case can be replayed.

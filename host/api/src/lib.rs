@@ -5,9 +5,12 @@
 //! coming up. Two probes answer two different questions: `/health` says how
 //! the node is, and stays 200 through a drain so an orchestrator does not kill
 //! the turns the drain exists to finish; `/ready` says whether to send it
-//! work, and is 503 until the node is connected to its stream and from the
-//! first moment of a drain. While draining, every webhook and every write
-//! answers 503 with `Retry-After` (new work goes to a peer); reads go on.
+//! work, and is 503 until the node is connected to its stream, from the
+//! first moment of a drain, and on the config postures `shed` and `stuck` —
+//! never on `wait` or `isolated`, since failing readiness on rollout lag
+//! would make the fastest node the cause of an outage. While draining,
+//! every webhook and every write answers 503 with `Retry-After` (new work
+//! goes to a peer); reads go on.
 //!
 //! `/ws/stream` is the dashboard's one read channel: live events pushed
 //! from the fleet-wide broadcast, and a query channel on the same socket. It
@@ -54,6 +57,12 @@ pub enum NotReady {
     StreamDisconnected,
     /// The node is draining and takes no new work.
     Draining,
+    /// Config posture `shed`: peers hold the active epoch this node cannot
+    /// apply, so its work goes to them.
+    Shed,
+    /// Config posture `stuck`: this node has failed to apply the active
+    /// revision for longer than the reconciler's bound.
+    Stuck,
 }
 
 /// Read-only views of the company and the node's catalogue.

@@ -136,6 +136,10 @@ pub struct McpServer {
     /// One child per node bound to the config epoch (`true`), or one child
     /// per seat carrying that seat's credentials (`false`, the default).
     pub shared: bool,
+    /// The server's tools that post a reply where the trigger came from
+    /// (`post_message`): the engine judges delivery by them and posts
+    /// through them at most once per turn and target.
+    pub replies: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -171,6 +175,10 @@ pub struct Seat {
     pub role: String,
     /// Placement group; seats without one share the default group.
     pub group: Option<String>,
+    /// This seat's own credentials: a `${NAME}` in a `shared = false` MCP
+    /// server's template resolves here first (NAME → the secret holding
+    /// this seat's value), then as a company secret.
+    pub credentials: BTreeMap<String, SecretRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

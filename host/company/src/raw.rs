@@ -92,6 +92,8 @@ struct RawMcp {
     headers: BTreeMap<String, String>,
     #[serde(default)]
     shared: bool,
+    #[serde(default)]
+    replies: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -99,6 +101,8 @@ struct RawMcp {
 struct RawSeat {
     role: String,
     group: Option<String>,
+    #[serde(default)]
+    credentials: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -262,9 +266,16 @@ impl RawMcp {
                 return None;
             }
         };
+        for (i, tool) in self.replies.iter().enumerate() {
+            errors.check(
+                format!("{path}.replies[{i}]"),
+                non_empty(tool, "a tool name"),
+            );
+        }
         Some(McpServer {
             transport,
             shared: self.shared,
+            replies: self.replies,
         })
     }
 }
@@ -378,6 +389,15 @@ impl Document {
             if let Some(g) = &s.group {
                 errors.check(format!("{path}.group"), token(g));
             }
+            let mut credentials = BTreeMap::new();
+            for (name, reference) in s.credentials {
+                let cpath = format!("{path}.credentials.{name}");
+                let name = errors.check(cpath.clone(), SecretRef::name(&name));
+                let reference = errors.check(cpath, SecretRef::parse(&reference));
+                if let (Some(name), Some(reference)) = (name, reference) {
+                    credentials.insert(name.name_str().to_owned(), reference);
+                }
+            }
             let id = seat_id(&self.org.name, &h);
             seats.insert(
                 h.clone(),
@@ -386,6 +406,7 @@ impl Document {
                     id,
                     role: s.role,
                     group: s.group,
+                    credentials,
                 },
             );
         }

@@ -1,15 +1,26 @@
 use super::*;
 
 const EXAMPLE: &str = include_str!("../../../examples/company.toml");
+const EXAMPLE_OPENAI: &str = include_str!("../../../examples/company.openai.toml");
+const EXAMPLE_ANTHROPIC: &str = include_str!("../../../examples/company.anthropic.toml");
 
 #[test]
-fn the_example_company_is_valid() {
-    let c = Company::parse(EXAMPLE).unwrap_or_else(|e| panic!("{e}"));
-    assert!(!c.seats.is_empty());
-    for seat in c.seats.values() {
-        assert!(c.roles.contains_key(&seat.role));
+fn the_example_companies_are_valid_and_alike() {
+    let parsed: Vec<Company> = [EXAMPLE, EXAMPLE_OPENAI, EXAMPLE_ANTHROPIC]
+        .iter()
+        .map(|d| Company::parse(d).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    for c in &parsed {
+        assert!(!c.seats.is_empty());
+        for seat in c.seats.values() {
+            assert!(c.roles.contains_key(&seat.role));
+        }
+        assert_eq!(c.digest.len(), 64);
+        assert_eq!(c.seats, parsed[0].seats, "one company, three models");
     }
-    assert_eq!(c.digest.len(), 64);
+    assert_eq!(parsed[0].roles["engineer"].executor[0].provider, "scripted");
+    assert_eq!(parsed[1].roles["engineer"].executor[0].provider, "openai");
+    assert_eq!(parsed[2].roles["support"].reviewer.provider, "anthropic");
 }
 
 #[test]
@@ -110,4 +121,39 @@ fn credentials_accept_one_reference_or_a_pool() {
         Handle::parse("a").unwrap().inbox_subject(),
         "crewlet.agent.a.inbox"
     );
+}
+
+#[test]
+fn seats_carry_their_own_credentials_and_servers_name_their_reply_tools() {
+    let doc = r#"
+        [org]
+        name = "A"
+        [roles.r]
+        system_prompt = "p"
+        executor = [{ provider = "scripted", model = "m" }]
+        reviewer = { provider = "scripted", model = "m" }
+        [roles.r.mcp.chat]
+        command = "chat"
+        env = { CHAT_IDENTITY = "${SEAT_CHAT_TOKEN}" }
+        replies = ["post_message"]
+        [seats]
+        a = { role = "r", credentials = { SEAT_CHAT_TOKEN = "${A_CHAT_TOKEN}" } }
+        b = { role = "r" }
+    "#;
+    let c = Company::parse(doc).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.roles["r"].mcp["chat"].replies, ["post_message"]);
+    let a = c.seat("a").unwrap();
+    assert_eq!(a.credentials["SEAT_CHAT_TOKEN"].name_str(), "A_CHAT_TOKEN");
+    assert!(c.seat("b").unwrap().credentials.is_empty());
+
+    let bad = doc
+        .replace("\"${A_CHAT_TOKEN}\"", "\"sk-literal\"")
+        .replace("[\"post_message\"]", "[\"\"]");
+    let errors = Company::parse(&bad).unwrap_err().errors;
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert!(
+        paths.contains(&"seats.a.credentials.SEAT_CHAT_TOKEN"),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&"roles.r.mcp.chat.replies[0]"), "{paths:?}");
 }

@@ -65,6 +65,24 @@ pub struct NodeStatus {
     pub posture: String,
     /// Unix milliseconds.
     pub started_at_ms: i64,
+    /// Seats this node serves (acquired, equipped and attached).
+    pub seats_held: u32,
+    /// One row per MCP server this node runs children of.
+    pub mcp: Vec<ServerRow>,
+}
+
+/// One MCP server on a node: children started and failed (over its seats,
+/// or one shared child), tools it offers, and the last failure's reason
+/// (at most 240 bytes).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerRow {
+    pub server: String,
+    pub shared: bool,
+    pub started: u32,
+    pub failed: u32,
+    pub tools: u32,
+    pub last_failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -46,7 +46,7 @@ pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, 
 pub use faulty::Faulty;
 pub use holder::{Holder, HolderState};
 pub use kv::{Change, Kv};
-pub use lease::{Held, Lease, NodeStatus, NotHeld, Owner};
+pub use lease::{Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use names::ResourceName;
 pub use nats::{NatsKv, OpenError};

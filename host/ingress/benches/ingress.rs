@@ -16,6 +16,7 @@ use axum::http::HeaderMap;
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Coord, CoordOptions, Owner};
 use crewlet_ingress::sign::github_signature;
+use crewlet_ingress::webhook::CLAIM_TTL;
 use crewlet_ingress::{Edge, EdgeConfig, Outcome};
 use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{Manifest, Runtime, RuntimeConfig};
@@ -117,14 +118,17 @@ async fn main() {
         Company::parse(&std::fs::read_to_string(root.join("examples/company.toml")).unwrap())
             .unwrap();
     let store = Arc::new(crewlet_store::Store::open_in(data.path()).unwrap());
+    let store_for_bench = store.clone();
+    let publisher = crewlet_observe::Publisher::new("bench", store, js.clone());
+    let claim_coord = coord.clone();
     let edge = Arc::new(Edge::new(EdgeConfig {
         node_id: "bench".into(),
         client: client.clone(),
         coord,
-        publisher: crewlet_observe::Publisher::new("bench", store, js.clone()),
+        publisher: publisher.clone(),
         active: ActiveCompany::new(Some(Active::local(company))),
-        webhooks: vec![github],
-        secrets: Arc::new(|_| Some(SECRET.as_bytes().to_vec())),
+        webhooks: vec![github.clone()],
+        secrets: Arc::new(|_| Some(SECRET.to_owned())),
     }));
     let body = bytes::Bytes::from_static(
         br#"{"action":"created","issue":{"number":7},"comment":{"body":"please look @ada"},"repository":{"full_name":"acme/robot"}}"#,
@@ -148,7 +152,7 @@ async fn main() {
         .await
     };
     let whole = {
-        let edge = edge.clone();
+        let (edge, body, sig) = (edge.clone(), body.clone(), sig.clone());
         run("edge", move |id| {
             let (edge, body, sig) = (edge.clone(), body.clone(), sig.clone());
             async move {
@@ -163,6 +167,101 @@ async fn main() {
         })
         .await
     };
+    // Where the time goes: each step of the edge alone, same concurrency.
+    let wasm = {
+        let (github, body, sig) = (github.clone(), body.clone(), sig.clone());
+        run("wasm", move |id| {
+            let (github, body, sig) = (github.clone(), body.clone(), sig.clone());
+            async move {
+                let headers = [
+                    ("content-type", "application/json"),
+                    ("x-github-event", "issue_comment"),
+                    ("x-github-delivery", id.as_str()),
+                    ("x-hub-signature-256", sig.as_str()),
+                ];
+                let secrets = [("github_webhook_secret", SECRET.as_bytes())];
+                let req = crewlet_plugins::webhook::Request::new(
+                    "/webhooks/github",
+                    &headers,
+                    &body,
+                    &secrets,
+                    0,
+                );
+                github.verify(&req).await.unwrap().unwrap();
+                github.parse(&req).await.unwrap().unwrap();
+            }
+        })
+        .await
+    };
+    let claim = {
+        let coord = claim_coord.clone();
+        run("claim", move |id| {
+            let coord = coord.clone();
+            async move {
+                let got = coord
+                    .claim(&format!("bench:{id}"), "bench/claimant", CLAIM_TTL)
+                    .await
+                    .unwrap();
+                assert!(matches!(got, crewlet_coord::Answer::Yes(_)));
+            }
+        })
+        .await
+    };
+    // The event log alone: this store's append, one row after another on
+    // one thread (as the publisher's writer does).
+    let sqlite = {
+        let store = store_for_bench.clone();
+        let publisher = publisher.clone();
+        tokio::task::spawn_blocking(move || {
+            let n = CLIENTS * PER_CLIENT;
+            let mut latencies = Vec::with_capacity(n);
+            let start = Instant::now();
+            for i in 0..n {
+                let mut ev = publisher.event("webhook_received", serde_json::json!({ "i": i }));
+                ev.parties = vec![
+                    crewlet_store::Party {
+                        party: "source:github".into(),
+                        role: "sender".into(),
+                    },
+                    crewlet_store::Party {
+                        party: "node:bench".into(),
+                        role: "edge".into(),
+                    },
+                ];
+                let t = Instant::now();
+                store.append_event(&ev).unwrap();
+                latencies.push(t.elapsed());
+            }
+            Run {
+                elapsed: start.elapsed(),
+                latencies,
+            }
+        })
+        .await
+        .unwrap()
+    };
+    let row = {
+        let publisher = publisher.clone();
+        run("row", move |id| {
+            let publisher = publisher.clone();
+            async move {
+                let ev = publisher.event("webhook_received", serde_json::json!({ "id": id }));
+                publisher.record(ev).await.unwrap();
+            }
+        })
+        .await
+    };
+    let row_awaited = {
+        let publisher = publisher.clone();
+        run("rowack", move |id| {
+            let publisher = publisher.clone();
+            async move {
+                let ev = publisher.event("webhook_received", serde_json::json!({ "id": id }));
+                publisher.publish(ev).await.unwrap();
+            }
+        })
+        .await
+    };
     let n = CLIENTS * PER_CLIENT;
     println!("ingress ({CLIENTS} concurrent clients, {n} deliveries each run)");
     println!(
@@ -171,6 +270,23 @@ async fn main() {
         floor.pct(0.50),
         floor.pct(0.99)
     );
+    for (what, r) in [
+        ("  step: verify + parse in WASM", &wasm),
+        ("  step: Coord::claim", &claim),
+        ("  step: SQLite append_event, one thread", &sqlite),
+        ("  step: event row + broadcast (record)", &row),
+        (
+            "  step: event row + broadcast (publish, acked)",
+            &row_awaited,
+        ),
+    ] {
+        println!(
+            "{what:<46} {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
+            r.per_sec(),
+            r.pct(0.50),
+            r.pct(0.99)
+        );
+    }
     println!(
         "  whole edge (verify+claim+publish+row): {:>5.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
         whole.per_sec(),

@@ -23,21 +23,23 @@
 //!   wake for a seat that is not attached yet.
 //!
 //! Secrets: the company names a secret per integration
-//! (`[integrations.SOURCE] secret = "NAME"`); this stage resolves its value
-//! from the node's environment variable `NAME` (a later stage moves secrets
-//! into the secrets bucket). The plugin receives it under the name its
+//! (`[integrations.SOURCE] secret = "NAME"`); its value is resolved through
+//! [`secrets::Secrets`] — the fleet's secrets bucket first, then the node's
+//! environment variable `NAME`. The plugin receives it under the name its
 //! manifest declares.
 
 pub mod mailbox;
 pub mod message;
 pub mod notify;
+pub mod secrets;
 pub mod sign;
 pub mod webhook;
 
 pub use mailbox::{MailboxError, ensure_mailboxes};
 pub use message::{Inbound, Wake};
 pub use notify::{NotifyError, NotifyService};
-pub use webhook::{Edge, EdgeConfig, Outcome, Secrets};
+pub use secrets::{Resolver, Secrets, SecretsError};
+pub use webhook::{Edge, EdgeConfig, Outcome};
 
 /// The subject every verified delivery is published to.
 pub const INBOUND_SUBJECT: &str = "crewlet.notifications.inbound";

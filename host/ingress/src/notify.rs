@@ -22,6 +22,14 @@
 //!   than with the server's `max_deliver` means a DLQ publish that fails is
 //!   retried instead of the message vanishing at the limit.
 //! - **Addressed to nobody** is an `delivery_unrouted` event and an ack.
+//! - **A shedding node stops consuming.** While [`NotifyConfig::admitting`]
+//!   is false (the node's config posture is `shed`: peers have the epoch
+//!   this node cannot apply), the service hands back every delivery its
+//!   pull already holds (a nak, redelivered after [`HAND_BACK_DELAY`] to
+//!   whichever node pulls it) and then stops pulling, so a peer that has the
+//!   epoch works it instead of this node working it against a company it is
+//!   no longer sure of. A delivery the server sent to the dropped pull
+//!   after that comes back after the consumer's ack wait.
 
 use std::time::Duration;
 
@@ -52,6 +60,14 @@ pub const VALVE_WINDOW: Duration = Duration::from_secs(30);
 /// How long the service may hold a delivery before the server redelivers it.
 const ACK_WAIT: Duration = Duration::from_secs(30);
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a shedding node keeps handing back what its pull delivers
+/// before it drops the pull.
+const HAND_BACK_QUIET: Duration = Duration::from_millis(200);
+/// A handed-back delivery is redelivered after this: longer than
+/// [`HAND_BACK_QUIET`], so it does not come straight back into the pull
+/// this node is draining (a nak without delay loops there), short enough
+/// for a peer to take it at once.
+pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
@@ -68,6 +84,8 @@ pub struct NotifyConfig {
     pub coord: Coord,
     pub publisher: Publisher,
     pub active: crewlet_company::ActiveCompany,
+    /// True while this node admits triggers; false while it sheds.
+    pub admitting: watch::Receiver<bool>,
 }
 
 /// The running service.
@@ -109,9 +127,21 @@ impl NotifyService {
             .await
             .map_err(|e| NotifyError::Consumer(e.to_string()))?;
         let (stop, mut stopped) = watch::channel(false);
+        let mut admitting = cfg.admitting.clone();
         let worker = Worker { cfg, js };
         let task = tokio::spawn(async move {
             loop {
+                let admits = *admitting.borrow_and_update();
+                if !admits {
+                    info!(subsystem = "notify", "shedding: not consuming {DURABLE}");
+                    tokio::select! {
+                        _ = stopped.changed() => return,
+                        _ = until_admitting(&mut admitting, true) => {
+                            info!(subsystem = "notify", "admitting again: consuming {DURABLE}");
+                            continue;
+                        }
+                    }
+                }
                 let mut messages = match consumer.messages().await {
                     Ok(m) => m,
                     Err(e) => {
@@ -125,8 +155,22 @@ impl NotifyService {
                 loop {
                     tokio::select! {
                         _ = stopped.changed() => return,
+                        // Shedding: hand back what the client already
+                        // pulled, then drop the pull (a new one starts when
+                        // this node admits again).
+                        _ = until_admitting(&mut admitting, false) => {
+                            worker.hand_back_buffered(&mut messages).await;
+                            break;
+                        }
                         next = messages.next() => match next {
-                            Some(Ok(msg)) => worker.handle(msg).await,
+                            Some(Ok(msg)) => {
+                                let admits = *admitting.borrow();
+                                if admits {
+                                    worker.handle(msg).await;
+                                } else {
+                                    worker.hand_back(msg).await;
+                                }
+                            }
                             Some(Err(e)) => {
                                 debug!(subsystem = "notify", error = %e, "pull interrupted");
                                 tokio::time::sleep(Duration::from_millis(250)).await;
@@ -149,6 +193,13 @@ impl NotifyService {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         let _ = self.task.await;
+    }
+}
+
+/// Resolves once admission is `want`; never, once nobody can change it.
+async fn until_admitting(admitting: &mut watch::Receiver<bool>, want: bool) {
+    if admitting.wait_for(|a| *a == want).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 
@@ -180,6 +231,29 @@ pub fn resolve(company: &Company, inbound: &Inbound) -> Vec<(Handle, &'static st
 }
 
 impl Worker {
+    /// Shedding: the delivery goes straight back for a peer to take.
+    async fn hand_back(&self, msg: jetstream::Message) {
+        if let Err(e) = msg.ack_with(AckKind::Nak(Some(HAND_BACK_DELAY))).await {
+            debug!(subsystem = "notify", error = %e, "hand-back failed; the delivery comes back after the ack wait");
+        }
+    }
+
+    /// Hands back every delivery the client holds already (until the pull
+    /// is quiet for [`HAND_BACK_QUIET`]).
+    async fn hand_back_buffered(&self, messages: &mut consumer::pull::Stream) {
+        let mut handed = 0u32;
+        while let Ok(Some(Ok(msg))) = tokio::time::timeout(HAND_BACK_QUIET, messages.next()).await {
+            self.hand_back(msg).await;
+            handed += 1;
+        }
+        if handed > 0 {
+            info!(
+                subsystem = "notify",
+                handed, "shedding: handed deliveries back"
+            );
+        }
+    }
+
     async fn handle(&self, msg: jetstream::Message) {
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
         match self.work(&msg).await {

@@ -13,11 +13,22 @@
 //! 5. publish to [`crate::INBOUND_SUBJECT`] with the claim key as the
 //!    stream's message id and wait for the ack — a failure releases the
 //!    claim and answers 503 + Retry-After;
-//! 6. only then the `webhook_received` row and live push, then 202.
+//! 6. only then the `webhook_received` row (written inline) and its
+//!    broadcast (sent, its ack not awaited: the 2xx rests on step 5), 202.
 //!
-//! A release that cannot reach the store (the broker is down) is remembered:
-//! the next delivery of the same key on this node releases it first, so the
-//! sender's retry is not mistaken for a duplicate of a delivery nobody has.
+//! A failed publish does not wait for the release: the 503 goes out at once
+//! and a task of its own releases the claim, retrying until the store
+//! answers (at most [`CLAIM_TTL`], after which the claim has lapsed anyway).
+//! Until it has, the key is remembered, and the next delivery of it on this
+//! node releases it first — so the sender's retry is not mistaken for a
+//! duplicate of a delivery nobody has. The release is also attempted when
+//! the claim's answer was unknown: a claim write that timed out against a
+//! stalled broker is still in the connection and lands when the broker
+//! resumes. A release removes only a claim whose claimant is this delivery
+//! attempt (compare-and-delete at its revision), so a late release never
+//! takes a peer's claim on the retry. A publish that timed out may also
+//! land late: the retry's publish carries the same `Nats-Msg-Id`, so the
+//! stream keeps one copy (its duplicate window is 2 minutes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,9 +46,10 @@ use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::webhook::{Delivery, Request, WebhookPlugin};
 use crewlet_store::Party;
 use serde_json::json;
-use tracing::{error, info, warn};
+use tracing::{Instrument, debug, error, info, warn};
 
 use crate::message::{Inbound, now_ms};
+use crate::secrets::Resolver;
 use crate::{INBOUND_SUBJECT, TRACE_HEADER};
 
 /// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
@@ -51,14 +63,6 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry-After on every 503, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
 
-/// Resolves a secret's value by the name the company gives it.
-pub type Secrets = Arc<dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync>;
-
-/// Secrets from this process's environment (this stage's source).
-pub fn env_secrets() -> Secrets {
-    Arc::new(|name: &str| std::env::var_os(name).map(|v| v.into_encoded_bytes()))
-}
-
 /// What the edge is built from.
 pub struct EdgeConfig {
     pub node_id: String,
@@ -67,15 +71,18 @@ pub struct EdgeConfig {
     pub publisher: Publisher,
     pub active: ActiveCompany,
     pub webhooks: Vec<Arc<WebhookPlugin>>,
-    pub secrets: Secrets,
+    /// Resolves an integration's secret by the name the company gives it
+    /// ([`crate::secrets::Secrets::resolver`]).
+    pub secrets: Resolver,
 }
 
 /// The webhook edge of one node.
 pub struct Edge {
     cfg: EdgeConfig,
     js: jetstream::Context,
-    /// Claims this node took and could not release: key → claimant.
-    unreleased: Mutex<HashMap<String, String>>,
+    /// Claims this node took and has not released yet: key → claimant.
+    unreleased: Arc<Mutex<HashMap<String, String>>>,
+    releaser: Releaser,
 }
 
 /// How a delivery was answered.
@@ -155,10 +162,15 @@ fn refused(status: StatusCode, reason: impl Into<String>) -> Outcome {
 
 impl Edge {
     pub fn new(cfg: EdgeConfig) -> Edge {
+        let js = jetstream::new(cfg.client.clone());
         Edge {
-            js: jetstream::new(cfg.client.clone()),
+            releaser: Releaser {
+                js: js.clone(),
+                bucket: format!("{}_claims", cfg.coord.options().namespace),
+            },
+            js,
             cfg,
-            unreleased: Mutex::new(HashMap::new()),
+            unreleased: Arc::default(),
         }
     }
 
@@ -263,7 +275,7 @@ impl Edge {
         let secrets: Vec<(&str, &[u8])> = plugin
             .secret_names()
             .iter()
-            .map(|n| (n.as_str(), secret.as_slice()))
+            .map(|n| (n.as_str(), secret.as_bytes()))
             .collect();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -342,14 +354,14 @@ impl Edge {
         let trace_id = uuid::Uuid::new_v4().to_string();
         let key = format!("{source}:{}", d.delivery_id);
         let claimant = format!("{}/{trace_id}", self.cfg.node_id);
-        // A claim of ours that could not be released still stands in the
-        // way of this retry: release it first.
+        // A claim of ours not released yet still stands in the way of this
+        // retry: release it first.
         let stale = self.unreleased.lock().expect("lock").get(&key).cloned();
-        if stale.is_some() {
-            if let Err(e) = self.release(&key).await {
+        if let Some(stale) = stale {
+            if let Err(e) = self.releaser.release(&key, &stale).await {
                 return Err(format!("a claim on {key} could not be released yet: {e}"));
             }
-            self.unreleased.lock().expect("lock").remove(&key);
+            forget(&self.unreleased, &key, &stale);
         }
         let claimed = match self.cfg.coord.claim(&key, &claimant, CLAIM_TTL).await {
             Ok(Answer::Yes(_)) => true,
@@ -376,17 +388,16 @@ impl Edge {
             received_at_ms: now_ms(),
         };
         if let Err(e) = self.publish(&inbound).await {
-            // A claim write that timed out may still land (the client
-            // flushes what it buffered when it reconnects), so an unknown
-            // claim is remembered like one whose release failed.
-            let released = claimed && self.release(&key).await.is_ok();
-            if !released {
-                warn!(subsystem = "ingress", %key, "claim not released; released before the next delivery of this key");
-                self.unreleased
-                    .lock()
-                    .expect("lock")
-                    .insert(key.clone(), claimant);
-            }
+            // Claimed, or unknown (a timed-out claim write may still land):
+            // released off the answer's path, remembered until it is.
+            let why = if claimed { "claimed" } else { "claim unknown" };
+            warn!(subsystem = "ingress", %key, trace_id, why, "publish failed; releasing the claim in the background");
+            self.unreleased
+                .lock()
+                .expect("lock")
+                .insert(key.clone(), claimant.clone());
+            self.releaser
+                .spawn(key.clone(), claimant, self.unreleased.clone());
             return Err(format!("the stream did not take the delivery: {e}"));
         }
         let mut event = self.cfg.publisher.event(
@@ -411,7 +422,9 @@ impl Edge {
                 role: "edge".into(),
             },
         ];
-        if let Err(e) = self.cfg.publisher.publish(event).await {
+        // The row inline, the broadcast not awaited: the 2xx rests on the
+        // acknowledged publish above (see `crewlet_observe::Publisher::record`).
+        if let Err(e) = self.cfg.publisher.record(event).await {
             // The delivery is on the stream: the 2xx stands.
             warn!(subsystem = "ingress", trace_id, error = %e, "webhook_received event not recorded");
         }
@@ -435,22 +448,120 @@ impl Edge {
             Err(_) => Err(format!("no ack within {ACK_TIMEOUT:?}")),
         }
     }
+}
 
-    /// Removes the claim on `key` (a delete marker in the claims bucket).
-    async fn release(&self, key: &str) -> Result<(), String> {
-        let bucket = format!("{}_claims", self.cfg.coord.options().namespace);
+/// Forgets `key`'s unreleased claim if it is still `claimant`'s.
+fn forget(unreleased: &Mutex<HashMap<String, String>>, key: &str, claimant: &str) {
+    let mut map = unreleased.lock().expect("lock");
+    if map.get(key).is_some_and(|c| c == claimant) {
+        map.remove(key);
+    }
+}
+
+/// Releases delivery claims: compare-and-delete on the claims bucket.
+#[derive(Clone)]
+struct Releaser {
+    js: jetstream::Context,
+    /// `crewlet_claims` (the namespace's claims bucket).
+    bucket: String,
+}
+
+/// Longest a background release keeps trying between attempts.
+const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+impl Releaser {
+    /// Removes the claim on `key` if `claimant` holds it. Ok when it is
+    /// gone or another claimant's; Err when the store did not answer.
+    async fn release(&self, key: &str, claimant: &str) -> Result<(), String> {
         let call = async {
-            let kv = self
+            let subject = format!(
+                "$KV.{}.{}",
+                self.bucket,
+                crewlet_coord::names::encode_token(key)
+            );
+            let stream = self
                 .js
-                .get_key_value(&bucket)
+                .get_stream(format!("KV_{}", self.bucket))
                 .await
                 .map_err(|e| e.to_string())?;
-            kv.delete(crewlet_coord::names::encode_token(key))
+            // A leader read: a replica that is behind could answer "absent".
+            let last = match stream.get_last_raw_message_by_subject(&subject).await {
+                Ok(m) => m,
+                Err(e)
+                    if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err(e.to_string()),
+            };
+            let removed = last
+                .headers
+                .get("KV-Operation")
+                .is_some_and(|op| op.as_str() != "PUT");
+            let holder = serde_json::from_slice::<serde_json::Value>(&last.payload)
+                .ok()
+                .and_then(|v| v["claimant"].as_str().map(str::to_owned));
+            if removed || holder.as_deref() != Some(claimant) {
+                return Ok(());
+            }
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert("KV-Operation", "DEL");
+            headers.insert(
+                "Nats-Expected-Last-Subject-Sequence",
+                last.sequence.to_string().as_str(),
+            );
+            let ack = self
+                .js
+                .publish_with_headers(subject, headers, Bytes::new())
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            match ack.await {
+                Ok(_) => Ok(()),
+                // Written over since we read it: not ours to remove any more.
+                Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            }
         };
         tokio::time::timeout(ACK_TIMEOUT, call)
             .await
             .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?
+    }
+
+    /// Releases in a task of its own, retrying with a backoff until the
+    /// store answers or the claim has lapsed on its own.
+    fn spawn(
+        &self,
+        key: String,
+        claimant: String,
+        unreleased: Arc<Mutex<HashMap<String, String>>>,
+    ) {
+        let releaser = self.clone();
+        tokio::spawn(
+            async move {
+                let deadline = tokio::time::Instant::now() + CLAIM_TTL;
+                let mut wait = Duration::from_millis(500);
+                loop {
+                    match releaser.release(&key, &claimant).await {
+                        Ok(()) => {
+                            info!(subsystem = "ingress", %key, "claim released");
+                            break;
+                        }
+                        Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                            debug!(subsystem = "ingress", %key, error = %e, "claim release failed; retrying");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(RELEASE_BACKOFF_MAX);
+                        }
+                        Err(e) => {
+                            warn!(subsystem = "ingress", %key, error = %e, "claim never released; it has lapsed at its deadline");
+                            break;
+                        }
+                    }
+                }
+                forget(&unreleased, &key, &claimant);
+            }
+            .in_current_span(),
+        );
     }
 }

@@ -30,6 +30,19 @@ enum Command {
     /// Manage the company configuration (the config plane).
     #[command(subcommand)]
     Config(ConfigCmd),
+    /// Manage the company's secrets in the fleet's secrets bucket, through a
+    /// running node's API. Values are read from stdin and never printed.
+    #[command(subcommand)]
+    Secrets(SecretsCmd),
+    /// The token budgets' live windows, through a running node's API.
+    #[command(subcommand)]
+    Budgets(BudgetsCmd),
+    /// Send a signed sample delivery to a running node.
+    #[command(subcommand)]
+    Webhook(WebhookCmd),
+    /// MCP servers built into this binary.
+    #[command(subcommand)]
+    Mcp(McpCmd),
     /// Print the version of this binary.
     Version {
         /// Print as JSON.
@@ -83,6 +96,78 @@ enum ConfigCmd {
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
         data_dir: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SecretsCmd {
+    /// Set NAME to the value read from stdin (one trailing newline trimmed).
+    Set {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        api: String,
+    },
+    /// List the secrets' names and when each was last set (never values).
+    List {
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        api: String,
+    },
+    /// Remove NAME.
+    Rm {
+        #[arg(value_name = "NAME")]
+        name: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        api: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BudgetsCmd {
+    /// Print the company's and every seat's day, week and month windows:
+    /// spent, ceiling, remaining, and whether a window refused work.
+    Show {
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+        /// Print the API's JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WebhookCmd {
+    /// Send a signed Slack `app_mention` for a seat, as Slack would, to
+    /// `/webhooks/slack/HANDLE`. The signing secret is read from the
+    /// environment variable the company names for Slack.
+    Sample {
+        /// The seat to mention.
+        #[arg(long, value_name = "HANDLE", default_value = "grace")]
+        to: String,
+        /// The Slack channel it is posted in.
+        #[arg(long, value_name = "CHANNEL", default_value = "C0DEMO")]
+        channel: String,
+        /// What the person says.
+        #[arg(long, value_name = "TEXT", default_value = "the export button does nothing on Safari, can you take a look?")]
+        text: String,
+        /// The environment variable holding Slack's signing secret.
+        #[arg(long, value_name = "NAME", default_value = "SLACK_SIGNING_SECRET")]
+        secret_env: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum McpCmd {
+    /// A small chat surface over stdio, for demos and tests: `post_message`,
+    /// `read_thread`, `whoami`. Posts are appended to the JSON-lines file
+    /// named by CHAT_LOG, as the identity in CHAT_IDENTITY.
+    Chat,
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,6 +226,16 @@ pub fn main() -> i32 {
                 e.exit_code()
             }
         },
+        Command::Secrets(cmd) => secrets(cmd),
+        Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
+        Command::Webhook(WebhookCmd::Sample {
+            to,
+            channel,
+            text,
+            secret_env,
+            api,
+        }) => sample(&to, &channel, &text, &secret_env, &api),
+        Command::Mcp(McpCmd::Chat) => mcp_chat(),
         Command::Version { json } => {
             if json {
                 println!(
@@ -151,6 +246,102 @@ pub fn main() -> i32 {
                 println!("crewlet {}", crate::VERSION);
             }
             0
+        }
+    }
+}
+
+fn secrets(cmd: SecretsCmd) -> i32 {
+    use crate::secrets::{cli_list, cli_remove, cli_set};
+    let done = match cmd {
+        SecretsCmd::Set { name, api } => cli_set(&api, &name, &mut std::io::stdin().lock()),
+        SecretsCmd::List { api } => cli_list(&api),
+        SecretsCmd::Rm { name, api } => cli_remove(&api, &name),
+    };
+    match done {
+        Ok(out) => {
+            let out = out.trim_end();
+            if !out.is_empty() {
+                println!("{out}");
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn budgets(api: &str, json: bool) -> i32 {
+    match crate::client::request(api, "GET", "/budgets", &[], b"") {
+        Ok((200, body)) => match serde_json::from_str::<serde_json::Value>(&body) {
+            Ok(v) if json => {
+                println!("{v:#}");
+                0
+            }
+            Ok(v) => {
+                print!("{}", crate::budgets::render(&v));
+                0
+            }
+            Err(e) => {
+                eprintln!("crewlet: the node's answer is not JSON: {e}");
+                1
+            }
+        },
+        Ok((status, body)) => {
+            eprintln!("crewlet: the node answered {status}: {}", body.trim());
+            1
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}
+
+fn sample(to: &str, channel: &str, text: &str, secret_env: &str, api: &str) -> i32 {
+    let Some(secret) = std::env::var(secret_env).ok().filter(|s| !s.is_empty()) else {
+        eprintln!(
+            "crewlet: {}",
+            crate::sample::SampleError::NoSecret(secret_env.to_owned())
+        );
+        return 2;
+    };
+    let sent = crate::sample::send_slack(&crate::sample::Sample {
+        api,
+        handle: to,
+        channel,
+        text,
+        secret: &secret,
+    });
+    match sent {
+        Ok(done) => {
+            println!("{done}");
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}
+
+fn mcp_chat() -> i32 {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("crewlet mcp chat: cannot start a runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(crewlet_mcp::chat::serve_stdio()) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("crewlet mcp chat: {e}");
+            2
         }
     }
 }

@@ -16,6 +16,23 @@
 //!   and writes this node's status in the status bucket.
 //! - Unknown is never no: an unreadable pointer keeps the company the node
 //!   serves, and the HTTP routes answer 503 with Retry-After.
+//! - Postures ([`decide`]): after every poll the reconciler picks one from
+//!   what it sees of the pointer and of its peers' statuses, shows it on
+//!   `/health`, carries it on the presence lease and writes it with its
+//!   status. `serve`: applied the pointer's epoch (or nothing is activated).
+//!   `isolated`: the pointer (or the revision it names) cannot be read —
+//!   keep serving the last applied epoch. Behind the pointer: `shed` when a
+//!   peer has applied the epoch and this node has been behind for
+//!   [`SHED_GRACE`]; else `stuck` when this node has failed to apply the
+//!   revision (missing, malformed or refused document) for [`STUCK_AFTER`];
+//!   else `wait`. Lag alone never sheds (a peer must have the epoch *and*
+//!   the grace must pass: every rollout has lag, and shedding on it would
+//!   make the first node to apply the cause of an outage), and a node with
+//!   no peer ahead of it waits rather than sheds (stepping out when nobody
+//!   has the epoch is stopping, not shedding). An unreadable peer listing
+//!   is unknown, never "no peer", and so never sheds either. `/ready` fails
+//!   on shed and stuck only; a shedding node stops consuming
+//!   `notify-inbound`.
 //! - At start, a node holding an offline import (`crewlet config import`
 //!   with the node stopped) publishes it through the pointer from wherever
 //!   the pointer is (it is the operator's latest word). A node started with
@@ -40,12 +57,21 @@ use tokio::sync::watch;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::engine::{EngineContext, Late, Started};
+use crate::state::{Posture, PostureReport};
 
 /// How often every node reads the pointer.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How often a node re-writes its status while nothing changes (the status
 /// bucket forgets a node that said nothing for about a minute).
 pub const STATUS_REFRESH: Duration = Duration::from_secs(15);
+/// How long a node behind the pointer, while a peer has applied its epoch,
+/// waits before it sheds: five polls — a healthy node applies within one,
+/// so only a node that cannot apply gets here.
+pub const SHED_GRACE: Duration = Duration::from_secs(10);
+/// How long a node may fail to apply the pointer's revision (its document
+/// missing, malformed or refused by this build) before it is stuck: five
+/// polls, enough for a document written just after its pointer to land.
+pub const STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Largest company document `PUT /config` accepts.
 pub const MAX_DOCUMENT_BYTES: usize = 512 * 1024;
 /// Seconds a refused caller is told to wait.
@@ -352,20 +378,200 @@ struct Pending {
     only_if_unset: bool,
 }
 
+// ---- postures ---------------------------------------------------------------------
+
+/// What the reconciler could see of the pointer on one poll.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointerSeen {
+    /// Neither the pointer nor the revision it names could be read.
+    Unreadable(String),
+    Unset,
+    Set(u64),
+}
+
+/// What the reconciler could see of its peers' statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeersSeen {
+    /// Not read (this node is not behind) or unreadable: unknown.
+    Unknown,
+    /// How many peers report having applied the pointer's epoch.
+    Known { with_epoch: usize, others: usize },
+}
+
+/// Everything a posture is picked from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub pointer: PointerSeen,
+    pub applied: Option<u64>,
+    /// How long this node has been behind the pointer's epoch.
+    pub behind_for: Duration,
+    /// How long this node has failed to apply it, and why (if it has).
+    pub failing: Option<(Duration, String)>,
+    pub peers: PeersSeen,
+}
+
+/// Picks the posture (the rules are in the module docs).
+pub fn decide(seen: &Seen) -> PostureReport {
+    let report = |posture, reason: String, epoch| PostureReport {
+        posture,
+        reason,
+        pointer_epoch: epoch,
+    };
+    let applied = match seen.applied {
+        Some(e) => format!("epoch {e}"),
+        None => "the company it started with".to_owned(),
+    };
+    let epoch = match &seen.pointer {
+        PointerSeen::Unreadable(why) => {
+            return report(
+                Posture::Isolated,
+                format!("the config pointer cannot be read ({why}); serving {applied}"),
+                None,
+            );
+        }
+        PointerSeen::Unset => {
+            return report(
+                Posture::Serve,
+                "no company revision is activated; serving the company this node started with"
+                    .into(),
+                None,
+            );
+        }
+        PointerSeen::Set(epoch) => *epoch,
+    };
+    if seen.applied == Some(epoch) {
+        return report(
+            Posture::Serve,
+            format!("applied epoch {epoch}"),
+            Some(epoch),
+        );
+    }
+    if let PeersSeen::Known { with_epoch, .. } = seen.peers
+        && with_epoch > 0
+        && seen.behind_for >= SHED_GRACE
+    {
+        return report(
+            Posture::Shed,
+            format!(
+                "behind epoch {epoch} for {}s while {with_epoch} peer(s) serve it; serving {applied}, taking no triggers",
+                seen.behind_for.as_secs()
+            ),
+            Some(epoch),
+        );
+    }
+    if let Some((failing_for, why)) = &seen.failing {
+        if *failing_for >= STUCK_AFTER {
+            return report(
+                Posture::Stuck,
+                format!(
+                    "cannot apply epoch {epoch} for {}s: {why}",
+                    failing_for.as_secs()
+                ),
+                Some(epoch),
+            );
+        }
+        return report(
+            Posture::Wait,
+            format!("cannot apply epoch {epoch} yet: {why}; serving {applied}"),
+            Some(epoch),
+        );
+    }
+    report(
+        Posture::Wait,
+        format!("applying epoch {epoch}; serving {applied}"),
+        Some(epoch),
+    )
+}
+
+/// A failure to apply one epoch: since when, and why.
+struct Failing {
+    epoch: u64,
+    since: Instant,
+    why: String,
+}
+
 struct Reconciler {
     ctx: EngineContext,
     pending: Option<Pending>,
     applied: Option<u64>,
-    /// An epoch that failed to apply, so it is reported once, not every poll.
-    failed: Option<(u64, String)>,
+    /// The epoch this node could not apply (retried every poll; logged once).
+    failed: Option<Failing>,
+    /// The pointer epoch this node is behind, and since when.
+    behind: Option<(u64, Instant)>,
     status_written: Option<Instant>,
     pointer_down: bool,
+}
+
+/// How one attempt to apply an epoch ended.
+enum Applied {
+    Done,
+    /// The store could not answer: unknown, not a failure of the document.
+    Unreadable(String),
+    Failed,
 }
 
 impl Reconciler {
     /// One poll: publish what is pending, apply what the pointer names,
     /// keep this node's status fresh.
     async fn tick(&mut self) {
+        let seen = self.poll().await;
+        let pointer_down = matches!(seen, PointerSeen::Unreadable(_));
+        let peers = match seen {
+            PointerSeen::Set(epoch) if self.applied != Some(epoch) => self.peers(epoch).await,
+            _ => PeersSeen::Unknown,
+        };
+        let now = Instant::now();
+        let behind_for = match (&seen, self.behind) {
+            (PointerSeen::Set(epoch), _) if self.applied == Some(*epoch) => {
+                self.behind = None;
+                Duration::ZERO
+            }
+            (PointerSeen::Set(epoch), Some((e, since))) if e == *epoch => now - since,
+            (PointerSeen::Set(epoch), _) => {
+                self.behind = Some((*epoch, now));
+                Duration::ZERO
+            }
+            // Unset or unreadable: keep what was known about being behind.
+            (_, Some((_, since))) => now - since,
+            (_, None) => Duration::ZERO,
+        };
+        let failing = match (&seen, &self.failed) {
+            (PointerSeen::Set(epoch), Some(f)) if f.epoch == *epoch => {
+                Some((now - f.since, f.why.clone()))
+            }
+            _ => None,
+        };
+        let report = decide(&Seen {
+            pointer: seen,
+            applied: self.applied,
+            behind_for,
+            failing,
+            peers,
+        });
+        let posture = report.posture;
+        let reason = report.reason.clone();
+        if self.ctx.state.set_posture(report) {
+            if posture == Posture::Serve {
+                info!(subsystem = "configplane", posture = posture.as_str(), %reason, "config posture");
+            } else {
+                warn!(subsystem = "configplane", posture = posture.as_str(), %reason, "config posture");
+            }
+            if !pointer_down {
+                self.write_status().await;
+            }
+        }
+        if !pointer_down
+            && self
+                .status_written
+                .is_none_or(|t| t.elapsed() >= STATUS_REFRESH)
+        {
+            self.write_status().await;
+        }
+    }
+
+    /// Reads the pointer, publishes what is pending, applies what the
+    /// pointer names; answers what it saw.
+    async fn poll(&mut self) -> PointerSeen {
         let pointer = match self.ctx.coord.active_config().await {
             Ok(p) => p,
             Err(e) => {
@@ -374,7 +580,7 @@ impl Reconciler {
                         "config pointer unreadable; keeping the company this node serves");
                 }
                 self.pointer_down = true;
-                return;
+                return PointerSeen::Unreadable(e.to_string());
             }
         };
         if std::mem::take(&mut self.pointer_down) {
@@ -382,19 +588,46 @@ impl Reconciler {
         }
         let pointer = match self.publish_pending(pointer).await {
             Some(p) => p,
-            None => return,
+            None => {
+                return PointerSeen::Unreadable(
+                    "the pending document could not be activated".into(),
+                );
+            }
         };
-        if let Pointer::Set { revision, epoch } = pointer
-            && self.applied != Some(epoch)
-            && self.failed.as_ref().map(|(e, _)| *e) != Some(epoch)
-        {
-            self.apply(&revision, epoch).await;
+        match pointer {
+            Pointer::Unset => PointerSeen::Unset,
+            Pointer::Set { revision, epoch } => {
+                if self.applied != Some(epoch)
+                    && let Applied::Unreadable(why) = self.apply(&revision, epoch).await
+                {
+                    return PointerSeen::Unreadable(why);
+                }
+                PointerSeen::Set(epoch)
+            }
         }
-        if self
-            .status_written
-            .is_none_or(|t| t.elapsed() >= STATUS_REFRESH)
-        {
-            self.write_status().await;
+    }
+
+    /// What the peers' statuses say about `epoch` (unknown if unreadable).
+    async fn peers(&self, epoch: u64) -> PeersSeen {
+        match self.ctx.coord.statuses().await {
+            Ok(all) => {
+                let peers: Vec<_> = all
+                    .iter()
+                    .filter(|(id, _)| **id != self.ctx.node_id)
+                    .collect();
+                let with_epoch = peers
+                    .iter()
+                    .filter(|(_, s)| s["applied_epoch"].as_u64() == Some(epoch))
+                    .count();
+                PeersSeen::Known {
+                    with_epoch,
+                    others: peers.len() - with_epoch,
+                }
+            }
+            Err(e) => {
+                warn!(subsystem = "configplane", error = %e, "peer statuses unreadable; not shedding on them");
+                PeersSeen::Unknown
+            }
         }
     }
 
@@ -449,20 +682,31 @@ impl Reconciler {
         }
     }
 
-    async fn apply(&mut self, digest: &str, epoch: u64) {
+    async fn apply(&mut self, digest: &str, epoch: u64) -> Applied {
         let fetched = match fetch(&self.ctx.coord, digest, epoch).await {
             Ok(f) => f,
             Err(ConfigError::Unavailable(e)) => {
                 warn!(subsystem = "configplane", error = %e, epoch,
                     "cannot read the revision yet; keeping the company this node serves");
-                return;
+                return Applied::Unreadable(e.to_string());
             }
             Err(e) => {
-                error!(subsystem = "configplane", error = %e, epoch,
-                    "cannot apply the active revision; keeping the company this node serves");
-                self.failed = Some((epoch, e.to_string()));
-                self.write_status().await;
-                return;
+                let why = e.to_string();
+                let repeat = self
+                    .failed
+                    .as_ref()
+                    .is_some_and(|f| f.epoch == epoch && f.why == why);
+                if !repeat {
+                    error!(subsystem = "configplane", error = %e, epoch,
+                        "cannot apply the active revision; keeping the company this node serves");
+                    let since = match &self.failed {
+                        Some(f) if f.epoch == epoch => f.since,
+                        _ => Instant::now(),
+                    };
+                    self.failed = Some(Failing { epoch, since, why });
+                    self.write_status().await;
+                }
+                return Applied::Failed;
             }
         };
         let company = Arc::new(fetched.company);
@@ -492,14 +736,16 @@ impl Reconciler {
         }
         self.write_status().await;
         announce(&self.ctx, "config_applied", epoch, digest, &company).await;
+        Applied::Done
     }
 
     async fn write_status(&mut self) {
         let status = json!({
             "applied_epoch": self.applied,
             "digest": self.ctx.active.current().filter(|a| a.epoch > 0).map(|a| a.company.digest.clone()),
-            "failed_epoch": self.failed.as_ref().map(|(e, _)| *e),
-            "error": self.failed.as_ref().map(|(_, why)| why.clone()),
+            "failed_epoch": self.failed.as_ref().map(|f| f.epoch),
+            "error": self.failed.as_ref().map(|f| f.why.clone()),
+            "posture": self.ctx.state.posture().as_str(),
             "at_ms": now_ms(),
         });
         match self
@@ -571,6 +817,7 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         pending: pending_at_start(ctx).await,
         applied: None,
         failed: None,
+        behind: None,
         status_written: None,
         pointer_down: false,
     };
@@ -695,7 +942,7 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
             Err(e) => return Err(ImportError::Lock(e)),
         }
     }
-    let (status, body) = http_put(api, "/config", document.as_bytes())?;
+    let (status, body) = http_request(api, "PUT", "/config", document.as_bytes())?;
     if !(200..300).contains(&status) {
         return Err(ImportError::Refused {
             api: api.to_owned(),
@@ -710,8 +957,14 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
     ))
 }
 
-/// A plain HTTP/1.1 PUT; answers (status, body).
-fn http_put(api: &str, path: &str, body: &[u8]) -> Result<(u16, String), ImportError> {
+/// A plain HTTP/1.1 request to a running node's API (no TLS: the API is
+/// reached on loopback or a private network); answers (status, body).
+pub(crate) fn http_request(
+    api: &str,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> Result<(u16, String), ImportError> {
     use std::io::{Read, Write};
     let rest = api
         .strip_prefix("http://")
@@ -734,7 +987,7 @@ fn http_put(api: &str, path: &str, body: &[u8]) -> Result<(u16, String), ImportE
         .set_read_timeout(Some(Duration::from_secs(30)))
         .map_err(unreachable)?;
     let head = format!(
-        "PUT {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/toml\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).map_err(unreachable)?;
@@ -809,6 +1062,62 @@ mod tests {
         let f = fetch(&c, &b.digest, second.epoch).await.unwrap();
         assert_eq!(f.document, b_text);
         assert_eq!(f.company.org, "B");
+    }
+
+    fn seen(pointer: PointerSeen, applied: Option<u64>) -> Seen {
+        Seen {
+            pointer,
+            applied,
+            behind_for: Duration::ZERO,
+            failing: None,
+            peers: PeersSeen::Unknown,
+        }
+    }
+
+    #[test]
+    fn postures_follow_the_rules() {
+        use crate::state::Posture::*;
+        let p = |s: &Seen| decide(s).posture;
+        assert_eq!(p(&seen(PointerSeen::Set(7), Some(7))), Serve);
+        assert_eq!(p(&seen(PointerSeen::Unset, None)), Serve);
+        assert_eq!(
+            p(&seen(PointerSeen::Unreadable("down".into()), Some(7))),
+            Isolated
+        );
+        // Behind: waits while applying, however long, if no peer is ahead.
+        let mut s = seen(PointerSeen::Set(8), Some(7));
+        assert_eq!(p(&s), Wait);
+        s.behind_for = Duration::from_secs(3600);
+        s.peers = PeersSeen::Known {
+            with_epoch: 0,
+            others: 2,
+        };
+        assert_eq!(p(&s), Wait, "nobody has the epoch: not shedding");
+        s.peers = PeersSeen::Unknown;
+        assert_eq!(p(&s), Wait, "unknown peers are not peers ahead");
+        // Lag alone never sheds: a peer ahead but within the grace.
+        s.peers = PeersSeen::Known {
+            with_epoch: 1,
+            others: 0,
+        };
+        s.behind_for = SHED_GRACE - Duration::from_millis(1);
+        assert_eq!(p(&s), Wait);
+        s.behind_for = SHED_GRACE;
+        assert_eq!(p(&s), Shed);
+        // Failing to apply: wait, then stuck (unless a peer has it: shed).
+        let mut s = seen(PointerSeen::Set(8), Some(7));
+        s.failing = Some((Duration::from_secs(1), "refused".into()));
+        assert_eq!(p(&s), Wait);
+        s.failing = Some((STUCK_AFTER, "refused".into()));
+        let r = decide(&s);
+        assert_eq!((r.posture, r.pointer_epoch), (Stuck, Some(8)));
+        assert!(r.reason.contains("refused"), "{}", r.reason);
+        s.behind_for = SHED_GRACE;
+        s.peers = PeersSeen::Known {
+            with_epoch: 2,
+            others: 0,
+        };
+        assert_eq!(p(&s), Shed);
     }
 
     #[tokio::test]

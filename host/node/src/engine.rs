@@ -49,6 +49,8 @@ pub struct EngineContext {
     pub state: Arc<NodeState>,
     /// The company this node serves now.
     pub active: crewlet_company::ActiveCompany,
+    /// The company's secrets: the fleet's bucket, then this node's env.
+    pub secrets: Arc<crate::secrets::Secrets>,
 }
 
 /// The engine, for routes bound before it started: empty until it is up.

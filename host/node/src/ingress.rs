@@ -4,8 +4,9 @@
 //!
 //! Rules: the routes answer 503 + Retry-After until the engine is up (the
 //! notification consumer must exist before a delivery is accepted: its
-//! stream has interest retention). Webhook secrets come from this node's
-//! environment, by the name the company gives them (see `crewlet-ingress`).
+//! stream has interest retention). Webhook secrets are resolved through the
+//! engine's [`crate::secrets::Secrets`] — the fleet's secrets bucket, then
+//! this node's environment — by the name the company gives them.
 
 use std::sync::{Arc, OnceLock};
 
@@ -13,8 +14,9 @@ use axum::Router;
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use crewlet_ingress::webhook::{env_secrets, unavailable};
+use crewlet_ingress::webhook::unavailable;
 use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
+use tokio::sync::watch;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
@@ -45,7 +47,7 @@ fn edge_for(ctx: &EngineContext) -> Edge {
         publisher: ctx.publisher.clone(),
         active: ctx.active.clone(),
         webhooks,
-        secrets: env_secrets(),
+        secrets: ctx.secrets.resolver(),
     })
 }
 
@@ -113,14 +115,36 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
             let _ = watcher.await;
         })
     });
-    let service = NotifyService::start(crewlet_ingress::notify::NotifyConfig {
+    // A shedding node takes no triggers: the service follows the posture.
+    let mut posture = ctx.state.watch_posture();
+    let (admit_tx, admitting) = watch::channel(posture.borrow_and_update().posture.admits());
+    let follower = tokio::spawn(async move {
+        while posture.changed().await.is_ok() {
+            let admits = posture.borrow_and_update().posture.admits();
+            admit_tx.send_if_modified(|a| std::mem::replace(a, admits) != admits);
+        }
+    });
+    let service = match NotifyService::start(crewlet_ingress::notify::NotifyConfig {
         client: ctx.client.clone(),
         coord: ctx.coord.clone(),
         publisher: ctx.publisher.clone(),
         active: ctx.active.clone(),
+        admitting,
     })
     .await
-    .map_err(|e| e.to_string())?;
-    started.push("notify-inbound", move || Box::pin(service.stop()));
+    {
+        Ok(service) => service,
+        Err(e) => {
+            follower.abort();
+            return Err(e.to_string());
+        }
+    };
+    started.push("notify-inbound", move || {
+        Box::pin(async move {
+            service.stop().await;
+            follower.abort();
+            let _ = follower.await;
+        })
+    });
     Ok(())
 }

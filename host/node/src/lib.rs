@@ -6,7 +6,9 @@
 //! turns `/ready` to 503 at once, subsystems stop in the reverse order, and
 //! the stream (with its embedded nats-server) stops last.
 
+pub mod budgets;
 pub mod cli;
+pub mod client;
 pub mod company;
 pub mod configplane;
 pub mod engine;
@@ -16,6 +18,9 @@ pub mod logging;
 pub mod plugins;
 pub mod presence;
 pub mod run;
+pub mod sample;
+pub mod seats;
+pub mod secrets;
 pub mod state;
 
 /// The version this binary reports.

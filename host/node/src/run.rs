@@ -226,7 +226,9 @@ async fn lifecycle(
             catalog: state.clone(),
             closing: http_stop_rx.clone(),
             routes: crate::ingress::routes(late.clone())
-                .merge(crate::configplane::routes(late.clone())),
+                .merge(crate::configplane::routes(late.clone()))
+                .merge(crate::secrets::routes(late.clone()))
+                .merge(crate::budgets::routes(late.clone())),
         });
         let mut stop = http_stop_rx.clone();
         let task = tokio::spawn(
@@ -349,6 +351,19 @@ async fn lifecycle(
         state.attach_presence(p.view_handle());
         presence = Some(p);
 
+        // The company's secrets: the bucket mirrored by a watch, stopped
+        // with the engine.
+        let secrets = match crate::secrets::Secrets::open(b.client(), &coord).await {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
+                Arc::new(crate::secrets::Secrets::environment_only())
+            }
+        };
+        let stopping = secrets.clone();
+        engine.push("secrets", move || {
+            Box::pin(async move { stopping.stop().await })
+        });
         let ctx = EngineContext {
             node_id: node_id.clone(),
             config: Arc::new(config.clone()),
@@ -358,10 +373,12 @@ async fn lifecycle(
             publisher: publisher.clone().expect("publisher is set above"),
             state: state.clone(),
             active: active.clone(),
+            secrets,
         };
         let hooked = async {
             crate::configplane::start(&ctx, &mut engine).await?;
-            crate::ingress::start(&ctx, &mut engine).await
+            crate::ingress::start(&ctx, &mut engine).await?;
+            crate::seats::start(&ctx, &mut engine).await
         }
         .await;
         if let Err(e) = hooked {

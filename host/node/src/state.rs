@@ -47,6 +47,49 @@ impl Phase {
     }
 }
 
+/// The node's config posture: what it does about the fleet's active epoch
+/// (see `configplane` for the rules that pick it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Posture {
+    /// Applied the pointer's epoch (or nothing is activated yet).
+    Serve,
+    /// Behind, but no peer has the epoch either (or not for long): ready.
+    Wait,
+    /// Behind while peers serve the epoch: not ready, consumes nothing.
+    Shed,
+    /// The pointer cannot be read: keeps serving the last applied epoch.
+    Isolated,
+    /// Failed to apply the pointer's revision for too long: not ready.
+    Stuck,
+}
+
+impl Posture {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Posture::Serve => "serve",
+            Posture::Wait => "wait",
+            Posture::Shed => "shed",
+            Posture::Isolated => "isolated",
+            Posture::Stuck => "stuck",
+        }
+    }
+
+    /// Whether this node takes triggers off the stream (everything but shed).
+    pub fn admits(self) -> bool {
+        self != Posture::Shed
+    }
+}
+
+/// The posture with why, as `/health` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostureReport {
+    pub posture: Posture,
+    pub reason: String,
+    /// The epoch the pointer named when the posture was picked.
+    pub pointer_epoch: Option<u64>,
+}
+
 pub struct NodeState {
     pub node_id: String,
     pub roles: Vec<Role>,
@@ -63,8 +106,11 @@ pub struct NodeState {
     live: OnceLock<LiveFeed>,
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
+    seats: OnceLock<std::sync::Arc<dyn crate::seats::SeatsView>>,
     /// The company revision applied through the config pointer, and its epoch.
     applied: std::sync::Mutex<Option<(u64, std::sync::Arc<crewlet_company::Company>)>>,
+    /// Set by the config reconciler; `wait` until its first poll.
+    posture: tokio::sync::watch::Sender<PostureReport>,
 }
 
 impl NodeState {
@@ -91,7 +137,13 @@ impl NodeState {
             live: OnceLock::new(),
             presence: OnceLock::new(),
             plugins: OnceLock::new(),
+            seats: OnceLock::new(),
             applied: std::sync::Mutex::new(None),
+            posture: tokio::sync::watch::Sender::new(PostureReport {
+                posture: Posture::Wait,
+                reason: "the config reconciler has not polled yet".into(),
+                pointer_epoch: None,
+            }),
         }
     }
 
@@ -117,6 +169,36 @@ impl NodeState {
         view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
     ) {
         let _ = self.presence.set(view);
+    }
+
+    pub fn attach_seats(&self, seats: std::sync::Arc<dyn crate::seats::SeatsView>) {
+        let _ = self.seats.set(seats);
+    }
+
+    fn seats_held(&self) -> u32 {
+        self.seats.get().map_or(0, |s| s.held() as u32)
+    }
+
+    fn turns_in_flight(&self) -> u32 {
+        self.seats.get().map_or(0, |s| s.in_flight() as u32)
+    }
+
+    /// One row per MCP server this node runs children of.
+    pub fn mcp_rows(&self) -> Vec<crewlet_coord::ServerRow> {
+        self.seats
+            .get()
+            .map(|s| s.mcp())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| crewlet_coord::ServerRow {
+                server: r.server,
+                shared: r.shared,
+                started: r.started,
+                failed: r.failed,
+                tools: r.tools,
+                last_failure: r.last_failure,
+            })
+            .collect()
     }
 
     pub fn attach_plugins(&self, loaded: std::sync::Arc<crate::plugins::Loaded>) {
@@ -151,18 +233,33 @@ impl NodeState {
         crewlet_coord::NodeStatus {
             roles: self.roles.iter().map(|r| r.as_str().to_owned()).collect(),
             labels: self.labels.clone(),
-            turns_in_flight: 0,
+            turns_in_flight: self.turns_in_flight(),
             draining: phase >= Phase::Draining,
-            posture: self.posture().to_owned(),
+            posture: self.posture().as_str().to_owned(),
             started_at_ms: (self.started_at.unix_timestamp_nanos() / 1_000_000) as i64,
+            seats_held: self.seats_held(),
+            mcp: self.mcp_rows(),
         }
     }
 
-    fn posture(&self) -> &'static str {
-        match self.phase() {
-            Phase::Starting => "wait",
-            _ => "serve",
-        }
+    /// The config posture now.
+    pub fn posture(&self) -> Posture {
+        self.posture.borrow().posture
+    }
+
+    /// Sets the posture; answers whether it changed.
+    pub fn set_posture(&self, report: PostureReport) -> bool {
+        self.posture.send_if_modified(|now| {
+            let changed = now.posture != report.posture;
+            *now = report;
+            changed
+        })
+    }
+
+    /// Follows posture changes (the notification service stops consuming
+    /// while the node sheds).
+    pub fn watch_posture(&self) -> tokio::sync::watch::Receiver<PostureReport> {
+        self.posture.subscribe()
     }
 }
 
@@ -170,6 +267,7 @@ impl Probe for NodeState {
     fn health(&self) -> serde_json::Value {
         let phase = self.phase();
         let stream = self.stream.get().map(BrokerMonitor::health);
+        let posture = self.posture.borrow().clone();
         json!({
             "status": "ok",
             "node_id": self.node_id,
@@ -177,18 +275,20 @@ impl Probe for NodeState {
             "phase": phase.as_str(),
             "draining": phase >= Phase::Draining,
             "ready": self.ready().is_ok(),
-            // The config plane (a later stage) moves this between serve, wait,
-            // shed, isolated and stuck; until a company is activated through
-            // it, a running node serves.
-            "posture": self.posture(),
+            // Picked by the config reconciler: serve, wait, shed, isolated
+            // or stuck. /ready fails on shed and stuck only.
+            "posture": posture.posture.as_str(),
+            "posture_reason": posture.reason,
+            "pointer_epoch": posture.pointer_epoch,
             "applied_epoch": self.applied_epoch(),
             "roles": self.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
             "labels": self.labels,
             "started_at": self.started_at.format(&Rfc3339).unwrap_or_default(),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "turns_in_flight": 0,
+            "turns_in_flight": self.turns_in_flight(),
             "max_concurrent": self.max_concurrent,
-            "seats_held": 0,
+            "seats_held": self.seats_held(),
+            "mcp": self.mcp_rows(),
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
             "plugins": self.plugins.get().map(|p| json!({
@@ -214,7 +314,11 @@ impl Probe for NodeState {
             Phase::Starting => Err(NotReady::Starting),
             Phase::Draining | Phase::Stopping => Err(NotReady::Draining),
             Phase::Running => match self.stream.get() {
-                Some(s) if s.is_connected() => Ok(()),
+                Some(s) if s.is_connected() => match self.posture() {
+                    Posture::Shed => Err(NotReady::Shed),
+                    Posture::Stuck => Err(NotReady::Stuck),
+                    Posture::Serve | Posture::Wait | Posture::Isolated => Ok(()),
+                },
                 Some(_) => Err(NotReady::StreamDisconnected),
                 None => Err(NotReady::Starting),
             },

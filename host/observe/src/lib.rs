@@ -8,17 +8,31 @@
 //! loses the guarantee the other provides: a group would scatter rows across
 //! nodes, and reading the log would show only this node's work.
 //!
+//! Two ways to publish, one row either way. [`Publisher::publish`] waits
+//! for the stream's acknowledgement of the broadcast and reports a failure
+//! to its caller. [`Publisher::record`] hands the broadcast to the client
+//! and returns once the row is written; the acknowledgement is awaited off
+//! the caller's path and a failure is logged. That is enough wherever the
+//! caller's promise is elsewhere — the webhook edge's 2xx rests on the
+//! inbound message's own acknowledged publish, which happened first — because
+//! neither reader of the broadcast gains anything from the wait: the live
+//! view reads it through an ephemeral core subscription, which is
+//! at-most-once with or without an ack, and the log is this node's row,
+//! already committed. What the wait bought was only the caller learning
+//! that a broadcast was lost; the log line keeps that visible.
+//!
 //! A few event types are live-only ([`Publisher::publish_live`]): per-round
 //! progress and counter snapshots, whose rows would fill the log with
 //! intermediate states of things it already holds finished.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream;
 use crewlet_store::{EventRecord, Store};
 use futures::StreamExt;
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{Instrument, debug, warn};
 
 /// Subject prefix of the broadcast.
@@ -46,16 +60,20 @@ pub enum PublishError {
 #[derive(Clone)]
 pub struct Publisher {
     node_id: Arc<str>,
-    store: Arc<Store>,
     js: jetstream::Context,
+    /// This node's one event-log writer (see [`start_writer`]).
+    writer: std::sync::mpsc::Sender<RowJob>,
+    /// Whether the last detached broadcast failed (one log line per outage).
+    detached_failing: Arc<AtomicBool>,
 }
 
 impl Publisher {
     pub fn new(node_id: &str, store: Arc<Store>, js: jetstream::Context) -> Publisher {
         Publisher {
             node_id: node_id.into(),
-            store,
+            writer: start_writer(store),
             js,
+            detached_failing: Arc::default(),
         }
     }
 
@@ -72,11 +90,28 @@ impl Publisher {
     /// Writes `event` to this node's log, then broadcasts it. Answers the
     /// row's position. A failed broadcast leaves the row (the log is the
     /// record) and is reported, so the caller can decide what it costs.
-    pub async fn publish(&self, mut event: EventRecord) -> Result<EventRecord, PublishError> {
+    pub async fn publish(&self, event: EventRecord) -> Result<EventRecord, PublishError> {
+        let event = self.write_row(event).await?;
+        self.broadcast(&event).await?;
+        Ok(event)
+    }
+
+    /// Writes `event` to this node's log, then hands its broadcast to the
+    /// client without waiting for the stream's acknowledgement (see the
+    /// module docs for when that is enough). Answers once the row is written.
+    pub async fn record(&self, event: EventRecord) -> Result<EventRecord, PublishError> {
+        let event = self.write_row(event).await?;
+        self.broadcast_detached(&event).await?;
+        Ok(event)
+    }
+
+    async fn write_row(&self, mut event: EventRecord) -> Result<EventRecord, PublishError> {
         check_type(&event.kind)?;
-        let store = self.store.clone();
-        let row = event.clone();
-        let seq = tokio::task::spawn_blocking(move || store.append_event(&row))
+        let (reply, written) = oneshot::channel();
+        self.writer
+            .send((event.clone(), reply))
+            .expect("the event log writer outlives every publisher");
+        let seq = written
             .await
             .expect("event log writer panicked")
             .map_err(|source| PublishError::Store {
@@ -84,8 +119,48 @@ impl Publisher {
                 source: Box::new(source),
             })?;
         event.seq = seq;
-        self.broadcast(&event).await?;
         Ok(event)
+    }
+
+    /// Sends the broadcast; its acknowledgement is awaited by a task of its
+    /// own, which logs the first failure of a run of them and the recovery.
+    async fn broadcast_detached(&self, event: &EventRecord) -> Result<(), PublishError> {
+        let body = serde_json::to_vec(event).expect("event serialises");
+        let subject = format!("{EVENTS_PREFIX}.{}", event.kind);
+        let ack =
+            self.js
+                .publish(subject, body.into())
+                .await
+                .map_err(|e| PublishError::Broadcast {
+                    event_id: event.event_id.clone(),
+                    detail: e.to_string(),
+                })?;
+        let failing = self.detached_failing.clone();
+        let event_id = event.event_id.clone();
+        tokio::spawn(
+            async move {
+                let outcome = match tokio::time::timeout(ACK_TIMEOUT, ack).await {
+                    Ok(Ok(_)) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(_) => Some(format!("no acknowledgement within {ACK_TIMEOUT:?}")),
+                };
+                match outcome {
+                    None => {
+                        if failing.swap(false, Ordering::Relaxed) {
+                            debug!(subsystem = "observe", "event broadcasts acknowledged again");
+                        }
+                    }
+                    Some(detail) => {
+                        if !failing.swap(true, Ordering::Relaxed) {
+                            warn!(subsystem = "observe", %event_id, %detail,
+                                "an event's broadcast was not acknowledged (its row is in the log); further failures are not logged until one succeeds");
+                        }
+                    }
+                }
+            }
+            .in_current_span(),
+        );
+        Ok(())
     }
 
     /// Broadcasts `event` without a row: for live-only types.
@@ -112,6 +187,31 @@ impl Publisher {
             Err(_) => Err(failed(format!("no acknowledgement within {ACK_TIMEOUT:?}"))),
         }
     }
+}
+
+type RowJob = (
+    EventRecord,
+    oneshot::Sender<Result<i64, crewlet_store::StoreError>>,
+);
+
+/// Starts the thread that writes this publisher's rows, one after another.
+/// One thread rather than a blocking task per row: every row takes the
+/// store's one connection anyway, and 64 concurrent publishers each parked
+/// on its lock in a pool thread of their own cost a 2-core node more in
+/// thread hand-offs than the inserts themselves. The thread ends when the
+/// last clone of the publisher is dropped (its channel closes).
+fn start_writer(store: Arc<Store>) -> std::sync::mpsc::Sender<RowJob> {
+    let (tx, rx) = std::sync::mpsc::channel::<RowJob>();
+    std::thread::Builder::new()
+        .name("crewlet-event-log".into())
+        .spawn(move || {
+            for (row, reply) in rx {
+                // The publisher may have stopped waiting: nothing to tell.
+                let _ = reply.send(store.append_event(&row));
+            }
+        })
+        .expect("cannot start the event log writer thread");
+    tx
 }
 
 fn check_type(kind: &str) -> Result<(), PublishError> {
@@ -262,6 +362,48 @@ mod tests {
             .publish(publisher.event("a.b", serde_json::json!({})))
             .await;
         assert!(matches!(bad, Err(PublishError::BadType(_))));
+    }
+
+    #[tokio::test]
+    async fn a_recorded_event_is_one_row_and_live_without_awaiting_the_ack() {
+        let mut server = NatsServer::start();
+        let (client, js) = js_with_events_stream(&server.url()).await;
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(Store::open_in(dir.path()).unwrap());
+        let (_stop_tx, stop) = watch::channel(false);
+        let feed = LiveFeed::start(client, stop).await.unwrap();
+        let mut live = feed.subscribe();
+        let publisher = Publisher::new("n", store.clone(), js.clone());
+        let sent = publisher
+            .record(publisher.event("webhook_received", serde_json::json!({"n": 1})))
+            .await
+            .unwrap();
+        assert!(sent.seq > 0);
+        let text = tokio::time::timeout(Duration::from_secs(5), live.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(text.contains(&sent.event_id));
+        // The broadcast also lands on the events stream (acknowledged off the
+        // caller's path).
+        let mut stream = js.get_stream("CREWLET_EVENTS").await.unwrap();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while stream.info().await.unwrap().state.messages < 1 {
+            assert!(tokio::time::Instant::now() < deadline, "never stored");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // With the broker gone the row is still written and the call returns
+        // (bounded by nothing but the client's buffer), where `publish`
+        // reports the lost broadcast.
+        server.kill();
+        let kept = tokio::time::timeout(
+            Duration::from_secs(2),
+            publisher.record(publisher.event("webhook_received", serde_json::json!({"n": 2}))),
+        )
+        .await
+        .expect("record does not wait for the broker");
+        assert!(kept.is_ok() || matches!(kept, Err(PublishError::Broadcast { .. })));
+        assert_eq!(store.events(&EventQuery::default()).unwrap().len(), 2);
     }
 
     #[tokio::test]

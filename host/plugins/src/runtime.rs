@@ -50,7 +50,7 @@ pub const DEGRADED_AFTER: u32 = 3;
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements.
-pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.1.x";
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.2.x";
 /// The most a guest may write to stderr that a fault report keeps.
 const STDERR_CAPTURE: usize = 4096;
 
@@ -494,7 +494,7 @@ pub fn world_of(engine: &Engine, component: &Component, path: &Path) -> Result<K
             continue;
         };
         let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-        if !version.starts_with("0.1.") {
+        if !version.starts_with("0.2.") {
             return Err(LoadError::UnsupportedVersion {
                 component: path.to_path_buf(),
                 found: format!(

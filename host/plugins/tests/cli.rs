@@ -16,7 +16,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
     let text = report.to_string();
     assert!(report.is_ok(), "{text}");
     assert!(report.catalogue.is_empty(), "{text}");
-    assert_eq!(report.plugins.len(), 9, "{text}");
+    assert_eq!(report.plugins.len(), 10, "{text}");
     assert!(text.contains("ok    github"), "{text}");
     assert!(!text.contains("hostile"), "{text}");
 
@@ -32,7 +32,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
         .collect();
     assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
     assert_eq!(report.plugins.len(), 3, "{text}");
-    assert!(text.contains("supports crewlet:plugin@0.1.x"), "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.2.x"), "{text}");
 }
 
 #[test]

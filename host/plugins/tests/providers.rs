@@ -209,6 +209,7 @@ fn request() -> Request {
         credential: Credential {
             api_key: "sk-test-0123456789".into(),
         },
+        options_json: "{}".into(),
     }
 }
 

@@ -15,6 +15,7 @@
 
 mod events;
 mod revisions;
+mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -24,6 +25,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
 pub use revisions::Revision;
+pub use sessions::{SESSION_KEEP, Said, Session};
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";

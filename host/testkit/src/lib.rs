@@ -9,6 +9,8 @@
 pub mod cluster;
 pub mod http;
 pub mod nats;
+pub mod openai;
 
 pub use cluster::{Cluster, Proxy};
 pub use nats::{NatsServer, free_port, nats_server_bin};
+pub use openai::{Reply, ScriptedOpenAi, SeenRequest};

@@ -1,0 +1,571 @@
+//! The company's secrets: the fleet's secrets bucket, mirrored in memory.
+//!
+//! Rules, and why:
+//! - **The bucket is the source; this node holds a snapshot.** A watch
+//!   answers the certified listing first, then every change after it, so a
+//!   secret set through any node's API reaches every node without a restart
+//!   and a read on the webhook path costs a map lookup, not a round trip.
+//! - **Lookup order: the bucket, then this node's environment.** A name in
+//!   the bucket wins; a name the bucket does not hold falls back to the
+//!   process environment variable of that name, so a single-node dev setup
+//!   (`GITHUB_WEBHOOK_SECRET=… crewlet run`) works with no bucket write. The
+//!   bucket wins because it is what an operator changes at run time; an
+//!   environment variable cannot be rotated without a restart.
+//! - **Reconnect-safe.** A watch that fails or ends is opened again (with a
+//!   backoff), and its fresh certified listing *replaces* the snapshot, so a
+//!   removal made while this node was cut off is not kept alive. Until the
+//!   first listing lands the snapshot is empty and the environment answers.
+//! - **Never logged.** Values never reach a log line, an error message or a
+//!   listing: [`Secrets::list`] answers names and update times only.
+//! - **Ordered by revision.** Each name keeps the revision it was last set
+//!   or removed at, and an older change never overwrites a newer one — so
+//!   this node's own writes can land in the snapshot at once (the API's
+//!   caller may deliver a webhook in the next instant) without a late watch
+//!   event undoing them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use crewlet_coord::kv::{Entry, Expect, Watch};
+use crewlet_coord::names::{decode_token, encode_token};
+use crewlet_coord::{Bucket, Change, Kv};
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, warn};
+
+/// Record class of a secret in the secrets bucket (`secret.NAME`).
+pub const SECRET_CLASS: &str = "secret";
+/// Largest secret value accepted.
+pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+/// Longest a node waits for the first listing at start before it serves
+/// from the environment alone (the watch keeps trying behind it).
+pub const FIRST_LISTING: Duration = Duration::from_secs(5);
+/// Backoff between watch attempts: doubles from the first to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(8));
+
+/// Resolves a secret's value by name (bucket first, then the environment).
+pub type Resolver = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// Why a secrets operation was refused or could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    #[error(
+        "{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit, at most 128 characters"
+    )]
+    BadName(String),
+    #[error("the value of {name} is {len} bytes; a secret holds at most {MAX_SECRET_BYTES} bytes")]
+    TooLarge { name: String, len: usize },
+    #[error("the secrets bucket cannot be reached ({0}); nothing changed — retry in a few seconds")]
+    Unavailable(String),
+    #[error(
+        "the secrets bucket holds an unreadable record for {name} ({why}); set the secret again"
+    )]
+    Corrupt { name: String, why: String },
+}
+
+/// Checks a secret's name: the rule `SecretRef::name` applies to the names a
+/// company document uses, so every name a document can reference can be set.
+pub fn check_name(name: &str) -> Result<(), SecretsError> {
+    crewlet_company::SecretRef::name(name)
+        .map(|_| ())
+        .map_err(|_| SecretsError::BadName(name.to_owned()))
+}
+
+/// What the bucket holds per secret.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Record {
+    value: String,
+    updated_ms: u64,
+}
+
+/// A name and when it was last set: what a listing shows (never the value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listed {
+    pub name: String,
+    pub updated_ms: u64,
+}
+
+/// One name in the snapshot: its value (None once removed) at a revision.
+#[derive(Debug, Clone)]
+struct Slot {
+    value: Option<String>,
+    revision: u64,
+}
+
+#[derive(Default)]
+struct Snapshot {
+    slots: RwLock<HashMap<String, Slot>>,
+}
+
+impl Snapshot {
+    fn get(&self, name: &str) -> Option<String> {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots.get(name).and_then(|s| s.value.clone())
+    }
+
+    /// Applies one change unless the snapshot already holds a newer one.
+    fn apply(&self, name: String, value: Option<String>, revision: u64) {
+        let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
+        match slots.get(&name) {
+            Some(s) if s.revision >= revision => {}
+            _ => {
+                slots.insert(name, Slot { value, revision });
+            }
+        }
+    }
+
+    /// Replaces everything with a certified listing: a name it lacks is gone.
+    fn replace(&self, listed: HashMap<String, Slot>) {
+        *self.slots.write().unwrap_or_else(|p| p.into_inner()) = listed;
+    }
+
+    fn len(&self) -> usize {
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        slots.values().filter(|s| s.value.is_some()).count()
+    }
+}
+
+fn key_of(name: &str) -> String {
+    format!("{SECRET_CLASS}.{}", encode_token(name))
+}
+
+fn name_of(key: &str) -> Option<String> {
+    key.strip_prefix(SECRET_CLASS)?
+        .strip_prefix('.')
+        .and_then(decode_token)
+}
+
+fn decode(name: &str, e: &Entry) -> Result<Record, SecretsError> {
+    serde_json::from_slice(&e.value).map_err(|err| SecretsError::Corrupt {
+        name: name.to_owned(),
+        // serde's message can quote the input: say where, not what.
+        why: format!(
+            "not a secret record (line {}, column {})",
+            err.line(),
+            err.column()
+        ),
+    })
+}
+
+fn unavailable(e: impl std::fmt::Display) -> SecretsError {
+    SecretsError::Unavailable(e.to_string())
+}
+
+/// This node's view of the secrets bucket. Cheap to share behind an `Arc`;
+/// stop it with [`Secrets::stop`].
+pub struct Secrets {
+    kv: Option<Arc<dyn Kv>>,
+    snapshot: Arc<Snapshot>,
+    stop: watch::Sender<bool>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Secrets {
+    /// Opens the secrets bucket on the node's one connection (never a second
+    /// dial) and starts mirroring it.
+    pub async fn open(
+        client: async_nats::Client,
+        coord: &crewlet_coord::Coord,
+    ) -> Result<Secrets, SecretsError> {
+        let opts = coord.options();
+        let retentions = crewlet_coord::bucket::Retentions {
+            lease_ttl: opts.lease_ttl,
+            status: opts.status_age,
+            rate: opts.rate_age,
+        };
+        let kv = crewlet_coord::NatsKv::open(
+            client,
+            &opts.namespace,
+            &[Bucket::Secrets],
+            &retentions,
+            opts.replicas,
+            opts.request_timeout,
+        )
+        .await
+        .map_err(unavailable)?;
+        Ok(Secrets::start(Arc::new(kv)).await)
+    }
+
+    /// Starts mirroring the secrets bucket of `kv`: waits up to
+    /// [`FIRST_LISTING`] for the first certified listing, then keeps the
+    /// snapshot current until [`Secrets::stop`].
+    pub async fn start(kv: Arc<dyn Kv>) -> Secrets {
+        let snapshot = Arc::new(Snapshot::default());
+        let (stop, stop_rx) = watch::channel(false);
+        let (first_tx, mut first_rx) = watch::channel(false);
+        let task = tokio::spawn(
+            mirror(kv.clone(), snapshot.clone(), stop_rx, first_tx)
+                .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
+        );
+        let first = tokio::time::timeout(FIRST_LISTING, first_rx.wait_for(|ready| *ready)).await;
+        if !matches!(first, Ok(Ok(_))) {
+            warn!(
+                subsystem = "secrets",
+                "the secrets bucket did not answer at start; serving secrets from this node's environment until it does"
+            );
+        }
+        Secrets {
+            kv: Some(kv),
+            snapshot,
+            stop,
+            task: std::sync::Mutex::new(Some(task)),
+        }
+    }
+
+    /// No bucket: the environment alone (tools and benchmarks).
+    pub fn environment_only() -> Secrets {
+        let (stop, _) = watch::channel(false);
+        Secrets {
+            kv: None,
+            snapshot: Arc::default(),
+            stop,
+            task: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The value of `name`: the bucket's, else this node's environment
+    /// variable `name` (see the module docs for why in that order).
+    pub fn get(&self, name: &str) -> Option<String> {
+        lookup(&self.snapshot, name)
+    }
+
+    /// A resolver for code that must not hold `Secrets` itself.
+    pub fn resolver(&self) -> Resolver {
+        let snapshot = self.snapshot.clone();
+        Arc::new(move |name: &str| lookup(&snapshot, name))
+    }
+
+    /// How many secrets the snapshot holds (never which values).
+    pub fn held(&self) -> usize {
+        self.snapshot.len()
+    }
+
+    fn kv(&self) -> Result<&Arc<dyn Kv>, SecretsError> {
+        self.kv
+            .as_ref()
+            .ok_or_else(|| unavailable("this node has no secrets bucket open"))
+    }
+
+    /// Sets `name` in the bucket (and in this node's snapshot at once).
+    pub async fn set(&self, name: &str, value: &str) -> Result<u64, SecretsError> {
+        check_name(name)?;
+        if value.len() > MAX_SECRET_BYTES {
+            return Err(SecretsError::TooLarge {
+                name: name.to_owned(),
+                len: value.len(),
+            });
+        }
+        let record = Record {
+            value: value.to_owned(),
+            updated_ms: now_ms(),
+        };
+        let body = Bytes::from(serde_json::to_vec(&record).expect("a record serialises"));
+        let kv = self.kv()?;
+        let revision = kv
+            .put(Bucket::Secrets, &key_of(name), body, Expect::Any)
+            .await
+            .map_err(|u| unavailable(u.0))?
+            .map_err(|_| unavailable("a blind write was refused as a conflict"))?;
+        self.snapshot
+            .apply(name.to_owned(), Some(record.value), revision);
+        Ok(revision)
+    }
+
+    /// Removes `name`. Answers whether it was set.
+    pub async fn remove(&self, name: &str) -> Result<bool, SecretsError> {
+        check_name(name)?;
+        let kv = self.kv()?;
+        let key = key_of(name);
+        for _ in 0..8 {
+            let live = match kv.get(Bucket::Secrets, &key).await {
+                Ok(Some(e)) if !e.removed => e,
+                Ok(_) => return Ok(false),
+                Err(u) => return Err(unavailable(u.0)),
+            };
+            match kv
+                .remove(Bucket::Secrets, &key, Expect::Revision(live.revision))
+                .await
+            {
+                Ok(Ok(marker)) => {
+                    self.snapshot.apply(name.to_owned(), None, marker);
+                    return Ok(true);
+                }
+                // Set again in between: read it again and remove that.
+                Ok(Err(_conflict)) => continue,
+                Err(u) => return Err(unavailable(u.0)),
+            }
+        }
+        Err(unavailable(format!(
+            "{name} kept changing while it was being removed"
+        )))
+    }
+
+    /// Every secret's name and update time, from the bucket (certified
+    /// listing), sorted by name. Never a value.
+    pub async fn list(&self) -> Result<Vec<Listed>, SecretsError> {
+        let kv = self.kv()?;
+        let entries = kv
+            .list(Bucket::Secrets, Some(SECRET_CLASS))
+            .await
+            .map_err(|u| unavailable(u.0))?;
+        let mut out = Vec::new();
+        for e in entries.iter().filter(|e| !e.removed) {
+            if let Some(name) = name_of(&e.key) {
+                let rec = decode(&name, e)?;
+                out.push(Listed {
+                    name,
+                    updated_ms: rec.updated_ms,
+                });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Stops the watch.
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+fn lookup(snapshot: &Snapshot, name: &str) -> Option<String> {
+    snapshot.get(name).or_else(|| std::env::var(name).ok())
+}
+
+/// The mirror loop: watch, load the listing, follow changes; on a failure
+/// or an end, back off and watch again. Ends when `stop` is set.
+async fn mirror(
+    kv: Arc<dyn Kv>,
+    snapshot: Arc<Snapshot>,
+    mut stop: watch::Receiver<bool>,
+    first: watch::Sender<bool>,
+) {
+    let mut backoff = BACKOFF.0;
+    let mut down = false;
+    loop {
+        let opened = tokio::select! {
+            w = kv.watch(Bucket::Secrets, Some(SECRET_CLASS)) => w,
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        match opened {
+            Ok(w) => {
+                backoff = BACKOFF.0;
+                if std::mem::take(&mut down) {
+                    info!(subsystem = "secrets", "secrets bucket readable again");
+                }
+                let why = follow(w, &snapshot, &first, &mut stop).await;
+                match why {
+                    None => return,
+                    Some(why) => {
+                        warn!(subsystem = "secrets", reason = %why,
+                            "secrets watch interrupted; watching again (the snapshot stays as it was)");
+                    }
+                }
+            }
+            Err(u) => {
+                if !down {
+                    warn!(subsystem = "secrets", error = %u.0,
+                        "secrets bucket unreadable; keeping the snapshot and retrying");
+                }
+                down = true;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        backoff = (backoff * 2).min(BACKOFF.1);
+    }
+}
+
+/// Loads a watch's listing and follows its changes. `None`: stopped;
+/// `Some(why)`: the watch failed or ended.
+async fn follow(
+    w: Watch,
+    snapshot: &Snapshot,
+    first: &watch::Sender<bool>,
+    stop: &mut watch::Receiver<bool>,
+) -> Option<String> {
+    let mut listed = HashMap::new();
+    for e in &w.initial {
+        let Some(name) = name_of(&e.key) else {
+            continue;
+        };
+        match decode(&name, e) {
+            Ok(rec) => {
+                listed.insert(
+                    name,
+                    Slot {
+                        value: Some(rec.value),
+                        revision: e.revision,
+                    },
+                );
+            }
+            Err(err) => warn!(subsystem = "secrets", error = %err, "secret skipped"),
+        }
+    }
+    snapshot.replace(listed);
+    first.send_replace(true);
+    let mut changes = w.changes;
+    loop {
+        let next = tokio::select! {
+            n = changes.next() => n,
+            _ = stop.wait_for(|s| *s) => return None,
+        };
+        match next {
+            None => return Some("the watch ended".into()),
+            Some(Err(u)) => return Some(u.0),
+            Some(Ok(Change::Put(e))) => {
+                let Some(name) = name_of(&e.key) else {
+                    continue;
+                };
+                match decode(&name, &e) {
+                    Ok(rec) => snapshot.apply(name, Some(rec.value), e.revision),
+                    Err(err) => warn!(subsystem = "secrets", error = %err, "secret skipped"),
+                }
+            }
+            Some(Ok(Change::Removed { key, revision })) => {
+                if let Some(name) = name_of(&key) {
+                    snapshot.apply(name, None, revision);
+                }
+            }
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewlet_coord::bucket::Retentions;
+    use crewlet_coord::{Faulty, MemoryKv, SystemClock};
+
+    fn kv() -> (Arc<Faulty>, Arc<dyn Kv>) {
+        let ret = Retentions {
+            lease_ttl: Duration::from_secs(45),
+            status: Duration::from_secs(60),
+            rate: Duration::from_secs(60),
+        };
+        let mem: Arc<dyn Kv> = Arc::new(MemoryKv::new(Arc::new(SystemClock), &ret));
+        let faulty = Faulty::new(mem);
+        (faulty.clone(), faulty)
+    }
+
+    async fn eventually(what: &str, f: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !f() {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_secret_set_anywhere_reaches_every_snapshot_and_removal_too() {
+        let (_f, kv) = kv();
+        let a = Secrets::start(kv.clone()).await;
+        let b = Secrets::start(kv.clone()).await;
+        a.set("CREWLET_TEST_ONE", "s3cret").await.unwrap();
+        assert_eq!(a.get("CREWLET_TEST_ONE").as_deref(), Some("s3cret"));
+        eventually("b sees the set", || {
+            b.get("CREWLET_TEST_ONE").as_deref() == Some("s3cret")
+        })
+        .await;
+        let resolve = b.resolver();
+        assert_eq!(resolve("CREWLET_TEST_ONE").as_deref(), Some("s3cret"));
+        let listed = b.list().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].name, "CREWLET_TEST_ONE");
+        assert!(
+            !format!("{listed:?}").contains("s3cret"),
+            "a listing never holds values"
+        );
+
+        assert!(b.remove("CREWLET_TEST_ONE").await.unwrap());
+        assert!(!b.remove("CREWLET_TEST_ONE").await.unwrap(), "already gone");
+        eventually("a sees the removal", || a.get("CREWLET_TEST_ONE").is_none()).await;
+        a.stop().await;
+        b.stop().await;
+    }
+
+    #[tokio::test]
+    async fn the_bucket_wins_over_the_environment_which_is_the_fallback() {
+        let (_f, kv) = kv();
+        // SAFETY: this test alone uses this variable name.
+        unsafe { std::env::set_var("CREWLET_TEST_FALLBACK", "from-env") };
+        let s = Secrets::start(kv).await;
+        assert_eq!(s.get("CREWLET_TEST_FALLBACK").as_deref(), Some("from-env"));
+        s.set("CREWLET_TEST_FALLBACK", "from-bucket").await.unwrap();
+        assert_eq!(
+            s.get("CREWLET_TEST_FALLBACK").as_deref(),
+            Some("from-bucket")
+        );
+        s.remove("CREWLET_TEST_FALLBACK").await.unwrap();
+        assert_eq!(s.get("CREWLET_TEST_FALLBACK").as_deref(), Some("from-env"));
+        assert_eq!(s.get("CREWLET_TEST_NOWHERE"), None);
+        s.stop().await;
+    }
+
+    #[tokio::test]
+    async fn bad_names_and_oversized_values_are_refused_and_change_nothing() {
+        let (_f, kv) = kv();
+        let s = Secrets::start(kv).await;
+        for bad in ["", "1ABC", "A-B", "A.B", "A B", &"A".repeat(129)] {
+            assert!(
+                matches!(s.set(bad, "v").await, Err(SecretsError::BadName(_))),
+                "{bad:?}"
+            );
+        }
+        let big = "x".repeat(MAX_SECRET_BYTES + 1);
+        let err = s.set("BIG", &big).await.unwrap_err();
+        assert!(matches!(err, SecretsError::TooLarge { .. }), "{err}");
+        assert!(
+            !err.to_string().contains("xxxx"),
+            "the value is never quoted"
+        );
+        assert!(s.list().await.unwrap().is_empty());
+        s.stop().await;
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_bucket_keeps_the_snapshot_and_is_unavailable_for_writes() {
+        let (f, kv) = kv();
+        let s = Secrets::start(kv).await;
+        s.set("KEPT", "v1").await.unwrap();
+        f.break_store();
+        assert!(matches!(
+            s.set("KEPT", "v2").await,
+            Err(SecretsError::Unavailable(_))
+        ));
+        assert!(matches!(s.list().await, Err(SecretsError::Unavailable(_))));
+        assert_eq!(s.get("KEPT").as_deref(), Some("v1"), "the snapshot stays");
+        f.heal();
+        s.set("KEPT", "v3").await.unwrap();
+        assert_eq!(s.get("KEPT").as_deref(), Some("v3"));
+        s.stop().await;
+    }
+
+    #[test]
+    fn an_older_change_never_overwrites_a_newer_one() {
+        let snap = Snapshot::default();
+        snap.apply("A".into(), Some("new".into()), 5);
+        snap.apply("A".into(), Some("old".into()), 4);
+        assert_eq!(snap.get("A").as_deref(), Some("new"));
+        snap.apply("A".into(), None, 6);
+        snap.apply("A".into(), Some("new".into()), 5);
+        assert_eq!(snap.get("A"), None);
+    }
+}

@@ -1,0 +1,293 @@
+//! A small real chat MCP server over stdio, for the tests and the example
+//! company: the seat it runs for posts and reads threads as itself.
+//!
+//! Its identity is the credential it was started with (env `CHAT_IDENTITY`):
+//! exactly what a per-seat child of a real chat backend would carry. Messages
+//! are JSON lines in the file named by env `CHAT_LOG`, shared by every child
+//! on the machine; each post is one `write` under an exclusive `flock`, so
+//! concurrent children neither interleave nor hand out one id twice (a
+//! message's id is its line number in the log).
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use rmcp::handler::server::wrapper::{Json, Parameters};
+use rmcp::{ServerHandler, ServiceExt, tool, tool_handler, tool_router};
+use serde::{Deserialize, Serialize};
+
+/// The variable holding the identity (the seat's chat credential).
+pub const IDENTITY_ENV: &str = "CHAT_IDENTITY";
+/// The variable naming the message log file.
+pub const LOG_ENV: &str = "CHAT_LOG";
+
+/// Why the chat server cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error(
+        "{IDENTITY_ENV} is not set: start this server with the seat's chat credential in {IDENTITY_ENV}"
+    )]
+    NoIdentity,
+    #[error("{LOG_ENV} is not set: name the message log file in {LOG_ENV}")]
+    NoLog,
+    #[error("the MCP session failed: {0}")]
+    Session(String),
+}
+
+/// One message as stored (one JSON line in the log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Message {
+    /// Who posted it.
+    #[serde(rename = "as")]
+    pub author: String,
+    pub channel: String,
+    pub thread: Option<String>,
+    pub text: String,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct PostMessage {
+    /// The channel to post in, e.g. `eng`.
+    pub channel: String,
+    /// The thread to reply in; leave out to post at the channel's top level.
+    #[serde(default)]
+    pub thread: Option<String>,
+    /// The message text.
+    pub text: String,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct ReadThread {
+    /// The channel to read.
+    pub channel: String,
+    /// The thread to read; leave out for the channel's top-level messages.
+    #[serde(default)]
+    pub thread: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Posted {
+    pub posted: bool,
+    /// The message's id (its number in the log).
+    pub id: String,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Thread {
+    /// Oldest first.
+    pub messages: Vec<Message>,
+}
+
+/// The server: one identity, one log.
+#[derive(Debug, Clone)]
+pub struct ChatServer {
+    identity: Arc<str>,
+    log: Arc<PathBuf>,
+}
+
+#[tool_router]
+impl ChatServer {
+    pub fn new(identity: impl Into<Arc<str>>, log: impl Into<PathBuf>) -> ChatServer {
+        ChatServer {
+            identity: identity.into(),
+            log: Arc::new(log.into()),
+        }
+    }
+
+    #[tool(
+        description = "Post a message to a chat channel, as you (see whoami). Give `thread` to reply inside a thread; leave it out to start a top-level message. Answers the new message's id."
+    )]
+    async fn post_message(
+        &self,
+        Parameters(post): Parameters<PostMessage>,
+    ) -> Result<Json<Posted>, String> {
+        if post.channel.trim().is_empty() {
+            return Err("`channel` is empty: name the channel to post in".to_owned());
+        }
+        if post.text.trim().is_empty() {
+            return Err("`text` is empty: write the message to post".to_owned());
+        }
+        let message = Message {
+            author: self.identity.to_string(),
+            channel: post.channel,
+            thread: post.thread,
+            text: post.text,
+            at_ms: now_ms(),
+        };
+        let log = self.log.clone();
+        let id = tokio::task::spawn_blocking(move || append(&log, &message))
+            .await
+            .map_err(|e| format!("the post was interrupted: {e}"))?
+            .map_err(|e| format!("could not write the chat log: {e}"))?;
+        Ok(Json(Posted {
+            posted: true,
+            id: id.to_string(),
+        }))
+    }
+
+    #[tool(
+        description = "Read the messages of one chat thread, oldest first. Give `thread` for a thread's replies; leave it out for the channel's top-level messages."
+    )]
+    async fn read_thread(
+        &self,
+        Parameters(read): Parameters<ReadThread>,
+    ) -> Result<Json<Thread>, String> {
+        let log = self.log.clone();
+        let all = tokio::task::spawn_blocking(move || read_all(&log))
+            .await
+            .map_err(|e| format!("the read was interrupted: {e}"))?
+            .map_err(|e| format!("could not read the chat log: {e}"))?;
+        let messages = all
+            .into_iter()
+            .filter(|m| m.channel == read.channel && m.thread == read.thread)
+            .collect();
+        Ok(Json(Thread { messages }))
+    }
+
+    #[tool(description = "Answer who you are in this chat: the name your posts appear under.")]
+    async fn whoami(&self) -> String {
+        self.identity.to_string()
+    }
+}
+
+#[tool_handler(
+    name = "crewlet-chat",
+    instructions = "A team chat. Post with post_message, read a thread with read_thread, and ask whoami for the name you post as."
+)]
+impl ServerHandler for ChatServer {}
+
+/// Serves one MCP session on stdin/stdout until the client closes it.
+/// Refuses to start without `CHAT_IDENTITY` or `CHAT_LOG`.
+pub async fn serve_stdio() -> Result<(), ChatError> {
+    let identity = std::env::var(IDENTITY_ENV)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or(ChatError::NoIdentity)?;
+    let log = std::env::var_os(LOG_ENV)
+        .filter(|v| !v.is_empty())
+        .ok_or(ChatError::NoLog)?;
+    let session = ChatServer::new(identity, log)
+        .serve(rmcp::transport::stdio_pipes())
+        .await
+        .map_err(|e| ChatError::Session(e.to_string()))?;
+    session
+        .waiting()
+        .await
+        .map_err(|e| ChatError::Session(e.to_string()))?;
+    Ok(())
+}
+
+/// Appends `message` as one line with one write, under an exclusive lock;
+/// answers its line number (1-based).
+fn append(log: &std::path::Path, message: &Message) -> std::io::Result<u64> {
+    let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let file = OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(log)?;
+    let _lock = Flock::exclusive(&file)?;
+    (&file).seek(SeekFrom::Start(0))?;
+    let mut before = Vec::new();
+    (&file).read_to_end(&mut before)?;
+    let id = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
+    (&file).write_all(&line)?;
+    Ok(id)
+}
+
+fn read_all(log: &std::path::Path) -> std::io::Result<Vec<Message>> {
+    let file = match File::open(log) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let _lock = Flock::shared(&file)?;
+    let mut text = String::new();
+    (&file).read_to_string(&mut text)?;
+    // A line another program wrote badly is skipped, not fatal.
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect())
+}
+
+/// An `flock` held until dropped.
+struct Flock<'f>(&'f File);
+
+impl<'f> Flock<'f> {
+    fn exclusive(file: &'f File) -> std::io::Result<Flock<'f>> {
+        Self::take(file, libc::LOCK_EX)
+    }
+
+    fn shared(file: &'f File) -> std::io::Result<Flock<'f>> {
+        Self::take(file, libc::LOCK_SH)
+    }
+
+    fn take(file: &'f File, how: libc::c_int) -> std::io::Result<Flock<'f>> {
+        // SAFETY: flock on a descriptor this File owns.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Flock(file))
+    }
+}
+
+impl Drop for Flock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as above; unlocking cannot fail in a way we could act on.
+        unsafe {
+            libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(text: &str, thread: Option<&str>) -> Message {
+        Message {
+            author: "ana".into(),
+            channel: "eng".into(),
+            thread: thread.map(str::to_owned),
+            text: text.into(),
+            at_ms: 1,
+        }
+    }
+
+    #[test]
+    fn appends_number_lines_and_reads_skip_garbage() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("chat.jsonl");
+        assert!(
+            read_all(&log).unwrap().is_empty(),
+            "a missing log reads empty"
+        );
+        assert_eq!(append(&log, &message("one", None)).unwrap(), 1);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .unwrap()
+            .write_all(b"not json\n")
+            .unwrap();
+        assert_eq!(append(&log, &message("two", Some("t1"))).unwrap(), 3);
+        let all = read_all(&log).unwrap();
+        assert_eq!(all, vec![message("one", None), message("two", Some("t1"))]);
+        let line = std::fs::read_to_string(&log).unwrap();
+        assert!(
+            line.starts_with(r#"{"as":"ana","channel":"eng","thread":null"#),
+            "{line}"
+        );
+    }
+}

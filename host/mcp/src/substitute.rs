@@ -1,0 +1,165 @@
+//! `${NAME}` references in a server's launch values, resolved at spawn.
+//!
+//! Forms: `${NAME}` (NAME of letters, digits and `_`; must resolve) and `$$`
+//! for a literal `$`; any other `$` is kept as it is. The same forms as the
+//! node configuration's, so an operator learns one syntax. Every value that
+//! was substituted is remembered in a [`Redactor`] so that failure reasons
+//! can be scrubbed of it before they are recorded.
+
+use crate::Resolver;
+
+/// A `${…}` that could not be substituted. Never carries a secret value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubstituteError {
+    #[error(
+        "`${{{name}}}` in {field} resolves to nothing; give the seat (or the company) a credential named `{name}`"
+    )]
+    Unresolved { name: String, field: String },
+    #[error("{field}: `${{` without a closing `}}`; write `$$` for a literal `$`")]
+    Unclosed { field: String },
+    #[error(
+        "{field}: `${{{inner}}}` is not a reference (names are letters, digits and `_`); write `$$` for a literal `$`"
+    )]
+    BadName { field: String, inner: String },
+}
+
+/// Replaces every `${NAME}` in `template` through `resolve`. `field` names
+/// where the template came from (for the error).
+pub fn substitute(
+    template: &str,
+    field: &str,
+    resolve: &Resolver,
+) -> Result<String, SubstituteError> {
+    substitute_into(template, field, resolve, &mut Redactor::default())
+}
+
+pub(crate) fn substitute_into(
+    template: &str,
+    field: &str,
+    resolve: &Resolver,
+    redactor: &mut Redactor,
+) -> Result<String, SubstituteError> {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let end = body.find('}').ok_or_else(|| SubstituteError::Unclosed {
+                field: field.to_owned(),
+            })?;
+            let name = &body[..end];
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+                return Err(SubstituteError::BadName {
+                    field: field.to_owned(),
+                    inner: name.to_owned(),
+                });
+            }
+            let value = resolve(name).ok_or_else(|| SubstituteError::Unresolved {
+                name: name.to_owned(),
+                field: field.to_owned(),
+            })?;
+            out.push_str(&value);
+            redactor.remember(value);
+            rest = &body[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The secret values a launch used; [`Redactor::scrub`] removes them from text.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Redactor {
+    secrets: Vec<String>,
+}
+
+impl Redactor {
+    fn remember(&mut self, value: String) {
+        // Very short values would scrub ordinary words; they are no secret.
+        if value.len() >= 4 && !self.secrets.contains(&value) {
+            self.secrets.push(value);
+        }
+    }
+
+    pub(crate) fn scrub(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for secret in &self.secrets {
+            if out.contains(secret.as_str()) {
+                out = out.replace(secret.as_str(), "[redacted]");
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn resolver() -> Resolver {
+        Arc::new(|name: &str| match name {
+            "TOKEN" => Some("s3cret-token".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn references_resolve_and_dollars_escape() {
+        let r = resolver();
+        assert_eq!(
+            substitute("Bearer ${TOKEN}", "h", &r).unwrap(),
+            "Bearer s3cret-token"
+        );
+        assert_eq!(substitute("$$5 and $x", "h", &r).unwrap(), "$5 and $x");
+        assert_eq!(substitute("a${EMPTY}b", "h", &r).unwrap(), "ab");
+        assert_eq!(substitute("plain", "h", &r).unwrap(), "plain");
+    }
+
+    #[test]
+    fn unresolved_and_malformed_references_name_the_problem() {
+        let r = resolver();
+        let err = substitute("${MISSING}", "env.GITHUB_TOKEN", &r).unwrap_err();
+        assert_eq!(
+            err,
+            SubstituteError::Unresolved {
+                name: "MISSING".into(),
+                field: "env.GITHUB_TOKEN".into()
+            }
+        );
+        assert!(err.to_string().contains("MISSING"));
+        assert!(err.to_string().contains("env.GITHUB_TOKEN"));
+        assert!(matches!(
+            substitute("${TOKEN", "args[0]", &r),
+            Err(SubstituteError::Unclosed { .. })
+        ));
+        assert!(matches!(
+            substitute("${A-B}", "args[0]", &r),
+            Err(SubstituteError::BadName { .. })
+        ));
+        assert!(matches!(
+            substitute("${}", "args[0]", &r),
+            Err(SubstituteError::BadName { .. })
+        ));
+    }
+
+    #[test]
+    fn the_redactor_scrubs_every_value_it_substituted() {
+        let r = resolver();
+        let mut red = Redactor::default();
+        substitute_into("${TOKEN}", "f", &r, &mut red).unwrap();
+        assert_eq!(
+            red.scrub("child said: bad token s3cret-token!"),
+            "child said: bad token [redacted]!"
+        );
+    }
+}

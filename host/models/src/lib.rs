@@ -1,0 +1,535 @@
+//! Model calls: one call through three layers of failure handling, each
+//! owning exactly one decision (Architecture §2).
+//!
+//! 1. The provider plugin classifies the vendor's answer and never retries.
+//! 2. The credential pool ([`pool`]) decides whether the key is at fault: a
+//!    `rate-limited` or `auth` answer benches that key — locally at once, and
+//!    for the fleet through [`Coord::bench`] before the next attempt — and
+//!    the same model is tried again with the least-busy key left.
+//! 3. The fallback chain decides whether the model is worth abandoning: any
+//!    other failure, a plugin fault, or no usable key moves to the next model
+//!    and publishes `provider_fallback`; running out of models publishes
+//!    `llm_unavailable` and answers [`Exhausted`].
+//!
+//! Cooldowns are fleet state because a limit belongs to the key at the
+//! vendor: a node pulls [`Coord::cooldowns`] when it starts (before its first
+//! call) and every [`ModelsOptions::pull_every`] after, extending its local
+//! bench and never shortening it. A model call never waits on a coordination
+//! read.
+//!
+//! Types: requests and answers use the plugin's own WIT types
+//! ([`Message`], [`Tool`], [`ToolChoice`], [`Completion`]) rather than a
+//! mirror, so nothing is translated twice. A model entry's `options` go to
+//! the plugin as `options-json`.
+
+pub mod failure;
+pub mod pool;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crewlet_company::ModelRef;
+use crewlet_coord::{Cooldown, Coord, KeyHint};
+use crewlet_observe::Publisher;
+use crewlet_plugins::manifest::Permissions;
+use crewlet_plugins::provider::{Credential as WitCredential, ProviderPlugin, Request};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use crewlet_plugins::provider::{Completion, Message, Role, Tool, ToolCall, ToolChoice, Usage};
+pub use failure::{CooldownPolicy, Decision, Failure};
+pub use pool::{
+    Credential, CredentialPool, PoolLease, ProviderKey, Resolve, Secret, Unresolved, resolve_all,
+};
+
+/// How the model layer runs.
+#[derive(Debug, Clone)]
+pub struct ModelsOptions {
+    /// How often the fleet's cooldowns are pulled. Default 15 s.
+    pub pull_every: Duration,
+    /// How long a pull may take before it counts as unreadable. Default 10 s.
+    pub pull_timeout: Duration,
+    /// How long a bench's fleet write may hold up the retry. Default 2 s.
+    pub bench_publish_timeout: Duration,
+    pub cooldowns: CooldownPolicy,
+}
+
+impl Default for ModelsOptions {
+    fn default() -> ModelsOptions {
+        ModelsOptions {
+            pull_every: Duration::from_secs(15),
+            pull_timeout: Duration::from_secs(10),
+            bench_publish_timeout: Duration::from_secs(2),
+            cooldowns: CooldownPolicy::default(),
+        }
+    }
+}
+
+/// Which half of a turn made the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Executor,
+    Reviewer,
+}
+
+/// Where a call happened: every event it causes is addressed to this.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CallSite {
+    pub turn_id: String,
+    pub seat: String,
+    pub phase: Phase,
+    pub iteration: u32,
+    pub trace_id: Option<String>,
+}
+
+/// One model call's input, the same for every model in the chain.
+#[derive(Debug, Clone)]
+pub struct ModelRequest {
+    pub messages: Vec<Message>,
+    pub tools: Vec<Tool>,
+    pub tool_choice: ToolChoice,
+    pub max_tokens: u32,
+}
+
+/// How one attempt ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Answered,
+    Failed { failure: Failure, line: String },
+}
+
+/// One attempt of a call: a model, a key, and what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub provider: String,
+    pub model: String,
+    /// `None` when no key was leased (none usable) or the entry is keyless.
+    pub key_hint: Option<KeyHint>,
+    pub outcome: Outcome,
+    pub elapsed: Duration,
+}
+
+/// A successful call.
+#[derive(Debug, Clone)]
+pub struct ModelAnswer {
+    pub completion: Completion,
+    /// The chain entry that answered.
+    pub model: ModelRef,
+    /// The key that answered (`None` for a keyless entry).
+    pub key_hint: Option<KeyHint>,
+    /// Every attempt, the answering one last.
+    pub attempts: Vec<Attempt>,
+}
+
+/// Every model in the chain failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error(
+    "no model answered (chain: {}); last error: {last_error}. Check the provider keys and cooldowns, or add a model to the role's chain",
+    chain.join(" → ")
+)]
+pub struct Exhausted {
+    /// `provider/model` for each chain entry, in order.
+    pub chain: Vec<String>,
+    /// The last attempt's redacted line.
+    pub last_error: String,
+    pub attempts: Vec<Attempt>,
+}
+
+/// The model layer of one node. Dropping it stops its cooldown puller;
+/// [`Models::shutdown`] stops it and waits.
+pub struct Models {
+    inner: Arc<Inner>,
+    stop: watch::Sender<bool>,
+    puller: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct Inner {
+    /// Each loaded provider plugin with its base URL.
+    providers: HashMap<String, (Arc<ProviderPlugin>, String)>,
+    coord: Coord,
+    publisher: Option<Publisher>,
+    resolve: Resolve,
+    opts: ModelsOptions,
+    pool: CredentialPool,
+}
+
+fn label(m: &ModelRef) -> String {
+    format!("{}/{}", m.provider, m.model)
+}
+
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Models {
+    /// Starts the model layer: pulls the fleet's cooldowns once (so the first
+    /// call already skips keys a peer benched), then every
+    /// `opts.pull_every` until shut down. Must run inside a tokio runtime.
+    pub async fn new(
+        providers: Vec<Arc<ProviderPlugin>>,
+        coord: Coord,
+        publisher: Option<Publisher>,
+        resolve: Resolve,
+        opts: ModelsOptions,
+    ) -> Models {
+        let providers = providers
+            .into_iter()
+            .map(|p| {
+                let base = match &p.manifest().permissions {
+                    Permissions::Provider { base_url, .. } => base_url.clone(),
+                    _ => String::new(),
+                };
+                (p.manifest().name.clone(), (p, base))
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            providers,
+            coord,
+            publisher,
+            resolve,
+            opts,
+            pool: CredentialPool::new(),
+        });
+        inner.pull().await;
+        let (stop, mut stopped) = watch::channel(false);
+        let every = inner.opts.pull_every;
+        let puller = tokio::spawn({
+            let inner = inner.clone();
+            async move {
+                loop {
+                    tokio::select! {
+                        _ = stopped.changed() => break,
+                        _ = tokio::time::sleep(every) => { inner.pull().await; }
+                    }
+                }
+            }
+        });
+        Models {
+            inner,
+            stop,
+            puller: Mutex::new(Some(puller)),
+        }
+    }
+
+    /// The local pool (in-flight counts and cooldowns).
+    pub fn pool(&self) -> &CredentialPool {
+        &self.inner.pool
+    }
+
+    /// The cooldown scope of a chain entry; `None` when its provider plugin
+    /// is not loaded.
+    pub fn provider_key(&self, entry: &ModelRef) -> Option<ProviderKey> {
+        self.inner
+            .providers
+            .get(&entry.provider)
+            .map(|(_, base)| ProviderKey::new(&entry.provider, &entry.model, base))
+    }
+
+    /// Pulls the fleet's cooldowns now; answers the entries a peer extended.
+    pub async fn pull_now(&self) -> Vec<Cooldown> {
+        self.inner.pull().await
+    }
+
+    /// Stops the cooldown puller and waits for it.
+    pub async fn shutdown(&self) {
+        let _ = self.stop.send(true);
+        let handle = self.puller.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = handle {
+            let _ = h.await;
+        }
+    }
+
+    /// Calls the chain in order until a model answers. See the module docs
+    /// for what each failure decides.
+    pub async fn call(
+        &self,
+        chain: &[ModelRef],
+        req: ModelRequest,
+        site: CallSite,
+    ) -> Result<ModelAnswer, Exhausted> {
+        self.inner.call(chain, &req, &site).await
+    }
+}
+
+impl Drop for Models {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+/// Why the chain left a model.
+struct Leave {
+    failure: Failure,
+    line: String,
+}
+
+impl Inner {
+    async fn call(
+        &self,
+        chain: &[ModelRef],
+        req: &ModelRequest,
+        site: &CallSite,
+    ) -> Result<ModelAnswer, Exhausted> {
+        let mut attempts = Vec::new();
+        let mut last_error = "the chain is empty: give the role at least one model".to_owned();
+        for (i, entry) in chain.iter().enumerate() {
+            let leave = match self.try_model(entry, req, site, &mut attempts).await {
+                Ok((completion, key_hint)) => {
+                    return Ok(ModelAnswer {
+                        completion,
+                        model: entry.clone(),
+                        key_hint,
+                        attempts,
+                    });
+                }
+                Err(leave) => leave,
+            };
+            last_error = format!("{}: {}", label(entry), leave.line);
+            if let Some(next) = chain.get(i + 1) {
+                warn!(
+                    from = %label(entry), to = %label(next), reason = %leave.line,
+                    turn_id = %site.turn_id, "model fallback"
+                );
+                self.emit(
+                    "provider_fallback",
+                    Some(site),
+                    json!({
+                        "from": label(entry),
+                        "to": label(next),
+                        "reason": leave.line,
+                        "failure": leave.failure.name(),
+                    }),
+                )
+                .await;
+            }
+        }
+        let chain_labels: Vec<String> = chain.iter().map(label).collect();
+        warn!(chain = ?chain_labels, last_error = %last_error, turn_id = %site.turn_id, "no model answered");
+        self.emit(
+            "llm_unavailable",
+            Some(site),
+            json!({ "chain": chain_labels, "last_error": last_error }),
+        )
+        .await;
+        Err(Exhausted {
+            chain: chain_labels,
+            last_error,
+            attempts,
+        })
+    }
+
+    /// Tries one model with each usable key in turn; `Err` says why the
+    /// chain leaves it.
+    async fn try_model(
+        &self,
+        entry: &ModelRef,
+        req: &ModelRequest,
+        site: &CallSite,
+        attempts: &mut Vec<Attempt>,
+    ) -> Result<(Completion, Option<KeyHint>), Leave> {
+        let record = |attempts: &mut Vec<Attempt>, hint, failure: Failure, line: &str, t| {
+            attempts.push(Attempt {
+                provider: entry.provider.clone(),
+                model: entry.model.clone(),
+                key_hint: hint,
+                outcome: Outcome::Failed {
+                    failure,
+                    line: line.to_owned(),
+                },
+                elapsed: t,
+            });
+        };
+        let Some((plugin, base)) = self.providers.get(&entry.provider) else {
+            let line = format!(
+                "no-provider: no provider plugin named {:?} is loaded; check the plugins directory or the model entry's `provider`",
+                entry.provider
+            );
+            record(attempts, None, Failure::NoProvider, &line, Duration::ZERO);
+            return Err(Leave {
+                failure: Failure::NoProvider,
+                line,
+            });
+        };
+        let pkey = &ProviderKey::new(&entry.provider, &entry.model, base);
+        let (mut keys, unresolved) = resolve_all(&entry.credentials, &self.resolve);
+        let all_keys = keys.clone();
+        let options_json =
+            serde_json::to_string(&entry.options).unwrap_or_else(|_| "{}".to_owned());
+        loop {
+            let Some(lease) = self.pool.lease(pkey, &keys) else {
+                let line = self.no_key_line(pkey, &all_keys, &unresolved);
+                record(attempts, None, Failure::NoKey, &line, Duration::ZERO);
+                return Err(Leave {
+                    failure: Failure::NoKey,
+                    line,
+                });
+            };
+            let cred = lease.credential().clone();
+            // A key is tried once per model per call, whatever its bench.
+            keys.retain(|k| k.hint != cred.hint);
+            let hint = (!cred.is_keyless()).then(|| cred.hint.clone());
+            let request = Request {
+                base_url: String::new(),
+                model: entry.model.clone(),
+                messages: req.messages.clone(),
+                tools: req.tools.clone(),
+                tool_choice: req.tool_choice.clone(),
+                max_tokens: req.max_tokens,
+                credential: WitCredential {
+                    api_key: cred.secret.expose().to_owned(),
+                },
+                options_json: options_json.clone(),
+            };
+            let started = Instant::now();
+            let outcome = plugin.complete(request).await;
+            let elapsed = started.elapsed();
+            drop(lease);
+            let (failure, line) = match outcome {
+                Ok(Ok(completion)) => {
+                    attempts.push(Attempt {
+                        provider: entry.provider.clone(),
+                        model: entry.model.clone(),
+                        key_hint: hint.clone(),
+                        outcome: Outcome::Answered,
+                        elapsed,
+                    });
+                    return Ok((completion, hint));
+                }
+                Ok(Err(e)) => (Failure::of(&e.kind), failure::provider_line(&e, &all_keys)),
+                Err(fault) => (Failure::PluginFault, failure::fault_line(&fault, &all_keys)),
+            };
+            record(attempts, hint, failure.clone(), &line, elapsed);
+            match failure.decide(&self.opts.cooldowns) {
+                Decision::BenchKey(d) => self.bench(pkey, &cred, d, &line, site).await,
+                Decision::NextModel => return Err(Leave { failure, line }),
+            }
+        }
+    }
+
+    fn no_key_line(
+        &self,
+        pkey: &ProviderKey,
+        keys: &[Credential],
+        unresolved: &[Unresolved],
+    ) -> String {
+        let now = SystemTime::now();
+        let mut why: Vec<String> = keys
+            .iter()
+            .map(|k| match self.pool.cooling_until(pkey, &k.hint, now) {
+                Some(u) => format!(
+                    "key {} cooling for {} s more",
+                    k.hint.as_str(),
+                    u.duration_since(now).unwrap_or_default().as_secs() + 1
+                ),
+                None => format!("key {} already failed in this call", k.hint.as_str()),
+            })
+            .collect();
+        why.extend(unresolved.iter().map(|u| u.reason.clone()));
+        format!("no-key: no usable key: {}", why.join("; "))
+    }
+
+    /// Benches a key here at once and for the fleet before the next attempt.
+    /// The fleet write runs detached (a cancelled call still publishes it)
+    /// and is waited for at most `bench_publish_timeout`; if it fails, the
+    /// local bench still applies.
+    async fn bench(
+        &self,
+        pkey: &ProviderKey,
+        cred: &Credential,
+        d: Duration,
+        line: &str,
+        site: &CallSite,
+    ) {
+        let until = self.pool.bench(pkey, &cred.hint, SystemTime::now() + d);
+        let write = tokio::spawn({
+            let (coord, p, h) = (self.coord.clone(), pkey.clone(), cred.hint.clone());
+            async move { coord.bench(p.as_str(), &h, until).await }
+        });
+        match tokio::time::timeout(self.opts.bench_publish_timeout, write).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                warn!(provider = %pkey, key_hint = cred.hint.as_str(), error = %e, "the fleet did not record a bench; it applies on this node only")
+            }
+            Ok(Err(e)) => {
+                warn!(provider = %pkey, error = %e, "the bench write task failed; the bench applies on this node only")
+            }
+            Err(_) => {
+                warn!(provider = %pkey, key_hint = cred.hint.as_str(), "the fleet bench write did not finish in time; it continues in the background")
+            }
+        }
+        info!(provider = %pkey, key_hint = cred.hint.as_str(), until_ms = epoch_ms(until), reason = %line, "credential benched");
+        self.emit(
+            "credential_benched",
+            Some(site),
+            json!({
+                "provider": pkey.as_str(),
+                "key_hint": cred.hint.as_str(),
+                "until_ms": epoch_ms(until),
+                "reason": line,
+            }),
+        )
+        .await;
+    }
+
+    /// One pull of the fleet's cooldowns, merged into the local bench.
+    async fn pull(&self) -> Vec<Cooldown> {
+        let pulled =
+            match tokio::time::timeout(self.opts.pull_timeout, self.coord.cooldowns()).await {
+                Ok(r) => r,
+                Err(_) => Err(crewlet_coord::CoordError::Unavailable(format!(
+                    "the cooldowns pull took over {:?}",
+                    self.opts.pull_timeout
+                ))),
+            };
+        if let Err(e) = &pulled {
+            warn!(error = %e, "cannot read the fleet's cooldowns; keeping this node's bench as it is");
+        }
+        let extended = self.pool.merge(&pulled);
+        let now = SystemTime::now();
+        for c in &extended {
+            let left = c.until.duration_since(now).unwrap_or_default();
+            info!(provider = %c.provider, key_hint = c.hint.as_str(), left_s = left.as_secs(), "credential cooled by a peer");
+            self.emit(
+                "credential_cooled_by_peer",
+                None,
+                json!({
+                    "provider": c.provider,
+                    "key_hint": c.hint.as_str(),
+                    "until_ms": epoch_ms(c.until),
+                    "remaining_ms": left.as_millis() as u64,
+                }),
+            )
+            .await;
+        }
+        extended
+    }
+
+    /// Publishes an event addressed to `site`; a failure is logged, never
+    /// fails the call.
+    async fn emit(&self, kind: &str, site: Option<&CallSite>, mut payload: Value) {
+        let Some(p) = &self.publisher else {
+            return;
+        };
+        if let (Some(s), Value::Object(map)) = (site, &mut payload) {
+            map.insert("turn_id".into(), json!(s.turn_id));
+            map.insert("seat".into(), json!(s.seat));
+            map.insert("phase".into(), json!(s.phase));
+            map.insert("iteration".into(), json!(s.iteration));
+            map.insert("trace_id".into(), json!(s.trace_id));
+        }
+        let mut event = p.event(kind, payload);
+        if let Some(s) = site {
+            event.trace_id = s.trace_id.clone();
+            event.seat = Some(s.seat.clone());
+        }
+        if let Err(e) = p.publish(event).await {
+            warn!(kind, error = %e, "a model event was not published");
+        }
+    }
+}

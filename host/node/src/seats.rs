@@ -1,0 +1,454 @@
+//! Seats glue: the node's [`SeatHost`] — what acquire → equip → attach and
+//! a turn mean on this node — built from the engine context. Placement,
+//! leases and mailboxes are `crewlet-seats`; the turn is `crewlet-turns`;
+//! this file plugs the real model layer and MCP children into them.
+//!
+//! Rules: equip loads the seat's budget (an unreadable counter refuses to
+//! equip: a seat must not take work it cannot charge) and starts its own
+//! MCP children; `shared = true` servers are one set per node, bound to
+//! the config epoch, brought to the epoch of the company a seat is
+//! equipped under. A `${NAME}` in a server's template resolves against the
+//! seat's own `credentials` first, then the company's secrets;
+//! `${CREWLET_SEAT}` is the seat's handle.
+//! `command = "crewlet"` runs this very binary (its `crewlet mcp chat`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_company::{Active, McpServer, McpTransport, Seat};
+use crewlet_coord::{Coord, HolderState, Scope};
+use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
+use crewlet_models::{CallSite, ModelRequest, Models};
+use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
+use crewlet_turns::{
+    Brain, Call, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput, Toolbox, Turn,
+    TurnEnd, TurnEngine, Unavailable,
+};
+use tracing::{info, warn};
+
+/// `${CREWLET_SEAT}` in a server's template is the seat's handle.
+pub const SEAT_VARIABLE: &str = "CREWLET_SEAT";
+
+/// How long an outage-failed turn waits before it runs again.
+const OUTAGE_RETRY: Duration = Duration::from_secs(5);
+
+/// The model layer as the turn engine's brain.
+pub struct ModelsBrain(pub Arc<Models>);
+
+impl Brain for ModelsBrain {
+    async fn think(
+        &self,
+        chain: &[crewlet_company::ModelRef],
+        prompt: Prompt,
+        site: &crewlet_turns::CallSite,
+    ) -> Result<Thought, Unavailable> {
+        use crewlet_models::{Message, Role, Tool, ToolCall, ToolChoice};
+        let messages = prompt
+            .messages
+            .into_iter()
+            .map(|m| Message {
+                role: match m.speaker {
+                    Speaker::System => Role::System,
+                    Speaker::User => Role::User,
+                    Speaker::Assistant => Role::Assistant,
+                    Speaker::Tool => Role::Tool,
+                },
+                content: m.content,
+                tool_calls: m
+                    .calls
+                    .into_iter()
+                    .map(|c| ToolCall {
+                        id: c.id,
+                        name: c.name,
+                        arguments_json: c.arguments,
+                    })
+                    .collect(),
+                tool_call_id: m.call_id,
+            })
+            .collect();
+        let tools = prompt
+            .tools
+            .into_iter()
+            .map(|t| Tool {
+                name: t.name,
+                description: t.description,
+                parameters_schema_json: t.parameters.to_string(),
+            })
+            .collect();
+        let req = ModelRequest {
+            messages,
+            tools,
+            tool_choice: if prompt.must_call_tool {
+                ToolChoice::Required
+            } else {
+                ToolChoice::Auto
+            },
+            max_tokens: prompt.max_tokens,
+        };
+        let site = CallSite {
+            turn_id: site.turn_id.clone(),
+            seat: site.seat.clone(),
+            phase: match site.phase {
+                crewlet_turns::Phase::Executor => crewlet_models::Phase::Executor,
+                crewlet_turns::Phase::Reviewer => crewlet_models::Phase::Reviewer,
+            },
+            iteration: site.iteration,
+            trace_id: site.trace_id.clone(),
+        };
+        let answer = self
+            .0
+            .call(chain, req, site)
+            .await
+            .map_err(|e| Unavailable(e.last_error))?;
+        let c = answer.completion;
+        Ok(Thought {
+            text: c.text,
+            calls: c
+                .tool_calls
+                .into_iter()
+                .map(|t| Call {
+                    id: t.id,
+                    name: t.name,
+                    arguments: t.arguments_json,
+                })
+                .collect(),
+            input_tokens: c.usage.input_tokens.into(),
+            output_tokens: c.usage.output_tokens.into(),
+            model: format!("{}/{}", answer.model.provider, answer.model.model),
+        })
+    }
+}
+
+/// A served seat: its own tool registry.
+pub struct Equipped {
+    tools: SeatTools,
+}
+
+impl Equipped {
+    pub fn tools(&self) -> &SeatTools {
+        &self.tools
+    }
+}
+
+impl Toolbox for Equipped {
+    fn servers(&self) -> Vec<ServerInfo> {
+        self.tools
+            .servers()
+            .into_iter()
+            .map(|s| {
+                let (tools, failed) = match s.state {
+                    ServerState::Started { tools } => (Some(tools as usize), None),
+                    ServerState::Failed { reason } => (None, Some(reason)),
+                };
+                ServerInfo {
+                    name: s.name,
+                    about: s.description.or(s.instructions),
+                    tools,
+                    failed,
+                }
+            })
+            .collect()
+    }
+
+    fn tools(&self, server: &str) -> Result<Vec<ToolDef>, String> {
+        self.tools
+            .tools(server)
+            .map(|list| {
+                list.into_iter()
+                    .map(|t| ToolDef {
+                        name: t.name,
+                        description: t.description.unwrap_or_default(),
+                        parameters: t.input_schema,
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> Result<ToolOutput, String> {
+        self.tools
+            .call(server, tool, arguments)
+            .await
+            .map(|r| ToolOutput {
+                text: r.text,
+                is_error: r.is_error,
+            })
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The node's seat host.
+pub struct NodeSeats {
+    pub engine: TurnEngine<ModelsBrain>,
+    pub coord: Coord,
+    pub shared: SharedChildren,
+    pub shared_lock: tokio::sync::Mutex<()>,
+    pub resolve: crewlet_mcp::Resolver,
+    pub mcp: McpOptions,
+    pub exe: Option<PathBuf>,
+    /// Every equipped seat's registry status, for the node's presence row.
+    pub registries: std::sync::Mutex<BTreeMap<String, Vec<crewlet_mcp::McpStatusRow>>>,
+}
+
+impl NodeSeats {
+    /// The MCP rows of this node: shared servers and every seat's own.
+    pub fn mcp_status(&self) -> Vec<crewlet_mcp::McpStatusRow> {
+        let seats = self.registries.lock().unwrap_or_else(|p| p.into_inner());
+        crewlet_mcp::merge_status(
+            self.shared
+                .status()
+                .into_iter()
+                .chain(seats.values().flatten().cloned()),
+        )
+    }
+
+    /// `command = "crewlet"` is this binary.
+    fn localized(&self, servers: &BTreeMap<String, McpServer>) -> BTreeMap<String, McpServer> {
+        let mut out = servers.clone();
+        if let Some(exe) = &self.exe {
+            for s in out.values_mut() {
+                if let McpTransport::Stdio { command, .. } = &mut s.transport
+                    && command == "crewlet"
+                {
+                    *command = exe.display().to_string();
+                }
+            }
+        }
+        out
+    }
+
+    /// Brings the node's shared servers to `active`'s epoch.
+    async fn shared_at(&self, active: &Active) {
+        let _one = self.shared_lock.lock().await;
+        if self.shared.epoch() == Some(active.epoch) {
+            return;
+        }
+        let mut servers = BTreeMap::new();
+        for role in active.company.roles.values() {
+            for (name, s) in &role.mcp {
+                if s.shared {
+                    servers.entry(name.clone()).or_insert_with(|| s.clone());
+                }
+            }
+        }
+        let servers = self.localized(&servers);
+        self.shared
+            .apply(active.epoch, servers, self.resolve.clone())
+            .await;
+    }
+
+    fn seat_resolver(&self, seat: &Seat) -> crewlet_mcp::Resolver {
+        let own: BTreeMap<String, String> = seat
+            .credentials
+            .iter()
+            .map(|(k, v)| (k.clone(), v.name_str().to_owned()))
+            .collect();
+        let company = self.resolve.clone();
+        let handle = seat.handle.to_string();
+        Arc::new(move |name: &str| match own.get(name) {
+            Some(secret) => company(secret),
+            None if name == SEAT_VARIABLE => Some(handle.clone()),
+            None => company(name),
+        })
+    }
+}
+
+impl SeatHost for NodeSeats {
+    type Equipped = Equipped;
+
+    async fn equip(&self, spec: &SeatSpec, active: &Active) -> Result<Equipped, String> {
+        let company = &active.company;
+        let seat = company
+            .seats
+            .get(&spec.handle)
+            .ok_or_else(|| format!("seat {} is not in the company", spec.handle))?;
+        let windows = crewlet_turns::windows_now(company);
+        self.coord
+            .budget(&Scope::Seat(spec.handle.to_string()), &windows)
+            .await
+            .map_err(|e| format!("cannot load the seat's budget: {e}"))?;
+        self.shared_at(active).await;
+        let role = company.role_of(seat);
+        let servers = self.localized(&role.mcp);
+        let tools = SeatTools::start(
+            spec.handle.as_str(),
+            &servers,
+            &self.shared,
+            self.seat_resolver(seat),
+            &self.mcp,
+        )
+        .await;
+        for s in tools.servers() {
+            if let ServerState::Failed { reason } = &s.state {
+                warn!(subsystem = "seats", seat = %spec.handle, server = %s.name, %reason, "MCP server did not start; the seat runs without it");
+            }
+        }
+        self.registries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(spec.handle.to_string(), tools.status());
+        info!(subsystem = "seats", seat = %spec.handle, servers = servers.len(), "seat equipped");
+        Ok(Equipped { tools })
+    }
+
+    async fn unequip(&self, spec: &SeatSpec, equipped: Equipped) {
+        self.registries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(spec.handle.as_str());
+        equipped.tools.shutdown().await;
+    }
+
+    async fn run(&self, spec: &SeatSpec, equipped: &Equipped, batch: Batch) -> TurnVerdict {
+        let Some(seat) = batch.active.company.seats.get(&spec.handle) else {
+            return TurnVerdict::Retry {
+                after: OUTAGE_RETRY,
+                reason: format!("seat {} is not in the company this turn runs under", spec.handle),
+            };
+        };
+        let fence = batch.fence.clone();
+        let may_act = move || fence.state() != HolderState::GiveUp;
+        let end = self
+            .engine
+            .run(Turn {
+                seat,
+                active: &batch.active,
+                wakes: &batch.wakes,
+                tools: equipped,
+                may_act: &may_act,
+            })
+            .await;
+        match end {
+            TurnEnd::AlreadyDone | TurnEnd::Ended { .. } => TurnVerdict::Done,
+            TurnEnd::Outage { reason, .. } => TurnVerdict::Retry {
+                after: OUTAGE_RETRY,
+                reason,
+            },
+            TurnEnd::FenceLost { turn_id } => TurnVerdict::Retry {
+                after: Duration::ZERO,
+                reason: format!("turn {turn_id}: this node no longer holds the seat"),
+            },
+        }
+    }
+}
+
+/// What the node shows of its seats.
+pub trait SeatsView: Send + Sync {
+    fn held(&self) -> usize;
+    fn in_flight(&self) -> usize;
+    fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow>;
+}
+
+struct Running {
+    /// Taken out when the node stops.
+    seats: std::sync::Mutex<Option<crewlet_seats::Seats<NodeSeats>>>,
+    host: Arc<NodeSeats>,
+}
+
+impl Running {
+    fn with<R: Default>(&self, f: impl FnOnce(&crewlet_seats::Seats<NodeSeats>) -> R) -> R {
+        let seats = self.seats.lock().unwrap_or_else(|p| p.into_inner());
+        seats.as_ref().map(f).unwrap_or_default()
+    }
+}
+
+impl SeatsView for Running {
+    fn held(&self) -> usize {
+        self.with(|s| s.held().len())
+    }
+
+    fn in_flight(&self) -> usize {
+        self.with(|s| s.in_flight())
+    }
+
+    fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow> {
+        self.host.mcp_status()
+    }
+}
+
+/// Starts the model layer, the turn engine and seat ownership on a node
+/// with the `seats` role; stopped on the engine's stack (seats released
+/// in reverse, then the shared children, then the cooldown puller).
+pub async fn start(
+    ctx: &crate::engine::EngineContext,
+    engine: &mut crate::engine::Started,
+) -> Result<(), String> {
+    if !ctx.config.roles.contains(&crewlet_config::Role::Seats) {
+        info!(
+            subsystem = "seats",
+            "this node has no `seats` role: it holds no seats"
+        );
+        return Ok(());
+    }
+    let providers = ctx
+        .state
+        .loaded_plugins()
+        .map(|p| p.providers.clone())
+        .unwrap_or_default();
+    let resolve = ctx.secrets.resolver();
+    let models = Arc::new(
+        Models::new(
+            providers,
+            ctx.coord.clone(),
+            Some(ctx.publisher.clone()),
+            resolve.clone(),
+            crewlet_models::ModelsOptions::default(),
+        )
+        .await,
+    );
+    let engine_turns = TurnEngine::new(
+        Arc::new(ModelsBrain(models.clone())),
+        ctx.coord.clone(),
+        ctx.publisher.clone(),
+        ctx.store.clone(),
+        crewlet_turns::Limits::default(),
+    );
+    let mcp = McpOptions::default();
+    let host = Arc::new(NodeSeats {
+        engine: engine_turns,
+        coord: ctx.coord.clone(),
+        shared: SharedChildren::new(mcp.clone()),
+        shared_lock: tokio::sync::Mutex::new(()),
+        resolve,
+        mcp,
+        exe: std::env::current_exe().ok(),
+        registries: std::sync::Mutex::default(),
+    });
+    let mut cfg = crewlet_seats::SeatsConfig::new(
+        ctx.node_id.clone(),
+        ctx.coord.options().owner.clone(),
+        ctx.coord.clone(),
+        async_nats::jetstream::new(ctx.client.clone()),
+        ctx.active.clone(),
+        host.clone(),
+    );
+    cfg.max_concurrent_turns = ctx.state.max_concurrent.max(1);
+    let seats = crewlet_seats::Seats::start(cfg).map_err(|e| e.to_string())?;
+    let running = Arc::new(Running {
+        seats: std::sync::Mutex::new(Some(seats)),
+        host: host.clone(),
+    });
+    ctx.state.attach_seats(running.clone());
+    engine.push("seats", move || {
+        Box::pin(async move {
+            let seats = running
+                .seats
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(seats) = seats {
+                seats.stop().await;
+            }
+            running.host.shared.shutdown().await;
+            models.shutdown().await;
+        })
+    });
+    Ok(())
+}

@@ -1,0 +1,157 @@
+//! What the node plugs into seat ownership: the [`SeatHost`].
+//!
+//! Rule: this crate decides *which* seats this node runs and *when* a seat
+//! may take work; the host decides *what* running one means (the instance,
+//! its budget, its MCP children, the turn). Why: the acquire → equip →
+//! attach order and its mirror are the one behaviour none of the composed
+//! parts can express alone, and keeping it free of MCP, models and HTTP lets
+//! it be tested against a real broker with a host that only records calls.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crewlet_company::{Active, Handle};
+use crewlet_coord::{Holder, HolderState};
+use crewlet_ingress::Wake;
+
+/// The seat a host equips and runs: what the company says about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeatSpec {
+    pub handle: Handle,
+    pub seat_id: uuid::Uuid,
+    pub role: String,
+    /// Placement group; `None` is the default group.
+    pub group: Option<String>,
+}
+
+impl SeatSpec {
+    /// The spec of `handle` in `active`, if the company has that seat.
+    pub fn of(active: &Active, handle: &Handle) -> Option<SeatSpec> {
+        active.company.seats.get(handle).map(|s| SeatSpec {
+            handle: s.handle.clone(),
+            seat_id: s.id,
+            role: s.role.clone(),
+            group: s.group.clone(),
+        })
+    }
+}
+
+/// One turn's worth of work: the wakes of one conversation, in stream order.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The conversation the wakes share; `None` is a lone wake.
+    pub conversation: Option<String>,
+    /// At least one wake, in stream order.
+    pub wakes: Vec<Wake>,
+    /// The company as it was when the turn started; a change applies to
+    /// the next turn.
+    pub active: Active,
+    /// Whether this node may still act for the seat.
+    pub fence: Fence,
+}
+
+/// How a turn ended, which decides what happens to its wakes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnVerdict {
+    /// The work is done: every wake is acknowledged.
+    Done,
+    /// Try again later: every wake is handed back, to be delivered again
+    /// after `after` (to this node or the seat's next owner).
+    Retry { after: Duration, reason: String },
+    /// The work can never succeed: every wake is terminated (not delivered
+    /// again) and the reason logged.
+    Poison { reason: String },
+}
+
+/// The host: builds a seat's instance, tears it down, and runs its turns.
+///
+/// `equip` runs after the lease is won and before the mailbox is attached;
+/// `unequip` after the mailbox is detached and before the lease is
+/// released; `run` only between the two. Turns of different conversations
+/// of one seat may run concurrently; one conversation's never do.
+pub trait SeatHost: Send + Sync + 'static {
+    /// What a seat needs to run turns (instance, budget, MCP children).
+    type Equipped: Send + Sync + 'static;
+
+    /// Builds the seat. An error is logged and the seat given back; the
+    /// message should say what to fix.
+    fn equip(
+        &self,
+        seat: &SeatSpec,
+        active: &Active,
+    ) -> impl Future<Output = Result<Self::Equipped, String>> + Send;
+
+    /// Tears the seat down (stops its children). Called once per equip that
+    /// succeeded, after the last turn ended.
+    fn unequip(&self, seat: &SeatSpec, equipped: Self::Equipped)
+    -> impl Future<Output = ()> + Send;
+
+    /// Runs one turn.
+    fn run(
+        &self,
+        seat: &SeatSpec,
+        equipped: &Self::Equipped,
+        batch: Batch,
+    ) -> impl Future<Output = TurnVerdict> + Send;
+}
+
+/// A turn's question "may I still act for this seat?", answered from the
+/// lease holder's own clock at the moment it is asked.
+///
+/// [`HolderState::Admitting`]: act. [`HolderState::Stale`]: the last renew is
+/// older than a heartbeat — finish what is under way, start nothing the
+/// seat's next owner could duplicate. [`HolderState::GiveUp`]: the seat is
+/// no longer this node's (lost, or released): stop.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    inner: Arc<FenceInner>,
+}
+
+#[derive(Debug)]
+struct FenceInner {
+    holder: Mutex<Holder>,
+    epoch: u64,
+    released: AtomicBool,
+}
+
+impl Fence {
+    pub(crate) fn new(holder: Holder, epoch: u64) -> Fence {
+        Fence {
+            inner: Arc::new(FenceInner {
+                holder: Mutex::new(holder),
+                epoch,
+                released: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The holder's state now.
+    pub fn state(&self) -> HolderState {
+        self.state_at(Instant::now())
+    }
+
+    /// The holder's state at `now`.
+    pub fn state_at(&self, now: Instant) -> HolderState {
+        if self.inner.released.load(Ordering::Acquire) {
+            return HolderState::GiveUp;
+        }
+        self.inner.holder.lock().expect("fence holder").state(now)
+    }
+
+    /// The lease's fencing epoch: a write made for this seat carries it, so
+    /// a store can refuse one from a tenure that has ended.
+    pub fn epoch(&self) -> u64 {
+        self.inner.epoch
+    }
+
+    pub(crate) fn with_holder<T>(&self, f: impl FnOnce(&mut Holder) -> T) -> T {
+        f(&mut self.inner.holder.lock().expect("fence holder"))
+    }
+
+    /// From now on the fence answers give-up.
+    pub(crate) fn mark_released(&self) {
+        self.inner.released.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,597 @@
+//! Seat ownership: placement, leases, acquire then equip then attach,
+//! release in reverse.
+//!
+//! [`Seats`] decides which seats of the active company this node runs and
+//! drives a [`SeatHost`] that knows what running one means:
+//!
+//! - **Placement** ([`placement`]), every heartbeat and whenever the company
+//!   changes: each node claims up to its fair share per placement group,
+//!   gives back what is over it, and gives back seats the company dropped.
+//!   A seat another node holds is skipped; an unknown answer is neither
+//!   held nor free — it is asked again on the next tick.
+//! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
+//!   reverse; the lease is renewed on the heartbeat and judged by the
+//!   holder's two clocks (stop admitting early, give up late).
+//! - **The mailbox** (`mailbox.rs`): the seat's durable pull consumer,
+//!   fetched only while admitting, wakes grouped per conversation, turns
+//!   under a node-wide limit, every wake settled by the turn's verdict.
+//!
+//! Why one crate drives all three: the ordering between lease, instance and
+//! mailbox is the one behaviour none of the parts can express alone.
+
+pub mod host;
+mod mailbox;
+pub mod placement;
+mod seat;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_nats::jetstream;
+use crewlet_company::{ActiveCompany, Handle};
+use crewlet_coord::{Answer, Coord, CoordError, HolderState, Owner, ResourceName};
+use futures::future::join_all;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+pub use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
+pub use crewlet_coord::HolderState as FenceState;
+
+use crate::mailbox::Pace;
+use crate::placement::{Group, Inputs};
+
+/// How many acquires one placement tick sends at once.
+const ACQUIRE_WAVE: usize = 16;
+
+/// What [`Seats::start`] needs. Heartbeat and lease TTL are the
+/// coordination handle's (its options and the leases bucket in force).
+pub struct SeatsConfig<H: SeatHost> {
+    /// This node's stable id (its presence lease is `node:{node_id}`).
+    pub node_id: String,
+    /// This process incarnation: the owner every seat lease is taken as.
+    pub owner: Owner,
+    pub coord: Coord,
+    pub js: jetstream::Context,
+    pub active: ActiveCompany,
+    pub host: Arc<H>,
+    /// Turns running at once on this node, across every seat (≥ 1).
+    pub max_concurrent_turns: usize,
+    /// How long to wait for more wakes of one conversation before its turn
+    /// starts. Default 50 ms.
+    pub batch_window: Duration,
+    /// How long one pull request waits for wakes (and so how long a detach
+    /// may wait for the one in flight). Default 1 s.
+    pub fetch_expiry: Duration,
+    /// How long a detach lets running turns finish before cancelling them
+    /// (their wakes are handed back). Default: the lease TTL.
+    pub drain_bound: Option<Duration>,
+    /// First pause after a seat failed to equip or attach; doubles per
+    /// failure up to 64×. Default 10 s.
+    pub equip_backoff: Duration,
+    /// Wakes one seat holds fetched but unsettled at most. Default 256.
+    pub max_outstanding: usize,
+}
+
+impl<H: SeatHost> SeatsConfig<H> {
+    /// A configuration with the defaults above.
+    pub fn new(
+        node_id: impl Into<String>,
+        owner: Owner,
+        coord: Coord,
+        js: jetstream::Context,
+        active: ActiveCompany,
+        host: Arc<H>,
+    ) -> SeatsConfig<H> {
+        SeatsConfig {
+            node_id: node_id.into(),
+            owner,
+            coord,
+            js,
+            active,
+            host,
+            max_concurrent_turns: 16,
+            batch_window: Duration::from_millis(50),
+            fetch_expiry: Duration::from_secs(1),
+            drain_bound: None,
+            equip_backoff: Duration::from_secs(10),
+            max_outstanding: 256,
+        }
+    }
+}
+
+/// Why [`Seats::start`] refused a configuration.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SeatsError {
+    #[error("max_concurrent_turns is 0: no turn could ever run; set it to at least 1")]
+    NoTurns,
+    #[error("max_outstanding is 0: no wake could ever be fetched; set it to at least 1")]
+    NoOutstanding,
+    #[error("{name} is {value:?}: it must be above zero")]
+    ZeroDuration { name: &'static str, value: Duration },
+    #[error("node_id is empty or not a valid lease segment ({0}); use the node's stable id")]
+    NodeId(String),
+}
+
+/// A seat this node holds and serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldSeat {
+    pub handle: Handle,
+    pub state: SeatState,
+    /// The lease's fencing epoch.
+    pub epoch: u64,
+    /// When the lease was won.
+    pub since: SystemTime,
+}
+
+/// Whether a held seat takes new work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeatState {
+    /// Renewed within a heartbeat: fetching and starting turns.
+    Admitting,
+    /// Last good renew older than a heartbeat: running turns finish,
+    /// nothing new is fetched.
+    Stale,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Equipping,
+    Serving,
+    Releasing,
+}
+
+struct Slot {
+    generation: u64,
+    spec: Arc<SeatSpec>,
+    phase: Phase,
+    epoch: u64,
+    since: SystemTime,
+    fence: Fence,
+    release: watch::Sender<bool>,
+    task: Option<JoinHandle<()>>,
+}
+
+struct Backoff {
+    until: Instant,
+    next: Duration,
+}
+
+pub(crate) struct Shared<H: SeatHost> {
+    node_id: String,
+    owner: Owner,
+    pub(crate) coord: Coord,
+    pub(crate) js: jetstream::Context,
+    pub(crate) active: ActiveCompany,
+    pub(crate) host: Arc<H>,
+    pub(crate) heartbeat: Duration,
+    pub(crate) pace: Pace,
+    equip_backoff: Duration,
+    pub(crate) turns: Arc<Semaphore>,
+    pub(crate) in_flight: Arc<AtomicUsize>,
+    slots: Mutex<BTreeMap<Handle, Slot>>,
+    backoff: Mutex<BTreeMap<Handle, Backoff>>,
+    held_tx: watch::Sender<usize>,
+    generations: AtomicU64,
+}
+
+/// Seat ownership on one node. Stop it with [`Seats::stop`].
+///
+/// Dropping it without [`Seats::stop`] stops claiming and gives every seat
+/// back in the background, in the same order, without waiting.
+pub struct Seats<H: SeatHost> {
+    shared: Arc<Shared<H>>,
+    stop: watch::Sender<bool>,
+    placement: Option<JoinHandle<()>>,
+}
+
+impl<H: SeatHost> Drop for Seats<H> {
+    fn drop(&mut self) {
+        // The placement loop gives every seat back as it ends.
+        let _ = self.stop.send(true);
+    }
+}
+
+impl<H: SeatHost> Seats<H> {
+    /// Starts the placement loop (its first tick runs at once). Call it
+    /// inside a tokio runtime; every task it starts lives on that runtime.
+    pub fn start(cfg: SeatsConfig<H>) -> Result<Seats<H>, SeatsError> {
+        if cfg.max_concurrent_turns == 0 {
+            return Err(SeatsError::NoTurns);
+        }
+        if cfg.max_outstanding == 0 {
+            return Err(SeatsError::NoOutstanding);
+        }
+        for (name, value) in [
+            ("fetch_expiry", cfg.fetch_expiry),
+            ("equip_backoff", cfg.equip_backoff),
+        ] {
+            if value.is_zero() {
+                return Err(SeatsError::ZeroDuration { name, value });
+            }
+        }
+        if let Some(d) = cfg.drain_bound.filter(|d| d.is_zero()) {
+            return Err(SeatsError::ZeroDuration {
+                name: "drain_bound",
+                value: d,
+            });
+        }
+        ResourceName::node(&cfg.node_id).map_err(|e| SeatsError::NodeId(e.to_string()))?;
+        let heartbeat = cfg.coord.options().heartbeat;
+        let ttl = cfg.coord.lease_ttl();
+        let shared = Arc::new(Shared {
+            node_id: cfg.node_id,
+            owner: cfg.owner,
+            coord: cfg.coord,
+            js: cfg.js,
+            active: cfg.active,
+            host: cfg.host,
+            heartbeat,
+            pace: Pace {
+                batch_window: cfg.batch_window,
+                fetch_expiry: cfg.fetch_expiry,
+                drain_bound: cfg.drain_bound.unwrap_or(ttl),
+                max_outstanding: cfg.max_outstanding,
+                retry_without_company: heartbeat,
+            },
+            equip_backoff: cfg.equip_backoff,
+            turns: Arc::new(Semaphore::new(cfg.max_concurrent_turns)),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            slots: Mutex::new(BTreeMap::new()),
+            backoff: Mutex::new(BTreeMap::new()),
+            held_tx: watch::channel(0).0,
+            generations: AtomicU64::new(0),
+        });
+        let (stop, stop_rx) = watch::channel(false);
+        let placement = tokio::spawn(placement_loop(shared.clone(), stop_rx));
+        Ok(Seats {
+            shared,
+            stop,
+            placement: Some(placement),
+        })
+    }
+
+    /// The seats this node holds and serves (attached mailbox), by handle.
+    pub fn held(&self) -> Vec<HeldSeat> {
+        let slots = self.shared.slots.lock().expect("seat slots");
+        slots
+            .iter()
+            .filter(|(_, s)| s.phase == Phase::Serving)
+            .filter_map(|(h, s)| {
+                let state = match s.fence.state() {
+                    HolderState::Admitting => SeatState::Admitting,
+                    HolderState::Stale => SeatState::Stale,
+                    HolderState::GiveUp => return None,
+                };
+                Some(HeldSeat {
+                    handle: h.clone(),
+                    state,
+                    epoch: s.epoch,
+                    since: s.since,
+                })
+            })
+            .collect()
+    }
+
+    /// How many seats are served now, kept current (for the node's status).
+    pub fn watch_held(&self) -> watch::Receiver<usize> {
+        self.shared.held_tx.subscribe()
+    }
+
+    /// Turns running now on this node (all seats).
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Acquire)
+    }
+
+    /// Stops claiming, then gives every seat back in reverse order of how it
+    /// was taken: detach its mailbox (running turns finish within the drain
+    /// bound), unequip, release the lease. Returns when all are released.
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if let Some(p) = self.placement.take() {
+            let _ = p.await;
+        }
+        let tasks: Vec<JoinHandle<()>> = {
+            let mut slots = self.shared.slots.lock().expect("seat slots");
+            slots
+                .values_mut()
+                .filter_map(|s| {
+                    s.phase = Phase::Releasing;
+                    let _ = s.release.send(true);
+                    s.task.take()
+                })
+                .collect()
+        };
+        info!(
+            subsystem = "seats",
+            seats = tasks.len(),
+            "giving every seat back"
+        );
+        for r in join_all(tasks).await {
+            if let Err(e) = r {
+                warn!(subsystem = "seats", error = %e, "a seat task failed while stopping");
+            }
+        }
+        self.shared.update_held();
+    }
+}
+
+impl<H: SeatHost> Shared<H> {
+    fn update_held(&self) {
+        let n = self
+            .slots
+            .lock()
+            .expect("seat slots")
+            .values()
+            .filter(|s| s.phase == Phase::Serving)
+            .count();
+        self.held_tx.send_if_modified(|v| {
+            let changed = *v != n;
+            *v = n;
+            changed
+        });
+    }
+
+    pub(crate) fn set_phase(&self, handle: &Handle, generation: u64, phase: Phase) {
+        {
+            let mut slots = self.slots.lock().expect("seat slots");
+            if let Some(s) = slots.get_mut(handle).filter(|s| s.generation == generation)
+                && s.phase != Phase::Releasing
+            {
+                s.phase = phase;
+            }
+        }
+        self.update_held();
+    }
+
+    pub(crate) fn remove_slot(&self, handle: &Handle, generation: u64) {
+        {
+            let mut slots = self.slots.lock().expect("seat slots");
+            if slots
+                .get(handle)
+                .is_some_and(|s| s.generation == generation)
+            {
+                slots.remove(handle);
+            }
+        }
+        self.update_held();
+    }
+
+    pub(crate) fn back_off(&self, handle: &Handle) {
+        let mut b = self.backoff.lock().expect("seat backoff");
+        let base = self.equip_backoff;
+        let wait = b.get(handle).map_or(base, |prev| prev.next);
+        b.insert(
+            handle.clone(),
+            Backoff {
+                until: Instant::now() + wait,
+                next: (wait * 2).min(base * 64),
+            },
+        );
+    }
+
+    pub(crate) fn clear_backoff(&self, handle: &Handle) {
+        self.backoff.lock().expect("seat backoff").remove(handle);
+    }
+
+    /// Asks a held seat to be given back (no-op if already on its way).
+    fn request_release(&self, handle: &Handle, why: &str) {
+        let mut slots = self.slots.lock().expect("seat slots");
+        if let Some(s) = slots.get_mut(handle)
+            && s.phase != Phase::Releasing
+        {
+            info!(subsystem = "seats", seat = %handle, why, "giving the seat back");
+            s.phase = Phase::Releasing;
+            let _ = s.release.send(true);
+        }
+        drop(slots);
+        self.update_held();
+    }
+
+    /// Live nodes that run seats and are not draining, this one included;
+    /// `Err` is unknown.
+    async fn live_seat_nodes(&self) -> Result<usize, CoordError> {
+        let mut ids: BTreeSet<String> = self
+            .coord
+            .list_live("node")
+            .await?
+            .into_iter()
+            .filter(|l| {
+                l.status
+                    .as_ref()
+                    .is_some_and(|s| s.roles.iter().any(|r| r == "seats") && !s.draining)
+            })
+            .map(|l| l.name.id().to_owned())
+            .collect();
+        ids.insert(self.node_id.clone());
+        Ok(ids.len())
+    }
+
+    /// One placement tick.
+    async fn tick(self: &Arc<Self>) {
+        let active = self.active.current();
+        let seats: BTreeMap<Handle, Group> = active
+            .as_ref()
+            .map(|a| {
+                a.company
+                    .seats
+                    .values()
+                    .map(|s| (s.handle.clone(), s.group.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // Seats the company dropped, or whose seat changed under us (new
+        // role or id): give them back; the changed ones are claimed afresh.
+        let stale: Vec<Handle> = {
+            let slots = self.slots.lock().expect("seat slots");
+            slots
+                .iter()
+                .filter(|(_, s)| s.phase != Phase::Releasing)
+                .filter(|(h, s)| {
+                    let now = active.as_ref().and_then(|a| SeatSpec::of(a, h));
+                    now.is_none_or(|n| n.role != s.spec.role || n.seat_id != s.spec.seat_id)
+                })
+                .map(|(h, _)| h.clone())
+                .collect()
+        };
+        for h in &stale {
+            self.request_release(h, "the seat left the company or changed");
+        }
+        let Some(active) = active else {
+            return;
+        };
+        let live = match self.live_seat_nodes().await {
+            Ok(n) => n,
+            Err(e) => {
+                debug!(subsystem = "seats", error = %e,
+                    "fleet membership unknown; neither claiming nor giving back this tick");
+                return;
+            }
+        };
+        let (holding, unavailable) = {
+            let slots = self.slots.lock().expect("seat slots");
+            let holding: BTreeSet<Handle> = slots
+                .iter()
+                .filter(|(_, s)| s.phase != Phase::Releasing)
+                .map(|(h, _)| h.clone())
+                .collect();
+            let mut unavailable: BTreeSet<Handle> = slots.keys().cloned().collect();
+            let now = Instant::now();
+            let backoff = self.backoff.lock().expect("seat backoff");
+            unavailable.extend(
+                backoff
+                    .iter()
+                    .filter(|(_, b)| b.until > now)
+                    .map(|(h, _)| h.clone()),
+            );
+            (holding, unavailable)
+        };
+        let plan = placement::plan(&Inputs {
+            node_id: &self.node_id,
+            live_seat_nodes: live,
+            seats: &seats,
+            holding: &holding,
+            unavailable: &unavailable,
+        });
+        for g in &plan.groups {
+            for h in &g.surplus {
+                self.request_release(h, "over this node's share of its placement group");
+            }
+        }
+        for g in plan.groups.iter().filter(|g| g.room > 0) {
+            let mut room = g.room;
+            let mut candidates = g.candidates.iter();
+            while room > 0 {
+                let wave: Vec<&Handle> = candidates.by_ref().take(room.min(ACQUIRE_WAVE)).collect();
+                if wave.is_empty() {
+                    break;
+                }
+                let answers = join_all(wave.iter().map(|h| self.try_claim(&active, h))).await;
+                room -= answers.into_iter().filter(|won| *won).count();
+            }
+        }
+    }
+
+    /// Acquires one seat and, if won, starts it. True if won.
+    async fn try_claim(
+        self: &Arc<Self>,
+        active: &crewlet_company::Active,
+        handle: &Handle,
+    ) -> bool {
+        let Some(spec) = SeatSpec::of(active, handle) else {
+            return false;
+        };
+        let name = match ResourceName::seat(handle.as_str()) {
+            Ok(n) => n,
+            Err(e) => {
+                warn!(subsystem = "seats", seat = %handle, error = %e, "seat has no lease name");
+                return false;
+            }
+        };
+        let sent = std::time::Instant::now();
+        match self.coord.acquire(&name, &self.owner, None).await {
+            Ok(Answer::Yes(lease)) => {
+                self.spawn_seat(Arc::new(spec), lease, sent);
+                true
+            }
+            Ok(Answer::No(held)) => {
+                debug!(subsystem = "seats", seat = %handle, ?held, "seat held elsewhere");
+                false
+            }
+            Err(e) => {
+                debug!(subsystem = "seats", seat = %handle, error = %e,
+                    "acquire answered unknown; asking again next tick");
+                false
+            }
+        }
+    }
+
+    fn spawn_seat(
+        self: &Arc<Self>,
+        spec: Arc<SeatSpec>,
+        lease: crewlet_coord::Lease,
+        sent: std::time::Instant,
+    ) {
+        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
+        let fence = Fence::new(self.coord.holder(sent), lease.epoch);
+        let (release, release_rx) = watch::channel(false);
+        let handle = spec.handle.clone();
+        info!(subsystem = "seats", seat = %handle, epoch = lease.epoch, "seat acquired");
+        let mut slots = self.slots.lock().expect("seat slots");
+        let task = tokio::spawn(seat::run(
+            self.clone(),
+            spec.clone(),
+            lease.clone(),
+            fence.clone(),
+            generation,
+            release_rx,
+        ));
+        slots.insert(
+            handle,
+            Slot {
+                generation,
+                spec,
+                phase: Phase::Equipping,
+                epoch: lease.epoch,
+                since: SystemTime::now(),
+                fence,
+                release,
+                task: Some(task),
+            },
+        );
+    }
+}
+
+async fn placement_loop<H: SeatHost>(shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
+    let mut company = shared.active.subscribe();
+    loop {
+        shared.tick().await;
+        tokio::select! {
+            _ = tokio::time::sleep(shared.heartbeat) => {}
+            r = company.changed() => {
+                if r.is_err() {
+                    // The company handle is gone: tick on the heartbeat only.
+                    tokio::time::sleep(shared.heartbeat).await;
+                }
+            }
+            _ = stop.changed() => break,
+        }
+        if *stop.borrow() {
+            break;
+        }
+    }
+    // Claiming has stopped: nothing this node holds is kept any longer.
+    let held: Vec<Handle> = shared
+        .slots
+        .lock()
+        .expect("seat slots")
+        .keys()
+        .cloned()
+        .collect();
+    for h in &held {
+        shared.request_release(h, "seat ownership is stopping");
+    }
+}

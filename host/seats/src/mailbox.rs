@@ -1,0 +1,504 @@
+//! A held seat's attached mailbox: fetch wakes, group them, run turns, settle.
+//!
+//! Rules:
+//! - Fetch only while the lease holder is admitting. A wake that arrives
+//!   when it is not (stale, or detaching) is handed back at once (nak), so
+//!   it waits in the stream for whoever may act — never on a node that may
+//!   not.
+//! - Wakes of one conversation arriving within the batch window run as one
+//!   turn; a lone wake (no conversation) runs alone. One conversation's
+//!   turns run strictly in order; different conversations run side by side,
+//!   all under the node-wide turn limit.
+//! - A wake waiting for its turn, and every wake of a running turn, gets an
+//!   in-progress ack at half the consumer's ack wait, so a long turn is not
+//!   delivered a second time to somebody else.
+//! - The verdict settles every wake of the turn: done → ack (confirmed by
+//!   the server), retry → nak with delay, poison → term. A message that is
+//!   not a wake for this seat is terminated with a log line: a bad message
+//!   never blocks the mailbox.
+//! - Detach: stop fetching, drain the pull request already sent (naking what
+//!   it brings), hand back what waits, let running turns finish within a
+//!   bound, then cancel the rest and hand their wakes back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::pull::Batch as PullBatch;
+use async_nats::jetstream::{AckKind, Message};
+use crewlet_company::ActiveCompany;
+use crewlet_coord::HolderState;
+use crewlet_ingress::Wake;
+use futures::StreamExt;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::{Id, JoinSet};
+use tokio::time::{Instant, sleep_until};
+use tracing::{debug, info, warn};
+
+use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
+
+/// Most wakes one turn takes; the rest wait for the next turn of the
+/// same conversation.
+const MAX_WAKES_PER_TURN: usize = 64;
+/// The server's ack wait when a consumer does not name one.
+const DEFAULT_ACK_WAIT: Duration = Duration::from_secs(30);
+
+/// Everything a turn of one seat needs, shared by its turns.
+pub(crate) struct SeatCtx<H: SeatHost> {
+    pub host: Arc<H>,
+    pub spec: Arc<SeatSpec>,
+    pub equipped: Arc<H::Equipped>,
+    pub fence: Fence,
+    pub active: ActiveCompany,
+    pub turns: Arc<Semaphore>,
+    pub in_flight: Arc<AtomicUsize>,
+}
+
+/// How the mailbox paces itself.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Pace {
+    pub batch_window: Duration,
+    pub fetch_expiry: Duration,
+    pub drain_bound: Duration,
+    pub max_outstanding: usize,
+    /// Delay of a wake handed back because no company is active.
+    pub retry_without_company: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ConvKey {
+    Thread(String),
+    Lone(u64),
+}
+
+struct Waiting {
+    msg: Message,
+    wake: Wake,
+    seq: u64,
+}
+
+#[derive(Default)]
+struct Conv {
+    queue: Vec<Waiting>,
+    /// When the queued wakes are due (the batch window of the first).
+    due: Option<Instant>,
+    running: bool,
+}
+
+struct Mailbox<H: SeatHost> {
+    ctx: Arc<SeatCtx<H>>,
+    pace: Pace,
+    progress_every: Duration,
+    convs: HashMap<ConvKey, Conv>,
+    turns: JoinSet<ConvKey>,
+    /// The messages of each running turn, to hand back if it is cancelled.
+    running: HashMap<Id, (ConvKey, Vec<Message>)>,
+}
+
+/// Serves `consumer` until `detach` turns true (or its sender is dropped),
+/// then detaches as the module doc says. Returns when nothing of this
+/// seat's mailbox is running any more.
+pub(crate) async fn serve<H: SeatHost>(
+    ctx: Arc<SeatCtx<H>>,
+    pace: Pace,
+    consumer: PullConsumer,
+    mut state: watch::Receiver<HolderState>,
+    mut detach: watch::Receiver<bool>,
+) {
+    let ack_wait = match consumer.cached_info().config.ack_wait {
+        d if d.is_zero() => DEFAULT_ACK_WAIT,
+        d => d,
+    };
+    let mut mb = Mailbox {
+        ctx,
+        pace,
+        progress_every: (ack_wait / 2).max(Duration::from_millis(50)),
+        convs: HashMap::new(),
+        turns: JoinSet::new(),
+        running: HashMap::new(),
+    };
+    let handle = mb.ctx.spec.handle.clone();
+    let mut batch: Option<PullBatch> = None;
+    // When the current pull request was sent, and whether it brought anything.
+    let mut pulled_at = Instant::now();
+    let mut pulled_any = false;
+    let mut fetch_paused_until: Option<Instant> = None;
+    let mut detaching = *detach.borrow();
+    let mut progress =
+        tokio::time::interval_at(Instant::now() + mb.progress_every, mb.progress_every);
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let admitting = !detaching && *state.borrow() == HolderState::Admitting;
+        if admitting {
+            mb.launch_due();
+        }
+        let paused = fetch_paused_until.is_some_and(|t| t > Instant::now());
+        let room = pace.max_outstanding.saturating_sub(mb.outstanding());
+        if batch.is_none() && admitting && !paused && room > 0 {
+            match fetch(&consumer, room, pace.fetch_expiry).await {
+                Ok(b) => {
+                    batch = Some(b);
+                    pulled_at = Instant::now();
+                    pulled_any = false;
+                }
+                Err(why) => {
+                    warn!(subsystem = "seats", seat = %handle, error = %why,
+                        "cannot fetch from the mailbox; trying again shortly");
+                    fetch_paused_until = Some(Instant::now() + pace.fetch_expiry);
+                }
+            }
+        }
+        if detaching && batch.is_none() {
+            break;
+        }
+        let next_due = if admitting { mb.next_due() } else { None };
+        tokio::select! {
+            r = detach.changed(), if !detaching => {
+                if r.is_err() || *detach.borrow() {
+                    detaching = true;
+                }
+            }
+            r = state.changed(), if !detaching => {
+                if r.is_err() {
+                    detaching = true;
+                }
+            }
+            item = next_message(&mut batch) => match item {
+                Some(Ok(msg)) => {
+                    let admitting = !detaching && *state.borrow() == HolderState::Admitting;
+                    pulled_any = true;
+                    mb.on_message(msg, admitting).await;
+                }
+                Some(Err(e)) => {
+                    warn!(subsystem = "seats", seat = %handle, error = %e,
+                        "mailbox pull failed; trying again shortly");
+                    batch = None;
+                    fetch_paused_until = Some(Instant::now() + pace.fetch_expiry);
+                }
+                None => {
+                    batch = None;
+                    // A request that ended empty long before its expiry is
+                    // the server refusing it: pause rather than spin.
+                    if !pulled_any && pulled_at.elapsed() < pace.fetch_expiry / 2 {
+                        fetch_paused_until = Some(pulled_at + pace.fetch_expiry);
+                    }
+                }
+            },
+            Some(done) = mb.turns.join_next_with_id(), if !mb.turns.is_empty() => {
+                mb.on_turn_end(done).await;
+            }
+            () = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {}
+            () = sleep_until(fetch_paused_until.unwrap_or_else(Instant::now)),
+                if paused && batch.is_none() => {}
+            _ = progress.tick() => mb.progress_waiting().await,
+        }
+    }
+    mb.detach().await;
+}
+
+async fn fetch(
+    consumer: &PullConsumer,
+    room: usize,
+    expiry: Duration,
+) -> Result<PullBatch, String> {
+    let req = consumer
+        .batch()
+        .max_messages(room.min(256))
+        .expires(expiry)
+        .messages();
+    match tokio::time::timeout(expiry.max(Duration::from_secs(5)), req).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("the pull request was not sent in time".into()),
+    }
+}
+
+async fn next_message(batch: &mut Option<PullBatch>) -> Option<Result<Message, async_nats::Error>> {
+    match batch {
+        Some(b) => b.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<H: SeatHost> Mailbox<H> {
+    fn handle(&self) -> &str {
+        self.ctx.spec.handle.as_str()
+    }
+
+    /// Wakes fetched and not yet settled.
+    fn outstanding(&self) -> usize {
+        self.convs.values().map(|c| c.queue.len()).sum::<usize>()
+            + self.running.values().map(|(_, m)| m.len()).sum::<usize>()
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.convs
+            .values()
+            .filter(|c| !c.running && !c.queue.is_empty())
+            .filter_map(|c| c.due)
+            .min()
+    }
+
+    async fn on_message(&mut self, msg: Message, admitting: bool) {
+        let seq = match msg.info() {
+            Ok(i) => i.stream_sequence,
+            Err(e) => {
+                warn!(subsystem = "seats", seat = %self.handle(), error = %e,
+                    "a mailbox message without JetStream metadata; ignored");
+                return;
+            }
+        };
+        if !admitting {
+            debug!(subsystem = "seats", seat = %self.handle(), seq,
+                "wake arrived while this node may not admit work; handed back");
+            nak(&msg, None).await;
+            return;
+        }
+        let wake = match serde_json::from_slice::<Wake>(&msg.payload) {
+            Ok(w) if w.handle == self.handle() => w,
+            Ok(w) => {
+                warn!(subsystem = "seats", seat = %self.handle(), seq, wake_handle = %w.handle,
+                    "a wake for another seat in this mailbox; terminated (check the publisher's subject)");
+                settle_one(&msg, AckKind::Term).await;
+                return;
+            }
+            Err(e) => {
+                warn!(subsystem = "seats", seat = %self.handle(), seq, error = %e,
+                    "a mailbox message that is not a wake; terminated");
+                settle_one(&msg, AckKind::Term).await;
+                return;
+            }
+        };
+        let (key, window) = match &wake.conversation {
+            Some(c) => (ConvKey::Thread(c.clone()), self.pace.batch_window),
+            None => (ConvKey::Lone(seq), Duration::ZERO),
+        };
+        let conv = self.convs.entry(key).or_default();
+        if let Some(w) = conv.queue.iter_mut().find(|w| w.seq == seq) {
+            // Delivered again while still waiting: answer on the newer delivery.
+            w.msg = msg;
+            return;
+        }
+        conv.queue.push(Waiting { msg, wake, seq });
+        if conv.due.is_none() {
+            conv.due = Some(Instant::now() + window);
+        }
+    }
+
+    /// Starts a turn for every conversation whose window has passed and
+    /// that has no turn running.
+    fn launch_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<ConvKey> = self
+            .convs
+            .iter()
+            .filter(|(_, c)| !c.running && !c.queue.is_empty() && c.due.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            let conv = self.convs.get_mut(&key).expect("due conversation");
+            conv.queue.sort_by_key(|w| w.seq);
+            let take = conv.queue.len().min(MAX_WAKES_PER_TURN);
+            let group: Vec<Waiting> = conv.queue.drain(..take).collect();
+            conv.running = true;
+            conv.due = if conv.queue.is_empty() {
+                None
+            } else {
+                Some(now)
+            };
+            let conversation = match &key {
+                ConvKey::Thread(c) => Some(c.clone()),
+                ConvKey::Lone(_) => None,
+            };
+            let msgs: Vec<Message> = group.iter().map(|w| w.msg.clone()).collect();
+            let wakes: Vec<Wake> = group.into_iter().map(|w| w.wake).collect();
+            let turn = run_turn(
+                self.ctx.clone(),
+                key.clone(),
+                conversation,
+                msgs.clone(),
+                wakes,
+                self.progress_every,
+                self.pace.retry_without_company,
+            );
+            let id = self.turns.spawn(turn).id();
+            self.running.insert(id, (key, msgs));
+        }
+    }
+
+    async fn on_turn_end(&mut self, done: Result<(Id, ConvKey), tokio::task::JoinError>) {
+        let id = match &done {
+            Ok((id, _)) => *id,
+            Err(e) => e.id(),
+        };
+        let Some((key, msgs)) = self.running.remove(&id) else {
+            return;
+        };
+        if let Err(e) = done {
+            // The host panicked or the turn was cancelled: the wakes were
+            // not settled, so hand them back.
+            warn!(subsystem = "seats", seat = %self.handle(), error = %e, wakes = msgs.len(),
+                "a turn ended without a verdict; its wakes are handed back");
+            for m in &msgs {
+                nak(m, None).await;
+            }
+        }
+        if let Some(conv) = self.convs.get_mut(&key) {
+            conv.running = false;
+            if conv.queue.is_empty() {
+                self.convs.remove(&key);
+            }
+        }
+    }
+
+    async fn progress_waiting(&self) {
+        for conv in self.convs.values() {
+            for w in &conv.queue {
+                if let Err(e) = w.msg.ack_with(AckKind::Progress).await {
+                    debug!(subsystem = "seats", seat = %self.handle(), error = %e,
+                        "in-progress ack not sent");
+                }
+            }
+        }
+    }
+
+    async fn detach(mut self) {
+        let handle = self.ctx.spec.handle.clone();
+        let mut handed_back = 0usize;
+        for conv in self.convs.values_mut() {
+            for w in conv.queue.drain(..) {
+                nak(&w.msg, None).await;
+                handed_back += 1;
+            }
+        }
+        let deadline = Instant::now() + self.pace.drain_bound;
+        while !self.turns.is_empty() {
+            match tokio::time::timeout_at(deadline, self.turns.join_next_with_id()).await {
+                Ok(Some(done)) => self.on_turn_end(done).await,
+                Ok(None) => break,
+                Err(_) => {
+                    warn!(subsystem = "seats", seat = %handle, turns = self.turns.len(),
+                        bound = ?self.pace.drain_bound,
+                        "turns still running at the detach bound; cancelling them and handing their wakes back");
+                    self.turns.abort_all();
+                    while let Some(done) = self.turns.join_next_with_id().await {
+                        self.on_turn_end(done).await;
+                    }
+                }
+            }
+        }
+        info!(subsystem = "seats", seat = %handle, handed_back, "mailbox detached");
+    }
+}
+
+/// Counts a turn as in flight while it lives.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn enter(n: &'a AtomicUsize) -> InFlight<'a> {
+        n.fetch_add(1, Ordering::AcqRel);
+        InFlight(n)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn run_turn<H: SeatHost>(
+    ctx: Arc<SeatCtx<H>>,
+    key: ConvKey,
+    conversation: Option<String>,
+    msgs: Vec<Message>,
+    wakes: Vec<Wake>,
+    progress_every: Duration,
+    retry_without_company: Duration,
+) -> ConvKey {
+    let work = async {
+        let Ok(_permit) = ctx.turns.clone().acquire_owned().await else {
+            return TurnVerdict::Retry {
+                after: Duration::ZERO,
+                reason: "the node is shutting its turns down".into(),
+            };
+        };
+        // Waiting for the permit may have outlived admission.
+        if ctx.fence.state() != HolderState::Admitting {
+            return TurnVerdict::Retry {
+                after: Duration::ZERO,
+                reason: "the seat stopped admitting before the turn started".into(),
+            };
+        }
+        let Some(active) = ctx.active.current() else {
+            return TurnVerdict::Retry {
+                after: retry_without_company,
+                reason: "no company is active on this node".into(),
+            };
+        };
+        let _counted = InFlight::enter(&ctx.in_flight);
+        let batch = Batch {
+            conversation,
+            wakes,
+            active,
+            fence: ctx.fence.clone(),
+        };
+        ctx.host.run(&ctx.spec, &ctx.equipped, batch).await
+    };
+    let verdict = tokio::select! {
+        v = work => v,
+        never = keep_in_progress(&msgs, progress_every) => match never {},
+    };
+    settle(ctx.spec.handle.as_str(), &msgs, verdict).await;
+    key
+}
+
+/// Sends in-progress acks for `msgs` every `every`, for ever.
+async fn keep_in_progress(msgs: &[Message], every: Duration) -> std::convert::Infallible {
+    loop {
+        tokio::time::sleep(every).await;
+        for m in msgs {
+            let _ = m.ack_with(AckKind::Progress).await;
+        }
+    }
+}
+
+async fn settle(handle: &str, msgs: &[Message], verdict: TurnVerdict) {
+    match verdict {
+        TurnVerdict::Done => {
+            for m in msgs {
+                if let Err(e) = m.double_ack().await {
+                    warn!(subsystem = "seats", seat = %handle, error = %e,
+                        "the server did not confirm an ack; the wake may be delivered again");
+                }
+            }
+        }
+        TurnVerdict::Retry { after, reason } => {
+            info!(subsystem = "seats", seat = %handle, wakes = msgs.len(), ?after, %reason,
+                "turn asked to be retried");
+            for m in msgs {
+                nak(m, Some(after)).await;
+            }
+        }
+        TurnVerdict::Poison { reason } => {
+            warn!(subsystem = "seats", seat = %handle, wakes = msgs.len(), %reason,
+                "turn poisoned; its wakes are terminated and will not be delivered again");
+            for m in msgs {
+                settle_one(m, AckKind::Term).await;
+            }
+        }
+    }
+}
+
+async fn nak(msg: &Message, after: Option<Duration>) {
+    let after = after.filter(|d| !d.is_zero());
+    settle_one(msg, AckKind::Nak(after)).await;
+}
+
+async fn settle_one(msg: &Message, kind: AckKind) {
+    if let Err(e) = msg.ack_with(kind).await {
+        debug!(subsystem = "seats", error = %e, "settling a mailbox message failed; it will be delivered again after the ack wait");
+    }
+}

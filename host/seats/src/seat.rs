@@ -1,0 +1,227 @@
+//! One held seat, from a won lease to a released one.
+//!
+//! Rule: acquire → equip → attach, and release in reverse: detach → unequip
+//! → release. The mailbox is attached only after `equip` succeeded, and
+//! detached before `unequip`, so a seat never consumes work it cannot run or
+//! no longer owns. The lease is renewed all along (during equip and while
+//! turns drain too), by the holder's two clocks: stop admitting after a
+//! heartbeat without a good renew, give up after the TTL or on a definite no.
+//! Why: a seat whose lease lapsed mid-teardown could be taken by a peer
+//! while this node still ran its turns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_coord::{Answer, Coord, HolderState, Lease};
+use crewlet_ingress::{AGENT_STREAM, mailbox::durable_name};
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{debug, error, info, warn};
+
+use crate::host::{Fence, SeatHost, SeatSpec};
+use crate::mailbox::{self, SeatCtx};
+use crate::{Phase, Shared};
+
+/// What the renew loop ends with.
+struct Renewed {
+    lease: Lease,
+    /// The store said definitely not ours.
+    refused: bool,
+}
+
+/// Renews `lease` every half heartbeat until told to stop, publishing the
+/// holder state after every beat.
+async fn renew_loop(
+    coord: Coord,
+    mut lease: Lease,
+    fence: Fence,
+    heartbeat: Duration,
+    state_tx: watch::Sender<HolderState>,
+    mut stop: watch::Receiver<bool>,
+) -> Renewed {
+    let every = (heartbeat / 2).max(Duration::from_millis(10));
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut refused = false;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            r = stop.changed() => {
+                if r.is_err() || *stop.borrow() {
+                    break;
+                }
+                continue;
+            }
+        }
+        if !refused {
+            let sent = std::time::Instant::now();
+            let outcome = match tokio::time::timeout(every, coord.renew(&lease)).await {
+                Ok(r) => r,
+                Err(_) => Err(crewlet_coord::CoordError::Unavailable(format!(
+                    "renew took longer than {every:?}"
+                ))),
+            };
+            fence.with_holder(|h| h.on_renew(sent, &outcome));
+            match outcome {
+                Ok(Answer::Yes(l)) => lease = l,
+                Ok(Answer::No(why)) => {
+                    refused = true;
+                    warn!(subsystem = "seats", seat = %lease.name, epoch = lease.epoch, ?why,
+                        "the seat lease is no longer ours; giving the seat up");
+                }
+                Err(e) => {
+                    debug!(subsystem = "seats", seat = %lease.name, error = %e,
+                        "lease renew answered unknown; holding on the holder's clock");
+                }
+            }
+        }
+        state_tx.send_if_modified(|s| {
+            let now = fence.state();
+            let changed = *s != now;
+            *s = now;
+            changed
+        });
+    }
+    Renewed { lease, refused }
+}
+
+/// Runs one seat whose lease was just won, until it is released.
+pub(crate) async fn run<H: SeatHost>(
+    shared: Arc<Shared<H>>,
+    spec: Arc<SeatSpec>,
+    lease: Lease,
+    fence: Fence,
+    generation: u64,
+    mut release: watch::Receiver<bool>,
+) {
+    let handle = spec.handle.clone();
+    let epoch = lease.epoch;
+    let (state_tx, mut state_rx) = watch::channel(fence.state());
+    let (stop_renew, stop_renew_rx) = watch::channel(false);
+    let renewer = tokio::spawn(renew_loop(
+        shared.coord.clone(),
+        lease,
+        fence.clone(),
+        shared.heartbeat,
+        state_tx,
+        stop_renew_rx,
+    ));
+
+    // Equip.
+    let equipped = match shared.active.current() {
+        None => Err("no company is active on this node".to_owned()),
+        Some(active) => shared.host.equip(&spec, &active).await,
+    };
+    let mut failed = false;
+    let equipped = match equipped {
+        Ok(e) => Some(Arc::new(e)),
+        Err(why) => {
+            warn!(subsystem = "seats", seat = %handle, epoch, reason = %why,
+                "equipping the seat failed; giving its lease back and backing off");
+            failed = true;
+            None
+        }
+    };
+
+    // Attach, serve, detach.
+    if let Some(equipped) = &equipped {
+        let given_up = *state_rx.borrow() == HolderState::GiveUp;
+        if !*release.borrow() && !given_up {
+            let durable = durable_name(handle.as_str());
+            match shared
+                .js
+                .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(
+                    &durable,
+                    AGENT_STREAM,
+                )
+                .await
+            {
+                Err(e) => {
+                    warn!(subsystem = "seats", seat = %handle, durable, error = %e,
+                        "cannot attach the seat's mailbox (is it created?); giving the seat back and backing off");
+                    failed = true;
+                }
+                Ok(consumer) => {
+                    let ctx = Arc::new(SeatCtx {
+                        host: shared.host.clone(),
+                        spec: spec.clone(),
+                        equipped: equipped.clone(),
+                        fence: fence.clone(),
+                        active: shared.active.clone(),
+                        turns: shared.turns.clone(),
+                        in_flight: shared.in_flight.clone(),
+                    });
+                    let (detach, detach_rx) = watch::channel(false);
+                    let mut mb = tokio::spawn(mailbox::serve(
+                        ctx,
+                        shared.pace,
+                        consumer,
+                        state_rx.clone(),
+                        detach_rx,
+                    ));
+                    shared.set_phase(&handle, generation, Phase::Serving);
+                    shared.clear_backoff(&handle);
+                    info!(subsystem = "seats", seat = %handle, epoch, "seat attached");
+                    let mut mailbox_ended = false;
+                    tokio::select! {
+                        _ = release.wait_for(|r| *r) => {}
+                        _ = state_rx.wait_for(|s| *s == HolderState::GiveUp) => {}
+                        r = &mut mb => {
+                            mailbox_ended = true;
+                            if let Err(e) = r {
+                                error!(subsystem = "seats", seat = %handle, error = %e,
+                                    "the mailbox stopped unexpectedly; giving the seat back");
+                            }
+                        }
+                    }
+                    shared.set_phase(&handle, generation, Phase::Releasing);
+                    let _ = detach.send(true);
+                    if !mailbox_ended {
+                        let _ = (&mut mb).await;
+                    }
+                }
+            }
+        }
+    }
+
+    // Unequip: every turn has ended, so this is the last reference.
+    fence.mark_released();
+    if let Some(equipped) = equipped {
+        match Arc::try_unwrap(equipped) {
+            Ok(e) => shared.host.unequip(&spec, e).await,
+            Err(_) => error!(subsystem = "seats", seat = %handle,
+                "the equipped seat is still shared after its turns ended; not unequipped (a bug)"),
+        }
+    }
+
+    // Release the lease, if still ours.
+    let _ = stop_renew.send(true);
+    let renewed = match renewer.await {
+        Ok(r) => Some(r),
+        Err(e) => {
+            error!(subsystem = "seats", seat = %handle, error = %e, "the renew loop failed");
+            None
+        }
+    };
+    if let Some(Renewed { lease, refused }) = renewed {
+        if refused {
+            debug!(subsystem = "seats", seat = %handle, "lease already lost; nothing to release");
+        } else {
+            match shared.coord.release(&lease).await {
+                Ok(Answer::Yes(())) => {
+                    info!(subsystem = "seats", seat = %handle, epoch, "seat released")
+                }
+                Ok(Answer::No(why)) => {
+                    info!(subsystem = "seats", seat = %handle, epoch, ?why,
+                        "seat given up; its lease was no longer ours to release")
+                }
+                Err(e) => warn!(subsystem = "seats", seat = %handle, epoch, error = %e,
+                    "releasing the seat lease answered unknown; it lapses within the lease TTL"),
+            }
+        }
+    }
+    if failed {
+        shared.back_off(&handle);
+    }
+    shared.remove_slot(&handle, generation);
+}

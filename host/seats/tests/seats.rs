@@ -1,0 +1,625 @@
+//! Seat ownership against a real nats-server: placement, the acquire →
+//! equip → attach order and its mirror, batching, verdicts, lost leases.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer;
+use common::*;
+use crewlet_company::Active;
+use crewlet_coord::{Answer, Owner, ResourceName};
+use crewlet_seats::{SeatState, Seats, SeatsConfig, SeatsError, TurnVerdict};
+
+fn seats_of(names: &[String]) -> Vec<(&str, Option<&str>)> {
+    names.iter().map(|n| (n.as_str(), None)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_node_holds_every_seat_equips_first_and_runs_a_wake_kept_before_it_started() {
+    let names = handles(5, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    // Published before any node runs: the mailbox keeps it.
+    env.wake("s2", "early-1", None).await;
+    // No presence row: the node counts itself anyway.
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(5).await;
+    let held = node.seats().held();
+    assert_eq!(held.len(), 5);
+    for h in &held {
+        assert_eq!(h.state, SeatState::Admitting);
+        assert!(h.epoch >= 1);
+        assert_eq!(
+            env.holder_of(h.handle.as_str()).await.as_ref(),
+            Some(&node.owner),
+            "the store names this node as {}'s holder",
+            h.handle
+        );
+    }
+    node.host
+        .wait("the early wake's run to end", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["early-1"]))
+        })
+        .await;
+    // Equip came before the first run, once.
+    let s2 = node.host.calls_of("s2");
+    let equip = s2
+        .iter()
+        .position(|c| matches!(c, common::Call::Equip { .. }))
+        .unwrap();
+    let run = s2
+        .iter()
+        .position(|c| matches!(c, common::Call::RunStart { .. }))
+        .unwrap();
+    assert!(equip < run, "{s2:?}");
+    assert_eq!(
+        s2.iter()
+            .filter(|c| matches!(c, common::Call::Equip { .. }))
+            .count(),
+        1
+    );
+    // Acked and confirmed: gone from the interest-retention stream, so it
+    // can never be delivered again.
+    until("the early wake to leave the stream", || async {
+        env.agent_messages().await == 0
+    })
+    .await;
+    let (pending, ack_pending, _) = env.mailbox("s2").await;
+    assert_eq!((pending, ack_pending), (0, 0));
+    assert_eq!(node.host.runs_of_delivery("early-1"), 1);
+    // The fence epoch a turn sees is the lease's.
+    let epoch = held
+        .iter()
+        .find(|h| h.handle.as_str() == "s2")
+        .unwrap()
+        .epoch;
+    assert!(
+        node.host
+            .calls_of("s2")
+            .iter()
+            .any(|c| matches!(c, common::Call::RunStart { epoch: e, .. } if *e == epoch))
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_node_takes_half_and_the_first_gives_its_surplus_back() {
+    let names = handles(6, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    let mut a = env.node("node-a", Recorder::new(), true).await;
+    a.wait_held(6).await;
+    let mut b = env.node("node-b", Recorder::new(), true).await;
+    a.wait_held(3).await;
+    b.wait_held(3).await;
+    let (ha, hb) = (a.held_handles(), b.held_handles());
+    assert!(ha.is_disjoint(&hb), "{ha:?} / {hb:?}");
+    assert_eq!(ha.len() + hb.len(), 6);
+    // The store agrees with both.
+    for h in &ha {
+        assert_eq!(env.holder_of(h).await, Some(a.owner.clone()));
+    }
+    for h in &hb {
+        assert_eq!(env.holder_of(h).await, Some(b.owner.clone()));
+    }
+    // Each surplus seat was detached and unequipped by A before B equipped it.
+    for h in &hb {
+        let a_unequip = a.host.calls_of(h).iter().any(|c| {
+            matches!(
+                c,
+                common::Call::Unequip {
+                    waiting_pulls: 0,
+                    running: 0,
+                    ..
+                }
+            )
+        });
+        assert!(
+            a_unequip,
+            "A never cleanly unequipped {h}: {:?}",
+            a.host.calls_of(h)
+        );
+    }
+    // Still converged a few heartbeats later: no flapping.
+    tokio::time::sleep(HEARTBEAT * 5).await;
+    assert_eq!((a.held_handles(), b.held_handles()), (ha, hb));
+    b.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_placement_group_is_shared_on_its_own() {
+    let env = Env::start(company(&[
+        ("g0", Some("gpu")),
+        ("g1", Some("gpu")),
+        ("g2", Some("gpu")),
+        ("g3", Some("gpu")),
+        ("d0", None),
+        ("d1", None),
+    ]))
+    .await;
+    let mut a = env.node("node-a", Recorder::new(), true).await;
+    let mut b = env.node("node-b", Recorder::new(), true).await;
+    a.wait_held(3).await;
+    b.wait_held(3).await;
+    for n in [&a, &b] {
+        let held = n.held_handles();
+        let gpu = held.iter().filter(|h| h.starts_with('g')).count();
+        let default = held.iter().filter(|h| h.starts_with('d')).count();
+        assert!(gpu <= 2 && default <= 1, "{}: {held:?}", n.id);
+    }
+    let all: BTreeSet<String> = a.held_handles().union(&b.held_handles()).cloned().collect();
+    assert_eq!(all.len(), 6);
+    b.stop().await;
+    a.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
+    let env = Env::start(company(&[("good", None), ("bad", None)])).await;
+    let mut node = env
+        .node("n1", Recorder::new().failing_equip("bad"), false)
+        .await;
+    node.wait_held(1).await;
+    assert_eq!(node.held_handles(), BTreeSet::from(["good".to_owned()]));
+    node.host
+        .wait("bad's equip", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::Equip { seat } if seat == "bad"))
+        })
+        .await;
+    // Released by the node, not lapsed: gone well inside the TTL of the
+    // tenure that was won just before equip.
+    let equipped_at = Instant::now();
+    until("bad's lease to be released", || async {
+        env.holder_of("bad").await.is_none()
+    })
+    .await;
+    let took = equipped_at.elapsed();
+    assert!(
+        took < TTL / 2,
+        "bad's lease went only after {took:?}: lapsed, not released"
+    );
+    env.wake("bad", "to-bad", None).await;
+    env.wake("good", "to-good", None).await;
+    node.host
+        .wait("good's run", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["to-good"]))
+        })
+        .await;
+    until("good's wake to be acked", || async {
+        env.mailbox("good").await.0 == 0 && env.mailbox("good").await.1 == 0
+    })
+    .await;
+    // Several heartbeats later: bad is backing off (no hot loop), its lease
+    // is free, and its wake waits untouched with no pull on its mailbox.
+    tokio::time::sleep(HEARTBEAT * 5).await;
+    let equips = node
+        .host
+        .calls_of("bad")
+        .iter()
+        .filter(|c| matches!(c, common::Call::Equip { .. }))
+        .count();
+    assert_eq!(equips, 1, "equip retried without backing off");
+    assert_eq!(env.holder_of("bad").await, None);
+    assert_eq!(env.mailbox("bad").await, (1, 0, 0));
+    assert_eq!(node.host.runs_of_delivery("to-bad"), 0);
+    assert!(
+        !node
+            .host
+            .calls_of("bad")
+            .iter()
+            .any(|c| matches!(c, common::Call::Unequip { .. })),
+        "a seat that never equipped is not unequipped"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wakes_of_one_conversation_run_as_one_turn() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(1).await;
+    for d in ["c1-a", "c1-b", "c1-c"] {
+        env.wake("ada", d, Some("chan#1")).await;
+    }
+    node.host
+        .wait("the c1 turn", |c| {
+            c.iter().any(|c| matches!(c, common::Call::RunEnd { .. }))
+        })
+        .await;
+    let runs = node.host.runs();
+    assert_eq!(
+        runs,
+        vec![(
+            "ada".to_owned(),
+            Some("chan#1".to_owned()),
+            vec!["c1-a".to_owned(), "c1-b".to_owned(), "c1-c".to_owned()]
+        )]
+    );
+    // Two conversations, interleaved: one turn each, each in stream order.
+    for (d, c) in [
+        ("x-1", "chan#x"),
+        ("y-1", "chan#y"),
+        ("x-2", "chan#x"),
+        ("y-2", "chan#y"),
+    ] {
+        env.wake("ada", d, Some(c)).await;
+    }
+    node.host
+        .wait("the x and y turns", |c| {
+            c.iter()
+                .filter(|c| matches!(c, common::Call::RunEnd { .. }))
+                .count()
+                == 3
+        })
+        .await;
+    let mut later: Vec<_> = node.host.runs()[1..].to_vec();
+    later.sort();
+    assert_eq!(
+        later,
+        vec![
+            (
+                "ada".to_owned(),
+                Some("chan#x".to_owned()),
+                vec!["x-1".to_owned(), "x-2".to_owned()]
+            ),
+            (
+                "ada".to_owned(),
+                Some("chan#y".to_owned()),
+                vec!["y-1".to_owned(), "y-2".to_owned()]
+            ),
+        ]
+    );
+    until("every wake acked", || async {
+        env.agent_messages().await == 0
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_is_delivered_again_and_poison_is_not() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let host = Recorder::new();
+    host.script(
+        "r1",
+        vec![Step {
+            take: Duration::ZERO,
+            verdict: TurnVerdict::Retry {
+                after: Duration::from_millis(300),
+                reason: "vendor busy (test)".into(),
+            },
+        }],
+    );
+    host.script(
+        "p1",
+        vec![Step {
+            take: Duration::ZERO,
+            verdict: TurnVerdict::Poison {
+                reason: "malformed request (test)".into(),
+            },
+        }],
+    );
+    let mut node = env.node("n1", host, false).await;
+    node.wait_held(1).await;
+    let nakked_at = Instant::now();
+    env.wake("ada", "r1", None).await;
+    env.wake("ada", "p1", None).await;
+    node.host
+        .wait("r1 to run twice", |c| {
+            c.iter()
+                .filter(|c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["r1"]))
+                .count()
+                == 2
+        })
+        .await;
+    assert!(
+        nakked_at.elapsed() >= Duration::from_millis(300),
+        "redelivered before its delay"
+    );
+    until("both settled", || async {
+        let (pending, ack_pending, _) = env.mailbox("ada").await;
+        pending == 0 && ack_pending == 0 && env.agent_messages().await == 0
+    })
+    .await;
+    // Nothing left to deliver: poison was run once and never again.
+    assert_eq!(node.host.runs_of_delivery("p1"), 1);
+    assert_eq!(node.host.runs_of_delivery("r1"), 2);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_turn_is_kept_in_progress_past_the_ack_wait() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    // This mailbox forgets an unacked delivery after 1 s.
+    let stream = env.js.get_stream("CREWLET_AGENT").await.unwrap();
+    stream.delete_consumer("inbox-ada").await.unwrap();
+    stream
+        .create_consumer(consumer::pull::Config {
+            durable_name: Some("inbox-ada".into()),
+            filter_subject: "crewlet.agent.ada.inbox".into(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let host = Recorder::new();
+    host.script(
+        "long",
+        vec![Step {
+            take: Duration::from_millis(2_500),
+            verdict: TurnVerdict::Done,
+        }],
+    );
+    let mut node = env.node("n1", host, false).await;
+    node.wait_held(1).await;
+    env.wake("ada", "long", None).await;
+    node.host
+        .wait("the long turn to end", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["long"]),
+            )
+        })
+        .await;
+    until("the long wake acked", || async {
+        env.agent_messages().await == 0
+    })
+    .await;
+    assert_eq!(
+        node.host.runs_of_delivery("long"),
+        1,
+        "redelivered mid-turn"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_is_not_a_wake_is_terminated_and_blocks_nothing() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(1).await;
+    env.publish_raw("ada", b"{not json".to_vec()).await;
+    env.wake("ada", "after-garbage", None).await;
+    node.host
+        .wait("the valid wake's run", |c| {
+            c.iter().any(|c| matches!(c, common::Call::RunEnd { .. }))
+        })
+        .await;
+    until("both gone from the stream", || async {
+        env.agent_messages().await == 0
+    })
+    .await;
+    assert_eq!(node.host.runs().len(), 1);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_detaches_then_unequips_then_releases() {
+    let names = handles(3, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    let host = Recorder::new();
+    host.script(
+        "slow",
+        vec![Step {
+            take: Duration::from_millis(600),
+            verdict: TurnVerdict::Done,
+        }],
+    );
+    let mut node = env.node("n1", host, false).await;
+    node.wait_held(3).await;
+    env.wake("s0", "slow", None).await;
+    node.host
+        .wait("the slow turn to start", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::RunStart { deliveries, .. } if deliveries == &["slow"]))
+        })
+        .await;
+    assert_eq!(node.seats().in_flight(), 1);
+    let host = node.host.clone();
+    node.stop().await;
+    // The running turn finished before its seat was unequipped, and no pull
+    // request was waiting on any mailbox when its seat was unequipped.
+    let s0 = host.calls_of("s0");
+    let end = s0
+        .iter()
+        .position(|c| matches!(c, common::Call::RunEnd { .. }))
+        .expect("the slow turn ended");
+    let unequip = s0
+        .iter()
+        .position(|c| matches!(c, common::Call::Unequip { .. }))
+        .expect("s0 unequipped");
+    assert!(end < unequip, "{s0:?}");
+    for n in &names {
+        let u: Vec<_> = host
+            .calls_of(n)
+            .into_iter()
+            .filter(|c| matches!(c, common::Call::Unequip { .. }))
+            .collect();
+        assert_eq!(
+            u,
+            vec![common::Call::Unequip {
+                seat: n.clone(),
+                waiting_pulls: 0,
+                running: 0
+            }]
+        );
+        assert_eq!(env.holder_of(n).await, None, "{n} still held after stop");
+    }
+    // The slow wake was acked, not handed back.
+    assert_eq!(env.agent_messages().await, 0);
+    // Detached: a wake now waits in the mailbox with nobody pulling.
+    env.wake("s1", "after-stop", None).await;
+    assert_eq!(env.mailbox("s1").await, (1, 0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_lease_detaches_and_unequips_within_the_ttl() {
+    let env = Env::start(company(&[("ada", None), ("bob", None)])).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(2).await;
+    // Steal ada: force-release its lease in the store, then another owner takes it.
+    let name = ResourceName::seat("ada").unwrap();
+    let lease = env.coord.get(&name).await.unwrap().yes().expect("ada held");
+    let stolen_at = Instant::now();
+    assert!(env.coord.release(&lease).await.unwrap().is_yes());
+    let thief = Owner("thief/1".into());
+    let Answer::Yes(theirs) = env.coord.acquire(&name, &thief, None).await.unwrap() else {
+        panic!("the thief could not take ada");
+    };
+    assert!(theirs.epoch > lease.epoch, "a new tenure has a new epoch");
+    // The thief keeps renewing, so ada stays theirs for the whole test.
+    let keep = {
+        let coord = env.coord.clone();
+        tokio::spawn(async move {
+            let mut theirs = theirs;
+            loop {
+                tokio::time::sleep(HEARTBEAT / 2).await;
+                if let Ok(Answer::Yes(l)) = coord.renew(&theirs).await {
+                    theirs = l;
+                }
+            }
+        })
+    };
+    node.host
+        .wait("ada to be unequipped", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::Unequip { seat, .. } if seat == "ada"))
+        })
+        .await;
+    let took = stolen_at.elapsed();
+    assert!(took < TTL, "gave ada up after {took:?}, over the TTL");
+    node.wait_held(1).await;
+    assert_eq!(node.held_handles(), BTreeSet::from(["bob".to_owned()]));
+    // Our teardown did not release the thief's tenure.
+    assert_eq!(env.holder_of("ada").await, Some(thief));
+    node.stop().await;
+    keep.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_removed_from_the_company_is_given_back() {
+    let env = Env::start(company(&[("ada", None), ("bob", None)])).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(2).await;
+    env.active
+        .set(Some(Active::local(company(&[("ada", None)]))));
+    node.host
+        .wait("bob to be unequipped", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::Unequip { seat, .. } if seat == "bob"))
+        })
+        .await;
+    node.wait_held(1).await;
+    until("bob's lease released", || async {
+        env.holder_of("bob").await.is_none()
+    })
+    .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_that_could_never_work_is_refused() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let owner = Owner("n1/x".into());
+    let (js, coord) = env.node_coord(&owner).await;
+    let host = std::sync::Arc::new(Recorder::new());
+    let cfg = |turns: usize, node: &str| {
+        let mut c = SeatsConfig::new(
+            node,
+            owner.clone(),
+            coord.clone(),
+            js.clone(),
+            env.active.clone(),
+            host.clone(),
+        );
+        c.max_concurrent_turns = turns;
+        c
+    };
+    assert_eq!(Seats::start(cfg(0, "n1")).err(), Some(SeatsError::NoTurns));
+    let err = Seats::start(cfg(1, ""))
+        .err()
+        .expect("empty node id refused");
+    assert!(err.to_string().contains("node_id"), "{err}");
+    let mut c = cfg(1, "n1");
+    c.fetch_expiry = Duration::ZERO;
+    let err = Seats::start(c).err().expect("zero fetch expiry refused");
+    assert!(err.to_string().contains("fetch_expiry"), "{err}");
+    assert!(host.calls().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_store_makes_a_seat_stale_not_lost() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(1).await;
+    let epoch = node.seats().held()[0].epoch;
+    let pid = env.server.pid().expect("server pid") as i32;
+    // Freeze the broker for well over a heartbeat but under the TTL.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let frozen = Instant::now();
+    let mut saw_stale = false;
+    while frozen.elapsed() < TTL * 6 / 10 {
+        let held = node.seats().held();
+        assert_eq!(held.len(), 1, "an unknown renew is not loss");
+        saw_stale |= held[0].state == SeatState::Stale;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert!(
+        saw_stale,
+        "the seat kept admitting with no good renew for a heartbeat"
+    );
+    let mut back = false;
+    let deadline = Instant::now() + PATIENCE;
+    while !back && Instant::now() < deadline {
+        back = node.seats().held().first().map(|h| h.state) == Some(SeatState::Admitting);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        back,
+        "the seat did not admit again after the store came back"
+    );
+    // The same tenure, never torn down, and it still serves.
+    assert_eq!(node.seats().held()[0].epoch, epoch);
+    assert!(
+        !node
+            .host
+            .calls()
+            .iter()
+            .any(|c| matches!(c, common::Call::Unequip { .. }))
+    );
+    env.wake("ada", "after-freeze", None).await;
+    node.host
+        .wait("a run after the freeze", |c| {
+            c.iter().any(|c| matches!(c, common::Call::RunEnd { .. }))
+        })
+        .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_seats_gives_everything_back_in_the_background() {
+    let names = handles(2, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    let mut node = env.node("n1", Recorder::new(), false).await;
+    node.wait_held(2).await;
+    drop(node.seats.take());
+    node.host
+        .wait("both seats unequipped", |c| {
+            c.iter()
+                .filter(|c| matches!(c, common::Call::Unequip { .. }))
+                .count()
+                == 2
+        })
+        .await;
+    for n in &names {
+        until("the lease released", || async {
+            env.holder_of(n).await.is_none()
+        })
+        .await;
+    }
+}

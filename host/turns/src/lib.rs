@@ -1,0 +1,20 @@
+//! The turn: what a wake becomes once its seat is served.
+//!
+//! A batch of wakes for one conversation is one turn. The executor thinks
+//! with its role's model chain and acts through the seat's own tools; a
+//! cheaper reviewer judges the round against the record; the engine — not a
+//! model — decides whether anything was delivered, charges every round to
+//! the budgets, and publishes an event for every step. The model and the
+//! tools are ports ([`Brain`], [`Toolbox`]): this crate knows nothing of
+//! WASM, MCP children or vendors.
+
+mod builtins;
+mod engine;
+mod ports;
+pub mod trigger;
+
+pub use engine::{Limits, Outcome, Turn, TurnEnd, TurnEngine, windows_now};
+pub use ports::{
+    Brain, Call, CallSite, Msg, Phase, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput,
+    Toolbox, Unavailable,
+};

@@ -1,0 +1,173 @@
+//! What a turn needs from outside the engine, as two ports: a [`Brain`]
+//! (one model call through a role's chain) and a [`Toolbox`] (the seat's own
+//! MCP servers). The turn engine knows nothing of WASM, MCP children or
+//! vendors; the node plugs the real ones in.
+
+use std::future::Future;
+
+use crewlet_company::ModelRef;
+use serde::Serialize;
+
+/// Who said a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Speaker {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// A tool call a model asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Call {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text, possibly invalid).
+    pub arguments: String,
+}
+
+/// One message of a conversation with a model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Msg {
+    pub speaker: Speaker,
+    pub content: String,
+    pub calls: Vec<Call>,
+    /// For a [`Speaker::Tool`] message: the call it answers.
+    pub call_id: Option<String>,
+}
+
+impl Msg {
+    pub fn system(content: impl Into<String>) -> Msg {
+        Msg::plain(Speaker::System, content)
+    }
+
+    pub fn user(content: impl Into<String>) -> Msg {
+        Msg::plain(Speaker::User, content)
+    }
+
+    pub fn tool(call_id: &str, content: impl Into<String>) -> Msg {
+        Msg {
+            call_id: Some(call_id.to_owned()),
+            ..Msg::plain(Speaker::Tool, content)
+        }
+    }
+
+    fn plain(speaker: Speaker, content: impl Into<String>) -> Msg {
+        Msg {
+            speaker,
+            content: content.into(),
+            calls: Vec::new(),
+            call_id: None,
+        }
+    }
+}
+
+/// A function the model may ask the engine to call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+/// One model request.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub messages: Vec<Msg>,
+    pub tools: Vec<ToolDef>,
+    /// The answer must be a tool call (the reviewer's one submission tool).
+    pub must_call_tool: bool,
+    pub max_tokens: u32,
+}
+
+/// One model answer.
+#[derive(Debug, Clone)]
+pub struct Thought {
+    pub text: Option<String>,
+    pub calls: Vec<Call>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `provider/model` of the model that answered.
+    pub model: String,
+}
+
+/// Which stage of a turn a call belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Executor,
+    Reviewer,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Executor => "executor",
+            Phase::Reviewer => "reviewer",
+        }
+    }
+}
+
+/// Where a model call happens, so a fallback is addressed to the turn, the
+/// phase and the iteration that paid for it.
+#[derive(Debug, Clone)]
+pub struct CallSite {
+    pub turn_id: String,
+    pub seat: String,
+    pub phase: Phase,
+    pub iteration: u32,
+    pub trace_id: Option<String>,
+}
+
+/// The whole chain failed; carries the backend's own (redacted) line.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("no model in the chain answered: {0}")]
+pub struct Unavailable(pub String);
+
+/// One model call through a chain, with the credential pool and fallbacks
+/// behind it. Publishing `provider_fallback` / `llm_unavailable` is the
+/// brain's job.
+pub trait Brain: Send + Sync + 'static {
+    fn think(
+        &self,
+        chain: &[ModelRef],
+        prompt: Prompt,
+        site: &CallSite,
+    ) -> impl Future<Output = Result<Thought, Unavailable>> + Send;
+}
+
+/// An MCP server as the executor sees it: a name and what it is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ServerInfo {
+    pub name: String,
+    pub about: Option<String>,
+    /// Tools it offers, when it started.
+    pub tools: Option<usize>,
+    /// Why it did not start.
+    pub failed: Option<String>,
+}
+
+/// What a tool answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    pub text: String,
+    /// The tool ran and reported a failure (a definite "not done").
+    pub is_error: bool,
+}
+
+/// The seat's own tools: never another seat's children.
+pub trait Toolbox: Send + Sync {
+    fn servers(&self) -> Vec<ServerInfo>;
+    /// The tools of `server`, names as the server publishes them.
+    fn tools(&self, server: &str) -> Result<Vec<ToolDef>, String>;
+    /// Calls a tool. `Err` is a failure to reach it (the call may or may
+    /// not have run); `Ok` with `is_error` is the tool's own refusal.
+    fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+}

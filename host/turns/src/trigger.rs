@@ -1,0 +1,203 @@
+//! What woke a turn, and who is waiting for what.
+//!
+//! Rule: whether a reply is owed comes from the trigger's own type, decided
+//! before the turn starts — never from a model. A person who mentioned a
+//! seat in a thread, or commented on an issue naming it, is waiting for an
+//! answer there; a seat assigned an issue or asked for a review owes the
+//! work, not a message.
+
+use crewlet_ingress::Wake;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+/// The namespace of turn ids (a fixed, random UUID).
+const TURN_NAMESPACE: uuid::Uuid = uuid::uuid!("5b0c7e4a-9d1f-4f63-8a2e-3c6b1d0f7e92");
+
+/// Where a reply goes: a channel (a Slack channel, a repository) and,
+/// within it, a thread (a `thread_ts`, an issue number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub channel: String,
+    pub thread: Option<String>,
+}
+
+impl Target {
+    /// Whether a post to `other` answers someone waiting at `self`.
+    pub fn answered_by(&self, other: &Target) -> bool {
+        self.channel == other.channel && (self.thread.is_none() || self.thread == other.thread)
+    }
+
+    /// The target a reply tool's arguments name: `channel` (or `repo`,
+    /// `project`) and `thread` (or `thread_ts`, `issue`, `number`).
+    pub fn of_arguments(args: &serde_json::Value) -> Option<Target> {
+        let field = |names: &[&str]| {
+            names.iter().find_map(|n| match args.get(*n) {
+                Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+                Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            })
+        };
+        Some(Target {
+            channel: field(&["channel", "repo", "repository", "project"])?,
+            thread: field(&["thread", "thread_ts", "issue", "number"]),
+        })
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.thread {
+            Some(t) => write!(f, "{}#{t}", self.channel),
+            None => f.write_str(&self.channel),
+        }
+    }
+}
+
+/// Event types where the sender waits for an answer in the same place.
+fn conversational(source: &str, event_type: &str) -> bool {
+    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| event_type.starts_with(p));
+    match source {
+        "slack" => starts(&["app_mention", "message"]),
+        "github" => starts(&[
+            "issue_comment.",
+            "pull_request_review_comment.",
+            "pull_request_review.",
+            "discussion_comment.",
+            "issues.opened",
+            "discussion.created",
+        ]),
+        "gitlab" => starts(&["note"]),
+        "jira" | "confluence" => event_type.contains("comment"),
+        _ => false,
+    }
+}
+
+/// The reply a wake is owed, if any: a conversational trigger that reached
+/// the seat by a mention or its own route, in a known channel.
+pub fn owed(wake: &Wake) -> Option<Target> {
+    let asked = matches!(wake.reason.as_str(), "mention" | "route");
+    if !asked || !conversational(&wake.source, &wake.event_type) {
+        return None;
+    }
+    Some(Target {
+        channel: wake.channel.clone()?,
+        thread: wake.thread.clone(),
+    })
+}
+
+/// The completion-ledger key of a wake: the same on every node and on every
+/// redelivery.
+pub fn trigger_key(wake: &Wake) -> String {
+    format!("{}:{}:{}", wake.source, wake.delivery_id, wake.handle)
+}
+
+/// A turn's id: derived from the triggers it serves, so a redelivered batch
+/// is the same turn (and its reply keys are the same keys).
+pub fn turn_id(keys: &[String]) -> String {
+    let mut sorted: Vec<&str> = keys.iter().map(String::as_str).collect();
+    sorted.sort_unstable();
+    uuid::Uuid::new_v5(&TURN_NAMESPACE, sorted.join("\n").as_bytes()).to_string()
+}
+
+/// The idempotency key of one reply: per turn, tool and target.
+pub fn reply_key(turn_id: &str, server: &str, tool: &str, target: &Target) -> String {
+    let d = Sha256::digest(format!("{turn_id}\n{server}\n{tool}\n{target}").as_bytes());
+    d.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The trigger as the executor reads it: one fenced `wake` block per wake,
+/// the JSON a deterministic model can read fields from.
+pub fn render(wakes: &[Wake]) -> String {
+    let mut s = String::from(if wakes.len() == 1 {
+        "You were woken by this trigger:\n"
+    } else {
+        "You were woken by these triggers (oldest first):\n"
+    });
+    for w in wakes {
+        let block = json!({
+            "source": w.source,
+            "event_type": w.event_type,
+            "delivery_id": w.delivery_id,
+            "handle": w.handle,
+            "reason": w.reason,
+            "channel": w.channel,
+            "thread": w.thread,
+            "conversation": w.conversation,
+            "text": w.text,
+        });
+        s.push_str("```wake\n");
+        s.push_str(&block.to_string());
+        s.push_str("\n```\n");
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wake(source: &str, event_type: &str, reason: &str) -> Wake {
+        Wake {
+            trace_id: "t".into(),
+            delivery_id: "d1".into(),
+            source: source.into(),
+            event_type: event_type.into(),
+            handle: "ada".into(),
+            seat_id: "s".into(),
+            reason: reason.into(),
+            text: Some("hi".into()),
+            conversation: Some("C1#17.1".into()),
+            channel: Some("C1".into()),
+            thread: Some("17.1".into()),
+        }
+    }
+
+    #[test]
+    fn a_mention_in_a_thread_owes_a_reply_there_an_assignment_does_not() {
+        let t = owed(&wake("slack", "app_mention", "mention")).unwrap();
+        assert_eq!(t.to_string(), "C1#17.1");
+        assert!(owed(&wake("github", "issue_comment.created", "mention")).is_some());
+        assert!(owed(&wake("github", "issues.assigned", "assignee")).is_none());
+        assert!(owed(&wake("github", "issue_comment.created", "assignee")).is_none());
+        assert!(owed(&wake("datadog", "triggered", "route")).is_none());
+    }
+
+    #[test]
+    fn a_post_answers_the_thread_it_was_owed_in_only() {
+        let owed = Target {
+            channel: "C1".into(),
+            thread: Some("17.1".into()),
+        };
+        let args = json!({"channel": "C1", "thread": "17.1", "text": "x"});
+        assert!(owed.answered_by(&Target::of_arguments(&args).unwrap()));
+        let elsewhere = json!({"channel": "C1", "thread": "99", "text": "x"});
+        assert!(!owed.answered_by(&Target::of_arguments(&elsewhere).unwrap()));
+        let issue = json!({"repo": "acme/app", "issue": 7});
+        assert_eq!(Target::of_arguments(&issue).unwrap().to_string(), "acme/app#7");
+        assert!(Target::of_arguments(&json!({"text": "x"})).is_none());
+    }
+
+    #[test]
+    fn turn_ids_and_reply_keys_are_stable_across_redeliveries() {
+        let a = vec!["slack:1:ada".to_owned(), "slack:2:ada".to_owned()];
+        let b = vec!["slack:2:ada".to_owned(), "slack:1:ada".to_owned()];
+        assert_eq!(turn_id(&a), turn_id(&b));
+        assert_ne!(turn_id(&a), turn_id(&a[..1]));
+        let t = Target {
+            channel: "C1".into(),
+            thread: None,
+        };
+        let k = reply_key(&turn_id(&a), "chat", "post_message", &t);
+        assert_eq!(k, reply_key(&turn_id(&b), "chat", "post_message", &t));
+        assert_eq!(k.len(), 32);
+    }
+
+    #[test]
+    fn the_rendered_trigger_carries_a_wake_block() {
+        let r = render(&[wake("slack", "app_mention", "mention")]);
+        let body = r.split("```wake\n").nth(1).unwrap().split("\n```").next().unwrap();
+        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(v["channel"], "C1");
+        assert_eq!(v["text"], "hi");
+    }
+}

@@ -1,0 +1,561 @@
+//! Seats and turns end to end: the real binary, its embedded nats-server,
+//! real plugin components (Slack webhook, the OpenAI provider talking to a
+//! local server that speaks the OpenAI wire format), and a real MCP child
+//! per seat (`crewlet mcp chat`, recording every post to a file).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Node, Sandbox, eventually};
+use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
+use serde_json::{Value, json};
+
+const SLACK_SECRET: &str = "slack-signing-secret";
+
+/// A plugins dir for a test: the built Slack and scripted components, and
+/// the OpenAI provider pointed at `ai`.
+fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
+    let root = crewlet_testkit::nats::repo_root();
+    let dir = sb.path("plugins");
+    let copy = |name: &str, rel: &str, edit: &dyn Fn(String) -> String| {
+        let src = root.join(rel);
+        let text = std::fs::read_to_string(&src).expect("manifest");
+        let into = dir.join(name);
+        std::fs::create_dir_all(&into).unwrap();
+        let text = local_component(&text, src.parent().unwrap(), &into);
+        std::fs::write(into.join("plugin.toml"), edit(text)).unwrap();
+    };
+    copy("slack", "plugins/webhooks/slack/plugin.toml", &|t| t);
+    copy("scripted", "plugins/providers/scripted/plugin.toml", &|t| t);
+    if let Some(ai) = ai {
+        copy("openai", "plugins/providers/openai/plugin.toml", &|t| {
+            t.lines()
+                .map(|l| {
+                    if l.starts_with("base_url") {
+                        format!("base_url = {:?}", ai.base_url())
+                    } else if l.starts_with("allowed_outbound_hosts") {
+                        format!("allowed_outbound_hosts = [{:?}]", ai.origin())
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+    }
+    dir
+}
+
+/// Copies the manifest's component next to the copied manifest (a
+/// manifest names its component relative to its own directory).
+fn local_component(text: &str, base: &Path, into: &Path) -> String {
+    text.lines()
+        .map(|l| match l.strip_prefix("component = \"") {
+            Some(rest) => {
+                let rel = rest.trim_end_matches('"');
+                let built = base.join(rel);
+                std::fs::copy(&built, into.join("component.wasm")).unwrap_or_else(|e| {
+                    panic!("{}: {e}; build the plugins first (./dev test does)", built.display())
+                });
+                "component = \"component.wasm\"".to_owned()
+            }
+            None => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The chat MCP server every seat of `role` gets, one child per seat.
+fn chat_server(role: &str, log: &Path) -> String {
+    format!(
+        r#"
+[roles.{role}.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {:?} }}
+replies = ["post_message"]
+"#,
+        log.display().to_string()
+    )
+}
+
+struct World {
+    _sb: Sandbox,
+    node: Node,
+    chat_log: PathBuf,
+}
+
+fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &str)]) -> World {
+    let sb = Sandbox::new();
+    let chat_log = sb.path("chat.jsonl");
+    let doc = company.replace("CHAT_LOG_PATH", &chat_log.display().to_string());
+    let doc = doc.replace("{chat}", &chat_server("support", &chat_log));
+    let company_file = sb.path("company.toml");
+    std::fs::write(&company_file, doc).unwrap();
+    let plugins = plugins(&sb, ai);
+    let mut b = sb
+        .node("[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n")
+        .arg("--company")
+        .arg(&company_file)
+        .arg("--plugins")
+        .arg(&plugins)
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET);
+    for (k, v) in envs {
+        b = b.env(k, v);
+    }
+    let mut node = b.spawn();
+    node.wait_ready(Duration::from_secs(60));
+    World {
+        _sb: sb,
+        node,
+        chat_log,
+    }
+}
+
+impl World {
+    /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.
+    fn mention(&self, handle: &str, event_id: &str, channel: &str, ts: &str, text: &str) {
+        let body = json!({
+            "type": "event_callback",
+            "event_id": event_id,
+            "team_id": "T1",
+            "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
+        })
+        .to_string();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            .to_string();
+        let mut base = format!("v0:{now}:").into_bytes();
+        base.extend_from_slice(body.as_bytes());
+        let mac = crewlet_ingress::sign::hmac_sha256(SLACK_SECRET.as_bytes(), &base);
+        let sig = format!(
+            "v0={}",
+            mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        );
+        let r = crewlet_testkit::http::post(
+            &self.node.api,
+            &format!("/webhooks/slack/{handle}"),
+            &[
+                ("Content-Type", "application/json"),
+                ("X-Slack-Request-Timestamp", &now),
+                ("X-Slack-Signature", &sig),
+            ],
+            body.as_bytes(),
+        )
+        .expect("POST webhook");
+        assert_eq!(
+            r.status,
+            202,
+            "{}\nnode log:\n{}",
+            r.text(),
+            self.node.log_text()
+        );
+    }
+
+    fn events(&self, kind: &str) -> Vec<Value> {
+        self.node
+            .get(&format!("/events?type={kind}&limit=1000"))
+            .expect("GET /events")
+            .json()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn wait_events(&self, kind: &str, n: usize) -> Vec<Value> {
+        let mut got = Vec::new();
+        let ok = eventually(Duration::from_secs(30), || {
+            got = self.events(kind);
+            got.len() >= n
+        });
+        assert!(
+            ok,
+            "{n} {kind} events expected, saw {}: {}",
+            got.len(),
+            self.node.log_text()
+        );
+        got
+    }
+
+    /// The posts the chat server recorded, oldest first.
+    fn posts(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.chat_log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a post is JSON"))
+            .collect()
+    }
+
+    fn nats(&self) -> String {
+        let h = self.node.health();
+        h["stream"]["urls"][0]
+            .as_str()
+            .unwrap_or_else(|| panic!("no stream url in /health: {h}"))
+            .to_owned()
+    }
+}
+
+/// `turn_ended` events, oldest first, with their outcome.
+fn outcomes(w: &World) -> Vec<String> {
+    let mut ended = w.events("turn_ended");
+    ended.reverse();
+    ended
+        .iter()
+        .map(|e| e["payload"]["outcome"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+const OPENAI_COMPANY: &str = r#"
+[org]
+name = "Acme"
+[roles.support]
+system_prompt = "You answer questions in chat."
+executor = [
+  { provider = "openai", model = "exec-a", credentials = ["${KEY_ONE}", "${KEY_TWO}"] },
+  { provider = "openai", model = "exec-b", credentials = "${KEY_TWO}" },
+]
+reviewer = { provider = "openai", model = "review", credentials = "${KEY_TWO}" }
+max_iterations = 2
+max_tool_rounds = 6
+{chat}
+[seats]
+ada = { role = "support" }
+bob = { role = "support" }
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#;
+
+const KEYS: &[(&str, &str)] = &[("KEY_ONE", "sk-one-1111"), ("KEY_TWO", "sk-two-2222")];
+
+fn post(channel: &str, thread: &str, text: &str) -> Reply {
+    Reply::ToolCalls(vec![(
+        "chat__post_message".into(),
+        json!({"channel": channel, "thread": thread, "text": text}),
+    )])
+}
+
+fn submit(outcome: &str) -> Reply {
+    Reply::ToolCalls(vec![(
+        "submit_work".into(),
+        json!({"outcome": outcome, "summary": "done here"}),
+    )])
+}
+
+fn verdict(v: &str) -> Reply {
+    Reply::ToolCalls(vec![(
+        "submit_review".into(),
+        json!({"verdict": v, "feedback": ""}),
+    )])
+}
+
+#[test]
+fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
+    let ai = ScriptedOpenAi::start();
+    let w = start(OPENAI_COMPANY, Some(&ai), KEYS);
+    ai.reply("exec-a", post("C1", "17.1", "Hi, ada here."));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    w.mention("ada", "Ev1", "C1", "17.1", "<@ada> can you help?");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+    let posts = w.posts();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(
+        (&posts[0]["as"], &posts[0]["channel"], &posts[0]["thread"]),
+        (&json!("ada"), &json!("C1"), &json!("17.1"))
+    );
+    assert_eq!(w.events("reply_posted").len(), 1);
+
+    // bob's own child posts as bob: two seats of one template never share.
+    ai.reply("exec-a", post("C2", "9.9", "bob here"));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    w.mention("bob", "Ev2", "C2", "9.9", "<@bob> hello");
+    w.wait_events("turn_ended", 2);
+    let posts = w.posts();
+    assert_eq!(posts.len(), 2);
+    assert_eq!(posts[1]["as"], "bob");
+
+    // A redelivered wake (same trigger, new stream message) does not run
+    // the turn again: the completion ledger says it was served.
+    let seen = ai.requests().len();
+    let wakes = w.events("wake_published");
+    let ada = wakes
+        .iter()
+        .find(|e| e["payload"]["handle"] == "ada")
+        .expect("ada's wake event");
+    let url = w.nats();
+    rt().block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(client.clone());
+        let payload = json!({
+            "trace_id": ada["trace_id"], "delivery_id": "Ev1", "source": "slack",
+            "event_type": "app_mention", "handle": "ada",
+            "seat_id": crewlet_company::seat_id("Acme", &crewlet_company::Handle::parse("ada").unwrap()).to_string(),
+            "reason": "route",
+            "text": "<@ada> can you help?", "conversation": "C1#17.1",
+            "channel": "C1", "thread": "17.1",
+        });
+        js.publish("crewlet.agent.ada.inbox", payload.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+        let drained = async {
+            loop {
+                let info = stream.consumer_info("inbox-ada").await.unwrap();
+                if info.num_pending == 0 && info.num_ack_pending == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), drained)
+            .await
+            .expect("the redelivered wake is acked");
+    });
+    assert_eq!(ai.requests().len(), seen, "no model call for a served trigger");
+    assert_eq!(w.posts().len(), 2, "no second post");
+    assert_eq!(outcomes(&w).len(), 2, "no second turn");
+}
+
+#[test]
+fn a_rate_limited_key_is_benched_fleet_wide_and_the_chain_falls_back() {
+    let ai = ScriptedOpenAi::start();
+    let w = start(OPENAI_COMPANY, Some(&ai), KEYS);
+    // Turn 1: the first key is told 429 → the second key answers.
+    ai.reply("exec-a", Reply::rate_limited(120));
+    ai.reply("exec-a", post("C1", "1.1", "one"));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    w.mention("ada", "Ev10", "C1", "1.1", "first");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+    let exec_a: Vec<_> = ai
+        .requests()
+        .into_iter()
+        .filter(|r| r.model == "exec-a")
+        .collect();
+    assert_eq!(exec_a[0].bearer.as_deref(), Some("sk-one-1111"));
+    assert!(
+        exec_a[1..]
+            .iter()
+            .all(|r| r.bearer.as_deref() == Some("sk-two-2222")),
+        "a benched key is not used again"
+    );
+    let url = w.nats();
+    let cooling = rt().block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let owner = crewlet_coord::Owner::incarnation("turns-test");
+        let coord = crewlet_coord::Coord::open(client, crewlet_coord::CoordOptions::new(owner))
+            .await
+            .unwrap();
+        coord.cooldowns().await.unwrap()
+    });
+    let hint = crewlet_coord::key_hint("sk-one-1111");
+    let c = cooling
+        .iter()
+        .find(|c| c.hint == hint)
+        .unwrap_or_else(|| panic!("the 429'd key is benched in coordination: {cooling:?}"));
+    let left = c.until.duration_since(std::time::SystemTime::now()).unwrap();
+    assert!(left > Duration::from_secs(60) && left <= Duration::from_secs(121), "{left:?}");
+
+    // Turn 2: exec-a fails → exec-b answers; the fallback is an event
+    // addressed to the turn, the phase and the iteration.
+    ai.reply("exec-a", Reply::error(500, "upstream exploded"));
+    ai.reply("exec-b", post("C1", "2.2", "two"));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    w.mention("ada", "Ev11", "C1", "2.2", "second");
+    w.wait_events("turn_ended", 2);
+    assert_eq!(outcomes(&w), ["delivered", "delivered"]);
+    let fb = w.wait_events("provider_fallback", 1);
+    let p = &fb[0]["payload"];
+    assert_eq!((p["phase"].as_str(), p["iteration"].as_u64()), (Some("executor"), Some(1)));
+    assert!(p["turn_id"].is_string());
+
+    // Turn 3: every model fails → llm_unavailable, the turn fails, and no
+    // key appears in what the fleet is told.
+    for _ in 0..2 {
+        ai.reply("exec-a", Reply::error(500, "down"));
+        ai.reply("exec-b", Reply::error(503, "down too"));
+    }
+    w.mention("ada", "Ev12", "C1", "3.3", "third");
+    w.wait_events("turn_ended", 3);
+    assert_eq!(outcomes(&w)[2], "llm_unavailable");
+    let un = w.wait_events("llm_unavailable", 1);
+    let text = un[0].to_string();
+    assert!(!text.contains("sk-one") && !text.contains("sk-two"), "{text}");
+    assert_eq!(w.posts().len(), 2);
+}
+
+#[test]
+fn delivery_is_the_engines_judgement() {
+    let ai = ScriptedOpenAi::start();
+    let w = start(OPENAI_COMPANY, Some(&ai), KEYS);
+    // A delivery claimed with nothing posted is bounced at decode time; a
+    // no_action the reviewer calls done is overturned (a reply was owed);
+    // the second iteration posts and is accepted.
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("exec-a", submit("no_action"));
+    ai.reply("review", verdict("done"));
+    ai.reply("exec-a", post("C7", "7.7", "here it is"));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    w.mention("ada", "Ev20", "C7", "7.7", "<@ada> answer me");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+    assert_eq!(w.events("review_overturned").len(), 1);
+    assert_eq!(
+        ai.requests().iter().filter(|r| r.model == "review").count(),
+        2,
+        "the bounced claim cost no review call"
+    );
+    let bounced = ai
+        .requests()
+        .iter()
+        .filter(|r| r.model == "exec-a")
+        .nth(1)
+        .map(|r| r.messages.to_string())
+        .unwrap();
+    assert!(bounced.contains("Refused: you claim delivery"), "{bounced}");
+    assert_eq!(w.posts().len(), 1);
+}
+
+const BUDGET_COMPANY: &str = r#"
+[org]
+name = "Acme"
+budget = { day = 1500 }
+[roles.capped]
+system_prompt = "You answer."
+executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
+reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
+budget = { day = 50 }
+[roles.support]
+system_prompt = "You answer."
+executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
+reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
+{chat}
+[seats]
+ada = { role = "capped" }
+bob = { role = "support" }
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#;
+
+#[test]
+fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_refusal() {
+    let ai = ScriptedOpenAi::start();
+    let w = start(BUDGET_COMPANY, Some(&ai), KEYS);
+    // ada's seat cap (50/day) is passed by the first call: no second call.
+    ai.reply("exec-a", post("C1", "1", "x"));
+    w.mention("ada", "Ev30", "C1", "1", "hi");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["budget_exhausted"]);
+    assert_eq!(ai.requests().len(), 1, "the refusal stopped the next call");
+    let ex = w.events("budget_exhausted");
+    assert_eq!(ex[0]["payload"]["scope"], "seat:ada");
+    assert_eq!(ex[0]["payload"]["before_first_call"], false);
+
+    // bob runs until the company's day (1500) is spent...
+    let mut n = 0;
+    while n < 20 {
+        n += 1;
+        ai.reply("exec-a", post("C9", &format!("{n}"), "pong"));
+        ai.reply("exec-a", submit("delivered"));
+        ai.reply("review", verdict("done"));
+        w.mention("bob", &format!("Ev3{n}x"), "C9", &format!("{n}"), "ping");
+        w.wait_events("turn_ended", n + 1);
+        if outcomes(&w).last().map(String::as_str) == Some("budget_exhausted") {
+            break;
+        }
+    }
+    assert_eq!(outcomes(&w).last().map(String::as_str), Some("budget_exhausted"));
+    // ...then work is turned away before the first call.
+    let seen = ai.requests().len();
+    w.mention("bob", "Ev39", "C9", "99", "again");
+    let ended = outcomes(&w).len() + 1;
+    w.wait_events("turn_ended", ended);
+    assert_eq!(outcomes(&w).last().map(String::as_str), Some("turned_away"));
+    assert_eq!(ai.requests().len(), seen, "no model call when the window is full");
+    let first = w
+        .events("budget_exhausted")
+        .into_iter()
+        .find(|e| e["payload"]["before_first_call"] == true)
+        .expect("a refusal recorded before the first call");
+    assert_eq!(first["payload"]["scope"], "company");
+
+    // GET /budgets answers the live windows.
+    let b = w.node.get("/budgets").unwrap().json();
+    let company = b["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["scope"] == "company")
+        .unwrap();
+    assert_eq!(company["windows"]["day"]["cap"], 1500);
+    assert!(company["windows"]["day"]["spent"].as_u64().unwrap() > 1500);
+
+    // The budget counters unreachable (their bucket gone): an outage, not a
+    // refusal — the turn fails and the wake is kept for a retry.
+    let url = w.nats();
+    rt().block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = async_nats::jetstream::new(client);
+        js.delete_stream("KV_crewlet_budgets").await.unwrap();
+    });
+    let refusals = w.events("budget_exhausted").len();
+    w.mention("ada", "Ev40", "C1", "40", "still there?");
+    let ended = outcomes(&w).len() + 1;
+    w.wait_events("turn_ended", ended);
+    assert_eq!(outcomes(&w).last().map(String::as_str), Some("outage"));
+    assert_eq!(w.events("budget_exhausted").len(), refusals);
+}
+
+const SCRIPTED_COMPANY: &str = r#"
+[org]
+name = "Acme"
+[roles.support]
+system_prompt = "You answer questions in chat."
+executor = [{ provider = "scripted", model = "demo", options = { steps = [
+  { call = "chat__post_message", args = { channel = "{{wake.channel}}", thread = "{{wake.thread}}", text = "Hello from {{wake.handle}}!" } },
+  { call = "submit_work", args = { outcome = "delivered", summary = "replied" } },
+] } }]
+reviewer = { provider = "scripted", model = "demo-review", options = { steps = [
+  { call = "submit_review", args = { verdict = "done" } },
+] } }
+{chat}
+[seats]
+ada = { role = "support" }
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#;
+
+#[test]
+fn the_scripted_provider_runs_a_whole_turn_without_any_vendor() {
+    let w = start(SCRIPTED_COMPANY, None, &[]);
+    w.mention("ada", "Ev50", "C5", "5.5", "<@ada> demo");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+    let posts = w.posts();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0]["text"], "Hello from ada!");
+    assert_eq!(posts[0]["thread"], "5.5");
+    let calls = w.events("model_call");
+    assert!(calls.iter().all(|c| c["payload"]["model"].as_str().unwrap().starts_with("scripted/")));
+}
