@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Node, Sandbox, eventually};
+use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
 
@@ -17,54 +18,18 @@ const SLACK_SECRET: &str = "slack-signing-secret";
 /// A plugins dir for a test: the built Slack and scripted components, and
 /// the OpenAI provider pointed at `ai`.
 fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
-    let root = crewlet_testkit::nats::repo_root();
-    let dir = sb.path("plugins");
-    let copy = |name: &str, rel: &str, edit: &dyn Fn(String) -> String| {
-        let src = root.join(rel);
-        let text = std::fs::read_to_string(&src).expect("manifest");
-        let into = dir.join(name);
-        std::fs::create_dir_all(&into).unwrap();
-        let text = local_component(&text, src.parent().unwrap(), &into);
-        std::fs::write(into.join("plugin.toml"), edit(text)).unwrap();
-    };
-    copy("slack", "plugins/webhooks/slack/plugin.toml", &|t| t);
-    copy("scripted", "plugins/providers/scripted/plugin.toml", &|t| t);
+    let dir = PluginsDir::new(sb.path("plugins"));
+    dir.add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml");
     if let Some(ai) = ai {
-        copy("openai", "plugins/providers/openai/plugin.toml", &|t| {
-            t.lines()
-                .map(|l| {
-                    if l.starts_with("base_url") {
-                        format!("base_url = {:?}", ai.base_url())
-                    } else if l.starts_with("allowed_outbound_hosts") {
-                        format!("allowed_outbound_hosts = [{:?}]", ai.origin())
-                    } else {
-                        l.to_owned()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        });
+        dir.add_provider_at(
+            "openai",
+            "plugins/providers/openai/plugin.toml",
+            &ai.base_url(),
+            &ai.origin(),
+        );
     }
-    dir
-}
-
-/// Copies the manifest's component next to the copied manifest (a
-/// manifest names its component relative to its own directory).
-fn local_component(text: &str, base: &Path, into: &Path) -> String {
-    text.lines()
-        .map(|l| match l.strip_prefix("component = \"") {
-            Some(rest) => {
-                let rel = rest.trim_end_matches('"');
-                let built = base.join(rel);
-                std::fs::copy(&built, into.join("component.wasm")).unwrap_or_else(|e| {
-                    panic!("{}: {e}; build the plugins first (./dev test does)", built.display())
-                });
-                "component = \"component.wasm\"".to_owned()
-            }
-            None => l.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    dir.path().to_owned()
 }
 
 /// The chat MCP server every seat of `role` gets, one child per seat.
@@ -277,6 +242,19 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         (&json!("ada"), &json!("C1"), &json!("17.1"))
     );
     assert_eq!(w.events("reply_posted").len(), 1);
+    // The node's status (its presence row, and /health) carries one row per
+    // MCP server: both seats' chat children started, three tools each.
+    let health = w.node.health();
+    let chat = health["mcp"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["server"] == "chat"))
+        .unwrap_or_else(|| panic!("no chat row in /health: {health}"));
+    assert_eq!(
+        (&chat["started"], &chat["failed"], &chat["tools"]),
+        (&json!(2), &json!(0), &json!(3)),
+        "{chat}"
+    );
+    assert_eq!(health["seats_held"], 2);
 
     // bob's own child posts as bob: two seats of one template never share.
     ai.reply("exec-a", post("C2", "9.9", "bob here"));
@@ -558,4 +536,31 @@ fn the_scripted_provider_runs_a_whole_turn_without_any_vendor() {
     assert_eq!(posts[0]["thread"], "5.5");
     let calls = w.events("model_call");
     assert!(calls.iter().all(|c| c["payload"]["model"].as_str().unwrap().starts_with("scripted/")));
+}
+
+#[test]
+fn the_sample_webhook_command_is_answered_and_budgets_show_the_spend() {
+    let w = start(SCRIPTED_COMPANY, None, &[]);
+    let api = format!("http://{}", w.node.api);
+    let (status, out) = common::run_to_exit(
+        &["webhook", "sample", "--to", "ada", "--api", &api],
+        &[("SLACK_SIGNING_SECRET", SLACK_SECRET)],
+    );
+    assert!(status.success(), "{out}");
+    assert!(out.contains("202"), "{out}");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+    assert_eq!(w.posts()[0]["as"], "ada");
+
+    let (status, out) = common::run_to_exit(&["budgets", "show", "--api", &api], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("company") && out.contains("seat:ada"), "{out}");
+
+    // Without the secret the command says what to set, and sends nothing.
+    let (status, out) = common::run_to_exit(
+        &["webhook", "sample", "--to", "ada", "--api", &api, "--secret-env", "NO_SUCH_SECRET_VAR"],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("NO_SUCH_SECRET_VAR"), "{out}");
 }

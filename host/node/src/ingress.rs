@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use crewlet_ingress::webhook::unavailable;
 use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
-use tokio::sync::watch;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
@@ -116,14 +115,7 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         })
     });
     // A shedding node takes no triggers: the service follows the posture.
-    let mut posture = ctx.state.watch_posture();
-    let (admit_tx, admitting) = watch::channel(posture.borrow_and_update().posture.admits());
-    let follower = tokio::spawn(async move {
-        while posture.changed().await.is_ok() {
-            let admits = posture.borrow_and_update().posture.admits();
-            admit_tx.send_if_modified(|a| std::mem::replace(a, admits) != admits);
-        }
-    });
+    let (admitting, follower) = ctx.state.watch_admission();
     let service = match NotifyService::start(crewlet_ingress::notify::NotifyConfig {
         client: ctx.client.clone(),
         coord: ctx.coord.clone(),

@@ -430,7 +430,16 @@ pub async fn start(
         host.clone(),
     );
     cfg.max_concurrent_turns = ctx.state.max_concurrent.max(1);
-    let seats = crewlet_seats::Seats::start(cfg).map_err(|e| e.to_string())?;
+    // A shedding node takes nothing off its seats' mailboxes either.
+    let (admission, follower) = ctx.state.watch_admission();
+    cfg.admission = admission;
+    let seats = match crewlet_seats::Seats::start(cfg) {
+        Ok(s) => s,
+        Err(e) => {
+            follower.abort();
+            return Err(e.to_string());
+        }
+    };
     let running = Arc::new(Running {
         seats: std::sync::Mutex::new(Some(seats)),
         host: host.clone(),
@@ -448,6 +457,7 @@ pub async fn start(
             }
             running.host.shared.shutdown().await;
             models.shutdown().await;
+            follower.abort();
         })
     });
     Ok(())

@@ -261,6 +261,26 @@ impl NodeState {
     pub fn watch_posture(&self) -> tokio::sync::watch::Receiver<PostureReport> {
         self.posture.subscribe()
     }
+
+    /// Whether this node takes work off the stream now (false while it
+    /// sheds), as a watch; the follower task ends when the state is dropped
+    /// or the returned handle is aborted.
+    pub fn watch_admission(
+        &self,
+    ) -> (
+        tokio::sync::watch::Receiver<bool>,
+        tokio::task::JoinHandle<()>,
+    ) {
+        let mut posture = self.watch_posture();
+        let (tx, rx) = tokio::sync::watch::channel(posture.borrow_and_update().posture.admits());
+        let follower = tokio::spawn(async move {
+            while posture.changed().await.is_ok() {
+                let admits = posture.borrow_and_update().posture.admits();
+                tx.send_if_modified(|a| std::mem::replace(a, admits) != admits);
+            }
+        });
+        (rx, follower)
+    }
 }
 
 impl Probe for NodeState {

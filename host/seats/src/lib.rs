@@ -74,6 +74,10 @@ pub struct SeatsConfig<H: SeatHost> {
     pub equip_backoff: Duration,
     /// Wakes one seat holds fetched but unsettled at most. Default 256.
     pub max_outstanding: usize,
+    /// Whether this node takes work off its seats' mailboxes at all: false
+    /// while it sheds (its config posture), so the work waits for a peer
+    /// or for this node to catch up. Default: always true.
+    pub admission: watch::Receiver<bool>,
 }
 
 impl<H: SeatHost> SeatsConfig<H> {
@@ -99,6 +103,7 @@ impl<H: SeatHost> SeatsConfig<H> {
             drain_bound: None,
             equip_backoff: Duration::from_secs(10),
             max_outstanding: 256,
+            admission: watch::channel(true).1,
         }
     }
 }
@@ -172,6 +177,7 @@ pub(crate) struct Shared<H: SeatHost> {
     equip_backoff: Duration,
     pub(crate) turns: Arc<Semaphore>,
     pub(crate) in_flight: Arc<AtomicUsize>,
+    pub(crate) admission: watch::Receiver<bool>,
     slots: Mutex<BTreeMap<Handle, Slot>>,
     backoff: Mutex<BTreeMap<Handle, Backoff>>,
     held_tx: watch::Sender<usize>,
@@ -240,6 +246,7 @@ impl<H: SeatHost> Seats<H> {
             equip_backoff: cfg.equip_backoff,
             turns: Arc::new(Semaphore::new(cfg.max_concurrent_turns)),
             in_flight: Arc::new(AtomicUsize::new(0)),
+            admission: cfg.admission,
             slots: Mutex::new(BTreeMap::new()),
             backoff: Mutex::new(BTreeMap::new()),
             held_tx: watch::channel(0).0,

@@ -54,6 +54,8 @@ pub(crate) struct SeatCtx<H: SeatHost> {
     pub active: ActiveCompany,
     pub turns: Arc<Semaphore>,
     pub in_flight: Arc<AtomicUsize>,
+    /// False while the node sheds: nothing new is taken off the mailbox.
+    pub admission: watch::Receiver<bool>,
 }
 
 /// How the mailbox paces itself.
@@ -126,11 +128,13 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut pulled_any = false;
     let mut fetch_paused_until: Option<Instant> = None;
     let mut detaching = *detach.borrow();
+    let mut admission = mb.ctx.admission.clone();
     let mut progress =
         tokio::time::interval_at(Instant::now() + mb.progress_every, mb.progress_every);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let admitting = !detaching && *state.borrow() == HolderState::Admitting;
+        let admitting =
+            !detaching && *state.borrow() == HolderState::Admitting && *admission.borrow();
         if admitting {
             mb.launch_due();
         }
@@ -165,9 +169,13 @@ pub(crate) async fn serve<H: SeatHost>(
                     detaching = true;
                 }
             }
+            // A dropped gate leaves the last word standing.
+            Ok(()) = admission.changed(), if !detaching => {}
             item = next_message(&mut batch) => match item {
                 Some(Ok(msg)) => {
-                    let admitting = !detaching && *state.borrow() == HolderState::Admitting;
+                    let admitting = !detaching
+                        && *state.borrow() == HolderState::Admitting
+                        && *admission.borrow();
                     pulled_any = true;
                     mb.on_message(msg, admitting).await;
                 }

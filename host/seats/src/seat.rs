@@ -150,6 +150,7 @@ pub(crate) async fn run<H: SeatHost>(
                         active: shared.active.clone(),
                         turns: shared.turns.clone(),
                         in_flight: shared.in_flight.clone(),
+                        admission: shared.admission.clone(),
                     });
                     let (detach, detach_rx) = watch::channel(false);
                     let mut mb = tokio::spawn(mailbox::serve(

@@ -623,3 +623,29 @@ async fn dropping_seats_gives_everything_back_in_the_background() {
         .await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shedding_node_takes_nothing_off_its_mailboxes_until_it_admits_again() {
+    let names = handles(1, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    let (gate, admission) = tokio::sync::watch::channel(false);
+    let mut node = env
+        .node_with("n1", Recorder::new(), false, |cfg| cfg.admission = admission)
+        .await;
+    node.wait_held(1).await;
+    env.wake("s0", "while-shedding", None).await;
+    // Held and equipped, but shedding: the wake waits in the mailbox.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(node.host.runs_of_delivery("while-shedding"), 0);
+    let (pending, ack_pending, _) = env.mailbox("s0").await;
+    assert_eq!((pending, ack_pending), (1, 0), "not even fetched");
+    gate.send_replace(true);
+    node.host
+        .wait("the wake's run once admitting", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["while-shedding"]),
+            )
+        })
+        .await;
+    node.stop().await;
+}

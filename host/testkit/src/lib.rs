@@ -10,7 +10,9 @@ pub mod cluster;
 pub mod http;
 pub mod nats;
 pub mod openai;
+pub mod plugins;
 
 pub use cluster::{Cluster, Proxy};
 pub use nats::{NatsServer, free_port, nats_server_bin};
 pub use openai::{Reply, ScriptedOpenAi, SeenRequest};
+pub use plugins::PluginsDir;

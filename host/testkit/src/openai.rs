@@ -75,6 +75,9 @@ pub struct SeenRequest {
     pub body: Value,
     /// The `x-request-id` the server answered with.
     pub request_id: String,
+    /// When the request's body had arrived (the server's clock, which is
+    /// the test process's).
+    pub at: std::time::Instant,
 }
 
 #[derive(Default)]
@@ -223,6 +226,7 @@ async fn completions(
             tools: parsed["tools"].clone(),
             body: parsed.clone(),
             request_id,
+            at: std::time::Instant::now(),
         });
         let reply = shared
             .queues
