@@ -24,8 +24,21 @@ fn renamed(org: &str) -> String {
 }
 
 fn node_with(sb: &Sandbox, stream: Option<&NatsServer>, id: &str, extra: &[&Path]) -> Node {
+    node_with_roles(sb, stream, id, extra, None)
+}
+
+fn node_with_roles(
+    sb: &Sandbox,
+    stream: Option<&NatsServer>,
+    id: &str,
+    extra: &[&Path],
+    roles: Option<&str>,
+) -> Node {
     let port = free_port();
     let mut toml = format!("[node]\nid = \"{id}\"\n");
+    if let Some(roles) = roles {
+        toml.push_str(&format!("roles = {roles}\n"));
+    }
     if let Some(server) = stream {
         toml.push_str(&format!("[stream]\nurl = \"{}\"\n", server.url()));
     }
@@ -439,7 +452,14 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
     use crewlet_coord::Bucket;
     let server = NatsServer::start();
     let sb = Sandbox::new();
-    let node = node_with(&sb, Some(&server), "shed-1", &[]);
+    // No `seats` role: the test reads ada's mailbox itself, as her seat would.
+    let node = node_with_roles(
+        &sb,
+        Some(&server),
+        "shed-1",
+        &[],
+        Some(r#"["data", "ingress", "workers"]"#),
+    );
     let a = put_config(&node, &example());
     assert_eq!(a.status, 201, "{}", a.text());
     let epoch_a = a.json()["epoch"].as_u64().unwrap();

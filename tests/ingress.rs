@@ -16,6 +16,9 @@ use serde_json::{Value, json};
 use tungstenite::{Message, WebSocket};
 
 const SECRET: &str = "it's-a-secret-to-everybody";
+/// Every role but `seats`: these tests read a seat's mailbox themselves, as
+/// the seat would, so no seat on the node may consume it first.
+const NO_SEATS: &str = r#"["data", "ingress", "workers"]"#;
 
 #[derive(Clone, Copy)]
 struct Opts {
@@ -34,7 +37,7 @@ fn node_on(server: &NatsServer, id: &str, opts: Opts) -> (Sandbox, Node) {
     let cfg = sb.config(
         port,
         &format!(
-            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n",
+            "[node]\nid = \"{id}\"\nroles = {NO_SEATS}\n[stream]\nurl = \"{}\"\n",
             server.url()
         ),
     );
@@ -692,7 +695,10 @@ fn a_secret_set_through_the_api_serves_webhooks_without_a_restart() {
 fn embedded_node(id: &str) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
-    let cfg = sb.config(port, &format!("[node]\nid = \"{id}\"\n"));
+    let cfg = sb.config(
+        port,
+        &format!("[node]\nid = \"{id}\"\nroles = {NO_SEATS}\n"),
+    );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut node = NodeBuilder::new(&sb, port)
         .arg("--config")
