@@ -305,7 +305,11 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
             .await
             .expect("the redelivered wake is acked");
     });
-    assert_eq!(ai.requests().len(), seen, "no model call for a served trigger");
+    assert_eq!(
+        ai.requests().len(),
+        seen,
+        "no model call for a served trigger"
+    );
     assert_eq!(w.posts().len(), 2, "no second post");
     assert_eq!(outcomes(&w).len(), 2, "no second turn");
 }
@@ -348,8 +352,14 @@ fn a_rate_limited_key_is_benched_fleet_wide_and_the_chain_falls_back() {
         .iter()
         .find(|c| c.hint == hint)
         .unwrap_or_else(|| panic!("the 429'd key is benched in coordination: {cooling:?}"));
-    let left = c.until.duration_since(std::time::SystemTime::now()).unwrap();
-    assert!(left > Duration::from_secs(60) && left <= Duration::from_secs(121), "{left:?}");
+    let left = c
+        .until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap();
+    assert!(
+        left > Duration::from_secs(60) && left <= Duration::from_secs(121),
+        "{left:?}"
+    );
 
     // Turn 2: exec-a fails → exec-b answers; the fallback is an event
     // addressed to the turn, the phase and the iteration.
@@ -362,7 +372,10 @@ fn a_rate_limited_key_is_benched_fleet_wide_and_the_chain_falls_back() {
     assert_eq!(outcomes(&w), ["delivered", "delivered"]);
     let fb = w.wait_events("provider_fallback", 1);
     let p = &fb[0]["payload"];
-    assert_eq!((p["phase"].as_str(), p["iteration"].as_u64()), (Some("executor"), Some(1)));
+    assert_eq!(
+        (p["phase"].as_str(), p["iteration"].as_u64()),
+        (Some("executor"), Some(1))
+    );
     assert!(p["turn_id"].is_string());
 
     // Turn 3: every model fails → llm_unavailable, the turn fails, and no
@@ -376,7 +389,10 @@ fn a_rate_limited_key_is_benched_fleet_wide_and_the_chain_falls_back() {
     assert_eq!(outcomes(&w)[2], "llm_unavailable");
     let un = w.wait_events("llm_unavailable", 1);
     let text = un[0].to_string();
-    assert!(!text.contains("sk-one") && !text.contains("sk-two"), "{text}");
+    assert!(
+        !text.contains("sk-one") && !text.contains("sk-two"),
+        "{text}"
+    );
     assert_eq!(w.posts().len(), 2);
 }
 
@@ -462,14 +478,21 @@ fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_r
             break;
         }
     }
-    assert_eq!(outcomes(&w).last().map(String::as_str), Some("budget_exhausted"));
+    assert_eq!(
+        outcomes(&w).last().map(String::as_str),
+        Some("budget_exhausted")
+    );
     // ...then work is turned away before the first call.
     let seen = ai.requests().len();
     w.mention("bob", "Ev39", "C9", "99", "again");
     let ended = outcomes(&w).len() + 1;
     w.wait_events("turn_ended", ended);
     assert_eq!(outcomes(&w).last().map(String::as_str), Some("turned_away"));
-    assert_eq!(ai.requests().len(), seen, "no model call when the window is full");
+    assert_eq!(
+        ai.requests().len(),
+        seen,
+        "no model call when the window is full"
+    );
     let first = w
         .events("budget_exhausted")
         .into_iter()
@@ -535,7 +558,12 @@ fn the_scripted_provider_runs_a_whole_turn_without_any_vendor() {
     assert_eq!(posts[0]["text"], "Hello from ada!");
     assert_eq!(posts[0]["thread"], "5.5");
     let calls = w.events("model_call");
-    assert!(calls.iter().all(|c| c["payload"]["model"].as_str().unwrap().starts_with("scripted/")));
+    assert!(calls.iter().all(|c| {
+        c["payload"]["model"]
+            .as_str()
+            .unwrap()
+            .starts_with("scripted/")
+    }));
 }
 
 #[test]
@@ -558,7 +586,16 @@ fn the_sample_webhook_command_is_answered_and_budgets_show_the_spend() {
 
     // Without the secret the command says what to set, and sends nothing.
     let (status, out) = common::run_to_exit(
-        &["webhook", "sample", "--to", "ada", "--api", &api, "--secret-env", "NO_SUCH_SECRET_VAR"],
+        &[
+            "webhook",
+            "sample",
+            "--to",
+            "ada",
+            "--api",
+            &api,
+            "--secret-env",
+            "NO_SUCH_SECRET_VAR",
+        ],
         &[],
     );
     assert_eq!(status.code(), Some(2), "{out}");

@@ -194,6 +194,53 @@ impl Coord {
         }
     }
 
+    /// [`Coord::claim`] for a caller that does not need the deadline (the
+    /// webhook edge): one create, no read-back of our own write. Yes: this
+    /// claimant holds it. No: another claimant's live claim, with its
+    /// deadline. Fails open on unknown, like `claim`.
+    pub async fn claim_delivery(
+        &self,
+        delivery: &str,
+        claimant: &str,
+        ttl: Duration,
+    ) -> Reply<(), Claimed> {
+        let b = Bucket::Claims;
+        if let Some(age) = self.kv(b).age(b)
+            && ttl > age
+        {
+            return Err(CoordError::TtlAboveBucketAge {
+                asked: ttl,
+                age,
+                bucket: "claims".into(),
+            });
+        }
+        let key = encode_token(delivery);
+        let rec = ClaimRecord {
+            claimant: claimant.to_owned(),
+            ttl_ms: ttl.as_millis() as u64,
+        };
+        let now = self.kv(b).now();
+        let lapsed = |e: &Entry| {
+            serde_json::from_slice::<ClaimRecord>(&e.value)
+                .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= now)
+                .unwrap_or(true)
+        };
+        match self.create(b, &key, encode(&rec), lapsed).await? {
+            Ok(_) => Ok(Answer::Yes(())),
+            Err(e) => {
+                let r: ClaimRecord = decode(b, &e)?;
+                if r.claimant == claimant {
+                    Ok(Answer::Yes(()))
+                } else {
+                    Ok(Answer::No(Claimed {
+                        deadline: e.written_at + Duration::from_millis(r.ttl_ms),
+                        claimant: r.claimant,
+                    }))
+                }
+            }
+        }
+    }
+
     // ---- completion ledger -----------------------------------------------
 
     /// Records that a trigger has been worked.

@@ -363,7 +363,12 @@ impl Edge {
             }
             forget(&self.unreleased, &key, &stale);
         }
-        let claimed = match self.cfg.coord.claim(&key, &claimant, CLAIM_TTL).await {
+        let claimed = match self
+            .cfg
+            .coord
+            .claim_delivery(&key, &claimant, CLAIM_TTL)
+            .await
+        {
             Ok(Answer::Yes(_)) => true,
             Ok(Answer::No(_)) => return Ok(None),
             Err(e) => {

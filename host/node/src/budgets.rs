@@ -4,12 +4,12 @@
 //! every node answers the same numbers; an unreachable counter is a 503,
 //! never a zero — a reader must not take "unknown" for "nothing spent".
 
+use axum::Json;
 use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Json;
 use crewlet_company::{Ceilings, Company};
 use crewlet_coord::{BudgetSlot, BudgetView, Coord, CoordError, Period, Scope};
 use serde_json::{Value, json};
@@ -52,7 +52,11 @@ pub async fn view(coord: &Coord, company: &Company) -> Result<Value, CoordError>
     let mut scopes = vec![(Scope::Company, "company".to_owned(), company.budget)];
     for seat in company.seats.values() {
         let caps = company.role_of(seat).budget;
-        scopes.push((Scope::Seat(seat.handle.to_string()), format!("seat:{}", seat.handle), caps));
+        scopes.push((
+            Scope::Seat(seat.handle.to_string()),
+            format!("seat:{}", seat.handle),
+            caps,
+        ));
     }
     let reads = scopes
         .iter()
@@ -95,7 +99,11 @@ pub fn render(v: &Value) -> String {
         "cap",
         "remaining"
     );
-    let num = |x: &Value| x.as_u64().map(|n| n.to_string()).unwrap_or_else(|| "-".into());
+    let num = |x: &Value| {
+        x.as_u64()
+            .map(|n| n.to_string())
+            .unwrap_or_else(|| "-".into())
+    };
     for scope in v["scopes"].as_array().into_iter().flatten() {
         for p in ["day", "week", "month"] {
             let w = &scope["windows"][p];
@@ -106,7 +114,11 @@ pub fn render(v: &Value) -> String {
                 num(&w["spent"]),
                 num(&w["cap"]),
                 num(&w["remaining"]),
-                if w["refused_at_ms"].is_null() { "" } else { "  refused" }
+                if w["refused_at_ms"].is_null() {
+                    ""
+                } else {
+                    "  refused"
+                }
             ));
         }
     }

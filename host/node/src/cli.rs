@@ -151,7 +151,11 @@ enum WebhookCmd {
         #[arg(long, value_name = "CHANNEL", default_value = "C0DEMO")]
         channel: String,
         /// What the person says.
-        #[arg(long, value_name = "TEXT", default_value = "the export button does nothing on Safari, can you take a look?")]
+        #[arg(
+            long,
+            value_name = "TEXT",
+            default_value = "the export button does nothing on Safari, can you take a look?"
+        )]
         text: String,
         /// The environment variable holding Slack's signing secret.
         #[arg(long, value_name = "NAME", default_value = "SLACK_SIGNING_SECRET")]

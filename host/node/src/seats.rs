@@ -23,8 +23,8 @@ use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
 use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
-    Brain, Call, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput, Toolbox, Turn,
-    TurnEnd, TurnEngine, Unavailable,
+    Brain, Call, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput, Toolbox, Turn, TurnEnd,
+    TurnEngine, Unavailable,
 };
 use tracing::{info, warn};
 
@@ -310,7 +310,10 @@ impl SeatHost for NodeSeats {
         let Some(seat) = batch.active.company.seats.get(&spec.handle) else {
             return TurnVerdict::Retry {
                 after: OUTAGE_RETRY,
-                reason: format!("seat {} is not in the company this turn runs under", spec.handle),
+                reason: format!(
+                    "seat {} is not in the company this turn runs under",
+                    spec.handle
+                ),
             };
         };
         let fence = batch.fence.clone();
@@ -455,6 +458,7 @@ pub async fn start(
             if let Some(seats) = seats {
                 seats.stop().await;
             }
+            running.host.engine.close().await;
             running.host.shared.shutdown().await;
             models.shutdown().await;
             follower.abort();

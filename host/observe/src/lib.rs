@@ -200,14 +200,40 @@ type RowJob = (
 /// on its lock in a pool thread of their own cost a 2-core node more in
 /// thread hand-offs than the inserts themselves. The thread ends when the
 /// last clone of the publisher is dropped (its channel closes).
+/// Rows one group commit takes at most.
+const MAX_GROUP: usize = 256;
+
 fn start_writer(store: Arc<Store>) -> std::sync::mpsc::Sender<RowJob> {
     let (tx, rx) = std::sync::mpsc::channel::<RowJob>();
     std::thread::Builder::new()
         .name("crewlet-event-log".into())
         .spawn(move || {
-            for (row, reply) in rx {
-                // The publisher may have stopped waiting: nothing to tell.
-                let _ = reply.send(store.append_event(&row));
+            // Group commit: every row already waiting goes into one
+            // transaction (one WAL sync), and each caller is answered only
+            // after the transaction holding its row committed. A failed
+            // batch is retried row by row, so one bad row fails alone.
+            while let Ok(first) = rx.recv() {
+                let mut jobs = vec![first];
+                while jobs.len() < MAX_GROUP {
+                    match rx.try_recv() {
+                        Ok(job) => jobs.push(job),
+                        Err(_) => break,
+                    }
+                }
+                let rows: Vec<EventRecord> = jobs.iter().map(|(row, _)| row.clone()).collect();
+                match store.append_events(&rows) {
+                    Ok(seqs) => {
+                        for ((_, reply), seq) in jobs.into_iter().zip(seqs) {
+                            // The publisher may have stopped waiting.
+                            let _ = reply.send(Ok(seq));
+                        }
+                    }
+                    Err(_) => {
+                        for (row, reply) in jobs {
+                            let _ = reply.send(store.append_event(&row));
+                        }
+                    }
+                }
             }
         })
         .expect("cannot start the event log writer thread");

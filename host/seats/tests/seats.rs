@@ -630,7 +630,9 @@ async fn a_shedding_node_takes_nothing_off_its_mailboxes_until_it_admits_again()
     let env = Env::start(company(&seats_of(&names))).await;
     let (gate, admission) = tokio::sync::watch::channel(false);
     let mut node = env
-        .node_with("n1", Recorder::new(), false, |cfg| cfg.admission = admission)
+        .node_with("n1", Recorder::new(), false, |cfg| {
+            cfg.admission = admission
+        })
         .await;
     node.wait_held(1).await;
     env.wake("s0", "while-shedding", None).await;

@@ -66,6 +66,38 @@ pub struct EventQuery {
     pub limit: usize,
 }
 
+fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64, StoreError> {
+    let inserted = tx.execute(
+        "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+         ON CONFLICT (event_id) DO NOTHING",
+        params![
+            event.event_id,
+            event.kind,
+            event.at_ms,
+            event.node_id,
+            event.trace_id,
+            event.seat,
+            event.conversation,
+            event.payload.to_string(),
+        ],
+    )?;
+    let seq: i64 = tx.query_row(
+        "SELECT seq FROM events WHERE event_id = ?1",
+        [&event.event_id],
+        |r| r.get(0),
+    )?;
+    if inserted == 1 {
+        let mut stmt = tx.prepare_cached(
+            "INSERT OR IGNORE INTO event_parties (party, role, seq) VALUES (?1, ?2, ?3)",
+        )?;
+        for p in &event.parties {
+            stmt.execute(params![p.party, p.role, seq])?;
+        }
+    }
+    Ok(seq)
+}
+
 impl Store {
     /// Appends `event` with its parties; answers its `seq`. Appending an
     /// event id already in the log changes nothing and answers the existing
@@ -73,36 +105,22 @@ impl Store {
     pub fn append_event(&self, event: &EventRecord) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let inserted = tx.execute(
-            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-             ON CONFLICT (event_id) DO NOTHING",
-            params![
-                event.event_id,
-                event.kind,
-                event.at_ms,
-                event.node_id,
-                event.trace_id,
-                event.seat,
-                event.conversation,
-                event.payload.to_string(),
-            ],
-        )?;
-        let seq: i64 = tx.query_row(
-            "SELECT seq FROM events WHERE event_id = ?1",
-            [&event.event_id],
-            |r| r.get(0),
-        )?;
-        if inserted == 1 {
-            let mut stmt = tx.prepare(
-                "INSERT OR IGNORE INTO event_parties (party, role, seq) VALUES (?1, ?2, ?3)",
-            )?;
-            for p in &event.parties {
-                stmt.execute(params![p.party, p.role, seq])?;
-            }
-        }
+        let seq = append_in(&tx, event)?;
         tx.commit()?;
         Ok(seq)
+    }
+
+    /// Appends `events` in one transaction (a group commit: one WAL sync
+    /// for the lot); answers their `seq`s in order. All or nothing.
+    pub fn append_events(&self, events: &[EventRecord]) -> Result<Vec<i64>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let seqs = events
+            .iter()
+            .map(|e| append_in(&tx, e))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit()?;
+        Ok(seqs)
     }
 
     /// Reads the log, newest first.
@@ -195,6 +213,40 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = Store::open_in(dir.path()).unwrap();
         (dir, s)
+    }
+
+    #[test]
+    fn a_group_commit_appends_in_order_and_is_all_or_nothing() {
+        let (_d, s) = store();
+        let first = s
+            .append_event(&EventRecord::new("x", "wake", "n1", serde_json::json!({})))
+            .unwrap();
+        let batch: Vec<EventRecord> = ["p", "q", "x"]
+            .iter()
+            .map(|id| EventRecord::new(*id, "wake", "n1", serde_json::json!({})))
+            .collect();
+        let seqs = s.append_events(&batch).unwrap();
+        assert!(seqs[0] > first && seqs[1] > seqs[0], "{seqs:?}");
+        assert_eq!(seqs[2], first, "a row already there answers its own seq");
+        // A bad row fails the whole batch: nothing of it is written.
+        s.conn()
+            .execute_batch(
+                "CREATE TEMP TRIGGER refuse_r BEFORE INSERT ON events WHEN NEW.event_id = 'r'
+                 BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let broken: Vec<EventRecord> = ["s", "r"]
+            .iter()
+            .map(|id| EventRecord::new(*id, "wake", "n1", serde_json::json!({})))
+            .collect();
+        assert!(s.append_events(&broken).is_err());
+        let ids: Vec<String> = s
+            .events(&EventQuery::default())
+            .unwrap()
+            .into_iter()
+            .map(|e| e.event_id)
+            .collect();
+        assert!(!ids.contains(&"s".to_owned()), "{ids:?}");
     }
 
     #[test]

@@ -122,7 +122,10 @@ mod tests {
         let many: Vec<Said> = (1..=SESSION_KEEP + 5).map(said).collect();
         let s = store.remember("ada", "C1#1", &many, 3).unwrap();
         assert_eq!(s.said.len(), SESSION_KEEP);
-        assert_eq!(s.said.last().unwrap().text, format!("reply {}", SESSION_KEEP + 5));
+        assert_eq!(
+            s.said.last().unwrap().text,
+            format!("reply {}", SESSION_KEEP + 5)
+        );
         assert_eq!(store.session("ada", "C1#1").unwrap(), s);
     }
 }

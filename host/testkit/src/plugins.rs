@@ -31,7 +31,13 @@ impl PluginsDir {
 
     /// Adds a provider plugin whose `base_url` and only outbound host are
     /// `origin` (`http://127.0.0.1:PORT`) with `base_url` under it.
-    pub fn add_provider_at(&self, name: &str, manifest: &str, base_url: &str, origin: &str) -> &Self {
+    pub fn add_provider_at(
+        &self,
+        name: &str,
+        manifest: &str,
+        base_url: &str,
+        origin: &str,
+    ) -> &Self {
         self.add_edited(name, manifest, |text| {
             text.lines()
                 .map(|l| {
@@ -50,8 +56,8 @@ impl PluginsDir {
 
     fn add_edited(&self, name: &str, manifest: &str, edit: impl Fn(String) -> String) -> &Self {
         let src = repo_root().join(manifest);
-        let text = std::fs::read_to_string(&src)
-            .unwrap_or_else(|e| panic!("{}: {e}", src.display()));
+        let text =
+            std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("{}: {e}", src.display()));
         let into = self.dir.join(name);
         std::fs::create_dir_all(&into).expect("create the plugin's dir");
         let base = src.parent().expect("a manifest has a dir");

@@ -22,16 +22,19 @@
 //!   stops the next call; a window known full turns the work away before
 //!   the first call, recorded without a charge; an unreachable counter is
 //!   an outage, never "out of budget".
+//! - Events for every step are emitted in order but published off the
+//!   turn's critical path (one writer task): a row or a broadcast never
+//!   delays a model call.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use crewlet_company::{Active, Ceilings, Company, Role, Seat};
-use crewlet_coord::{Answer, Bucket, Caps, Coord, Refusal, Scope, Windows};
+use crewlet_coord::{Answer, Bucket, BudgetView, Caps, Coord, Period, Refusal, Scope, Windows};
 use crewlet_ingress::Wake;
 use crewlet_observe::Publisher;
-use crewlet_store::{Party, Said, Store};
+use crewlet_store::{EventRecord, Party, Said, Store};
 use serde_json::{Value, json};
 use tracing::warn;
 
@@ -64,9 +67,60 @@ impl Default for Limits {
 pub struct TurnEngine<B> {
     brain: Arc<B>,
     coord: Coord,
-    publisher: Publisher,
+    events: Events,
     store: Arc<Store>,
     limits: Limits,
+}
+
+/// Events leave the turn's critical path: one writer task publishes them in
+/// the order they were emitted (the row inline, then the broadcast), so a
+/// model call never waits for a row or a broadcast.
+struct Events {
+    publisher: Publisher,
+    tx: std::sync::Mutex<Option<tokio::sync::mpsc::UnboundedSender<EventRecord>>>,
+    writer: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Events {
+    fn start(publisher: Publisher) -> Events {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<EventRecord>();
+        let p = publisher.clone();
+        let writer = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let kind = ev.kind.clone();
+                if let Err(e) = p.publish(ev).await {
+                    warn!(subsystem = "turns", %kind, error = %e, "event not published");
+                }
+            }
+        });
+        Events {
+            publisher,
+            tx: std::sync::Mutex::new(Some(tx)),
+            writer: std::sync::Mutex::new(Some(writer)),
+        }
+    }
+
+    async fn emit(&self, ev: EventRecord) {
+        let queued = match &*self.tx.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(tx) => tx.send(ev).map_err(|e| e.0),
+            None => Err(ev),
+        };
+        // Closed: published inline, still in order after what was queued.
+        if let Err(ev) = queued {
+            let kind = ev.kind.clone();
+            if let Err(e) = self.publisher.publish(ev).await {
+                warn!(subsystem = "turns", %kind, error = %e, "event not published");
+            }
+        }
+    }
+
+    async fn close(&self) {
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let writer = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = writer {
+            let _ = w.await;
+        }
+    }
 }
 
 /// One turn to run: a batch of wakes of one conversation for one seat.
@@ -158,6 +212,7 @@ struct Ran {
 }
 
 impl<B: Brain> TurnEngine<B> {
+    /// A turn engine; starts its event writer, so call it in a runtime.
     pub fn new(
         brain: Arc<B>,
         coord: Coord,
@@ -168,18 +223,45 @@ impl<B: Brain> TurnEngine<B> {
         TurnEngine {
             brain,
             coord,
-            publisher,
+            events: Events::start(publisher),
             store,
             limits,
         }
     }
 
+    /// Publishes every event still queued; later events are published
+    /// inline. Call it when the node stops, after the last turn.
+    pub async fn close(&self) {
+        self.events.close().await;
+    }
+
     /// Runs one turn to its end.
     pub async fn run<T: Toolbox>(&self, turn: Turn<'_, T>) -> TurnEnd {
-        let mut pending = Vec::new();
-        for w in turn.wakes {
+        let company = turn.active.company.clone();
+        let role = company.role_of(turn.seat).clone();
+        let windows = windows_now(&company);
+        let handle = turn.seat.handle.as_str();
+        // Both are reads: the ledger (is anything left to do?) and the
+        // budget windows (is there room?), side by side.
+        let ledger = futures::future::join_all(turn.wakes.iter().map(|w| async move {
             let key = trigger::trigger_key(w);
-            match self.coord.completed(&key).await {
+            let done = self.coord.completed(&key).await;
+            (key, w, done)
+        }));
+        let seat_scope = Scope::Seat(handle.to_owned());
+        let room = async {
+            let (c, s) = futures::join!(
+                self.coord.budget(&Scope::Company, &windows),
+                self.coord.budget(&seat_scope, &windows)
+            );
+            Ok::<bool, crewlet_coord::CoordError>(
+                has_room(&c?, &caps(&company.budget)) && has_room(&s?, &caps(&role.budget)),
+            )
+        };
+        let (ledger, room) = futures::join!(ledger, room);
+        let mut pending = Vec::new();
+        for (key, w, done) in ledger {
+            match done {
                 Ok(Answer::Yes(())) => {}
                 Ok(Answer::No(())) => pending.push((key, w.clone())),
                 Err(e) => {
@@ -193,8 +275,6 @@ impl<B: Brain> TurnEngine<B> {
         }
         let keys: Vec<String> = pending.iter().map(|(k, _)| k.clone()).collect();
         let wakes: Vec<Wake> = pending.into_iter().map(|(_, w)| w).collect();
-        let company = turn.active.company.clone();
-        let role = company.role_of(turn.seat).clone();
         let mut run = Run {
             engine: self,
             turn_id: trigger::turn_id(&keys),
@@ -202,7 +282,7 @@ impl<B: Brain> TurnEngine<B> {
             trace_id: wakes.first().map(|w| w.trace_id.clone()),
             conversation: wakes.iter().find_map(|w| w.conversation.clone()),
             owed: wakes.iter().find_map(trigger::owed),
-            windows: windows_now(&company),
+            windows,
             company_caps: caps(&company.budget),
             seat_caps: caps(&role.budget),
             role,
@@ -230,7 +310,7 @@ impl<B: Brain> TurnEngine<B> {
             }),
         )
         .await;
-        let end = run.run().await;
+        let end = run.run(room).await;
         let (label, detail) = match &end {
             Ok(o) => (o.label(), o.detail().map(str::to_owned)),
             Err(Stop::Outage(r)) => ("outage", Some(r.clone())),
@@ -299,8 +379,11 @@ struct Run<'a, B, T> {
 }
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
-    async fn run(&mut self) -> Result<Outcome, Stop> {
-        match self.admit().await {
+    async fn run(
+        &mut self,
+        room: Result<bool, crewlet_coord::CoordError>,
+    ) -> Result<Outcome, Stop> {
+        match self.admit(room).await {
             Ok(None) => {}
             Ok(Some(outcome)) => return Ok(outcome),
             Err(stop) => return Err(stop),
@@ -316,8 +399,22 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         }
     }
 
-    /// Turns the work away before the first call when a window is full.
-    async fn admit(&mut self) -> Result<Option<Outcome>, Stop> {
+    /// Turns the work away before the first call when a window is full
+    /// (`room` is what a read of the windows said; only a full window is
+    /// written to, to record the refusal).
+    async fn admit(
+        &mut self,
+        room: Result<bool, crewlet_coord::CoordError>,
+    ) -> Result<Option<Outcome>, Stop> {
+        match room {
+            Ok(true) => return Ok(None),
+            Ok(false) => {}
+            Err(e) => {
+                return Err(Stop::Outage(format!(
+                    "the budget counters are unreachable: {e}"
+                )));
+            }
+        }
         let refused = self
             .engine
             .coord
@@ -334,7 +431,9 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 self.budget_event(&r, true).await;
                 Ok(Some(Outcome::TurnedAway))
             }
-            Err(e) => Err(Stop::Outage(format!("the budget counters are unreachable: {e}"))),
+            Err(e) => Err(Stop::Outage(format!(
+                "the budget counters are unreachable: {e}"
+            ))),
         }
     }
 
@@ -352,31 +451,34 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             let from = self.record.len();
             let feedback = match self.execute(&mut conversation, iteration).await? {
                 Executed::Unsubmitted(why) => why,
-                Executed::Submitted(work) => {
-                    match self.review(&work, from, iteration).await? {
-                        (Verdict::Done, _) if self.owed_unanswered() => {
-                            self.emit(
-                                "review_overturned",
-                                json!({"turn_id": self.turn_id, "iteration": iteration,
+                Executed::Submitted(work) => match self.review(&work, from, iteration).await? {
+                    (Verdict::Done, _) if self.owed_unanswered() => {
+                        self.emit(
+                            "review_overturned",
+                            json!({"turn_id": self.turn_id, "iteration": iteration,
                                        "reason": "the trigger owed a reply and none was posted"}),
-                            )
-                            .await;
-                            format!(
-                                "The review said done, but someone is waiting for your reply in {} and nothing was posted there. Post the reply with your reply tool, then submit.",
-                                self.owed.as_ref().map(|t| t.to_string()).unwrap_or_default()
-                            )
-                        }
-                        (Verdict::Done, _) => {
-                            return Ok(match work.outcome {
-                                Claimed::Delivered => Outcome::Delivered,
-                                Claimed::NoAction => Outcome::NoAction,
-                                Claimed::Blocked => Outcome::Blocked(work.summary),
-                            });
-                        }
-                        (Verdict::Failed, feedback) => return Ok(Outcome::Failed(feedback)),
-                        (Verdict::Iterate, feedback) => format!("The review asks for another round: {feedback}"),
+                        )
+                        .await;
+                        format!(
+                            "The review said done, but someone is waiting for your reply in {} and nothing was posted there. Post the reply with your reply tool, then submit.",
+                            self.owed
+                                .as_ref()
+                                .map(|t| t.to_string())
+                                .unwrap_or_default()
+                        )
                     }
-                }
+                    (Verdict::Done, _) => {
+                        return Ok(match work.outcome {
+                            Claimed::Delivered => Outcome::Delivered,
+                            Claimed::NoAction => Outcome::NoAction,
+                            Claimed::Blocked => Outcome::Blocked(work.summary),
+                        });
+                    }
+                    (Verdict::Failed, feedback) => return Ok(Outcome::Failed(feedback)),
+                    (Verdict::Iterate, feedback) => {
+                        format!("The review asks for another round: {feedback}")
+                    }
+                },
             };
             conversation.push(Msg::user(feedback));
         }
@@ -396,13 +498,25 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     /// The executor's model ↔ tool loop for one iteration.
-    async fn execute(&mut self, conversation: &mut Vec<Msg>, iteration: u32) -> Result<Executed, Stop> {
+    async fn execute(
+        &mut self,
+        conversation: &mut Vec<Msg>,
+        iteration: u32,
+    ) -> Result<Executed, Stop> {
         let chain = self.role.executor.clone();
         for round in 1..=self.role.max_tool_rounds.max(1) {
             let mut tools = builtins::executor_builtins();
             tools.extend(self.activated_defs());
             let thought = self
-                .think(&chain, conversation.clone(), tools, false, Phase::Executor, iteration, round)
+                .think(
+                    &chain,
+                    conversation.clone(),
+                    tools,
+                    false,
+                    Phase::Executor,
+                    iteration,
+                    round,
+                )
                 .await?;
             conversation.push(Msg {
                 speaker: Speaker::Assistant,
@@ -434,7 +548,12 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     /// The reviewer's judgement of the record since `from`.
-    async fn review(&mut self, work: &SubmitWork, from: usize, iteration: u32) -> Result<(Verdict, String), Stop> {
+    async fn review(
+        &mut self,
+        work: &SubmitWork,
+        from: usize,
+        iteration: u32,
+    ) -> Result<(Verdict, String), Stop> {
         let chain = vec![self.role.reviewer.clone()];
         let mut conversation = vec![
             Msg::system(format!(
@@ -451,7 +570,15 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         ];
         for round in 1..=self.engine.limits.review_rounds.max(1) {
             let thought = self
-                .think(&chain, conversation.clone(), builtins::reviewer_builtins(), true, Phase::Reviewer, iteration, round)
+                .think(
+                    &chain,
+                    conversation.clone(),
+                    builtins::reviewer_builtins(),
+                    true,
+                    Phase::Reviewer,
+                    iteration,
+                    round,
+                )
                 .await?;
             let verdict = thought
                 .calls
@@ -476,7 +603,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 None => {
                     conversation.push(assistant(&thought));
                     for c in &thought.calls {
-                        conversation.push(Msg::tool(&c.id, "Only submit_review is available to you."));
+                        conversation
+                            .push(Msg::tool(&c.id, "Only submit_review is available to you."));
                     }
                     conversation.push(Msg::user("Answer with submit_review."));
                 }
@@ -537,12 +665,20 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         match self
             .engine
             .coord
-            .charge(&self.handle, &self.windows, &self.company_caps, &self.seat_caps, tokens)
+            .charge(
+                &self.handle,
+                &self.windows,
+                &self.company_caps,
+                &self.seat_caps,
+                tokens,
+            )
             .await
         {
             Ok(Answer::Yes(_)) => Ok(thought),
             Ok(Answer::No(refusal)) => Err(Stop::Budget(refusal)),
-            Err(e) => Err(Stop::Outage(format!("the budget counters are unreachable: {e}"))),
+            Err(e) => Err(Stop::Outage(format!(
+                "the budget counters are unreachable: {e}"
+            ))),
         }
     }
 
@@ -551,50 +687,62 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     async fn dispatch(&mut self, call: &Call) -> Result<(String, Option<SubmitWork>), Stop> {
         let started = Instant::now();
         let (answer, ok, posted_to, submitted) = match call.name.as_str() {
-            builtins::SUBMIT_WORK => match builtins::decode::<SubmitWork>(&call.name, &call.arguments) {
-                Err(e) => (e, false, None, None),
-                Ok(work) if work.outcome == Claimed::Delivered && self.owed_unanswered() => (
-                    format!(
-                        "Refused: you claim delivery, but nothing was posted to {} in this turn. Post the reply with your reply tool first, or submit blocked / no_action with the reason.",
-                        self.owed.as_ref().map(|t| t.to_string()).unwrap_or_default()
+            builtins::SUBMIT_WORK => {
+                match builtins::decode::<SubmitWork>(&call.name, &call.arguments) {
+                    Err(e) => (e, false, None, None),
+                    Ok(work) if work.outcome == Claimed::Delivered && self.owed_unanswered() => (
+                        format!(
+                            "Refused: you claim delivery, but nothing was posted to {} in this turn. Post the reply with your reply tool first, or submit blocked / no_action with the reason.",
+                            self.owed
+                                .as_ref()
+                                .map(|t| t.to_string())
+                                .unwrap_or_default()
+                        ),
+                        false,
+                        None,
+                        None,
                     ),
-                    false,
-                    None,
-                    None,
-                ),
-                Ok(work) => ("Submitted for review.".to_owned(), true, None, Some(work)),
-            },
-            builtins::LIST_TOOLS => match builtins::decode::<builtins::ServerArg>(&call.name, &call.arguments)
-                .and_then(|a| self.tools.tools(&a.server).map(|t| (a.server, t)))
-            {
-                Ok((server, tools)) => {
-                    let list: Vec<Value> = tools
+                    Ok(work) => ("Submitted for review.".to_owned(), true, None, Some(work)),
+                }
+            }
+            builtins::LIST_TOOLS => {
+                match builtins::decode::<builtins::ServerArg>(&call.name, &call.arguments)
+                    .and_then(|a| self.tools.tools(&a.server).map(|t| (a.server, t)))
+                {
+                    Ok((server, tools)) => {
+                        let list: Vec<Value> = tools
                         .iter()
                         .map(|t| json!({"name": t.name, "description": t.description, "parameters": t.parameters}))
                         .collect();
-                    (
+                        (
                         json!({"server": server, "tools": list, "hint": "activate_tool makes one callable as SERVER__TOOL"}).to_string(),
                         true,
                         None,
                         None,
                     )
+                    }
+                    Err(e) => (e, false, None, None),
                 }
-                Err(e) => (e, false, None, None),
-            },
-            builtins::ACTIVATE => match builtins::decode::<builtins::ToolArg>(&call.name, &call.arguments)
-                .and_then(|a| self.activate(&a.server, &a.tool))
-            {
-                Ok(name) => (format!("{name} is now callable."), true, None, None),
-                Err(e) => (e, false, None, None),
-            },
+            }
+            builtins::ACTIVATE => {
+                match builtins::decode::<builtins::ToolArg>(&call.name, &call.arguments)
+                    .and_then(|a| self.activate(&a.server, &a.tool))
+                {
+                    Ok(name) => (format!("{name} is now callable."), true, None, None),
+                    Err(e) => (e, false, None, None),
+                }
+            }
             name => match builtins::split_offered(name) {
                 Some((server, tool)) => {
                     let (server, tool) = (server.to_owned(), tool.to_owned());
-                    let (answer, ok, posted) = self.call_mcp(&server, &tool, &call.arguments).await?;
+                    let (answer, ok, posted) =
+                        self.call_mcp(&server, &tool, &call.arguments).await?;
                     (answer, ok, posted, None)
                 }
                 None => (
-                    format!("There is no tool {name:?}. Your MCP servers' tools are called as SERVER__TOOL after activate_tool."),
+                    format!(
+                        "There is no tool {name:?}. Your MCP servers' tools are called as SERVER__TOOL after activate_tool."
+                    ),
                     false,
                     None,
                     None,
@@ -628,7 +776,12 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     /// Calls an MCP tool; a reply tool goes through the reply key first.
-    async fn call_mcp(&mut self, server: &str, tool: &str, arguments: &str) -> Result<(String, bool, Option<Target>), Stop> {
+    async fn call_mcp(
+        &mut self,
+        server: &str,
+        tool: &str,
+        arguments: &str,
+    ) -> Result<(String, bool, Option<Target>), Stop> {
         let args: Value = match builtins::decode(tool, arguments) {
             Ok(v) => v,
             Err(e) => return Ok((e, false, None)),
@@ -652,7 +805,11 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             ));
         };
         let key = trigger::reply_key(&self.turn_id, server, tool, &target);
-        let text = args.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
+        let text = args
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
         let claim = self
             .engine
             .coord
@@ -672,7 +829,11 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                     Some(target),
                 ));
             }
-            Err(e) => return Err(Stop::Outage(format!("cannot record the reply key for {target}: {e}"))),
+            Err(e) => {
+                return Err(Stop::Outage(format!(
+                    "cannot record the reply key for {target}: {e}"
+                )));
+            }
         }
         match self.tools.call(server, tool, args).await {
             Ok(out) if !out.is_error => {
@@ -691,11 +852,21 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Ok(out) => {
                 // The tool refused: nothing was posted, so the key is freed
                 // for a corrected attempt.
-                let _ = self.engine.coord.remove_record(Bucket::Ledger, "reply", &key).await;
+                let _ = self
+                    .engine
+                    .coord
+                    .remove_record(Bucket::Ledger, "reply", &key)
+                    .await;
                 Ok((out.text, false, None))
             }
             // Unreachable mid-call: it may have posted, so the key stays.
-            Err(e) => Ok((format!("the reply tool could not be reached (not retried, it may have posted): {e}"), false, None)),
+            Err(e) => Ok((
+                format!(
+                    "the reply tool could not be reached (not retried, it may have posted): {e}"
+                ),
+                false,
+                None,
+            )),
         }
     }
 
@@ -766,7 +937,9 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                     }
                 }
                 Ok(_) => {}
-                Err(e) => warn!(subsystem = "turns", error = %e, "cannot read the conversation session"),
+                Err(e) => {
+                    warn!(subsystem = "turns", error = %e, "cannot read the conversation session")
+                }
             }
         }
         p
@@ -798,7 +971,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             }
         }
         if let Some(conv) = &self.conversation
-            && let Err(e) = self.engine.store.remember(&self.handle, conv, &self.said, now_ms())
+            && let Err(e) = self
+                .engine
+                .store
+                .remember(&self.handle, conv, &self.said, now_ms())
         {
             warn!(subsystem = "turns", error = %e, "cannot record the conversation session");
         }
@@ -820,8 +996,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     async fn emit(&self, kind: &str, payload: Value) {
-        let p = &self.engine.publisher;
-        let mut ev = p.event(kind, payload);
+        let mut ev = self.engine.events.publisher.event(kind, payload);
         ev.seat = Some(self.handle.clone());
         ev.trace_id = self.trace_id.clone();
         ev.conversation = self.conversation.clone();
@@ -829,9 +1004,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             party: self.handle.clone(),
             role: "seat".into(),
         });
-        if let Err(e) = p.publish(ev).await {
-            warn!(subsystem = "turns", kind, error = %e, "event not published");
-        }
+        self.engine.events.emit(ev).await;
     }
 }
 
@@ -853,6 +1026,18 @@ fn clipped(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+/// Whether every capped window of `view` has room for one more token.
+fn has_room(view: &BudgetView, caps: &Caps) -> bool {
+    Period::ALL.into_iter().all(|p| {
+        let cap = match p {
+            Period::Day => caps.day,
+            Period::Week => caps.week,
+            Period::Month => caps.month,
+        };
+        cap.is_none_or(|cap| view.slot(p).spent < cap)
+    })
 }
 
 fn caps(c: &Ceilings) -> Caps {

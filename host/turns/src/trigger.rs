@@ -173,7 +173,10 @@ mod tests {
         let elsewhere = json!({"channel": "C1", "thread": "99", "text": "x"});
         assert!(!owed.answered_by(&Target::of_arguments(&elsewhere).unwrap()));
         let issue = json!({"repo": "acme/app", "issue": 7});
-        assert_eq!(Target::of_arguments(&issue).unwrap().to_string(), "acme/app#7");
+        assert_eq!(
+            Target::of_arguments(&issue).unwrap().to_string(),
+            "acme/app#7"
+        );
         assert!(Target::of_arguments(&json!({"text": "x"})).is_none());
     }
 
@@ -195,7 +198,13 @@ mod tests {
     #[test]
     fn the_rendered_trigger_carries_a_wake_block() {
         let r = render(&[wake("slack", "app_mention", "mention")]);
-        let body = r.split("```wake\n").nth(1).unwrap().split("\n```").next().unwrap();
+        let body = r
+            .split("```wake\n")
+            .nth(1)
+            .unwrap()
+            .split("\n```")
+            .next()
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["channel"], "C1");
         assert_eq!(v["text"], "hi");

@@ -618,6 +618,25 @@ pub async fn delivery_claims<F: Fixture>(f: &F) {
             .is_yes(),
         "a lapsed claim is claimable"
     );
+    // The edge's claim: the same contract, without reading its write back.
+    let e = format!("slack:{}", uuid::Uuid::new_v4());
+    let ttl = Duration::from_secs(300);
+    assert!(c.claim_delivery(&e, "x", ttl).await.unwrap().is_yes());
+    assert!(
+        c.claim_delivery(&e, "x", ttl).await.unwrap().is_yes(),
+        "a repeat by the claimant"
+    );
+    let other = c.claim_delivery(&e, "y", ttl).await.unwrap().no().unwrap();
+    assert_eq!(other.claimant, "x");
+    assert_eq!(
+        c.claim(&e, "y", ttl).await.unwrap().no().unwrap().claimant,
+        "x"
+    );
+    assert!(matches!(
+        c.claim_delivery(&e, "x", Duration::from_secs(31 * 60))
+            .await,
+        Err(CoordError::TtlAboveBucketAge { .. })
+    ));
 }
 
 /// The completion ledger.
