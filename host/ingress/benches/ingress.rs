@@ -199,7 +199,7 @@ async fn main() {
             let coord = coord.clone();
             async move {
                 let got = coord
-                    .claim(&format!("bench:{id}"), "bench/claimant", CLAIM_TTL)
+                    .claim_delivery(&format!("bench:{id}"), "bench/claimant", CLAIM_TTL)
                     .await
                     .unwrap();
                 assert!(matches!(got, crewlet_coord::Answer::Yes(_)));
@@ -272,7 +272,7 @@ async fn main() {
     );
     for (what, r) in [
         ("  step: verify + parse in WASM", &wasm),
-        ("  step: Coord::claim", &claim),
+        ("  step: Coord::claim_delivery (the edge's claim)", &claim),
         ("  step: SQLite append_event, one thread", &sqlite),
         ("  step: event row + broadcast (record)", &row),
         (

@@ -855,7 +855,7 @@ fn now_ms() -> u64 {
 // ---- `crewlet config import` ------------------------------------------------------
 
 /// The API a running node listens on by default.
-pub const DEFAULT_API: &str = "http://127.0.0.1:7420";
+pub const DEFAULT_API: &str = crate::client::DEFAULT_API;
 
 /// Why `crewlet config import` did not import.
 #[derive(Debug, thiserror::Error)]
@@ -957,56 +957,20 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
     ))
 }
 
-/// A plain HTTP/1.1 request to a running node's API (no TLS: the API is
-/// reached on loopback or a private network); answers (status, body).
+/// A request to a running node's API (see [`crate::client`]), with the
+/// import's errors (which name the `--data-dir` way out).
 pub(crate) fn http_request(
     api: &str,
     method: &str,
     path: &str,
     body: &[u8],
 ) -> Result<(u16, String), ImportError> {
-    use std::io::{Read, Write};
-    let rest = api
-        .strip_prefix("http://")
-        .ok_or_else(|| ImportError::BadApi(api.to_owned()))?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() {
-        return Err(ImportError::BadApi(api.to_owned()));
-    }
-    let addr = if authority.contains(':') {
-        authority.to_owned()
-    } else {
-        format!("{authority}:80")
-    };
-    let unreachable = |source| ImportError::Unreachable {
-        api: api.to_owned(),
-        source,
-    };
-    let mut stream = std::net::TcpStream::connect(&addr).map_err(unreachable)?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(unreachable)?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).map_err(unreachable)?;
-    stream.write_all(body).map_err(unreachable)?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).map_err(unreachable)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            unreachable(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the answer has no HTTP status line",
-            ))
-        })?;
-    Ok((status, body.to_owned()))
+    crate::client::request(api, method, path, &[], body).map_err(|e| match e {
+        crate::client::ClientError::BadApi(api) => ImportError::BadApi(api),
+        crate::client::ClientError::Unreachable { api, source } => {
+            ImportError::Unreachable { api, source }
+        }
+    })
 }
 
 #[cfg(test)]
