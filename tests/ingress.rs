@@ -449,6 +449,11 @@ fn bad_deliveries_get_their_documented_status() {
         400
     );
     assert_eq!(
+        send_github(&node, "/webhooks/github", "d-broken", b"{\"action\": ").status,
+        400,
+        "an object that does not parse is the plugin's 400"
+    );
+    assert_eq!(
         send_github(&node, "/webhooks/nope", "d-route", &body).status,
         404
     );
