@@ -67,11 +67,14 @@ pub struct EventQuery {
 }
 
 fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64, StoreError> {
-    let inserted = tx.execute(
-        "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
-         ON CONFLICT (event_id) DO NOTHING",
-        params![
+    // Cached statements: the SQL is parsed once per connection, not per row.
+    let inserted = tx
+        .prepare_cached(
+            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (event_id) DO NOTHING",
+        )?
+        .execute(params![
             event.event_id,
             event.kind,
             event.at_ms,
@@ -80,13 +83,10 @@ fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64,
             event.seat,
             event.conversation,
             event.payload.to_string(),
-        ],
-    )?;
-    let seq: i64 = tx.query_row(
-        "SELECT seq FROM events WHERE event_id = ?1",
-        [&event.event_id],
-        |r| r.get(0),
-    )?;
+        ])?;
+    let seq: i64 = tx
+        .prepare_cached("SELECT seq FROM events WHERE event_id = ?1")?
+        .query_row([&event.event_id], |r| r.get(0))?;
     if inserted == 1 {
         let mut stmt = tx.prepare_cached(
             "INSERT OR IGNORE INTO event_parties (party, role, seq) VALUES (?1, ?2, ?3)",
