@@ -426,27 +426,6 @@ fn postures_serve_wait_stuck_and_back_to_serve() {
     assert!(eventually(APPLY_WITHIN, || ready_status(&node) == 200));
 }
 
-/// Takes (and acks) the next wake in `handle`'s mailbox, if there is one.
-async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serde_json::Value> {
-    use futures::StreamExt;
-    let js = async_nats::jetstream::new(client.clone());
-    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
-    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
-        .get_consumer(&format!("inbox-{handle}"))
-        .await
-        .expect("the mailbox exists");
-    let mut batch = consumer
-        .fetch()
-        .max_messages(1)
-        .expires(Duration::from_millis(500))
-        .messages()
-        .await
-        .expect("fetch");
-    let msg = batch.next().await?.expect("a message");
-    msg.double_ack().await.expect("ack");
-    Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
-}
-
 #[test]
 fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
     use crewlet_coord::Bucket;

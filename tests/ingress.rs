@@ -168,27 +168,6 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Takes (and acks) the next wake in `handle`'s mailbox, if there is one.
-async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<Value> {
-    use futures::StreamExt;
-    let js = async_nats::jetstream::new(client.clone());
-    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
-    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
-        .get_consumer(&format!("inbox-{handle}"))
-        .await
-        .expect("the mailbox exists");
-    let mut batch = consumer
-        .fetch()
-        .max_messages(1)
-        .expires(Duration::from_millis(500))
-        .messages()
-        .await
-        .expect("fetch");
-    let msg = batch.next().await?.expect("a message");
-    msg.double_ack().await.expect("ack");
-    Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
-}
-
 async fn pending(client: &async_nats::Client, handle: &str) -> u64 {
     let js = async_nats::jetstream::new(client.clone());
     let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
@@ -197,30 +176,6 @@ async fn pending(client: &async_nats::Client, handle: &str) -> u64 {
         .await
         .unwrap();
     info.num_pending
-}
-
-fn events(node: &Node, kind: &str) -> Vec<Value> {
-    node.get(&format!("/events?type={kind}&limit=1000"))
-        .expect("GET /events")
-        .json()
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-}
-
-fn wait_events(node: &Node, kind: &str, n: usize) -> Vec<Value> {
-    let mut got = Vec::new();
-    let ok = eventually(Duration::from_secs(20), || {
-        got = events(node, kind);
-        got.len() >= n
-    });
-    assert!(
-        ok,
-        "{n} {kind} events expected, saw {}: {}",
-        got.len(),
-        node.log_text()
-    );
-    got
 }
 
 fn ws_connect(node: &Node) -> WebSocket<TcpStream> {

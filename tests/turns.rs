@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Node, Sandbox, eventually};
+use common::{Node, Sandbox};
 use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
@@ -122,28 +122,11 @@ impl World {
     }
 
     fn events(&self, kind: &str) -> Vec<Value> {
-        self.node
-            .get(&format!("/events?type={kind}&limit=1000"))
-            .expect("GET /events")
-            .json()
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
+        common::events(&self.node, kind)
     }
 
     fn wait_events(&self, kind: &str, n: usize) -> Vec<Value> {
-        let mut got = Vec::new();
-        let ok = eventually(Duration::from_secs(30), || {
-            got = self.events(kind);
-            got.len() >= n
-        });
-        assert!(
-            ok,
-            "{n} {kind} events expected, saw {}: {}",
-            got.len(),
-            self.node.log_text()
-        );
-        got
+        common::wait_events(&self.node, kind, n)
     }
 
     /// The posts the chat server recorded, oldest first.

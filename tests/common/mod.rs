@@ -283,3 +283,50 @@ pub fn dir_is_absent_or_empty(p: &Path) -> bool {
             .map(|mut d| d.next().is_none())
             .unwrap_or(false)
 }
+
+/// Takes (and acks) the next wake in `handle`'s mailbox, if there is one.
+pub async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serde_json::Value> {
+    use futures::StreamExt;
+    let js = async_nats::jetstream::new(client.clone());
+    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+    let consumer: async_nats::jetstream::consumer::PullConsumer = stream
+        .get_consumer(&format!("inbox-{handle}"))
+        .await
+        .expect("the mailbox exists");
+    let mut batch = consumer
+        .fetch()
+        .max_messages(1)
+        .expires(Duration::from_millis(500))
+        .messages()
+        .await
+        .expect("fetch");
+    let msg = batch.next().await?.expect("a message");
+    msg.double_ack().await.expect("ack");
+    Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
+}
+
+/// Events of `kind` in the node's log, newest first.
+pub fn events(node: &Node, kind: &str) -> Vec<serde_json::Value> {
+    node.get(&format!("/events?type={kind}&limit=1000"))
+        .expect("GET /events")
+        .json()
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits up to 30 s for at least `n` events of `kind`.
+pub fn wait_events(node: &Node, kind: &str, n: usize) -> Vec<serde_json::Value> {
+    let mut got = Vec::new();
+    let ok = eventually(Duration::from_secs(30), || {
+        got = events(node, kind);
+        got.len() >= n
+    });
+    assert!(
+        ok,
+        "{n} {kind} events expected, saw {}: {}",
+        got.len(),
+        node.log_text()
+    );
+    got
+}

@@ -108,6 +108,24 @@ fn from_ms(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
+/// The claim an entry of the claims bucket holds.
+fn claimed(e: &Entry) -> Result<Claimed, CoordError> {
+    let r: ClaimRecord = decode(Bucket::Claims, e)?;
+    Ok(Claimed {
+        deadline: e.written_at + Duration::from_millis(r.ttl_ms),
+        claimant: r.claimant,
+    })
+}
+
+/// Yes when `claimant` holds the claim, no when another does.
+fn held_by(c: Claimed, claimant: &str) -> Answer<Claimed, Claimed> {
+    if c.claimant == claimant {
+        Answer::Yes(c)
+    } else {
+        Answer::No(c)
+    }
+}
+
 fn class_key(class: &str, id: &str) -> Result<String, CoordError> {
     check_class(class)?;
     if id.is_empty() {
@@ -136,61 +154,20 @@ impl Coord {
         ttl: Duration,
     ) -> Reply<Claimed, Claimed> {
         let b = Bucket::Claims;
-        if let Some(age) = self.kv(b).age(b)
-            && ttl > age
-        {
-            return Err(CoordError::TtlAboveBucketAge {
-                asked: ttl,
-                age,
-                bucket: "claims".into(),
-            });
-        }
         let key = encode_token(delivery);
-        let rec = ClaimRecord {
-            claimant: claimant.to_owned(),
-            ttl_ms: ttl.as_millis() as u64,
-        };
         let kv = self.kv(b);
-        let now = kv.now();
-        let lapsed = |e: &Entry| {
-            serde_json::from_slice::<ClaimRecord>(&e.value)
-                .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= now)
-                .unwrap_or(true)
-        };
-        match self.create(b, &key, encode(&rec), lapsed).await? {
-            Ok(_) => {
+        match self.create_claim(&key, claimant, ttl).await? {
+            Ok(()) => {
                 // Read our own write back (from the leader) to learn the
                 // store's deadline.
                 match kv.get(b, &key).await? {
-                    Some(e) if !e.removed => {
-                        let r: ClaimRecord = decode(b, &e)?;
-                        let c = Claimed {
-                            deadline: e.written_at + Duration::from_millis(r.ttl_ms),
-                            claimant: r.claimant,
-                        };
-                        Ok(if c.claimant == claimant {
-                            Answer::Yes(c)
-                        } else {
-                            Answer::No(c)
-                        })
-                    }
+                    Some(e) if !e.removed => Ok(held_by(claimed(&e)?, claimant)),
                     _ => Err(CoordError::Unavailable(
                         "the claim was written but reads back as absent".into(),
                     )),
                 }
             }
-            Err(e) => {
-                let r: ClaimRecord = decode(b, &e)?;
-                let c = Claimed {
-                    deadline: e.written_at + Duration::from_millis(r.ttl_ms),
-                    claimant: r.claimant,
-                };
-                Ok(if c.claimant == claimant {
-                    Answer::Yes(c)
-                } else {
-                    Answer::No(c)
-                })
-            }
+            Err(c) => Ok(held_by(c, claimant)),
         }
     }
 
@@ -204,6 +181,26 @@ impl Coord {
         claimant: &str,
         ttl: Duration,
     ) -> Reply<(), Claimed> {
+        Ok(
+            match self
+                .create_claim(&encode_token(delivery), claimant, ttl)
+                .await?
+            {
+                Ok(()) => Answer::Yes(()),
+                Err(c) if c.claimant == claimant => Answer::Yes(()),
+                Err(c) => Answer::No(c),
+            },
+        )
+    }
+
+    /// Creates the claim `key` for `claimant` (create-only; a lapsed claim
+    /// counts as absent). `Ok(Err(_))`: the live claim already there.
+    async fn create_claim(
+        &self,
+        key: &str,
+        claimant: &str,
+        ttl: Duration,
+    ) -> Result<Result<(), Claimed>, CoordError> {
         let b = Bucket::Claims;
         if let Some(age) = self.kv(b).age(b)
             && ttl > age
@@ -214,7 +211,6 @@ impl Coord {
                 bucket: "claims".into(),
             });
         }
-        let key = encode_token(delivery);
         let rec = ClaimRecord {
             claimant: claimant.to_owned(),
             ttl_ms: ttl.as_millis() as u64,
@@ -225,19 +221,9 @@ impl Coord {
                 .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= now)
                 .unwrap_or(true)
         };
-        match self.create(b, &key, encode(&rec), lapsed).await? {
-            Ok(_) => Ok(Answer::Yes(())),
-            Err(e) => {
-                let r: ClaimRecord = decode(b, &e)?;
-                if r.claimant == claimant {
-                    Ok(Answer::Yes(()))
-                } else {
-                    Ok(Answer::No(Claimed {
-                        deadline: e.written_at + Duration::from_millis(r.ttl_ms),
-                        claimant: r.claimant,
-                    }))
-                }
-            }
+        match self.create(b, key, encode(&rec), lapsed).await? {
+            Ok(_) => Ok(Ok(())),
+            Err(e) => Ok(Err(claimed(&e)?)),
         }
     }
 
