@@ -29,11 +29,76 @@ const SECRET: &str = "bench-secret";
 struct Run {
     elapsed: Duration,
     latencies: Vec<Duration>,
+    /// CPU spent during the run: this process, and the nats-server.
+    cpu: Cpu,
+}
+
+/// CPU time of this process and of the nats-server child, from /proc.
+#[derive(Clone, Copy, Default)]
+struct Cpu {
+    bench: Duration,
+    server: Duration,
+}
+
+impl Cpu {
+    fn now(server_pid: u32) -> Cpu {
+        Cpu {
+            bench: proc_cpu("/proc/self/stat"),
+            server: proc_cpu(&format!("/proc/{server_pid}/stat")),
+        }
+    }
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            bench: self.bench.saturating_sub(before.bench),
+            server: self.server.saturating_sub(before.server),
+        }
+    }
+}
+
+/// utime + stime of a `/proc/PID/stat` file (zero where /proc is absent).
+fn proc_cpu(path: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) end with ')'.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // Clock ticks: 100 per second on every Linux this runs on.
+    Duration::from_millis(f.iter().sum::<u64>() * 10)
 }
 
 impl Run {
     fn per_sec(&self) -> f64 {
         self.latencies.len() as f64 / self.elapsed.as_secs_f64()
+    }
+    /// Every round as one: latencies pooled, the median round's rate.
+    fn pooled(runs: &[Run]) -> Run {
+        let mut by_rate: Vec<&Run> = runs.iter().collect();
+        by_rate.sort_by(|a, b| a.per_sec().total_cmp(&b.per_sec()));
+        let median = by_rate[by_rate.len() / 2];
+        let n: usize = runs.iter().map(|r| r.latencies.len()).sum();
+        let scale = n as f64 / median.latencies.len() as f64;
+        Run {
+            elapsed: median.elapsed.mul_f64(scale),
+            latencies: runs.iter().flat_map(|r| r.latencies.clone()).collect(),
+            cpu: Cpu {
+                bench: runs.iter().map(|r| r.cpu.bench).sum(),
+                server: runs.iter().map(|r| r.cpu.server).sum(),
+            },
+        }
+    }
+    /// CPU per delivery, in µs: (this process, nats-server).
+    fn cpu_us(&self) -> (f64, f64) {
+        let n = self.latencies.len() as f64;
+        (
+            self.cpu.bench.as_secs_f64() * 1e6 / n,
+            self.cpu.server.as_secs_f64() * 1e6 / n,
+        )
     }
     fn pct(&self, p: f64) -> f64 {
         let mut l = self.latencies.clone();
@@ -43,11 +108,12 @@ impl Run {
     }
 }
 
-async fn run<F, Fut>(tag: &str, f: F) -> Run
+async fn run<F, Fut>(tag: &str, server_pid: u32, f: F) -> Run
 where
     F: Fn(String) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
+    let cpu = Cpu::now(server_pid);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
@@ -70,6 +136,7 @@ where
     Run {
         elapsed: start.elapsed(),
         latencies,
+        cpu: Cpu::now(server_pid).since(cpu),
     }
 }
 
@@ -77,6 +144,7 @@ where
 async fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let server = NatsServer::start();
+    let pid = server.pid().expect("nats-server runs");
     let client = async_nats::connect(server.url()).await.unwrap();
     let js = jetstream::new(client.clone());
     for (name, subject) in [
@@ -135,42 +203,89 @@ async fn main() {
     );
     let sig = github_signature(SECRET.as_bytes(), &body);
 
-    let floor = {
+    let floor_run = |round: usize| {
         let (js, kv) = (js.clone(), floor_kv.clone());
         let body = body.clone();
-        run("floor", move |id| {
-            let (js, kv, body) = (js.clone(), kv.clone(), body.clone());
-            async move {
-                kv.create(&id, "claimed".into()).await.unwrap();
-                js.publish(format!("bench.floor.{id}"), body)
-                    .await
-                    .unwrap()
-                    .await
-                    .unwrap();
-            }
-        })
-        .await
+        let tag = format!("floor{round}");
+        async move {
+            run(&tag, pid, move |id| {
+                let (js, kv, body) = (js.clone(), kv.clone(), body.clone());
+                async move {
+                    kv.create(&id, "claimed".into()).await.unwrap();
+                    js.publish(format!("bench.floor.{id}"), body)
+                        .await
+                        .unwrap()
+                        .await
+                        .unwrap();
+                }
+            })
+            .await
+        }
     };
-    let whole = {
+    // `INGRESS_BENCH_PROFILE=N`: only the whole edge, N runs, nothing
+    // printed — a steady load to attach `perf record -p` to.
+    let profile_runs: usize = std::env::var("INGRESS_BENCH_PROFILE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let whole_edge = |round: usize| {
         let (edge, body, sig) = (edge.clone(), body.clone(), sig.clone());
-        run("edge", move |id| {
-            let (edge, body, sig) = (edge.clone(), body.clone(), sig.clone());
-            async move {
-                let mut h = HeaderMap::new();
-                h.insert("content-type", "application/json".parse().unwrap());
-                h.insert("x-github-event", "issue_comment".parse().unwrap());
-                h.insert("x-github-delivery", id.parse().unwrap());
-                h.insert("x-hub-signature-256", sig.parse().unwrap());
-                let out = edge.deliver("github", None, &h, body).await;
-                assert!(matches!(out, Outcome::Accepted(_)), "{out:?}");
-            }
-        })
-        .await
+        let tag = format!("edge{round}");
+        async move {
+            run(&tag, pid, move |id| {
+                let (edge, body, sig) = (edge.clone(), body.clone(), sig.clone());
+                async move {
+                    let mut h = HeaderMap::new();
+                    h.insert("content-type", "application/json".parse().unwrap());
+                    h.insert("x-github-event", "issue_comment".parse().unwrap());
+                    h.insert("x-github-delivery", id.parse().unwrap());
+                    h.insert("x-hub-signature-256", sig.parse().unwrap());
+                    let out = edge.deliver("github", None, &h, body).await;
+                    assert!(matches!(out, Outcome::Accepted(_)), "{out:?}");
+                }
+            })
+            .await
+        }
     };
+    if profile_runs > 0 {
+        for round in 1..=profile_runs {
+            whole_edge(round).await;
+        }
+        return;
+    }
+    // The floor and the edge in alternating rounds (which goes first
+    // alternates too): the machine's speed drifts between runs, so each
+    // round's ratio is taken against the floor measured next to it.
+    let rounds: usize = std::env::var("INGRESS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let (mut floors, mut wholes) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        if round % 2 == 0 {
+            floors.push(floor_run(round).await);
+            wholes.push(whole_edge(round).await);
+        } else {
+            wholes.push(whole_edge(round).await);
+            floors.push(floor_run(round).await);
+        }
+    }
+    let ratios: Vec<f64> = floors
+        .iter()
+        .zip(&wholes)
+        .map(|(f, w)| w.per_sec() / f.per_sec())
+        .collect();
+    let p99_ratios: Vec<f64> = floors
+        .iter()
+        .zip(&wholes)
+        .map(|(f, w)| w.pct(0.99) / f.pct(0.99))
+        .collect();
+    let floor = Run::pooled(&floors);
+    let whole = Run::pooled(&wholes);
     // Where the time goes: each step of the edge alone, same concurrency.
     let wasm = {
         let (github, body, sig) = (github.clone(), body.clone(), sig.clone());
-        run("wasm", move |id| {
+        run("wasm", pid, move |id| {
             let (github, body, sig) = (github.clone(), body.clone(), sig.clone());
             async move {
                 let headers = [
@@ -195,7 +310,7 @@ async fn main() {
     };
     let claim = {
         let coord = claim_coord.clone();
-        run("claim", move |id| {
+        run("claim", pid, move |id| {
             let coord = coord.clone();
             async move {
                 let got = coord
@@ -215,6 +330,7 @@ async fn main() {
         tokio::task::spawn_blocking(move || {
             let n = CLIENTS * PER_CLIENT;
             let mut latencies = Vec::with_capacity(n);
+            let cpu = Cpu::now(pid);
             let start = Instant::now();
             for i in 0..n {
                 let mut ev = publisher.event("webhook_received", serde_json::json!({ "i": i }));
@@ -235,6 +351,7 @@ async fn main() {
             Run {
                 elapsed: start.elapsed(),
                 latencies,
+                cpu: Cpu::now(pid).since(cpu),
             }
         })
         .await
@@ -242,7 +359,7 @@ async fn main() {
     };
     let row = {
         let publisher = publisher.clone();
-        run("row", move |id| {
+        run("row", pid, move |id| {
             let publisher = publisher.clone();
             async move {
                 let ev = publisher.event("webhook_received", serde_json::json!({ "id": id }));
@@ -253,7 +370,7 @@ async fn main() {
     };
     let row_awaited = {
         let publisher = publisher.clone();
-        run("rowack", move |id| {
+        run("rowack", pid, move |id| {
             let publisher = publisher.clone();
             async move {
                 let ev = publisher.event("webhook_received", serde_json::json!({ "id": id }));
@@ -263,13 +380,20 @@ async fn main() {
         .await
     };
     let n = CLIENTS * PER_CLIENT;
-    println!("ingress ({CLIENTS} concurrent clients, {n} deliveries each run)");
+    println!(
+        "ingress ({CLIENTS} concurrent clients, {n} deliveries a run; floor and edge: median of {rounds} rounds, latencies pooled)"
+    );
     println!(
         "  floor (KV create + publish w/ ack): {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
         floor.per_sec(),
         floor.pct(0.50),
         floor.pct(0.99)
     );
+    let cpu_line = |r: &Run| {
+        let (b, s) = r.cpu_us();
+        format!("cpu/delivery {b:>5.0} µs here + {s:>5.0} µs nats-server")
+    };
+    println!("{:<46} {}", "", cpu_line(&floor));
     for (what, r) in [
         ("  step: verify + parse in WASM", &wasm),
         ("  step: Coord::claim_delivery (the edge's claim)", &claim),
@@ -286,6 +410,7 @@ async fn main() {
             r.pct(0.50),
             r.pct(0.99)
         );
+        println!("{:<46} {}", "", cpu_line(r));
     }
     println!(
         "  whole edge (verify+claim+publish+row): {:>5.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
@@ -293,9 +418,22 @@ async fn main() {
         whole.pct(0.50),
         whole.pct(0.99)
     );
+    println!("{:<46} {}", "", cpu_line(&whole));
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let listed = |v: &[f64], scale: f64| {
+        v.iter()
+            .map(|x| format!("{:.0}", x * scale))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
     println!(
-        "  ratio: throughput {:.0} % of floor, p99 {:.2}x floor",
-        100.0 * whole.per_sec() / floor.per_sec(),
-        whole.pct(0.99) / floor.pct(0.99)
+        "  ratio (median of {rounds} rounds): throughput {:.0} % of floor [{}], p99 {:.2}x floor",
+        100.0 * median(&ratios),
+        listed(&ratios, 100.0),
+        median(&p99_ratios)
     );
 }

@@ -349,7 +349,8 @@ impl Edge {
         handle: Option<&str>,
         d: Delivery,
     ) -> Result<Option<String>, String> {
-        let trace_id = uuid::Uuid::new_v4().to_string();
+        // Time-ordered, like event ids: the log indexes trace ids too.
+        let trace_id = uuid::Uuid::now_v7().to_string();
         let key = format!("{source}:{}", d.delivery_id);
         let claimant = format!("{}/{trace_id}", self.cfg.node_id);
         // A claim of ours not released yet still stands in the way of this

@@ -70,8 +70,8 @@ fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64,
     // Cached statements: the SQL is parsed once per connection, not per row.
     let inserted = tx
         .prepare_cached(
-            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload, parties)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
              ON CONFLICT (event_id) DO NOTHING",
         )?
         .execute(params![
@@ -83,19 +83,47 @@ fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64,
             event.seat,
             event.conversation,
             event.payload.to_string(),
+            serde_json::to_string(&event.parties)?,
         ])?;
-    let seq: i64 = tx
-        .prepare_cached("SELECT seq FROM events WHERE event_id = ?1")?
-        .query_row([&event.event_id], |r| r.get(0))?;
-    if inserted == 1 {
-        let mut stmt = tx.prepare_cached(
-            "INSERT OR IGNORE INTO event_parties (party, role, seq) VALUES (?1, ?2, ?3)",
-        )?;
-        for p in &event.parties {
-            stmt.execute(params![p.party, p.role, seq])?;
-        }
+    if inserted == 0 {
+        // Already in the log (a retried append): its row stands as it was.
+        return Ok(tx
+            .prepare_cached("SELECT seq FROM events WHERE event_id = ?1")?
+            .query_row([&event.event_id], |r| r.get(0))?);
+    }
+    let seq = tx.last_insert_rowid();
+    let mut stmt = tx.prepare_cached(
+        "INSERT OR IGNORE INTO event_parties (party, role, seq) VALUES (?1, ?2, ?3)",
+    )?;
+    for p in &event.parties {
+        stmt.execute(params![p.party, p.role, seq])?;
     }
     Ok(seq)
+}
+
+/// The `WHERE` clause of a read: only the filters asked for, so the planner
+/// can pick the index each one has (a `?1 IS NULL OR …` form defeats it).
+fn read_sql(q: &EventQuery) -> String {
+    let mut sql = String::from(
+        "SELECT seq, event_id, type, at_ms, node_id, trace_id, seat, conversation, payload, parties
+           FROM events WHERE 1",
+    );
+    for (present, clause) in [
+        (q.seat.is_some(), " AND seat = :seat"),
+        (q.kind.is_some(), " AND type = :kind"),
+        (
+            q.party.is_some(),
+            " AND seq IN (SELECT seq FROM event_parties WHERE party = :party)",
+        ),
+        (q.trace_id.is_some(), " AND trace_id = :trace"),
+        (q.before_seq.is_some(), " AND seq < :before"),
+    ] {
+        if present {
+            sql.push_str(clause);
+        }
+    }
+    sql.push_str(" ORDER BY seq DESC LIMIT :limit");
+    sql
 }
 
 impl Store {
@@ -130,53 +158,44 @@ impl Store {
             n => n.min(1_000),
         } as i64;
         let conn = self.conn();
-        let mut stmt = conn.prepare_cached(
-            "SELECT e.seq, e.event_id, e.type, e.at_ms, e.node_id, e.trace_id, e.seat,
-                    e.conversation, e.payload
-               FROM events e
-              WHERE (?1 IS NULL OR e.seat = ?1)
-                AND (?2 IS NULL OR e.type = ?2)
-                AND (?3 IS NULL OR e.seq IN (SELECT seq FROM event_parties WHERE party = ?3))
-                AND (?4 IS NULL OR e.trace_id = ?4)
-                AND (?5 IS NULL OR e.seq < ?5)
-              ORDER BY e.seq DESC
-              LIMIT ?6",
-        )?;
-        let rows = stmt.query_map(
-            params![q.seat, q.kind, q.party, q.trace_id, q.before_seq, limit],
-            |r| {
-                Ok((
-                    EventRecord {
-                        seq: r.get(0)?,
-                        event_id: r.get(1)?,
-                        kind: r.get(2)?,
-                        at_ms: r.get(3)?,
-                        node_id: r.get(4)?,
-                        trace_id: r.get(5)?,
-                        seat: r.get(6)?,
-                        conversation: r.get(7)?,
-                        payload: serde_json::Value::Null,
-                        parties: Vec::new(),
-                    },
-                    r.get::<_, String>(8)?,
-                ))
-            },
-        )?;
-        let mut parties = conn.prepare_cached(
-            "SELECT party, role FROM event_parties WHERE seq = ?1 ORDER BY party, role",
-        )?;
+        let mut stmt = conn.prepare_cached(&read_sql(q))?;
+        let mut named: Vec<(&str, &dyn rusqlite::ToSql)> = vec![(":limit", &limit)];
+        for (name, value) in [
+            (":seat", q.seat.as_ref()),
+            (":kind", q.kind.as_ref()),
+            (":party", q.party.as_ref()),
+            (":trace", q.trace_id.as_ref()),
+        ] {
+            if let Some(v) = value {
+                named.push((name, v));
+            }
+        }
+        if let Some(before) = &q.before_seq {
+            named.push((":before", before));
+        }
+        let rows = stmt.query_map(named.as_slice(), |r| {
+            Ok((
+                EventRecord {
+                    seq: r.get(0)?,
+                    event_id: r.get(1)?,
+                    kind: r.get(2)?,
+                    at_ms: r.get(3)?,
+                    node_id: r.get(4)?,
+                    trace_id: r.get(5)?,
+                    seat: r.get(6)?,
+                    conversation: r.get(7)?,
+                    payload: serde_json::Value::Null,
+                    parties: Vec::new(),
+                },
+                r.get::<_, String>(8)?,
+                r.get::<_, String>(9)?,
+            ))
+        })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut event, payload) = row?;
+            let (mut event, payload, parties) = row?;
             event.payload = serde_json::from_str(&payload)?;
-            event.parties = parties
-                .query_map([event.seq], |r| {
-                    Ok(Party {
-                        party: r.get(0)?,
-                        role: r.get(1)?,
-                    })
-                })?
-                .collect::<Result<_, _>>()?;
+            event.parties = serde_json::from_str(&parties)?;
             out.push(event);
         }
         Ok(out)
@@ -322,5 +341,83 @@ mod tests {
         assert_eq!(page[0].event_id, "a");
         assert_eq!(s.event("b").unwrap().unwrap().seat.as_deref(), Some("ada"));
         assert!(s.event("zzz").unwrap().is_none());
+    }
+
+    #[test]
+    fn each_filter_reads_through_its_index() {
+        let (_d, s) = store();
+        let plan = |q: &EventQuery| -> String {
+            let conn = s.conn();
+            let mut stmt = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {}", read_sql(q)))
+                .unwrap();
+            let mut rows = stmt.raw_query();
+            let mut out = Vec::new();
+            while let Some(r) = rows.next().unwrap() {
+                out.push(r.get::<_, String>(3).unwrap());
+            }
+            out.join("; ")
+        };
+        let q = |f: fn(&mut EventQuery)| {
+            let mut q = EventQuery::default();
+            f(&mut q);
+            q
+        };
+        for (query, index) in [
+            (q(|q| q.kind = Some("wake".into())), "events_type"),
+            (q(|q| q.seat = Some("ada".into())), "events_seat"),
+            (q(|q| q.trace_id = Some("t".into())), "events_trace"),
+            (q(|q| q.party = Some("seat:ada".into())), "event_parties"),
+        ] {
+            let plan = plan(&query);
+            assert!(plan.contains(index), "{query:?}: {plan}");
+        }
+    }
+
+    #[test]
+    fn the_parties_column_is_filled_for_rows_written_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(crate::FILE_NAME);
+        let before: Vec<crate::Migration> = crate::MIGRATIONS
+            .iter()
+            .copied()
+            .filter(|m| m.name != "event_log_reads")
+            .collect();
+        assert_eq!(before.len() + 1, crate::MIGRATIONS.len());
+        {
+            let old = Store::open_with(&path, &before).unwrap();
+            old.conn()
+                .execute_batch(
+                    "INSERT INTO events (seq, event_id, type, at_ms, node_id, payload)
+                     VALUES (1, 'e1', 'wake', 0, 'n1', '{}'), (2, 'e2', 'wake', 0, 'n1', '{}');
+                     INSERT INTO event_parties (party, role, seq)
+                     VALUES ('seat:ada', 'woken', 1), ('person:bo', 'author', 1);",
+                )
+                .unwrap();
+        }
+        let s = Store::open_with(&path, crate::MIGRATIONS).unwrap();
+        let rows = s.events(&EventQuery::default()).unwrap();
+        assert_eq!(rows[1].event_id, "e1");
+        assert_eq!(
+            rows[1].parties,
+            vec![
+                Party {
+                    party: "person:bo".into(),
+                    role: "author".into()
+                },
+                Party {
+                    party: "seat:ada".into(),
+                    role: "woken".into()
+                },
+            ]
+        );
+        assert!(rows[0].parties.is_empty());
+        let by_party = s
+            .events(&EventQuery {
+                party: Some("seat:ada".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(by_party.len(), 1);
     }
 }

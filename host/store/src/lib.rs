@@ -76,6 +76,12 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("cannot start the checkpoint thread of the node store {path}: {source}")]
+    Checkpointer {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("node store: {0}")]
     Sqlite(#[from] rusqlite::Error),
     #[error("node store: a stored value is not valid JSON: {0}")]
@@ -88,6 +94,68 @@ pub struct Store {
     conn: Mutex<Connection>,
     path: PathBuf,
     version: u32,
+    _checkpointer: Checkpointer,
+}
+
+/// How often the checkpointer copies the WAL back into the file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+/// A WAL this long (4 KiB pages: 64 MiB) is checkpointed by the writing
+/// connection itself, should the checkpointer fall that far behind.
+const WAL_BACKSTOP_PAGES: i64 = 16_384;
+
+/// Copies the WAL back into the database file from a thread and connection
+/// of its own. SQLite's default runs that copy — with its two fsyncs — inside
+/// whichever commit crosses 1,000 pages, and every row queued behind that
+/// commit waits for the disk; the event log's writer is on the webhook's
+/// path, so the copy moves here. A passive checkpoint never blocks a writer.
+/// Stops (after a last checkpoint) when the store is dropped.
+enum CheckpointerError {
+    Sqlite(rusqlite::Error),
+    Thread(std::io::Error),
+}
+
+impl From<rusqlite::Error> for CheckpointerError {
+    fn from(e: rusqlite::Error) -> Self {
+        CheckpointerError::Sqlite(e)
+    }
+}
+
+struct Checkpointer {
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Checkpointer, CheckpointerError> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(5))?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let label = path.display().to_string();
+        std::thread::Builder::new()
+            .name("crewlet-store-checkpoint".into())
+            .spawn(move || {
+                let mut failing = false;
+                loop {
+                    let last = !matches!(
+                        stopped.recv_timeout(CHECKPOINT_EVERY),
+                        Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    );
+                    match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+                        Ok(()) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!(subsystem = "store", store = %label, error = %e,
+                                "WAL checkpoint failed; retrying (the writer checkpoints itself past 64 MiB)");
+                        }
+                        Err(_) => {}
+                    }
+                    if last {
+                        break;
+                    }
+                }
+            })
+            .map_err(CheckpointerError::Thread)?;
+        Ok(Checkpointer { _stop: stop })
+    }
 }
 
 impl Store {
@@ -116,10 +184,22 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
         let version = migrate(&mut conn, &label, migrations)?;
+        // Checkpoints run on a thread of their own (see [`Checkpointer`]);
+        // the connection's own only past a WAL of `WAL_BACKSTOP_PAGES`.
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_BACKSTOP_PAGES)
+            .map_err(open_err)?;
+        let checkpointer = Checkpointer::start(path).map_err(|e| match e {
+            CheckpointerError::Sqlite(source) => open_err(source),
+            CheckpointerError::Thread(source) => StoreError::Checkpointer {
+                path: label.clone(),
+                source,
+            },
+        })?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),
             version,
+            _checkpointer: checkpointer,
         })
     }
 
@@ -277,14 +357,16 @@ mod tests {
         let path = dir.path().join(FILE_NAME);
         let first = &MIGRATIONS[..1];
         {
+            // A row in the first schema's shape (this build's appends
+            // write the columns later migrations add).
             let store = Store::open_with(&path, first).unwrap();
             store
-                .append_event(&EventRecord::new(
-                    "e1",
-                    "probe",
-                    "n1",
-                    serde_json::json!({}),
-                ))
+                .conn()
+                .execute(
+                    "INSERT INTO events (event_id, type, at_ms, node_id, payload)
+                     VALUES ('e1', 'probe', 0, 'n1', '{}')",
+                    [],
+                )
                 .unwrap();
         }
         let broken: Vec<Migration> = MIGRATIONS
@@ -307,7 +389,44 @@ mod tests {
         let t = tables(&store);
         assert!(!t.contains(&"half".to_owned()), "{t:?}");
         assert!(!t.contains(&"conversation_sessions".to_owned()), "{t:?}");
-        assert_eq!(store.events(&EventQuery::default()).unwrap().len(), 1);
+        let rows: i64 = store
+            .conn()
+            .query_row("SELECT COUNT(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1);
+    }
+
+    #[test]
+    fn the_wal_is_copied_back_by_the_checkpointer_not_by_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_in(dir.path()).unwrap();
+        let main_len = || std::fs::metadata(store.path()).unwrap().len();
+        let wal = dir.path().join(format!("{FILE_NAME}-wal"));
+        // Let the checkpointer copy the migrations back first.
+        std::thread::sleep(CHECKPOINT_EVERY * 3);
+        let before = main_len();
+        let rows: Vec<EventRecord> = (0..2_000)
+            .map(|i| {
+                EventRecord::new(
+                    format!("e{i:05}"),
+                    "probe",
+                    "n1",
+                    serde_json::json!({ "pad": "x".repeat(200) }),
+                )
+            })
+            .collect();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        for chunk in rows.chunks(50) {
+            store.append_events(chunk).unwrap();
+        }
+        assert!(std::fs::metadata(&wal).unwrap().len() > 400_000);
+        while main_len() <= before + 400_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the database file never grew: nothing checkpointed the WAL"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     #[test]
