@@ -43,7 +43,7 @@ use crewlet_company::ActiveCompany;
 use crewlet_coord::{Answer, Coord};
 use crewlet_observe::Publisher;
 use crewlet_plugins::manifest::Permissions;
-use crewlet_plugins::webhook::{Delivery, Request, WebhookPlugin};
+use crewlet_plugins::webhook::{Delivery, Header, Request, Secret, WebhookPlugin};
 use crewlet_store::Party;
 use serde_json::json;
 use tracing::{Instrument, debug, error, info, warn};
@@ -83,6 +83,14 @@ pub struct Edge {
     /// Claims this node took and has not released yet: key → claimant.
     unreleased: Arc<Mutex<HashMap<String, String>>>,
     releaser: Releaser,
+}
+
+/// A delivery on the stream: what was published, and whether this attempt
+/// holds its claim (`false`: the claim's answer was unknown and failed open).
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub inbound: Inbound,
+    pub claimed: bool,
 }
 
 /// How a delivery was answered.
@@ -223,7 +231,8 @@ impl Edge {
         self.deliver(source, handle, headers, body).await
     }
 
-    /// The steps after the body is read (see the module docs).
+    /// The steps after the body is read (see the module docs): admit,
+    /// then each delivery dispatched and recorded in turn.
     pub async fn deliver(
         &self,
         source: &str,
@@ -231,105 +240,17 @@ impl Edge {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Outcome {
-        let Some(plugin) = self.plugin_for(source) else {
-            return refused(
-                StatusCode::NOT_FOUND,
-                format!("no webhook plugin serves /webhooks/{source}"),
-            );
+        let deliveries = match self.admit(source, handle, headers, &body).await {
+            Ok(deliveries) => deliveries,
+            Err(answer) => return answer,
         };
-        if body.len() > MAX_BODY {
-            return refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB");
-        }
-        let Some(active) = self.cfg.active.current() else {
-            return Outcome::Unavailable("no active company".into());
-        };
-        let Some(integration) = active.company.integrations.get(source) else {
-            return Outcome::Unavailable(format!(
-                "the company configures no integration (and so no secret) for {source}"
-            ));
-        };
-        let secret_name = integration.secret.name_str();
-        let Some(secret) = (self.cfg.secrets)(secret_name) else {
-            warn!(
-                subsystem = "ingress",
-                source,
-                secret = secret_name,
-                "webhook secret not set on this node"
-            );
-            return Outcome::Unavailable(format!("secret {secret_name} for {source} is not set"));
-        };
-        let route = match handle {
-            Some(h) => format!("/webhooks/{source}/{h}"),
-            None => format!("/webhooks/{source}"),
-        };
-        let hs: Vec<(String, String)> = headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let hs_ref: Vec<(&str, &str)> = hs.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
-        let secrets: Vec<(&str, &[u8])> = plugin
-            .secret_names()
-            .iter()
-            .map(|n| (n.as_str(), secret.as_bytes()))
-            .collect();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0);
-        let req = Request::new(&route, &hs_ref, &body, &secrets, now);
-        let plugin_name = plugin.manifest().name.clone();
-        match plugin.verify(&req).await {
-            Ok(Ok(())) => {}
-            Ok(Err(why)) => {
-                return refused(StatusCode::UNAUTHORIZED, format!("not verified: {why:?}"));
-            }
-            Err(e) => {
-                error!(subsystem = "ingress", plugin = %plugin_name, error = %e, "webhook plugin fault in verify");
-                return Outcome::Fault {
-                    plugin: plugin_name,
-                };
-            }
-        }
-        let json_body = headers
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_none_or(|ct| ct.contains("json"));
-        // Only the shape is checked here (an object, not an array or text);
-        // the plugin parses the body and answers 400 for one it cannot read,
-        // so a 15 KB payload is not parsed twice on the host's cores.
-        if json_body && body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return refused(StatusCode::BAD_REQUEST, "the body is not a JSON object");
-        }
-        let parsed = match plugin.parse(&req).await {
-            Ok(Ok(p)) => p,
-            Ok(Err(why)) => {
-                return refused(StatusCode::BAD_REQUEST, format!("not parsed: {why:?}"));
-            }
-            Err(e) => {
-                error!(subsystem = "ingress", plugin = %plugin_name, error = %e, "webhook plugin fault in parse");
-                return Outcome::Fault {
-                    plugin: plugin_name,
-                };
-            }
-        };
-        if parsed.deliveries.is_empty() {
-            return match parsed.reply {
-                Some(r) => Outcome::Reply {
-                    content_type: r.content_type,
-                    body: r.body,
-                },
-                None => Outcome::Ignored,
-            };
-        }
         let mut accepted = Vec::new();
-        for d in parsed.deliveries {
-            match self.one(source, handle, d).await {
-                Ok(Some(trace)) => accepted.push(trace),
+        for d in deliveries {
+            match self.dispatch(source, handle, d).await {
+                Ok(Some(published)) => {
+                    self.record(&published).await;
+                    accepted.push(published.inbound.trace_id);
+                }
                 Ok(None) => {}
                 Err(reason) => return Outcome::Unavailable(reason),
             }
@@ -341,14 +262,131 @@ impl Edge {
         }
     }
 
-    /// Claims, publishes and records one delivery: `Ok(Some(trace))` on the
-    /// stream, `Ok(None)` a duplicate, `Err` our outage (claim released).
-    async fn one(
+    /// Steps 1–3: the route, the company and its secret, verify and parse
+    /// in the plugin. `Ok`: the deliveries the request carries (at least
+    /// one); `Err`: the answer, when there is nothing to deliver.
+    pub async fn admit(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Vec<Delivery>, Outcome> {
+        let Some(plugin) = self.plugin_for(source) else {
+            return Err(refused(
+                StatusCode::NOT_FOUND,
+                format!("no webhook plugin serves /webhooks/{source}"),
+            ));
+        };
+        if body.len() > MAX_BODY {
+            return Err(refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB"));
+        }
+        let Some(active) = self.cfg.active.current() else {
+            return Err(Outcome::Unavailable("no active company".into()));
+        };
+        let Some(integration) = active.company.integrations.get(source) else {
+            return Err(Outcome::Unavailable(format!(
+                "the company configures no integration (and so no secret) for {source}"
+            )));
+        };
+        let secret_name = integration.secret.name_str();
+        let Some(secret) = (self.cfg.secrets)(secret_name) else {
+            warn!(
+                subsystem = "ingress",
+                source,
+                secret = secret_name,
+                "webhook secret not set on this node"
+            );
+            return Err(Outcome::Unavailable(format!(
+                "secret {secret_name} for {source} is not set"
+            )));
+        };
+        let req = Request {
+            route: match handle {
+                Some(h) => format!("/webhooks/{source}/{h}"),
+                None => format!("/webhooks/{source}"),
+            },
+            // Names arrive lower-cased from the HTTP layer.
+            headers: headers
+                .iter()
+                .map(|(n, v)| Header {
+                    name: n.as_str().to_owned(),
+                    value: String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                })
+                .collect(),
+            body: body.to_vec(),
+            secrets: plugin
+                .secret_names()
+                .iter()
+                .map(|n| Secret {
+                    name: n.clone(),
+                    value: secret.as_bytes().to_vec(),
+                })
+                .collect(),
+            now_unix_seconds: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs() as i64)
+                .unwrap_or(0),
+        };
+        let fault = |e: &dyn std::fmt::Display, step: &str| {
+            let plugin = plugin.manifest().name.clone();
+            error!(subsystem = "ingress", %plugin, error = %e, step, "webhook plugin fault");
+            Outcome::Fault { plugin }
+        };
+        match plugin.verify(&req).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => {
+                return Err(refused(
+                    StatusCode::UNAUTHORIZED,
+                    format!("not verified: {why:?}"),
+                ));
+            }
+            Err(e) => return Err(fault(&e, "verify")),
+        }
+        let json_body = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_none_or(|ct| ct.contains("json"));
+        // Only the shape is checked here (an object, not an array or text);
+        // the plugin parses the body and answers 400 for one it cannot read,
+        // so a 15 KB payload is not parsed twice on the host's cores.
+        if json_body && body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+            return Err(refused(
+                StatusCode::BAD_REQUEST,
+                "the body is not a JSON object",
+            ));
+        }
+        let parsed = match plugin.parse(&req).await {
+            Ok(Ok(p)) => p,
+            Ok(Err(why)) => {
+                return Err(refused(
+                    StatusCode::BAD_REQUEST,
+                    format!("not parsed: {why:?}"),
+                ));
+            }
+            Err(e) => return Err(fault(&e, "parse")),
+        };
+        if parsed.deliveries.is_empty() {
+            return Err(match parsed.reply {
+                Some(r) => Outcome::Reply {
+                    content_type: r.content_type,
+                    body: r.body,
+                },
+                None => Outcome::Ignored,
+            });
+        }
+        Ok(parsed.deliveries)
+    }
+
+    /// Steps 4–5 for one delivery: claim, publish, wait for the ack.
+    /// `Ok(Some(_))` on the stream, `Ok(None)` a duplicate, `Err` our
+    /// outage (the claim released in the background).
+    pub async fn dispatch(
         &self,
         source: &str,
         handle: Option<&str>,
         d: Delivery,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<Published>, String> {
         // Time-ordered, like event ids: the log indexes trace ids too.
         let trace_id = uuid::Uuid::now_v7().to_string();
         let key = format!("{source}:{}", d.delivery_id);
@@ -376,11 +414,11 @@ impl Edge {
             }
         };
         let inbound = Inbound {
-            trace_id: trace_id.clone(),
-            key: key.clone(),
-            delivery_id: d.delivery_id.clone(),
-            source: d.source.clone(),
-            event_type: d.event_type.clone(),
+            trace_id,
+            key,
+            delivery_id: d.delivery_id,
+            source: d.source,
+            event_type: d.event_type,
             route_handle: handle.map(str::to_owned),
             mentions: d.addressed.mentions,
             assignees: d.addressed.assignees,
@@ -395,6 +433,7 @@ impl Edge {
             // Claimed, or unknown (a timed-out claim write may still land):
             // released off the answer's path, remembered until it is.
             let why = if claimed { "claimed" } else { "claim unknown" };
+            let (key, trace_id) = (&inbound.key, &inbound.trace_id);
             warn!(subsystem = "ingress", %key, trace_id, why, "publish failed; releasing the claim in the background");
             self.unreleased
                 .lock()
@@ -404,6 +443,15 @@ impl Edge {
                 .spawn(key.clone(), claimant, self.unreleased.clone());
             return Err(format!("the stream did not take the delivery: {e}"));
         }
+        Ok(Some(Published { inbound, claimed }))
+    }
+
+    /// Step 6: the `webhook_received` row, written inline, and its
+    /// broadcast, sent but not awaited — the 2xx rests on the acknowledged
+    /// publish (see `crewlet_observe::Publisher::record`). A failure here
+    /// is logged and leaves the delivery accepted: it is on the stream.
+    pub async fn record(&self, published: &Published) {
+        let inbound = &published.inbound;
         let mut event = self.cfg.publisher.event(
             "webhook_received",
             json!({
@@ -412,13 +460,13 @@ impl Edge {
                 "delivery_id": inbound.delivery_id,
                 "route_handle": inbound.route_handle,
                 "mentions": inbound.mentions,
-                "claimed": claimed,
+                "claimed": published.claimed,
             }),
         );
-        event.trace_id = Some(trace_id.clone());
+        event.trace_id = Some(inbound.trace_id.clone());
         event.parties = vec![
             Party {
-                party: format!("source:{source}"),
+                party: format!("source:{}", inbound.source),
                 role: "sender".into(),
             },
             Party {
@@ -426,14 +474,11 @@ impl Edge {
                 role: "edge".into(),
             },
         ];
-        // The row inline, the broadcast not awaited: the 2xx rests on the
-        // acknowledged publish above (see `crewlet_observe::Publisher::record`).
+        let (key, trace_id) = (&inbound.key, &inbound.trace_id);
         if let Err(e) = self.cfg.publisher.record(event).await {
-            // The delivery is on the stream: the 2xx stands.
             warn!(subsystem = "ingress", trace_id, error = %e, "webhook_received event not recorded");
         }
         info!(subsystem = "ingress", %key, trace_id, "delivery accepted");
-        Ok(Some(trace_id))
     }
 
     async fn publish(&self, inbound: &Inbound) -> Result<(), String> {
