@@ -201,9 +201,11 @@ async fn main() {
         webhooks: vec![github.clone()],
         secrets: Arc::new(|_| Some(SECRET.to_owned())),
     }));
-    let body = bytes::Bytes::from_static(
-        br#"{"action":"created","issue":{"number":7},"comment":{"body":"please look @ada"},"repository":{"full_name":"acme/robot"}}"#,
-    );
+    let body = bytes::Bytes::from(crewlet_testkit::github::issue_comment(
+        "acme/robot",
+        7,
+        "@ada could you look at why the export stops after the first page? The job log is attached above.",
+    ));
     let sig = github_signature(SECRET.as_bytes(), &body);
 
     let floor_run = |round: usize| {
@@ -396,7 +398,8 @@ async fn main() {
     };
     let n = CLIENTS * PER_CLIENT;
     println!(
-        "ingress ({CLIENTS} concurrent clients, {n} deliveries a run; floor and edge: median of {rounds} rounds, latencies pooled)"
+        "ingress ({CLIENTS} concurrent clients, {n} deliveries a run of a {} B GitHub issue_comment; floor and edge: median of {rounds} rounds, latencies pooled)",
+        body.len()
     );
     println!(
         "  floor (KV create + publish w/ ack): {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",

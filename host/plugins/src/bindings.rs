@@ -1,6 +1,7 @@
 //! Host-side bindings of the three worlds in `wit/plugin.wit`.
 
-/// The `webhook` world (exports only).
+/// The `webhook` world; its only import, `crypto`, is pure (see
+/// [`crate::webhook`]).
 pub mod webhook {
     wasmtime::component::bindgen!({
         path: "../../wit",

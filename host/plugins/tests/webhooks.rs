@@ -156,6 +156,75 @@ async fn github_parse_normalises_an_issue_comment() {
     );
 }
 
+#[tokio::test]
+async fn github_parse_reads_a_full_delivery_and_a_review_request() {
+    let (p, _d) = load("webhooks/github");
+    // A delivery of the real size and shape (~10 KB), signed: verify runs
+    // the host's `crypto` import over the whole body.
+    let body = crewlet_testkit::github::issue_comment("acme/robot", 7, "@ada have a look");
+    let secret = b"full-size";
+    let sig = format!("sha256={}", hmac_hex(secret, &[&body]));
+    let headers = [
+        ("x-github-event", "issue_comment"),
+        ("x-github-delivery", "d-full"),
+        ("x-hub-signature-256", sig.as_str()),
+    ];
+    let secrets: &[(&str, &[u8])] = &[("github_webhook_secret", secret)];
+    let req = Request::new("/webhooks/github", &headers, &body, secrets, 0);
+    assert_eq!(verify(&p, &req).await, Ok(()));
+    let mut tampered = body.clone();
+    tampered[body.len() / 2] ^= 1;
+    let req_tampered = Request::new("/webhooks/github", &headers, &tampered, secrets, 0);
+    assert_eq!(verify(&p, &req_tampered).await, Err(VerifyError::Mismatch));
+    let d = &p.parse(&req).await.unwrap().unwrap().deliveries[0];
+    assert_eq!(d.event_type, "issue_comment.created");
+    assert_eq!(d.addressed.mentions, vec!["ada"]);
+    assert_eq!(d.addressed.channel.as_deref(), Some("acme/robot"));
+    assert_eq!(d.addressed.thread.as_deref(), Some("7"));
+    assert!(d.addressed.assignees.is_empty());
+
+    // A review request: a team among the reviewers has no login and is
+    // skipped; the pull request's number is the thread; an empty body
+    // yields to the next one.
+    let review = br#"{"action":"review_requested","pull_request":{"number":12,"body":"",
+        "assignees":[{"login":"bob"}],
+        "requested_reviewers":[{"login":"ada"},{"name":"core","slug":"core"}]},
+        "requested_reviewer":{"login":"cy"},"assignee":{"login":"bob"},
+        "review":{"body":null},"repository":{"full_name":"acme/app"}}"#;
+    let req = Request::new(
+        "/webhooks/github",
+        &[
+            ("x-github-event", "pull_request"),
+            ("x-github-delivery", "d-2"),
+        ],
+        review,
+        &[],
+        0,
+    );
+    let d = &p.parse(&req).await.unwrap().unwrap().deliveries[0];
+    assert_eq!(d.event_type, "pull_request.review_requested");
+    assert_eq!(d.addressed.reviewers, vec!["ada", "cy"]);
+    assert_eq!(d.addressed.assignees, vec!["bob"]);
+    assert_eq!(d.addressed.thread.as_deref(), Some("12"));
+    assert_eq!(d.text, None);
+
+    // A field of the wrong type is a malformed body, not a fault.
+    let wrong = Request::new(
+        "/webhooks/github",
+        &[
+            ("x-github-event", "issue_comment"),
+            ("x-github-delivery", "d-3"),
+        ],
+        br#"{"comment":"not an object"}"#,
+        &[],
+        0,
+    );
+    assert!(matches!(
+        p.parse(&wrong).await.unwrap(),
+        Err(ParseError::MalformedBody(_))
+    ));
+}
+
 // Slack's documented signing example ("Verifying requests from Slack").
 const SLACK_SECRET: &[u8] = b"8f742231b10e8888abcd99yyyzzz85a5";
 const SLACK_TS: i64 = 1531420618;

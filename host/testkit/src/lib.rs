@@ -6,7 +6,10 @@
 //! temporary dir, killed when its handle drops (and by the kernel if the test
 //! process dies first, through a parent-death signal).
 
+#![recursion_limit = "256"]
+
 pub mod cluster;
+pub mod github;
 pub mod http;
 pub mod nats;
 pub mod openai;

@@ -5,7 +5,9 @@
 //! (`issue_comment.created`); the delivery id is `X-GitHub-Delivery`, which
 //! GitHub keeps across redeliveries, so it is the dedupe key.
 
-use crate::json::{extend_unique, first_string, names_in, string_at};
+use serde::Deserialize;
+
+use crate::json::extend_unique;
 use crate::{Addressed, Delivery, Input, ParseError, Parsed, VerifyError, at_mentions, decode_hex};
 
 /// The secret name a GitHub plugin's manifest declares.
@@ -28,6 +30,51 @@ pub fn verify(input: &Input<'_>) -> Result<(), VerifyError> {
     }
 }
 
+/// The fields of a GitHub payload the delivery is made of. Everything else
+/// (a real `issue_comment` is ~10 KB of URLs and user records) is skipped
+/// by the deserializer without being built: a full `Value` tree of it cost
+/// the guest more than verifying the signature.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Payload {
+    action: Option<String>,
+    comment: Option<Item>,
+    review: Option<Item>,
+    issue: Option<Item>,
+    pull_request: Option<Item>,
+    discussion: Option<Item>,
+    assignee: Option<Login>,
+    requested_reviewer: Option<Login>,
+    repository: Option<Repository>,
+}
+
+/// An issue, pull request, discussion, comment or review.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Item {
+    body: Option<String>,
+    number: Option<u64>,
+    assignees: Option<Vec<Login>>,
+    requested_reviewers: Option<Vec<Login>>,
+}
+
+/// A user (or, among requested reviewers, a team: no `login`).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Login {
+    login: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Repository {
+    full_name: Option<String>,
+}
+
+fn logins(list: Option<&Vec<Login>>) -> impl Iterator<Item = String> + '_ {
+    list.into_iter().flatten().filter_map(|l| l.login.clone())
+}
+
 /// Turns a verified delivery into one normalised delivery.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let event = input
@@ -36,41 +83,53 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let delivery_id = input
         .header("x-github-delivery")
         .ok_or_else(|| ParseError::MissingField("header x-github-delivery".to_string()))?;
-    let payload = crate::parse_json(input.body)?;
-    let event_type = match string_at(&payload, &["action"]) {
+    let payload: Payload = crate::parse_json_as(input.body)?;
+    let event_type = match &payload.action {
         Some(action) => format!("{event}.{action}"),
         None => event.to_string(),
     };
-    let text = first_string(
-        &payload,
-        &[
-            &["comment", "body"],
-            &["review", "body"],
-            &["issue", "body"],
-            &["pull_request", "body"],
-            &["discussion", "body"],
-        ],
-    );
-    let mut assignees = names_in(&payload, &["issue", "assignees"], "login");
+    let items = [
+        &payload.comment,
+        &payload.review,
+        &payload.issue,
+        &payload.pull_request,
+        &payload.discussion,
+    ];
+    let text = items
+        .iter()
+        .filter_map(|i| i.as_ref()?.body.clone())
+        .find(|b| !b.is_empty());
+    let issue = payload.issue.as_ref();
+    let pull = payload.pull_request.as_ref();
+    let mut assignees = Vec::new();
     extend_unique(
         &mut assignees,
-        names_in(&payload, &["pull_request", "assignees"], "login"),
+        logins(issue.and_then(|i| i.assignees.as_ref())),
     );
-    if let Some(login) = string_at(&payload, &["assignee", "login"]) {
-        extend_unique(&mut assignees, [login]);
-    }
-    let mut reviewers = names_in(&payload, &["pull_request", "requested_reviewers"], "login");
-    if let Some(login) = string_at(&payload, &["requested_reviewer", "login"]) {
-        extend_unique(&mut reviewers, [login]);
-    }
-    let thread = first_string(
-        &payload,
-        &[
-            &["issue", "number"],
-            &["pull_request", "number"],
-            &["discussion", "number"],
-        ],
+    extend_unique(
+        &mut assignees,
+        logins(pull.and_then(|p| p.assignees.as_ref())),
     );
+    extend_unique(
+        &mut assignees,
+        payload.assignee.as_ref().and_then(|a| a.login.clone()),
+    );
+    let mut reviewers = Vec::new();
+    extend_unique(
+        &mut reviewers,
+        logins(pull.and_then(|p| p.requested_reviewers.as_ref())),
+    );
+    extend_unique(
+        &mut reviewers,
+        payload
+            .requested_reviewer
+            .as_ref()
+            .and_then(|r| r.login.clone()),
+    );
+    let thread = [issue, pull, payload.discussion.as_ref()]
+        .into_iter()
+        .find_map(|i| i?.number)
+        .map(|n| n.to_string());
     let delivery = Delivery {
         source: "github".to_string(),
         event_type,
@@ -79,7 +138,7 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             mentions: text.as_deref().map(at_mentions).unwrap_or_default(),
             assignees,
             reviewers,
-            channel: string_at(&payload, &["repository", "full_name"]),
+            channel: payload.repository.and_then(|r| r.full_name),
             thread,
         },
         text,

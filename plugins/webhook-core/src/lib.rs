@@ -158,6 +158,11 @@ fn is_name_byte(b: u8) -> bool {
 /// Parses a JSON body, mapping failure to [`ParseError::MalformedBody`]
 /// without echoing the body.
 pub fn parse_json(body: &[u8]) -> Result<serde_json::Value, ParseError> {
+    parse_json_as(body)
+}
+
+/// The body read as `T`: fields `T` does not name are skipped unbuilt.
+pub fn parse_json_as<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ParseError> {
     serde_json::from_slice(body)
         .map_err(|e| ParseError::MalformedBody(format!("body is not JSON: {}", e.classify_name())))
 }

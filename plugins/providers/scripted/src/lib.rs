@@ -250,10 +250,8 @@ fn parse_call(call: &Map<String, Value>, entry: bool) -> Result<(String, Value),
         Some(a @ Value::Object(_)) => a.clone(),
         Some(_) => return Err("`args` must be a table (a JSON object)".into()),
     };
-    if entry {
-        if let Some(k) = call.keys().find(|k| *k != "call" && *k != "args") {
-            return Err(format!("unknown key `{k}` in a call (known: call, args)"));
-        }
+    if entry && let Some(k) = call.keys().find(|k| *k != "call" && *k != "args") {
+        return Err(format!("unknown key `{k}` in a call (known: call, args)"));
     }
     Ok((name, args))
 }
