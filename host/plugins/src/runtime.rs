@@ -285,6 +285,11 @@ impl Runtime {
             .epoch_interruption(true)
             .max_wasm_stack(512 * 1024)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // `CREWLET_WASM_PERFMAP=1`: guest code named in /tmp/perf-PID.map,
+        // so `perf report` shows plugin functions rather than bare addresses.
+        if std::env::var_os("CREWLET_WASM_PERFMAP").is_some() {
+            wasm.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&wasm).map_err(|e| LoadError::Engine(format!("{e:#}")))?;
 
         let mut hasher = ShaHasher(Sha256::new());

@@ -126,26 +126,26 @@ pub struct Parsed {
 pub fn at_mentions(text: &str) -> Vec<String> {
     let bytes = text.as_bytes();
     let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'@' && (i == 0 || !is_name_byte(bytes[i - 1])) {
-            let start = i + 1;
-            let mut end = start;
-            while end < bytes.len() && is_name_byte(bytes[end]) {
-                end += 1;
+    // memchr to the next `@`: a comment is kilobytes of prose with a mention
+    // or two, and a byte-at-a-time loop over it was half of a GitHub parse
+    // in the guest.
+    for at in memchr::memchr_iter(b'@', bytes) {
+        if at > 0 && is_name_byte(bytes[at - 1]) {
+            continue;
+        }
+        let start = at + 1;
+        let mut end = start;
+        while end < bytes.len() && is_name_byte(bytes[end]) {
+            end += 1;
+        }
+        while end > start && bytes[end - 1] == b'.' {
+            end -= 1;
+        }
+        if end > start {
+            let name = &text[start..end];
+            if !out.iter().any(|n| n == name) {
+                out.push(name.to_string());
             }
-            while end > start && bytes[end - 1] == b'.' {
-                end -= 1;
-            }
-            if end > start {
-                let name = &text[start..end];
-                if !out.iter().any(|n| n == name) {
-                    out.push(name.to_string());
-                }
-            }
-            i = end.max(start);
-        } else {
-            i += 1;
         }
     }
     out
