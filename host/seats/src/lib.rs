@@ -72,6 +72,13 @@ pub struct SeatsConfig<H: SeatHost> {
     /// First pause after a seat failed to equip or attach; doubles per
     /// failure up to 64×. Default 10 s.
     pub equip_backoff: Duration,
+    /// Longest an equip may take; past it the equip is dropped (what it
+    /// started goes with it), counted as failed, and the lease given back.
+    /// Default 60 s: a host that hangs must not keep a seat no one serves.
+    pub equip_timeout: Duration,
+    /// Longest an unequip may take before it is dropped and the lease is
+    /// released anyway. Default 30 s.
+    pub unequip_timeout: Duration,
     /// Wakes one seat holds fetched but unsettled at most. Default 256.
     pub max_outstanding: usize,
     /// Whether this node takes work off its seats' mailboxes at all: false
@@ -102,6 +109,8 @@ impl<H: SeatHost> SeatsConfig<H> {
             fetch_expiry: Duration::from_secs(1),
             drain_bound: None,
             equip_backoff: Duration::from_secs(10),
+            equip_timeout: Duration::from_secs(60),
+            unequip_timeout: Duration::from_secs(30),
             max_outstanding: 256,
             admission: watch::channel(true).1,
         }
@@ -175,6 +184,8 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) heartbeat: Duration,
     pub(crate) pace: Pace,
     equip_backoff: Duration,
+    pub(crate) equip_timeout: Duration,
+    pub(crate) unequip_timeout: Duration,
     pub(crate) turns: Arc<Semaphore>,
     pub(crate) in_flight: Arc<AtomicUsize>,
     pub(crate) admission: watch::Receiver<bool>,
@@ -214,6 +225,8 @@ impl<H: SeatHost> Seats<H> {
         for (name, value) in [
             ("fetch_expiry", cfg.fetch_expiry),
             ("equip_backoff", cfg.equip_backoff),
+            ("equip_timeout", cfg.equip_timeout),
+            ("unequip_timeout", cfg.unequip_timeout),
         ] {
             if value.is_zero() {
                 return Err(SeatsError::ZeroDuration { name, value });
@@ -244,6 +257,8 @@ impl<H: SeatHost> Seats<H> {
                 retry_without_company: heartbeat,
             },
             equip_backoff: cfg.equip_backoff,
+            equip_timeout: cfg.equip_timeout,
+            unequip_timeout: cfg.unequip_timeout,
             turns: Arc::new(Semaphore::new(cfg.max_concurrent_turns)),
             in_flight: Arc::new(AtomicUsize::new(0)),
             admission: cfg.admission,

@@ -7,7 +7,9 @@
 //! turns drain too), by the holder's two clocks: stop admitting after a
 //! heartbeat without a good renew, give up after the TTL or on a definite no.
 //! Why: a seat whose lease lapsed mid-teardown could be taken by a peer
-//! while this node still ran its turns.
+//! while this node still ran its turns. Equip and unequip are each bounded
+//! (`SeatsConfig::equip_timeout`, `unequip_timeout`): a host that hangs
+//! would otherwise hold a seat nobody serves, or never give it back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -110,7 +112,16 @@ pub(crate) async fn run<H: SeatHost>(
     // Equip.
     let equipped = match shared.active.current() {
         None => Err("no company is active on this node".to_owned()),
-        Some(active) => shared.host.equip(&spec, &active).await,
+        Some(active) => {
+            tokio::time::timeout(shared.equip_timeout, shared.host.equip(&spec, &active))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "equip did not finish within {:?}; dropped",
+                        shared.equip_timeout
+                    ))
+                })
+        }
     };
     let mut failed = false;
     let equipped = match equipped {
@@ -189,7 +200,16 @@ pub(crate) async fn run<H: SeatHost>(
     fence.mark_released();
     if let Some(equipped) = equipped {
         match Arc::try_unwrap(equipped) {
-            Ok(e) => shared.host.unequip(&spec, e).await,
+            Ok(e) => {
+                let bound = shared.unequip_timeout;
+                if tokio::time::timeout(bound, shared.host.unequip(&spec, e))
+                    .await
+                    .is_err()
+                {
+                    warn!(subsystem = "seats", seat = %handle, ?bound,
+                        "unequip did not finish in time; dropped, releasing the lease anyway");
+                }
+            }
             Err(_) => error!(subsystem = "seats", seat = %handle,
                 "the equipped seat is still shared after its turns ended; not unequipped (a bug)"),
         }

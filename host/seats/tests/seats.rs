@@ -218,6 +218,82 @@ async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_equip_that_hangs_is_dropped_and_the_seat_given_back() {
+    let env = Env::start(company(&[("good", None), ("stuck", None)])).await;
+    let equip_timeout = Duration::from_millis(400);
+    let mut node = env
+        .node_with("n1", Recorder::new().hanging_equip("stuck"), false, |cfg| {
+            cfg.equip_timeout = equip_timeout
+        })
+        .await;
+    node.wait_held(1).await;
+    node.host
+        .wait("stuck's equip", |c| {
+            c.iter()
+                .any(|c| matches!(c, common::Call::Equip { seat } if seat == "stuck"))
+        })
+        .await;
+    let called = Instant::now();
+    // Held (renewed) while the equip runs, released once it is dropped —
+    // well before the lease could have lapsed on its own.
+    until("stuck's lease to be released", || async {
+        env.holder_of("stuck").await.is_none()
+    })
+    .await;
+    let took = called.elapsed();
+    assert!(
+        took >= equip_timeout.mul_f64(0.8),
+        "released after {took:?}, before the equip timeout"
+    );
+    env.wake("stuck", "to-stuck", None).await;
+    tokio::time::sleep(HEARTBEAT * 5).await;
+    assert_eq!(node.held_handles(), BTreeSet::from(["good".to_owned()]));
+    assert_eq!(
+        env.holder_of("stuck").await,
+        None,
+        "retried without backing off"
+    );
+    assert_eq!(env.mailbox("stuck").await, (1, 0, 0), "never attached");
+    assert!(
+        !node.host.calls_of("stuck").iter().any(|c| matches!(
+            c,
+            common::Call::Unequip { .. } | common::Call::UnequipHung { .. }
+        )),
+        "a seat whose equip was dropped is not unequipped"
+    );
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unequip_that_hangs_still_gives_the_lease_back() {
+    let env = Env::start(company(&[("s0", None)])).await;
+    let unequip_timeout = Duration::from_millis(400);
+    let mut node = env
+        .node_with("n1", Recorder::new().hanging_unequip("s0"), false, |cfg| {
+            cfg.unequip_timeout = unequip_timeout
+        })
+        .await;
+    node.wait_held(1).await;
+    let host = node.host.clone();
+    let stopping = Instant::now();
+    tokio::time::timeout(PATIENCE, node.stop())
+        .await
+        .expect("stop returned despite the hung unequip");
+    let took = stopping.elapsed();
+    assert!(
+        host.calls_of("s0")
+            .iter()
+            .any(|c| matches!(c, common::Call::UnequipHung { .. })),
+        "unequip was called"
+    );
+    assert!(
+        took >= unequip_timeout.mul_f64(0.8),
+        "stopped after {took:?}"
+    );
+    assert_eq!(env.holder_of("s0").await, None, "s0 still held after stop");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wakes_of_one_conversation_run_as_one_turn() {
     let env = Env::start(company(&[("ada", None)])).await;
     let mut node = env.node("n1", Recorder::new(), false).await;

@@ -316,6 +316,10 @@ pub enum Call {
         seat: String,
         deliveries: Vec<String>,
     },
+    /// An unequip the test host never lets finish.
+    UnequipHung {
+        seat: String,
+    },
 }
 
 impl Call {
@@ -324,7 +328,8 @@ impl Call {
             Call::Equip { seat }
             | Call::Unequip { seat, .. }
             | Call::RunStart { seat, .. }
-            | Call::RunEnd { seat, .. } => seat,
+            | Call::RunEnd { seat, .. }
+            | Call::UnequipHung { seat } => seat,
         }
     }
 }
@@ -342,6 +347,9 @@ pub struct Recorder {
     calls: Mutex<Vec<Call>>,
     changed: watch::Sender<usize>,
     fail_equip: BTreeSet<String>,
+    /// Seats whose equip (or unequip) never returns once called.
+    hang_equip: BTreeSet<String>,
+    hang_unequip: BTreeSet<String>,
     script: Mutex<HashMap<String, VecDeque<Step>>>,
     running: Mutex<HashMap<String, usize>>,
     js: Option<jetstream::Context>,
@@ -363,6 +371,8 @@ impl Recorder {
             calls: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
             fail_equip: BTreeSet::new(),
+            hang_equip: BTreeSet::new(),
+            hang_unequip: BTreeSet::new(),
             script: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
             js: None,
@@ -371,6 +381,16 @@ impl Recorder {
 
     pub fn failing_equip(mut self, handle: &str) -> Recorder {
         self.fail_equip.insert(handle.to_owned());
+        self
+    }
+
+    pub fn hanging_equip(mut self, handle: &str) -> Recorder {
+        self.hang_equip.insert(handle.to_owned());
+        self
+    }
+
+    pub fn hanging_unequip(mut self, handle: &str) -> Recorder {
+        self.hang_unequip.insert(handle.to_owned());
         self
     }
 
@@ -455,11 +475,20 @@ impl SeatHost for Recorder {
         if self.fail_equip.contains(&h) {
             return Err(format!("seat {h} cannot be equipped (test)"));
         }
+        if self.hang_equip.contains(&h) {
+            std::future::pending::<()>().await;
+        }
         Ok(Equipped { seat: h })
     }
 
     async fn unequip(&self, seat: &SeatSpec, equipped: Equipped) {
         assert_eq!(seat.handle.as_str(), equipped.seat);
+        if self.hang_unequip.contains(&equipped.seat) {
+            self.record(Call::UnequipHung {
+                seat: equipped.seat.clone(),
+            });
+            std::future::pending::<()>().await;
+        }
         let waiting_pulls = match &self.js {
             Some(js) => mailbox_info(js, &equipped.seat).await.2,
             None => 0,
