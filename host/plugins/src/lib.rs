@@ -16,6 +16,7 @@ pub mod cli;
 pub mod manifest;
 pub mod module;
 pub mod outbound;
+pub mod pool;
 pub mod provider;
 pub mod runtime;
 pub mod scaffold;

@@ -9,6 +9,8 @@
 //!   here as its own request and is checked like the first.
 //! - A refused request is `HttpRequestDenied` for the guest and a log line
 //!   naming the origin and the manifest line that would allow it.
+//! - Admitted requests go over the plugin's kept connections
+//!   ([`crate::pool`]), so a call does not pay a handshake.
 //! - Response bodies are capped; a larger one ends the body stream with
 //!   `HttpResponseBodySize`, so a hostile or broken server cannot make the
 //!   host buffer without bound.
@@ -19,6 +21,7 @@ use http_body_util::BodyExt;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
 use crate::manifest::Origin;
+use crate::pool::Connections;
 
 /// The largest response body a provider may read, in bytes.
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024 * 1024;
@@ -31,6 +34,8 @@ pub struct OutboundPolicy {
     allowed: Vec<Origin>,
     body_cap: usize,
     denied: Arc<Mutex<Vec<String>>>,
+    /// The plugin's kept connections; `None`: a connection per request.
+    connections: Option<Connections>,
 }
 
 impl OutboundPolicy {
@@ -53,7 +58,14 @@ impl OutboundPolicy {
             allowed,
             body_cap: MAX_RESPONSE_BODY,
             denied,
+            connections: None,
         }
+    }
+
+    /// Sends admitted requests over `connections` (the plugin's pool).
+    pub fn with_connections(mut self, connections: Connections) -> Self {
+        self.connections = Some(connections);
+        self
     }
 
     /// The origin of `uri` if it is allowed, else the refusal's text.
@@ -104,15 +116,30 @@ impl WasiHttpHooks for OutboundPolicy {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let cap = self.body_cap;
-        Box::new(async move {
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            let response = response.map(|body| {
+        let capped = move |response: http::Response<WasiBody>| {
+            response.map(|body| {
                 http_body_util::Limited::new(body, cap)
                     .map_err(move |_| HttpError::HttpResponseBodySize(Some(cap as u64)))
                     .boxed_unsync()
-            });
-            Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
-        })
+            })
+        };
+        match self.connections.clone() {
+            Some(pool) => Box::new(async move {
+                let response = pool.send(request, options).await?;
+                // The pool drives its connections itself.
+                let io = async { Ok(()) };
+                Ok((
+                    capped(response),
+                    Box::new(io) as Box<dyn Future<Output = _> + Send>,
+                ))
+            }),
+            None => Box::new(async move {
+                let (response, io) =
+                    wasmtime_wasi_http::default_send_request(request, options).await?;
+                let response = capped(response.map(BodyExt::boxed_unsync));
+                Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
+            }),
+        }
     }
 }
 

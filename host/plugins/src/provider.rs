@@ -7,7 +7,8 @@
 //!   ([`crate::outbound`]).
 //! - The credential is passed in the call and lives only in that call's
 //!   instance: a provider instance is never reused, so no key outlives the
-//!   call that leased it.
+//!   call that leased it. The plugin's connections to the vendor are kept
+//!   between calls ([`crate::pool`]): they carry no key of their own.
 //! - The plugin classifies failures and never retries (Architecture §2).
 
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use wasmtime::component::Linker;
 use crate::bindings::provider::ProviderPre;
 use crate::manifest::{Manifest, Permissions};
 use crate::outbound::OutboundPolicy;
+use crate::pool::Connections;
 use crate::runtime::{
     CacheOutcome, CallError, Health, HealthReport, LoadError, Runtime, Sandbox, prepare, settle,
     within,
@@ -35,6 +37,8 @@ pub struct ProviderPlugin {
     health: Health,
     cache: CacheOutcome,
     denied: Arc<Mutex<Vec<String>>>,
+    /// Connections to the vendor, kept between calls (not the instance).
+    connections: Connections,
 }
 
 impl ProviderPlugin {
@@ -59,6 +63,7 @@ impl ProviderPlugin {
             health: Health::default(),
             cache,
             denied: Arc::default(),
+            connections: Connections::new(),
         })
     }
 
@@ -104,7 +109,8 @@ impl ProviderPlugin {
             &self.manifest.file.display().to_string(),
             allowed_outbound_hosts.clone(),
             self.denied.clone(),
-        );
+        )
+        .with_connections(self.connections.clone());
         let mut store = self
             .runtime
             .new_store(&self.manifest, policy)

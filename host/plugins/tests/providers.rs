@@ -253,6 +253,51 @@ async fn openai_success_with_tool_calls_and_the_request_it_sent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_reuse_the_plugins_connection_and_each_carries_its_own_key() {
+    let vendor = crewlet_testkit::ScriptedOpenAi::start();
+    for text in ["one", "two", "three"] {
+        vendor.reply("test-model", crewlet_testkit::Reply::Text(text.into()));
+    }
+    let (p, _d) = plugin("openai", vendor.port());
+    let mut answers = Vec::new();
+    for key in [
+        "sk-first-000000001",
+        "sk-second-00000002",
+        "sk-third-000000003",
+    ] {
+        let mut req = request();
+        req.credential.api_key = key.into();
+        answers.push(p.complete(req).await.unwrap().unwrap().text);
+        // The connection goes back to the pool once the client's own task
+        // has seen the response end; calls of a turn are that far apart.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        answers,
+        ["one", "two", "three"].map(|t| Some(t.to_owned())).to_vec()
+    );
+    let seen = vendor.requests();
+    assert_eq!(seen.len(), 3);
+    // One connection for the three calls (fresh instances each time), and
+    // every request carried the key of its own call.
+    assert!(
+        seen.iter().all(|r| r.peer == seen[0].peer),
+        "{:?}",
+        seen.iter().map(|r| r.peer).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        seen.iter()
+            .map(|r| r.bearer.clone().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "sk-first-000000001",
+            "sk-second-00000002",
+            "sk-third-000000003"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openai_failures_are_classified_and_redacted() {
     let server = VendorServer::start().await;
     let (p, _d) = plugin("openai", server.port);

@@ -19,7 +19,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -78,6 +78,9 @@ pub struct SeenRequest {
     /// When the request's body had arrived (the server's clock, which is
     /// the test process's).
     pub at: std::time::Instant,
+    /// The client's end of the connection the request came on: two
+    /// requests from one address came over one kept connection.
+    pub peer: SocketAddr,
 }
 
 #[derive(Default)]
@@ -114,6 +117,7 @@ impl ScriptedOpenAi {
                     let app = Router::new()
                         .route("/v1/chat/completions", post(completions))
                         .with_state(state);
+                    let app = app.into_make_service_with_connect_info::<SocketAddr>();
                     let _ = axum::serve(listener, app)
                         .with_graceful_shutdown(async {
                             let _ = stop_rx.await;
@@ -205,6 +209,7 @@ fn tokens(chars: usize) -> u64 {
 
 async fn completions(
     State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -227,6 +232,7 @@ async fn completions(
             body: parsed.clone(),
             request_id,
             at: std::time::Instant::now(),
+            peer,
         });
         let reply = shared
             .queues
