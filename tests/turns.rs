@@ -225,6 +225,14 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         (&json!("ada"), &json!("C1"), &json!("17.1"))
     );
     assert_eq!(w.events("reply_posted").len(), 1);
+    // The turn's events are ada's in the party index, named as the wake
+    // names her (`seat:HANDLE`).
+    let of_ada = w
+        .node
+        .get("/events?party=seat:ada&type=turn_ended")
+        .expect("GET /events")
+        .json();
+    assert_eq!(of_ada.as_array().map(Vec::len), Some(1), "{of_ada}");
     // The node's status (its presence row, and /health) carries one row per
     // MCP server: both seats' chat children started, three tools each.
     let health = w.node.health();

@@ -1001,7 +1001,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         ev.trace_id = self.trace_id.clone();
         ev.conversation = self.conversation.clone();
         ev.parties.push(Party {
-            party: self.handle.clone(),
+            party: format!("seat:{}", self.handle),
             role: "seat".into(),
         });
         self.engine.events.emit(ev).await;
