@@ -83,7 +83,7 @@ ada = {{ role = "r" }}
         let agent = js.get_stream("CREWLET_AGENT").await.unwrap();
         let (mut wake, mut builtin, mut mcp) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..TURNS {
-            let before = ai.requests().len();
+            let before = ai.request_count();
             ai.reply(
                 "exec",
                 Reply::ToolCalls(vec![(
@@ -119,10 +119,10 @@ ada = {{ role = "r" }}
             js.publish("crewlet.agent.ada.inbox", payload.to_string().into())
                 .await
                 .unwrap();
-            while ai.requests().len() < before + 4 {
+            while ai.request_count() < before + 4 {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
-            let r = &ai.requests()[before..before + 4];
+            let r = &ai.requests_from(before)[..4];
             wake.push(r[0].at - t0);
             builtin.push(r[1].at - r[0].at);
             mcp.push(r[2].at - r[1].at);

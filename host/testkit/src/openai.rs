@@ -165,6 +165,19 @@ impl ScriptedOpenAi {
         self.shared.seen.lock().expect("seen requests").clone()
     }
 
+    /// How many requests have been received (without copying them: a
+    /// benchmark polling `requests()` would copy every body each time and
+    /// slow the machine it measures).
+    pub fn request_count(&self) -> usize {
+        self.shared.seen.lock().expect("seen requests").len()
+    }
+
+    /// The requests received from the `from`-th on, oldest first.
+    pub fn requests_from(&self, from: usize) -> Vec<SeenRequest> {
+        let seen = self.shared.seen.lock().expect("seen requests");
+        seen.get(from..).map(<[_]>::to_vec).unwrap_or_default()
+    }
+
     /// Replies still queued for `model`.
     pub fn pending(&self, model: &str) -> usize {
         self.shared
