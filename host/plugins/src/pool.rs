@@ -78,23 +78,60 @@ impl Connections {
     }
 }
 
-/// A failed request as `wasi:http` names it.
+/// A failed request as `wasi:http` names it, from the error's causes.
 fn classify(e: hyper_util::client::legacy::Error) -> HttpError {
-    if e.is_connect() {
-        let text = format!("{e:?}");
-        if text.contains("timed out") || text.contains("Elapsed") {
-            HttpError::ConnectionTimeout
-        } else if text.contains("Tls") || text.contains("certificate") {
-            HttpError::TlsProtocolError
-        } else {
-            HttpError::ConnectionRefused
-        }
-    } else {
-        match std::error::Error::source(&e).and_then(|s| s.downcast_ref::<hyper::Error>()) {
-            Some(h) if h.is_incomplete_message() || h.is_closed() => {
-                HttpError::ConnectionTerminated
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            // rustls reports through io errors whose inner error is its own.
+            if io
+                .get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+            {
+                return HttpError::TlsProtocolError;
             }
-            _ => HttpError::HttpProtocolError,
+            match io.kind() {
+                std::io::ErrorKind::TimedOut => return HttpError::ConnectionTimeout,
+                std::io::ErrorKind::ConnectionRefused => return HttpError::ConnectionRefused,
+                std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe => {
+                    return HttpError::ConnectionTerminated;
+                }
+                _ => {}
+            }
         }
+        if let Some(h) = c.downcast_ref::<hyper::Error>()
+            && (h.is_incomplete_message() || h.is_closed())
+        {
+            return HttpError::ConnectionTerminated;
+        }
+        cause = c.source();
+    }
+    if e.is_connect() {
+        HttpError::DestinationUnavailable
+    } else {
+        HttpError::HttpProtocolError
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_closed_port_is_a_refused_connection() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let request = http::Request::post(format!("http://127.0.0.1:{port}/v1"))
+            .body(
+                http_body_util::Empty::new()
+                    .map_err(|never: std::convert::Infallible| match never {})
+                    .boxed_unsync(),
+            )
+            .unwrap();
+        let err = Connections::new().send(request, None).await.unwrap_err();
+        assert!(matches!(err, HttpError::ConnectionRefused), "{err}");
     }
 }
