@@ -401,17 +401,21 @@ async fn main() {
         "ingress ({CLIENTS} concurrent clients, {n} deliveries a run of a {} B GitHub issue_comment; floor and edge: median of {rounds} rounds, latencies pooled)",
         body.len()
     );
-    println!(
-        "  floor (KV create + publish w/ ack): {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
-        floor.per_sec(),
-        floor.pct(0.50),
-        floor.pct(0.99)
-    );
-    let cpu_line = |r: &Run| {
-        let (b, s) = r.cpu_us();
-        format!("cpu/delivery {b:>5.0} µs here + {s:>5.0} µs nats-server")
+    // One run: its rate and latencies, then its CPU per delivery.
+    let report = |what: &str, r: &Run| {
+        let (here, server) = r.cpu_us();
+        println!(
+            "{what:<46} {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
+            r.per_sec(),
+            r.pct(0.50),
+            r.pct(0.99)
+        );
+        println!(
+            "{:<46} cpu/delivery {here:>5.0} µs here + {server:>5.0} µs nats-server",
+            ""
+        );
     };
-    println!("{:<46} {}", "", cpu_line(&floor));
+    report("  floor (KV create + publish w/ ack)", &floor);
     for (what, r) in [
         ("  step: verify + parse in WASM", &wasm),
         ("  step: Coord::claim_delivery (the edge's claim)", &claim),
@@ -422,13 +426,7 @@ async fn main() {
             &row_awaited,
         ),
     ] {
-        println!(
-            "{what:<46} {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
-            r.per_sec(),
-            r.pct(0.50),
-            r.pct(0.99)
-        );
-        println!("{:<46} {}", "", cpu_line(r));
+        report(what, r);
     }
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
@@ -455,13 +453,7 @@ async fn main() {
             &whole_p99_ratios,
         ),
     ] {
-        println!(
-            "{what:<46} {:>8.0}/s  p50 {:>6.2} ms  p99 {:>6.2} ms",
-            r.per_sec(),
-            r.pct(0.50),
-            r.pct(0.99)
-        );
-        println!("{:<46} {}", "", cpu_line(r));
+        report(what, r);
         println!(
             "{:<46} ratio (median of {rounds} rounds): throughput {:.0} % of floor [{}], p99 {:.2}x floor",
             "",

@@ -163,12 +163,7 @@ async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
         .await;
     node.wait_held(1).await;
     assert_eq!(node.held_handles(), BTreeSet::from(["good".to_owned()]));
-    node.host
-        .wait("bad's equip", |c| {
-            c.iter()
-                .any(|c| matches!(c, common::Call::Equip { seat } if seat == "bad"))
-        })
-        .await;
+    node.host.wait_equip("bad").await;
     // Released by the node, not lapsed: gone well inside the TTL of the
     // tenure that was won just before equip.
     let equipped_at = Instant::now();
@@ -207,11 +202,7 @@ async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
     assert_eq!(env.mailbox("bad").await, (1, 0, 0));
     assert_eq!(node.host.runs_of_delivery("to-bad"), 0);
     assert!(
-        !node
-            .host
-            .calls_of("bad")
-            .iter()
-            .any(|c| matches!(c, common::Call::Unequip { .. })),
+        !node.host.unequip_called("bad"),
         "a seat that never equipped is not unequipped"
     );
     node.stop().await;
@@ -227,12 +218,7 @@ async fn an_equip_that_hangs_is_dropped_and_the_seat_given_back() {
         })
         .await;
     node.wait_held(1).await;
-    node.host
-        .wait("stuck's equip", |c| {
-            c.iter()
-                .any(|c| matches!(c, common::Call::Equip { seat } if seat == "stuck"))
-        })
-        .await;
+    node.host.wait_equip("stuck").await;
     let called = Instant::now();
     // Held (renewed) while the equip runs, released once it is dropped —
     // well before the lease could have lapsed on its own.
@@ -245,6 +231,10 @@ async fn an_equip_that_hangs_is_dropped_and_the_seat_given_back() {
         took >= equip_timeout.mul_f64(0.8),
         "released after {took:?}, before the equip timeout"
     );
+    assert!(
+        took < equip_timeout + TTL / 2,
+        "released only after {took:?}: lapsed, not given back"
+    );
     env.wake("stuck", "to-stuck", None).await;
     tokio::time::sleep(HEARTBEAT * 5).await;
     assert_eq!(node.held_handles(), BTreeSet::from(["good".to_owned()]));
@@ -255,10 +245,7 @@ async fn an_equip_that_hangs_is_dropped_and_the_seat_given_back() {
     );
     assert_eq!(env.mailbox("stuck").await, (1, 0, 0), "never attached");
     assert!(
-        !node.host.calls_of("stuck").iter().any(|c| matches!(
-            c,
-            common::Call::Unequip { .. } | common::Call::UnequipHung { .. }
-        )),
+        !node.host.unequip_called("stuck"),
         "a seat whose equip was dropped is not unequipped"
     );
     node.stop().await;

@@ -109,27 +109,22 @@ const WAL_BACKSTOP_PAGES: i64 = 16_384;
 /// commit waits for the disk; the event log's writer is on the webhook's
 /// path, so the copy moves here. A passive checkpoint never blocks a writer.
 /// Stops (after a last checkpoint) when the store is dropped.
-enum CheckpointerError {
-    Sqlite(rusqlite::Error),
-    Thread(std::io::Error),
-}
-
-impl From<rusqlite::Error> for CheckpointerError {
-    fn from(e: rusqlite::Error) -> Self {
-        CheckpointerError::Sqlite(e)
-    }
-}
-
 struct Checkpointer {
     _stop: std::sync::mpsc::Sender<()>,
 }
 
 impl Checkpointer {
-    fn start(path: &Path) -> Result<Checkpointer, CheckpointerError> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(5))?;
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    fn start(path: &Path) -> Result<Checkpointer, StoreError> {
         let label = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            path: label.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.busy_timeout(Duration::from_secs(5))
+            .map_err(open_err)?;
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread_label = label.clone();
         std::thread::Builder::new()
             .name("crewlet-store-checkpoint".into())
             .spawn(move || {
@@ -143,7 +138,7 @@ impl Checkpointer {
                         Ok(()) => failing = false,
                         Err(e) if !failing => {
                             failing = true;
-                            tracing::warn!(subsystem = "store", store = %label, error = %e,
+                            tracing::warn!(subsystem = "store", store = %thread_label, error = %e,
                                 "WAL checkpoint failed; retrying (the writer checkpoints itself past 64 MiB)");
                         }
                         Err(_) => {}
@@ -153,7 +148,10 @@ impl Checkpointer {
                     }
                 }
             })
-            .map_err(CheckpointerError::Thread)?;
+            .map_err(|source| StoreError::Checkpointer {
+                path: label,
+                source,
+            })?;
         Ok(Checkpointer { _stop: stop })
     }
 }
@@ -188,13 +186,7 @@ impl Store {
         // the connection's own only past a WAL of `WAL_BACKSTOP_PAGES`.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_BACKSTOP_PAGES)
             .map_err(open_err)?;
-        let checkpointer = Checkpointer::start(path).map_err(|e| match e {
-            CheckpointerError::Sqlite(source) => open_err(source),
-            CheckpointerError::Thread(source) => StoreError::Checkpointer {
-                path: label.clone(),
-                source,
-            },
-        })?;
+        let checkpointer = Checkpointer::start(path)?;
         Ok(Store {
             conn: Mutex::new(conn),
             path: path.to_path_buf(),

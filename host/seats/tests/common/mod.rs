@@ -446,6 +446,22 @@ impl Recorder {
             .count()
     }
 
+    /// Waits until `seat`'s equip has been called.
+    pub async fn wait_equip(&self, seat: &str) {
+        self.wait(&format!("{seat}'s equip"), |c| {
+            c.iter()
+                .any(|c| matches!(c, Call::Equip { seat: s } if s == seat))
+        })
+        .await
+    }
+
+    /// Whether `seat`'s unequip was ever called (finished or hung).
+    pub fn unequip_called(&self, seat: &str) -> bool {
+        self.calls_of(seat)
+            .iter()
+            .any(|c| matches!(c, Call::Unequip { .. } | Call::UnequipHung { .. }))
+    }
+
     /// Waits until `pred` holds over the calls, or fails the test.
     pub async fn wait(&self, what: &str, pred: impl Fn(&[Call]) -> bool) {
         let mut rx = self.changed.subscribe();
