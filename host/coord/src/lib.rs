@@ -32,6 +32,7 @@ pub mod lease;
 pub mod memory;
 pub mod names;
 pub mod nats;
+pub mod reach;
 pub mod records;
 pub mod sweep;
 
@@ -50,6 +51,7 @@ pub use lease::{Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use names::ResourceName;
 pub use nats::{NatsKv, OpenError};
+pub use reach::{REACH_WITHIN, Unreachable, until_writable};
 pub use records::{
     Claimed, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, key_hint,
     merge_cooldowns,

@@ -42,6 +42,10 @@ use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watc
 /// is ended (the broker's own idle interval for this kind of consumer).
 pub const QUIET: Duration = Duration::from_secs(5);
 
+/// The key the opening probe writes to (and is refused: nothing is stored).
+/// No name encodes to it: an encoded `_` is always followed by two hex digits.
+const REACH_PROBE_KEY: &str = "_reach";
+
 /// How many leader reads a listing runs at once for keys its pass lost.
 const READ_FANOUT: usize = 32;
 
@@ -67,6 +71,8 @@ pub enum OpenError {
         "cannot open bucket {bucket} ({why}); check that the broker has JetStream enabled and is reachable on this node's connection"
     )]
     Bucket { bucket: String, why: String },
+    #[error(transparent)]
+    Unreachable(Box<crate::reach::Unreachable>),
 }
 
 /// A listing pass's consumer.
@@ -154,7 +160,7 @@ impl NatsKv {
             async move {
                 let name = format!("{namespace}_{}", b.short());
                 let spec = retentions.spec(b);
-                let stream = open_bucket(js, &name, spec.age, replicas).await?;
+                let stream = open_reachable(js, &name, spec.age, replicas).await?;
                 Ok::<_, OpenError>((b, name, spec, stream))
             }
         }))
@@ -511,6 +517,26 @@ async fn open_bucket(
     js.get_stream(&stream_name)
         .await
         .map_err(|e| err(format!("{e} (last create attempt: {last_create_error})")))
+}
+
+/// Opens the bucket, then waits until a write through this connection
+/// reaches it (see [`crate::reach`]).
+async fn open_reachable(
+    js: &jetstream::Context,
+    name: &str,
+    age: Option<Duration>,
+    replicas: usize,
+) -> Result<stream::Stream, OpenError> {
+    let stream = open_bucket(js, name, age, replicas).await?;
+    crate::reach::until_writable(
+        js,
+        &format!("KV_{name}"),
+        &format!("$KV.{name}.{REACH_PROBE_KEY}"),
+        crate::reach::REACH_WITHIN,
+    )
+    .await
+    .map_err(|e| OpenError::Unreachable(Box::new(e)))?;
+    Ok(stream)
 }
 
 impl Kv for NatsKv {

@@ -264,6 +264,15 @@ impl StateBackend for NatsState {
                 }
             }
             .map_err(unavailable)?;
+            // Open only once a write through this connection reaches it.
+            crewlet_coord::until_writable(
+                &self.js,
+                &format!("KV_{}", spec.name),
+                &format!("$KV.{}._reach", spec.name),
+                crewlet_coord::REACH_WITHIN,
+            )
+            .await
+            .map_err(unavailable)?;
             self.stores
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())

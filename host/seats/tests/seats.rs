@@ -622,6 +622,7 @@ async fn an_unreachable_store_makes_a_seat_stale_not_lost() {
     let epoch = node.seats().held()[0].epoch;
     let pid = env.server.pid().expect("server pid") as i32;
     // Freeze the broker for well over a heartbeat but under the TTL.
+    // SAFETY: signalling the test's own, unreaped nats-server child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     let frozen = Instant::now();
     let mut saw_stale = false;
@@ -631,6 +632,7 @@ async fn an_unreachable_store_makes_a_seat_stale_not_lost() {
         saw_stale |= held[0].state == SeatState::Stale;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
     assert!(
         saw_stale,

@@ -11,6 +11,12 @@
 //! consumer covers is dropped in silence. That is why every node creates a
 //! mailbox for every seat of the company, not only for the seats it runs.
 //!
+//! A stream counts as ensured only once a write through the node's own
+//! connection reaches it (`crewlet_coord::until_writable`): on a cluster
+//! the stream exists a moment before its leader's subject interest reaches
+//! every member, and a publish through a member that has not heard is
+//! answered "no stream found".
+//!
 //! An existing stream is adopted, never rewritten: changing a retention is
 //! an operator's gesture. One difference refuses the start: fewer replicas
 //! than configured, which would hold the company's work on fewer disks than
@@ -20,6 +26,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, context::GetStreamErrorKind};
+use crewlet_coord::REACH_WITHIN;
 use tracing::{info, warn};
 
 /// Subject of inbound deliveries, consumed by `notify-inbound`.
@@ -35,6 +42,15 @@ pub struct StreamSpec {
     pub retention: RetentionPolicy,
     pub max_age: Duration,
     pub description: &'static str,
+}
+
+impl StreamSpec {
+    /// A subject of the stream no message of the node's is ever sent on,
+    /// for the probe that proves a write reaches it.
+    fn probe_subject(&self) -> String {
+        let first = self.subjects[0];
+        format!("{}._reach", first.trim_end_matches(".>"))
+    }
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -87,13 +103,22 @@ pub enum StreamsError {
         "cannot read or create stream {name}: {detail}; is JetStream up and does this account have room for it?"
     )]
     Unavailable { name: String, detail: String },
+    #[error(transparent)]
+    Unreachable(Box<crewlet_coord::Unreachable>),
 }
 
-/// Creates each stream that is missing and adopts each that exists.
+/// Creates each stream that is missing and adopts each that exists; returns
+/// once a write through `js` reaches every one of them.
 pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
     // Side by side: each creation is a stream the server creates and syncs.
     let specs = specs();
-    futures::future::try_join_all(specs.iter().map(|spec| ensure(js, spec, replicas))).await?;
+    futures::future::try_join_all(specs.iter().map(|spec| async move {
+        ensure(js, spec, replicas).await?;
+        crewlet_coord::until_writable(js, spec.name, &spec.probe_subject(), REACH_WITHIN)
+            .await
+            .map_err(|e| StreamsError::Unreachable(Box::new(e)))
+    }))
+    .await?;
     Ok(())
 }
 

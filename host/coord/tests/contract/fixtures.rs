@@ -60,7 +60,7 @@ impl Memory {
     }
 }
 
-fn retentions(o: &CoordOptions) -> crewlet_coord::bucket::Retentions {
+pub fn retentions(o: &CoordOptions) -> crewlet_coord::bucket::Retentions {
     crewlet_coord::bucket::Retentions {
         lease_ttl: o.lease_ttl,
         status: o.status_age,
