@@ -31,6 +31,13 @@ pub const DEFAULT_MAX_CONCURRENT: usize = 32;
 pub const DEFAULT_API_PORT: u16 = 7420;
 /// Data dir when neither the file nor the command line names one.
 pub const DEFAULT_DATA_DIR: &str = "crewlet-data";
+/// The least a credential cooldown lasts when the file does not say.
+pub const DEFAULT_COOLDOWN_FLOOR_SECONDS: u64 = 60;
+/// How often a node pulls the fleet's credential cooldowns. Not a key: it
+/// is what a cooldown floor is judged against.
+pub const COOLDOWN_PULL_SECONDS: u64 = 15;
+/// The longest floor: the cooldowns bucket forgets a record after a day.
+pub const MAX_COOLDOWN_FLOOR_SECONDS: u64 = 24 * 3600;
 
 /// What a node does. Declaring none means all four.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
@@ -82,6 +89,7 @@ pub struct NodeConfig {
     pub coordination: CoordinationConfig,
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
+    pub models: ModelsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +174,16 @@ pub struct ShutdownConfig {
     pub drain_notice: Duration,
     /// Upper bound on the whole drain before subsystems are stopped anyway.
     pub drain_timeout: Duration,
+}
+
+/// How this node's model layer benches credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelsConfig {
+    /// The least any credential cooldown lasts, whatever a vendor advised.
+    /// Never under [`COOLDOWN_PULL_SECONDS`]: peers learn of a bench only on
+    /// their next pull, and one that ended before it would have every peer
+    /// pay its own 429 to learn what this node already knew.
+    pub cooldown_floor: Duration,
 }
 
 /// Values from the command line that win over the file.
@@ -301,6 +319,7 @@ mod raw {
         pub coordination: Coordination,
         pub logging: Logging,
         pub shutdown: Shutdown,
+        pub models: Models,
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -359,6 +378,12 @@ mod raw {
     pub struct Shutdown {
         pub drain_notice_seconds: Option<f64>,
         pub drain_timeout_seconds: Option<f64>,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Models {
+        pub cooldown_floor_seconds: Option<u64>,
     }
 
     impl File {
@@ -516,6 +541,19 @@ mod raw {
                 )?,
             };
 
+            let floor = self
+                .models
+                .cooldown_floor_seconds
+                .unwrap_or(DEFAULT_COOLDOWN_FLOOR_SECONDS);
+            if !(COOLDOWN_PULL_SECONDS..=MAX_COOLDOWN_FLOOR_SECONDS).contains(&floor) {
+                return Err(invalid(
+                    "models.cooldown_floor_seconds",
+                    format!(
+                        "expected {COOLDOWN_PULL_SECONDS} to {MAX_COOLDOWN_FLOOR_SECONDS} seconds, found {floor}: peers pull the fleet's cooldowns every {COOLDOWN_PULL_SECONDS} s, so a shorter cooldown can end before any peer reads it, and the cooldowns bucket keeps a record for a day"
+                    ),
+                ));
+            }
+
             Ok(NodeConfig {
                 source: None,
                 node_id: self.node.id,
@@ -532,6 +570,9 @@ mod raw {
                 },
                 logging,
                 shutdown,
+                models: ModelsConfig {
+                    cooldown_floor: Duration::from_secs(floor),
+                },
             })
         }
     }
@@ -692,6 +733,38 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("coordination.heartbeat_seconds"), "{err}");
+    }
+
+    #[test]
+    fn the_cooldown_floor_is_a_minute_unless_configured() {
+        assert_eq!(
+            parse("").unwrap().models.cooldown_floor,
+            Duration::from_secs(60)
+        );
+        let cfg = parse("[models]\ncooldown_floor_seconds = 120\n").unwrap();
+        assert_eq!(cfg.models.cooldown_floor, Duration::from_secs(120));
+        let at_pull = parse("[models]\ncooldown_floor_seconds = 15\n").unwrap();
+        assert_eq!(at_pull.models.cooldown_floor, Duration::from_secs(15));
+    }
+
+    #[test]
+    fn a_cooldown_floor_under_the_pull_interval_is_refused_naming_the_key() {
+        for bad in [0, 1, 14, 86_401] {
+            let err = parse(&format!("[models]\ncooldown_floor_seconds = {bad}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with(
+                    "node.toml: key `models.cooldown_floor_seconds`: expected 15 to 86400 seconds"
+                ),
+                "{err}"
+            );
+            assert!(err.contains(&format!("found {bad}")), "{err}");
+        }
+        let err = parse("[models]\ncooldown_floor_seconds = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("every 15 s"), "says why: {err}");
     }
 
     #[test]

@@ -42,6 +42,20 @@ use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watc
 /// is ended (the broker's own idle interval for this kind of consumer).
 pub const QUIET: Duration = Duration::from_secs(5);
 
+/// What [`PASS_STARTED`] runs.
+#[doc(hidden)]
+pub type PassHook = Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+tokio::task_local! {
+    /// Test seam, not an interface: a certified listing polled inside
+    /// `PASS_STARTED.scope(hook, ..)` awaits `hook()` once its index has
+    /// answered and its pass is subscribed, before it reads any delivery, so
+    /// a test can change the bucket under a pass it knows has started.
+    /// Outside a scope it costs one task-local lookup per listing.
+    #[doc(hidden)]
+    pub static PASS_STARTED: PassHook;
+}
+
 /// The key the opening probe writes to (and is refused: nothing is stored).
 /// No name encodes to it: an encoded `_` is always followed by two hex digits.
 const REACH_PROBE_KEY: &str = "_reach";
@@ -363,6 +377,9 @@ impl NatsKv {
         let (pass, index) = futures::join!(pass_fut, index_fut);
         let index = index?;
         let (mut msgs, pending, consumer_name) = pass?;
+        if let Ok(hook) = PASS_STARTED.try_with(Arc::clone) {
+            hook().await;
+        }
         let mut delivered: HashMap<String, Entry> = HashMap::new();
         let mut pass_done = pending == 0;
         // Index keys the pass has not delivered yet: once none is left the

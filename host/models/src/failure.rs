@@ -50,24 +50,43 @@ pub enum Decision {
     NextModel,
 }
 
+/// The least a cooldown lasts unless the node configures another floor.
+pub const DEFAULT_COOLDOWN_FLOOR: Duration = Duration::from_secs(60);
+
 /// Cooldown lengths for the key's failures.
+///
+/// Every bench lasts at least [`floor`](Self::floor), whatever the vendor
+/// advised: peers learn of a bench only on their next pull of the fleet's
+/// cooldowns (every 15 s), so a bench shorter than that could end before any
+/// peer read it and each would pay its own 429 to learn it again. At a
+/// minute, reading one a few seconds late costs nothing (Coordination,
+/// "Credential cooldowns, in practice"). The floor is the node's
+/// `models.cooldown_floor_seconds`, refused below the pull interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CooldownPolicy {
-    /// A 429 without advice.
+    /// A 429 without advice; never below the floor.
     pub rate_limited_default: Duration,
     /// A refused key.
     pub auth: Duration,
-    /// The least any bench lasts (a 429 advising 0 s still rotates keys).
+    /// The least any bench lasts (a 429 advising 0 s still benches for it).
     pub floor: Duration,
+}
+
+impl CooldownPolicy {
+    /// The default lengths under `floor`: an un-advised 429 is benched for
+    /// the floor when the floor is the longer.
+    pub fn with_floor(floor: Duration) -> CooldownPolicy {
+        CooldownPolicy {
+            rate_limited_default: Duration::from_secs(60).max(floor),
+            auth: Duration::from_secs(600),
+            floor,
+        }
+    }
 }
 
 impl Default for CooldownPolicy {
     fn default() -> CooldownPolicy {
-        CooldownPolicy {
-            rate_limited_default: Duration::from_secs(30),
-            auth: Duration::from_secs(600),
-            floor: Duration::from_secs(1),
-        }
+        CooldownPolicy::with_floor(DEFAULT_COOLDOWN_FLOOR)
     }
 }
 
@@ -166,9 +185,13 @@ mod tests {
     fn only_the_keys_failures_bench_and_every_bench_has_a_floor() {
         let p = CooldownPolicy::default();
         let rl = |ms| Failure::RateLimited { retry_after_ms: ms }.decide(&p);
-        assert_eq!(rl(Some(7_000)), Decision::BenchKey(Duration::from_secs(7)));
-        assert_eq!(rl(None), Decision::BenchKey(Duration::from_secs(30)));
-        assert_eq!(rl(Some(0)), Decision::BenchKey(Duration::from_secs(1)));
+        assert_eq!(
+            rl(Some(90_000)),
+            Decision::BenchKey(Duration::from_secs(90))
+        );
+        assert_eq!(rl(Some(7_000)), Decision::BenchKey(Duration::from_secs(60)));
+        assert_eq!(rl(None), Decision::BenchKey(Duration::from_secs(60)));
+        assert_eq!(rl(Some(0)), Decision::BenchKey(Duration::from_secs(60)));
         assert_eq!(
             Failure::Auth.decide(&p),
             Decision::BenchKey(Duration::from_secs(600))
@@ -185,6 +208,50 @@ mod tests {
         ] {
             assert_eq!(f.decide(&p), Decision::NextModel, "{f}");
         }
+    }
+
+    #[test]
+    fn a_429_advising_one_second_benches_the_key_for_a_minute() {
+        let rl = |p: &CooldownPolicy, ms| Failure::RateLimited { retry_after_ms: ms }.decide(p);
+        let p = CooldownPolicy::default();
+        assert_eq!(p.floor, Duration::from_secs(60));
+        assert_eq!(
+            rl(&p, Some(1_000)),
+            Decision::BenchKey(Duration::from_secs(60))
+        );
+        assert!(p.rate_limited_default >= p.floor);
+    }
+
+    #[test]
+    fn a_configured_floor_is_honoured_by_every_bench() {
+        let rl = |p: &CooldownPolicy, ms| Failure::RateLimited { retry_after_ms: ms }.decide(p);
+        let high = CooldownPolicy::with_floor(Duration::from_secs(120));
+        assert_eq!(
+            rl(&high, Some(1_000)),
+            Decision::BenchKey(Duration::from_secs(120))
+        );
+        assert_eq!(
+            rl(&high, None),
+            Decision::BenchKey(Duration::from_secs(120))
+        );
+        assert_eq!(
+            rl(&high, Some(300_000)),
+            Decision::BenchKey(Duration::from_secs(300))
+        );
+        assert_eq!(
+            Failure::Auth.decide(&CooldownPolicy::with_floor(Duration::from_secs(900))),
+            Decision::BenchKey(Duration::from_secs(900))
+        );
+        let low = CooldownPolicy::with_floor(Duration::from_secs(20));
+        assert_eq!(
+            rl(&low, Some(1_000)),
+            Decision::BenchKey(Duration::from_secs(20))
+        );
+        assert_eq!(
+            rl(&low, None),
+            Decision::BenchKey(Duration::from_secs(60)),
+            "a lower floor does not shorten an un-advised 429"
+        );
     }
 
     #[test]

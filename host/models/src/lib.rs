@@ -41,7 +41,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use crewlet_plugins::provider::{Completion, Message, Role, Tool, ToolCall, ToolChoice, Usage};
-pub use failure::{CooldownPolicy, Decision, Failure};
+pub use failure::{CooldownPolicy, DEFAULT_COOLDOWN_FLOOR, Decision, Failure};
 pub use pool::{
     Credential, CredentialPool, PoolLease, ProviderKey, Resolve, Secret, Unresolved, resolve_all,
 };

@@ -7,9 +7,10 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use common::{Host, Node, model, msg, request, site};
-use crewlet_coord::key_hint;
-use crewlet_models::{Failure, Outcome, Role};
+use common::{Host, Node, model, msg, request, resolver, site};
+use crewlet_company::ModelRef;
+use crewlet_coord::{KeyHint, key_hint};
+use crewlet_models::{CooldownPolicy, Failure, Models, ModelsOptions, Outcome, Role};
 use crewlet_testkit::{NatsServer, Reply, ScriptedOpenAi};
 use serde_json::json;
 
@@ -98,7 +99,8 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     let bearers: Vec<_> = server.requests().iter().map(|r| r.bearer.clone()).collect();
     assert_eq!(bearers, vec![Some(KEY_1.into()), Some(KEY_2.into())]);
 
-    // The fleet knows: the record is an instant ≈ now + Retry-After.
+    // The fleet knows: the record is an instant ≈ now + the bench, which is
+    // the floor's minute, since the 40 s the vendor advised is under it.
     let pkey = models_a.provider_key(&chain[0]).unwrap();
     assert_eq!(pkey.as_str(), format!("openai:gpt-a@{}", server.base_url()));
     let cooling = node_a.coord.cooldowns().await.unwrap();
@@ -107,7 +109,7 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     assert_eq!(cooling[0].hint, key_hint(KEY_1));
     let ahead = cooling[0].until.duration_since(before).unwrap();
     assert!(
-        ahead >= Duration::from_secs(39) && ahead <= Duration::from_secs(42),
+        ahead >= Duration::from_secs(59) && ahead <= Duration::from_secs(62),
         "{ahead:?}"
     );
     let benched = node_a.events("credential_benched");
@@ -174,6 +176,80 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     assert_eq!(other.key_hint, Some(key_hint(KEY_1)));
     models_a.shutdown().await;
     models_b.shutdown().await;
+}
+
+/// How far ahead of `before` the fleet's record and this node's bench of
+/// `hint` end, in whole seconds.
+async fn benched_for(
+    node: &Node,
+    models: &Models,
+    entry: &ModelRef,
+    hint: &KeyHint,
+    before: SystemTime,
+) -> (u64, u64) {
+    let pkey = models.provider_key(entry).unwrap();
+    let cooling = node.coord.cooldowns().await.unwrap();
+    let record = cooling
+        .iter()
+        .find(|c| c.provider == pkey.as_str() && &c.hint == hint)
+        .unwrap_or_else(|| panic!("no fleet record for {pkey}: {cooling:?}"));
+    let local = models
+        .pool()
+        .cooling_until(&pkey, hint, SystemTime::now())
+        .expect("benched on this node");
+    let ahead = |t: SystemTime| t.duration_since(before).unwrap().as_secs();
+    (ahead(record.until), ahead(local))
+}
+
+/// A vendor advising one second does not make the bench one second: peers
+/// pull every 15 s, so the bench lasts the floor — 60 s by default, or the
+/// node's configured floor — here and in the fleet's record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_429_advising_one_second_benches_the_key_for_the_floor() {
+    let nats = NatsServer::start();
+    let server = ScriptedOpenAi::start();
+    let host = Host::new();
+    let plugin = host.openai(&server);
+    let node = Node::join(&nats, "node-a").await;
+    let secrets = [("K1", KEY_1), ("K2", KEY_2)];
+    let configured = ModelsOptions {
+        cooldowns: CooldownPolicy::with_floor(Duration::from_secs(120)),
+        ..ModelsOptions::default()
+    };
+    for (model_name, opts, floor) in [
+        ("gpt-a", ModelsOptions::default(), 60),
+        ("gpt-b", configured, 120),
+    ] {
+        let models = Models::new(
+            vec![plugin.clone()],
+            node.coord.clone(),
+            Some(node.publisher.clone()),
+            resolver(&secrets),
+            opts,
+        )
+        .await;
+        let entry = model("openai", model_name, &["K1", "K2"]);
+        server.reply(model_name, Reply::rate_limited(1));
+        server.reply(model_name, Reply::Text("second key".into()));
+        let before = SystemTime::now();
+        let answer = models
+            .call(
+                std::slice::from_ref(&entry),
+                request(vec![msg(Role::User, "hi")]),
+                site("t1"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.key_hint, Some(key_hint(KEY_2)), "{model_name}");
+        let (record, local) = benched_for(&node, &models, &entry, &key_hint(KEY_1), before).await;
+        for (what, ahead) in [("fleet record", record), ("local bench", local)] {
+            assert!(
+                (floor - 1..=floor + 2).contains(&ahead),
+                "{model_name}: the {what} ends {ahead} s ahead, not at the {floor} s floor"
+            );
+        }
+        models.shutdown().await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
