@@ -16,7 +16,7 @@
 //!   as one competing durable consumer (`notify-inbound`); the rate valve
 //!   fails closed by delaying (nak with delay), and a message that keeps
 //!   failing goes to `dlq.notify-inbound` after [`notify::MAX_DELIVER`]
-//!   deliveries, with the reason.
+//!   real failures (a delay never counts), with the reason.
 //! - **Every seat has a mailbox**, whether or not it runs anywhere: a durable
 //!   consumer on `crewlet.agent.HANDLE.inbox`, recorded in the mailboxes
 //!   bucket before it is created, so the interest-retention stream keeps a

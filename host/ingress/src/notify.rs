@@ -13,14 +13,40 @@
 //!   with [`RETRY_DELAY`]; the delivery comes back, it is not dropped — and
 //!   a delay never counts towards dead-lettering (a busy seat is not a bad
 //!   message). The same holds while no company is active.
+//! - **Only real failures count, and the count travels on the message.**
+//!   The server's delivery count includes every delayed redelivery, so it
+//!   cannot tell a busy seat from a bad message, and no node may keep a
+//!   count of its own: any node may pull the next delivery. A real failure
+//!   (a wake that could not be published) passes the delivery on: a copy is
+//!   published to [`crate::INBOUND_SUBJECT`] carrying the failures so far
+//!   ([`FAILURES_HEADER`]) and the instant it is due ([`NOT_BEFORE_HEADER`],
+//!   [`RETRY_DELAY`] on), then the original is acked. A copy that arrives
+//!   early is naked with what remains of its wait: a delay, uncounted. The
+//!   failure that brings the count to [`MAX_DELIVER`] dead-letters instead
+//!   (publish to [`crate::DLQ_SUBJECT`] with the reason, then ack; a DLQ
+//!   publish that fails naks, so the message never vanishes at the limit).
+//! - **A pass-on is stored once, or not at all.** Its message id is the
+//!   delivery's key with its failures and the seats it owes: every pass-on
+//!   of one delivery changes one of them, so no two differ only in time,
+//!   and a pass-on repeated after a lost ack is deduplicated. A pass-on
+//!   that cannot be published naks the original with [`RETRY_DELAY`]:
+//!   nothing is lost, and that failure goes uncounted (a count no stored
+//!   message carries does not exist).
+//! - **A seat's wake is paid for once.** Seats are admitted and woken in
+//!   order. When a later seat has to wait or fails after an earlier seat of
+//!   the same delivery got its wake, the rest is passed on restricted to
+//!   the seats still owed ([`OWED_HEADER`]), so a redelivery never charges a
+//!   woken seat's valve again. Only after a pass-on that failed does a
+//!   redelivery repeat earlier seats: charged again, woken once (below).
 //! - **Wakes are idempotent on the stream.** Each carries the message id
 //!   `SOURCE:ID:HANDLE`, so a redelivery after a partial wake does not wake
 //!   a seat twice within the stream's duplicate window.
-//! - **Bounded retries.** The consumer itself redelivers without limit;
-//!   this service dead-letters on delivery [`MAX_DELIVER`] (publish to
-//!   [`crate::DLQ_SUBJECT`] with the reason, then ack). Counting here rather
-//!   than with the server's `max_deliver` means a DLQ publish that fails is
-//!   retried instead of the message vanishing at the limit.
+//! - **An ack-wait expiry is no failure.** A delivery whose worker stopped
+//!   answering (a node died holding it) comes back from the server after
+//!   the consumer's ack wait with its headers, so its count and the seats
+//!   it owes are intact, and that redelivery is not counted: the worker
+//!   failed, not the message. A delivery's content is only parsed and
+//!   looked up, never run, so it cannot be what keeps killing its workers.
 //! - **Addressed to nobody** is an `delivery_unrouted` event and an ack.
 //! - **A shedding node stops consuming.** While [`NotifyConfig::admitting`]
 //!   is false (the node's config posture is `shed`: peers have the epoch
@@ -44,15 +70,23 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::message::{Inbound, Wake};
+use crate::message::{Inbound, Wake, now_ms};
 use crate::{DLQ_SUBJECT, INBOUND_SUBJECT, NOTIFICATIONS_STREAM, TRACE_HEADER};
 
 /// The fleet-wide durable consumer (and queue group) name.
 pub const DURABLE: &str = "notify-inbound";
-/// The delivery on which a failing message is dead-lettered.
+/// The real failure on which a delivery is dead-lettered (delays do not
+/// count; see the module docs).
 pub const MAX_DELIVER: i64 = 5;
 /// How long a refused or failed delivery waits before it comes back.
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
+/// Header of a passed-on delivery: its real failures so far.
+pub const FAILURES_HEADER: &str = "Crewlet-Failures";
+/// Header of a passed-on delivery: when it is due, in ms since the epoch.
+pub const NOT_BEFORE_HEADER: &str = "Crewlet-Not-Before";
+/// Header of a passed-on delivery: the handles still owed a wake,
+/// comma-separated (absent: every seat the delivery resolves to).
+pub const OWED_HEADER: &str = "Crewlet-Owed";
 /// Wakes per seat per [`VALVE_WINDOW`], fleet-wide.
 pub const VALVE_LIMIT: u64 = 30;
 /// The valve's window (at most half the rate bucket's 60 s age).
@@ -98,10 +132,65 @@ enum Failure {
     /// Not now: the valve is closed or unknown, or no company is active.
     /// Redelivered after [`RETRY_DELAY`], never dead-lettered.
     Delay(String),
-    /// Worth another delivery.
+    /// Worth another delivery; counted.
     Retry(String),
-    /// Will never succeed: dead-letter now.
-    Poison(String),
+}
+
+/// Why a delivery stopped short, and what it still owes.
+struct Stop {
+    failure: Failure,
+    /// The seats still owed a wake, when a seat of this delivery got its
+    /// wake before it stopped; `None`: it owes what it owed.
+    rest: Option<Vec<String>>,
+}
+
+/// What a delivery carries of its own history (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Carried {
+    failures: i64,
+    not_before_ms: Option<i64>,
+    owed: Option<Vec<String>>,
+}
+
+impl Carried {
+    /// Read from a delivery's headers; a header that does not parse counts
+    /// as absent (only this service writes them).
+    fn of(headers: Option<&async_nats::HeaderMap>) -> Carried {
+        let get = |name: &str| headers.and_then(|h| h.get(name)).map(|v| v.as_str());
+        Carried {
+            failures: get(FAILURES_HEADER)
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            not_before_ms: get(NOT_BEFORE_HEADER).and_then(|v| v.parse().ok()),
+            owed: get(OWED_HEADER).map(|v| v.split(',').map(str::to_owned).collect()),
+        }
+    }
+
+    /// How long the delivery must still wait; `None` once it is due. A wait
+    /// above [`RETRY_DELAY`] means two nodes' clocks disagree: the delivery
+    /// is due, rather than held for as long as they do.
+    fn wait(&self, now_ms: i64) -> Option<Duration> {
+        let left = self.not_before_ms? - now_ms;
+        (left > 0 && left <= RETRY_DELAY.as_millis() as i64)
+            .then(|| Duration::from_millis(left as u64))
+    }
+
+    /// The message id of the pass-on that carries this.
+    fn msg_id(&self, key: &str) -> String {
+        let owed = self.owed.as_ref().map_or("*".to_owned(), |o| o.join(","));
+        format!("{key}|{}|{owed}", self.failures)
+    }
+
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        let mut out = vec![(FAILURES_HEADER, self.failures.to_string())];
+        if let Some(at) = self.not_before_ms {
+            out.push((NOT_BEFORE_HEADER, at.to_string()));
+        }
+        if let Some(owed) = &self.owed {
+            out.push((OWED_HEADER, owed.join(",")));
+        }
+        out
+    }
 }
 
 impl NotifyService {
@@ -256,34 +345,110 @@ impl Worker {
 
     async fn handle(&self, msg: jetstream::Message) {
         let delivered = msg.info().map(|i| i.delivered).unwrap_or(1);
-        match self.work(&msg).await {
-            Ok(()) => {
-                if let Err(e) = msg.ack().await {
-                    warn!(subsystem = "notify", error = %e, "ack failed; the delivery comes back and its wakes are deduplicated");
+        let carried = Carried::of(msg.headers.as_ref());
+        let inbound: Inbound = match serde_json::from_slice(&msg.payload) {
+            Ok(i) => i,
+            Err(e) => {
+                let reason = format!("not an inbound delivery: {e}");
+                let next = Carried {
+                    failures: carried.failures + 1,
+                    ..carried
+                };
+                return self.dead_letter(&msg, None, &next, &reason).await;
+            }
+        };
+        if let Some(wait) = carried.wait(now_ms()) {
+            debug!(subsystem = "notify", key = %inbound.key, ?wait, "passed-on delivery not due yet");
+            let _ = msg.ack_with(AckKind::Nak(Some(wait))).await;
+            return;
+        }
+        let Err(stop) = self.work(&inbound, &carried).await else {
+            if let Err(e) = msg.ack().await {
+                warn!(subsystem = "notify", error = %e, "ack failed; the delivery comes back and its wakes are deduplicated");
+            }
+            return;
+        };
+        let due = Some(now_ms() + RETRY_DELAY.as_millis() as i64);
+        match stop.failure {
+            Failure::Delay(reason) => match stop.rest {
+                None => {
+                    debug!(subsystem = "notify", delivered, reason, "delivery delayed");
+                    let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
                 }
-            }
-            Err(Failure::Delay(reason)) => {
-                debug!(subsystem = "notify", delivered, reason, "delivery delayed");
-                let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
-            }
-            Err(Failure::Retry(reason)) if delivered < MAX_DELIVER => {
-                debug!(subsystem = "notify", delivered, reason, "delivery delayed");
-                let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
-            }
-            Err(Failure::Retry(reason) | Failure::Poison(reason)) => {
-                self.dead_letter(&msg, delivered, &reason).await;
+                Some(rest) => {
+                    let next = Carried {
+                        failures: carried.failures,
+                        not_before_ms: due,
+                        owed: Some(rest),
+                    };
+                    self.pass_on(&msg, &inbound, &next, &reason).await;
+                }
+            },
+            Failure::Retry(reason) => {
+                let next = Carried {
+                    failures: carried.failures + 1,
+                    not_before_ms: due,
+                    owed: stop.rest.or(carried.owed),
+                };
+                if next.failures >= MAX_DELIVER {
+                    self.dead_letter(&msg, Some(&inbound), &next, &reason).await;
+                } else {
+                    self.pass_on(&msg, &inbound, &next, &reason).await;
+                }
             }
         }
     }
 
-    async fn work(&self, msg: &jetstream::Message) -> Result<(), Failure> {
-        let inbound: Inbound = serde_json::from_slice(&msg.payload)
-            .map_err(|e| Failure::Poison(format!("not an inbound delivery: {e}")))?;
+    /// Publishes the delivery again carrying `next`, then acks this one; if
+    /// the publish fails, this one comes back after [`RETRY_DELAY`] as it is.
+    async fn pass_on(
+        &self,
+        msg: &jetstream::Message,
+        inbound: &Inbound,
+        next: &Carried,
+        why: &str,
+    ) {
+        let published = self
+            .publish(
+                INBOUND_SUBJECT.into(),
+                &next.msg_id(&inbound.key),
+                &inbound.trace_id,
+                &next.headers(),
+                msg.payload.to_vec(),
+            )
+            .await;
+        match published {
+            Ok(()) => {
+                debug!(subsystem = "notify", key = %inbound.key, failures = next.failures,
+                    owed = ?next.owed, why, "delivery passed on");
+                if let Err(e) = msg.ack().await {
+                    warn!(subsystem = "notify", error = %e, "ack failed; the delivery comes back and its pass-on is deduplicated");
+                }
+            }
+            Err(e) => {
+                warn!(subsystem = "notify", key = %inbound.key, error = %e, why,
+                    "delivery not passed on; it comes back as it was");
+                let _ = msg.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
+            }
+        }
+    }
+
+    async fn work(&self, inbound: &Inbound, carried: &Carried) -> Result<(), Stop> {
         let Some(active) = self.cfg.active.current() else {
-            return Err(Failure::Delay("no active company".into()));
+            return Err(Stop {
+                failure: Failure::Delay("no active company".into()),
+                rest: None,
+            });
         };
         let company = &active.company;
-        let seats = resolve(company, &inbound);
+        let mut seats = resolve(company, inbound);
+        if let Some(owed) = &carried.owed {
+            seats.retain(|(h, _)| owed.iter().any(|o| o == h.as_str()));
+            if seats.is_empty() {
+                debug!(subsystem = "notify", key = %inbound.key, ?owed, "no seat still owed a wake is in the company");
+                return Ok(());
+            }
+        }
         if seats.is_empty() {
             let mut ev = self.cfg.publisher.event(
                 "delivery_unrouted",
@@ -302,7 +467,16 @@ impl Worker {
             Some(t) => format!("{}:{c}#{t}", inbound.source),
             None => format!("{}:{c}", inbound.source),
         });
-        for (handle, reason) in seats {
+        for (i, (handle, reason)) in seats.iter().enumerate() {
+            let stop = |failure| Stop {
+                failure,
+                rest: (i > 0).then(|| {
+                    seats[i..]
+                        .iter()
+                        .map(|(h, _)| h.as_str().to_owned())
+                        .collect()
+                }),
+            };
             let h = handle.as_str();
             match self
                 .cfg
@@ -312,14 +486,18 @@ impl Worker {
             {
                 Ok(Answer::Yes(_)) => {}
                 Ok(Answer::No(v)) => {
-                    return Err(Failure::Delay(format!(
+                    return Err(stop(Failure::Delay(format!(
                         "rate valve closed for {h} ({}/{})",
                         v.count, v.limit
-                    )));
+                    ))));
                 }
-                Err(e) => return Err(Failure::Delay(format!("rate valve unknown for {h}: {e}"))),
+                Err(e) => {
+                    return Err(stop(Failure::Delay(format!(
+                        "rate valve unknown for {h}: {e}"
+                    ))));
+                }
             }
-            let seat = seat_id(&company.org, &handle).to_string();
+            let seat = seat_id(&company.org, handle).to_string();
             let wake = Wake {
                 trace_id: inbound.trace_id.clone(),
                 delivery_id: inbound.delivery_id.clone(),
@@ -327,7 +505,7 @@ impl Worker {
                 event_type: inbound.event_type.clone(),
                 handle: h.to_owned(),
                 seat_id: seat.clone(),
-                reason: reason.to_owned(),
+                reason: (*reason).to_owned(),
                 text: inbound.text.clone(),
                 conversation: conversation.clone(),
                 channel: inbound.channel.clone(),
@@ -338,10 +516,11 @@ impl Worker {
                 handle.inbox_subject(),
                 &msg_id,
                 &inbound.trace_id,
+                &[],
                 serde_json::to_vec(&wake).expect("wake serialises"),
             )
             .await
-            .map_err(|e| Failure::Retry(format!("wake for {h} not published: {e}")))?;
+            .map_err(|e| stop(Failure::Retry(format!("wake for {h} not published: {e}"))))?;
             let mut ev = self.cfg.publisher.event(
                 "wake_published",
                 json!({
@@ -361,25 +540,40 @@ impl Worker {
         Ok(())
     }
 
-    async fn dead_letter(&self, msg: &jetstream::Message, delivered: i64, reason: &str) {
+    /// Publishes the delivery to the DLQ with why and what it still owed,
+    /// then acks it; if that publish fails, it comes back after the delay.
+    async fn dead_letter(
+        &self,
+        msg: &jetstream::Message,
+        inbound: Option<&Inbound>,
+        carried: &Carried,
+        reason: &str,
+    ) {
         let trace = msg
             .headers
             .as_ref()
             .and_then(|h| h.get(TRACE_HEADER))
-            .map(|v| v.as_str().to_owned());
+            .map(|v| v.as_str().to_owned())
+            .or_else(|| inbound.map(|i| i.trace_id.clone()));
+        let info = msg.info().ok();
+        let delivered = info.as_ref().map_or(1, |i| i.delivered);
+        let failures = carried.failures;
         let body = json!({
             "reason": reason,
+            "failures": failures,
             "delivered": delivered,
+            "owed": carried.owed,
             "subject": msg.subject.as_str(),
             "trace_id": trace,
             "original": String::from_utf8_lossy(&msg.payload),
         });
-        let id = format!("dlq:{}", msg.info().map(|i| i.stream_sequence).unwrap_or(0));
+        let id = format!("dlq:{}", info.as_ref().map_or(0, |i| i.stream_sequence));
         if let Err(e) = self
             .publish(
                 DLQ_SUBJECT.into(),
                 &id,
                 trace.as_deref().unwrap_or(""),
+                &[],
                 serde_json::to_vec(&body).expect("json"),
             )
             .await
@@ -390,12 +584,15 @@ impl Worker {
         }
         warn!(
             subsystem = "notify",
-            delivered, reason, "delivery dead-lettered"
+            failures, delivered, reason, "delivery dead-lettered"
         );
         let _ = msg.ack().await;
         let mut ev = self.cfg.publisher.event(
             "delivery_dead_lettered",
-            json!({ "reason": reason, "delivered": delivered, "dlq_subject": DLQ_SUBJECT }),
+            json!({
+                "reason": reason, "failures": failures, "delivered": delivered,
+                "dlq_subject": DLQ_SUBJECT,
+            }),
         );
         ev.trace_id = trace;
         ev.parties = vec![party("service:notify-inbound".into(), "worker")];
@@ -407,11 +604,15 @@ impl Worker {
         subject: String,
         msg_id: &str,
         trace: &str,
+        extra: &[(&'static str, String)],
         body: Vec<u8>,
     ) -> Result<(), String> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", msg_id);
         headers.insert(TRACE_HEADER, trace);
+        for (name, value) in extra {
+            headers.insert(*name, value.as_str());
+        }
         let ack = self
             .js
             .publish_with_headers(subject, headers, body.into())
@@ -436,5 +637,72 @@ fn party(party: String, role: &str) -> Party {
     Party {
         party,
         role: role.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(headers: &[(&'static str, String)]) -> async_nats::HeaderMap {
+        let mut h = async_nats::HeaderMap::new();
+        for (name, value) in headers {
+            h.insert(*name, value.as_str());
+        }
+        h
+    }
+
+    #[test]
+    fn what_a_pass_on_carries_reads_back_from_its_headers() {
+        let carried = Carried {
+            failures: 3,
+            not_before_ms: Some(1_700_000_000_123),
+            owed: Some(vec!["ada".into(), "linus".into()]),
+        };
+        assert_eq!(Carried::of(Some(&map(&carried.headers()))), carried);
+        let fresh = Carried::of(None);
+        assert_eq!(
+            fresh,
+            Carried {
+                failures: 0,
+                not_before_ms: None,
+                owed: None
+            }
+        );
+    }
+
+    #[test]
+    fn every_pass_on_of_one_delivery_has_an_id_of_its_own() {
+        let at = |failures, owed: Option<&[&str]>| Carried {
+            failures,
+            not_before_ms: Some(1),
+            owed: owed.map(|o| o.iter().map(|h| (*h).to_owned()).collect()),
+        };
+        let ids: std::collections::HashSet<String> = [
+            at(1, None),
+            at(2, None),
+            at(1, Some(&["ada", "linus"])),
+            at(1, Some(&["linus"])),
+            at(0, Some(&["linus"])),
+        ]
+        .iter()
+        .map(|c| c.msg_id("github:42"))
+        .collect();
+        assert_eq!(ids.len(), 5, "{ids:?}");
+        assert!(!ids.contains("github:42"), "the edge's own id");
+    }
+
+    #[test]
+    fn a_delivery_waits_out_its_delay_but_not_a_clock_disagreement() {
+        let due_at = |at| Carried {
+            failures: 1,
+            not_before_ms: Some(at),
+            owed: None,
+        };
+        assert_eq!(due_at(10_000).wait(10_000), None);
+        assert_eq!(due_at(10_000).wait(12_000), None);
+        assert_eq!(due_at(10_000).wait(9_500), Some(Duration::from_millis(500)));
+        let beyond = RETRY_DELAY.as_millis() as i64 + 1;
+        assert_eq!(due_at(10_000 + beyond).wait(10_000), None);
     }
 }

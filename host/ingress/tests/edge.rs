@@ -1,0 +1,108 @@
+//! The webhook edge against a real nats-server and the real GitHub plugin,
+//! with the claims bucket answering "unknown" while JetStream publishing
+//! works: the one case where the edge must publish without a claim.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use common::World;
+use crewlet_ingress::sign::github_signature;
+use crewlet_ingress::{Edge, EdgeConfig, INBOUND_SUBJECT, Inbound, NOTIFICATIONS_STREAM, Outcome};
+use crewlet_plugins::webhook::WebhookPlugin;
+use crewlet_plugins::{Manifest, Runtime, RuntimeConfig};
+use futures::StreamExt;
+
+const SECRET: &str = "edge-test-secret";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_claim_fails_open_the_delivery_is_published_and_answered_202() {
+    let w = World::start().await;
+    // What the notification service would be: interest that keeps the
+    // delivery on the stream, read back here instead of worked.
+    let probe: consumer::PullConsumer =
+        w.js.get_stream(NOTIFICATIONS_STREAM)
+            .await
+            .unwrap()
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some("edge-probe".into()),
+                filter_subject: INBOUND_SUBJECT.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    let plugin_data = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(RuntimeConfig {
+        data_dir: Some(plugin_data.path().to_path_buf()),
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = Manifest::load(&root.join("plugins/webhooks/github/plugin.toml")).unwrap();
+    let github = Arc::new(WebhookPlugin::load(&runtime, manifest).unwrap());
+    let edge = Edge::new(EdgeConfig {
+        node_id: "edge-test".into(),
+        client: w.client.clone(),
+        coord: w.coord.clone(),
+        publisher: w.publisher.clone(),
+        active: w.active.clone(),
+        webhooks: vec![github],
+        secrets: Arc::new(|_| Some(SECRET.to_owned())),
+    });
+
+    // Claim keys are `SOURCE:DELIVERY_ID`; writes to this one never land
+    // and answer unavailable. Everything else, publishing included, works.
+    let delivery = "unknown-claim-1";
+    w.faulty.fail_writes_to(Some(delivery));
+    let body = crewlet_testkit::github::issue_comment("acme/robot", 7, "@ada could you look?");
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("content-type", "application/json".to_owned()),
+        ("x-github-event", "issue_comment".to_owned()),
+        ("x-github-delivery", delivery.to_owned()),
+        (
+            "x-hub-signature-256",
+            github_signature(SECRET.as_bytes(), &body),
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_str(&value).unwrap());
+    }
+    let outcome = edge.deliver("github", None, &headers, body.into()).await;
+    let Outcome::Accepted(traces) = &outcome else {
+        panic!("not accepted: {outcome:?}");
+    };
+    assert_eq!(traces.len(), 1);
+    assert_eq!(outcome.clone().into_response().status(), 202);
+
+    // On the stream, once.
+    let mut batch = probe
+        .fetch()
+        .max_messages(10)
+        .expires(Duration::from_secs(1))
+        .messages()
+        .await
+        .unwrap();
+    let mut published = Vec::new();
+    while let Some(m) = batch.next().await {
+        let m = m.unwrap();
+        m.ack().await.unwrap();
+        published.push(serde_json::from_slice::<Inbound>(&m.payload).unwrap());
+    }
+    assert_eq!(published.len(), 1, "{published:?}");
+    assert_eq!(published[0].key, format!("github:{delivery}"));
+    assert_eq!(published[0].trace_id, traces[0]);
+    assert!(published[0].mentions.iter().any(|m| m.contains("ada")));
+
+    // Failed open, not claimed: the row says so and no claim landed.
+    let received = w.events("webhook_received");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].payload["claimed"], false, "{:?}", received[0]);
+    let claims = w.js.get_key_value("crewlet_claims").await.unwrap();
+    let key = crewlet_coord::names::encode_token(&format!("github:{delivery}"));
+    assert_eq!(claims.get(&key).await.unwrap(), None);
+}

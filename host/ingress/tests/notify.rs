@@ -1,0 +1,174 @@
+//! The notification service against a real nats-server: what counts
+//! towards dead-lettering, and what a redelivery charges.
+//!
+//! Faults are real: a valve made unknown by failing the coordination
+//! store's writes to its key ([`crewlet_coord::Faulty`]), a valve closed by
+//! spending it with [`crewlet_coord::Coord::admit`], a wake publish that
+//! fails because no stream takes the seat's inbox subject yet.
+
+mod common;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{World, inbound, until};
+use crewlet_coord::Answer;
+use crewlet_ingress::notify::{MAX_DELIVER, VALVE_LIMIT, VALVE_WINDOW};
+
+/// Five delays (the valve unknown), then one real failure (the wake has no
+/// stream to land in), then success: one wake, nothing dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delays_then_one_real_failure_do_not_dead_letter() {
+    let w = World::start().await;
+    w.faulty
+        .fail_writes_to(Some(&crewlet_coord::names::encode_token("wake:ada")));
+    let service = w.notify().await;
+    w.publish_inbound(&inbound("d-1", &["@ada"])).await;
+
+    // A delivery is redelivered only after its previous delivery was
+    // answered, so a sixth delivery means five delays were answered.
+    until(Duration::from_secs(40), "six deliveries", || async {
+        w.notify_consumer().await.delivered.consumer_sequence >= 6
+    })
+    .await;
+    assert!(w.dead_letters().await.is_empty());
+
+    // The valve answers again; the wake publish fails for real.
+    w.faulty.heal();
+    until(
+        Duration::from_secs(20),
+        "the real failure handled (passed on or dead-lettered)",
+        || async { w.inbound_last_seq().await >= 2 || !w.dead_letters().await.is_empty() },
+    )
+    .await;
+    assert_eq!(
+        w.dead_letters().await,
+        Vec::<serde_json::Value>::new(),
+        "a delay counted towards dead-lettering"
+    );
+
+    w.open_mailboxes().await;
+    until(Duration::from_secs(20), "ada's wake", || async {
+        w.pending_wakes("ada").await >= 1
+    })
+    .await;
+    until(Duration::from_secs(10), "the delivery settled", || async {
+        let c = w.notify_consumer().await;
+        c.num_pending == 0 && c.num_ack_pending == 0
+    })
+    .await;
+    assert_eq!(w.take_wakes("ada").await.len(), 1);
+    assert!(w.dead_letters().await.is_empty());
+    service.stop().await;
+}
+
+/// [`MAX_DELIVER`] real failures dead-letter, with the reason, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_deliver_real_failures_dead_letter_with_the_reason() {
+    let w = World::start().await;
+    let service = w.notify().await;
+    let sent = inbound("d-2", &["@ada"]);
+    w.publish_inbound(&sent).await;
+    until(Duration::from_secs(40), "a dead letter", || async {
+        !w.dead_letters().await.is_empty()
+    })
+    .await;
+    until(Duration::from_secs(10), "the delivery settled", || async {
+        let c = w.notify_consumer().await;
+        c.num_pending == 0 && c.num_ack_pending == 0
+    })
+    .await;
+    let letters = w.dead_letters().await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    let letter = &letters[0];
+    assert!(
+        letter["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("wake for ada not published")),
+        "{letter}"
+    );
+    assert_eq!(letter["failures"], MAX_DELIVER, "{letter}");
+    assert_eq!(letter["trace_id"], sent.trace_id.as_str());
+    let original: crewlet_ingress::Inbound =
+        serde_json::from_str(letter["original"].as_str().unwrap()).unwrap();
+    assert_eq!(original, sent);
+    let dead = w.events("delivery_dead_lettered");
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].trace_id.as_deref(), Some(sent.trace_id.as_str()));
+    service.stop().await;
+}
+
+/// A two-seat delivery whose second seat's valve is closed: the first seat
+/// is charged and woken once however often the second is retried, and the
+/// second is woken once its valve opens (its window rolls over).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_woken_seat_is_not_charged_again_while_another_waits_for_its_valve() {
+    let w = World::start().await;
+    w.open_mailboxes().await;
+    let service = w.notify().await;
+
+    // The valve's window is a wall-clock slot: start early in one, so the
+    // closed valve holds for several retries before the slot rolls over.
+    let window_ms = VALVE_WINDOW.as_millis() as u64;
+    let left = || {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        window_ms - (now.as_millis() as u64 % window_ms)
+    };
+    if left() < 12_000 {
+        // Waiting for a clock boundary, not for another task.
+        tokio::time::sleep(Duration::from_millis(left() + 50)).await;
+    }
+    let mut spent = 0;
+    loop {
+        match w.coord.admit("wake:linus", VALVE_LIMIT, VALVE_WINDOW).await {
+            Ok(Answer::Yes(_)) => spent += 1,
+            Ok(Answer::No(_)) => break,
+            Err(e) => panic!("the valve did not answer: {e}"),
+        }
+    }
+    assert_eq!(spent, VALVE_LIMIT);
+    let closed_for = Duration::from_millis(left());
+
+    w.publish_inbound(&inbound("d-3", &["@ada", "@linus"]))
+        .await;
+    until(Duration::from_secs(10), "ada's wake", || async {
+        w.pending_wakes("ada").await >= 1
+    })
+    .await;
+    until(
+        closed_for + Duration::from_secs(15),
+        "linus's wake once his valve opens",
+        || async { w.pending_wakes("linus").await >= 1 },
+    )
+    .await;
+    until(Duration::from_secs(10), "the delivery settled", || async {
+        let c = w.notify_consumer().await;
+        c.num_pending == 0 && c.num_ack_pending == 0
+    })
+    .await;
+
+    let retried = w.notify_consumer().await.delivered.consumer_sequence;
+    assert!(
+        retried >= 3,
+        "linus's wake was retried {retried} times: too few to tell"
+    );
+    assert_eq!(w.valve_charges("wake:ada").await, 1, "ada's valve charged");
+    assert_eq!(w.take_wakes("ada").await.len(), 1);
+    assert_eq!(w.take_wakes("linus").await.len(), 1);
+    let published: Vec<_> = w
+        .events("wake_published")
+        .into_iter()
+        .map(|e| e.payload["handle"].as_str().unwrap_or("?").to_owned())
+        .collect();
+    assert_eq!(
+        published.iter().filter(|h| *h == "ada").count(),
+        1,
+        "{published:?}"
+    );
+    assert_eq!(
+        published.iter().filter(|h| *h == "linus").count(),
+        1,
+        "{published:?}"
+    );
+    assert!(w.dead_letters().await.is_empty());
+    service.stop().await;
+}
