@@ -1,4 +1,4 @@
-//! The config plane (issue 5, first cut): one company, agreed by pointer.
+//! The config plane: one company, agreed by pointer.
 //!
 //! Rule: a company document becomes active only by a compare-and-set on the
 //! fleet's config pointer, whose own revision is the epoch; every node polls
