@@ -1,7 +1,8 @@
 //! Seats glue: the node's [`SeatHost`] — what acquire → equip → attach and
 //! a turn mean on this node — built from the engine context. Placement,
 //! leases and mailboxes are `crewlet-seats`; the turn is `crewlet-turns`;
-//! this file plugs the real model layer and MCP children into them.
+//! this file plugs the real model layer and MCP children into them, and
+//! the node's event log, store and clock into the turn engine's ports.
 //!
 //! Rules: equip loads the seat's budget (an unreadable counter refuses to
 //! equip: a seat must not take work it cannot charge) and starts its own
@@ -23,9 +24,10 @@ use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
 use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
-    Brain, Call, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput, Toolbox, Turn, TurnEnd,
-    TurnEngine, Unavailable,
+    Brain, Call, EventSink, Prompt, Said, ServerInfo, SessionError, Sessions, Speaker, Thought,
+    ToolDef, ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unavailable, Unpublished,
 };
+use futures::future::BoxFuture;
 use tracing::{info, warn};
 
 /// `${CREWLET_SEAT}` in a server's template is the seat's handle.
@@ -181,6 +183,74 @@ impl Toolbox for Equipped {
                 is_error: r.is_error,
             })
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The node's event log as the turn engine's event sink: the row, then the
+/// broadcast; the seat named as `seat:HANDLE` in the party index, like the
+/// wake.
+pub struct NodeEvents(pub crewlet_observe::Publisher);
+
+impl EventSink for NodeEvents {
+    fn publish(&self, event: TurnEvent) -> BoxFuture<'_, Result<(), Unpublished>> {
+        Box::pin(async move {
+            let mut ev = self.0.event(event.kind, event.payload);
+            ev.at_ms = event.at_ms;
+            ev.parties.push(crewlet_store::Party {
+                party: format!("seat:{}", event.seat),
+                role: "seat".into(),
+            });
+            ev.seat = Some(event.seat);
+            ev.trace_id = event.trace_id;
+            ev.conversation = event.conversation;
+            self.0
+                .publish(ev)
+                .await
+                .map(drop)
+                .map_err(|e| Unpublished(e.to_string()))
+        })
+    }
+}
+
+/// The node store's conversation sessions as the turn engine's.
+pub struct NodeSessions(pub Arc<crewlet_store::Store>);
+
+impl Sessions for NodeSessions {
+    fn said(&self, seat: &str, conversation: &str) -> Result<Vec<Said>, SessionError> {
+        let session = self
+            .0
+            .session(seat, conversation)
+            .map_err(|e| SessionError(e.to_string()))?;
+        Ok(session
+            .said
+            .into_iter()
+            .map(|s| Said {
+                turn_id: s.turn_id,
+                text: s.text,
+                at_ms: s.at_ms,
+            })
+            .collect())
+    }
+
+    fn remember(
+        &self,
+        seat: &str,
+        conversation: &str,
+        said: &[Said],
+        at_ms: i64,
+    ) -> Result<(), SessionError> {
+        let said: Vec<crewlet_store::Said> = said
+            .iter()
+            .map(|s| crewlet_store::Said {
+                turn_id: s.turn_id.clone(),
+                text: s.text.clone(),
+                at_ms: s.at_ms,
+            })
+            .collect();
+        self.0
+            .remember(seat, conversation, &said, at_ms)
+            .map(drop)
+            .map_err(|e| SessionError(e.to_string()))
     }
 }
 
@@ -402,15 +472,25 @@ pub async fn start(
             ctx.coord.clone(),
             Some(ctx.publisher.clone()),
             resolve.clone(),
-            crewlet_models::ModelsOptions::default(),
+            crewlet_models::ModelsOptions {
+                // The pull interval the floor was validated against.
+                pull_every: Duration::from_secs(crewlet_config::COOLDOWN_PULL_SECONDS),
+                cooldowns: crewlet_models::CooldownPolicy::with_floor(
+                    ctx.config.models.cooldown_floor,
+                ),
+                ..crewlet_models::ModelsOptions::default()
+            },
         )
         .await,
     );
     let engine_turns = TurnEngine::new(
         Arc::new(ModelsBrain(models.clone())),
         ctx.coord.clone(),
-        ctx.publisher.clone(),
-        ctx.store.clone(),
+        crewlet_turns::Ports {
+            events: Arc::new(NodeEvents(ctx.publisher.clone())),
+            sessions: Arc::new(NodeSessions(ctx.store.clone())),
+            clock: Arc::new(crewlet_turns::SystemClock),
+        },
         crewlet_turns::Limits::default(),
     );
     let mcp = McpOptions::default();

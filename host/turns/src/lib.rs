@@ -5,16 +5,18 @@
 //! cheaper reviewer judges the round against the record; the engine — not a
 //! model — decides whether anything was delivered, charges every round to
 //! the budgets, and publishes an event for every step. The model and the
-//! tools are ports ([`Brain`], [`Toolbox`]): this crate knows nothing of
-//! WASM, MCP children or vendors.
+//! tools are ports ([`Brain`], [`Toolbox`]), and so are where events go,
+//! the conversation sessions and the clock ([`Ports`]): this crate knows
+//! nothing of WASM, MCP children, vendors, NATS or SQLite.
 
 mod builtins;
 mod engine;
 mod ports;
 pub mod trigger;
 
-pub use engine::{Limits, Outcome, Turn, TurnEnd, TurnEngine, windows_now};
+pub use engine::{Limits, Outcome, Ports, Turn, TurnEnd, TurnEngine, windows_at, windows_now};
 pub use ports::{
-    Brain, Call, CallSite, Msg, Phase, Prompt, ServerInfo, Speaker, Thought, ToolDef, ToolOutput,
-    Toolbox, Unavailable,
+    Brain, Call, CallSite, Clock, EventSink, Msg, Phase, Prompt, Said, ServerInfo, SessionError,
+    Sessions, Speaker, SystemClock, Thought, ToolDef, ToolOutput, Toolbox, TurnEvent, Unavailable,
+    Unpublished,
 };

@@ -1,11 +1,19 @@
-//! What a turn needs from outside the engine, as two ports: a [`Brain`]
-//! (one model call through a role's chain) and a [`Toolbox`] (the seat's own
-//! MCP servers). The turn engine knows nothing of WASM, MCP children or
-//! vendors; the node plugs the real ones in.
+//! What a turn needs from outside the engine, as ports: a [`Brain`] (one
+//! model call through a role's chain) and a [`Toolbox`] (the seat's own MCP
+//! servers) per seat, and for the whole engine an [`EventSink`] (where the
+//! steps of a turn are published), [`Sessions`] (what a seat already said in
+//! a conversation) and a [`Clock`] (the wall clock budgets are cut on).
+//!
+//! Rule: the engine knows nothing of WASM, MCP children, vendors, NATS or
+//! SQLite. Why: the turn is the product's heart and is tested at these
+//! ports; the node plugs the real ones in. The fleet's records stay on
+//! `crewlet_coord::Coord`, which has its own in-process twin.
 
 use std::future::Future;
+use std::time::SystemTime;
 
 use crewlet_company::ModelRef;
+use futures::future::BoxFuture;
 use serde::Serialize;
 
 /// Who said a message.
@@ -170,4 +178,79 @@ pub trait Toolbox: Send + Sync {
         tool: &str,
         arguments: serde_json::Value,
     ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+}
+
+/// One step of a turn as the engine reports it: what happened (`kind`), for
+/// which seat, when on the engine's [`Clock`], and its details.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnEvent {
+    pub kind: &'static str,
+    pub at_ms: i64,
+    pub seat: String,
+    pub trace_id: Option<String>,
+    pub conversation: Option<String>,
+    pub payload: serde_json::Value,
+}
+
+/// The sink refused or lost an event; carries its own line.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("event not published: {0}")]
+pub struct Unpublished(pub String);
+
+/// Where a turn's events go (the node: its log row, then the broadcast).
+/// The engine calls it from one writer task, in the order it emitted, so a
+/// slow sink delays events, never a model call.
+pub trait EventSink: Send + Sync + 'static {
+    fn publish(&self, event: TurnEvent) -> BoxFuture<'_, Result<(), Unpublished>>;
+}
+
+/// One thing a seat said in a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    pub turn_id: String,
+    pub text: String,
+    pub at_ms: i64,
+}
+
+/// A session could not be read or written; carries the store's own line.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("conversation session: {0}")]
+pub struct SessionError(pub String);
+
+/// What a seat already said in a conversation, kept by this node.
+pub trait Sessions: Send + Sync + 'static {
+    /// What `seat` said in `conversation`, oldest first; empty when nothing.
+    fn said(&self, seat: &str, conversation: &str) -> Result<Vec<Said>, SessionError>;
+    /// Records that a turn of `seat` ran in `conversation` and said `said`
+    /// (possibly nothing).
+    fn remember(
+        &self,
+        seat: &str,
+        conversation: &str,
+        said: &[Said],
+        at_ms: i64,
+    ) -> Result<(), SessionError>;
+}
+
+/// The wall clock: budget windows are cut on it when a round is charged,
+/// and events and sessions are stamped with it.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> SystemTime;
+
+    fn now_ms(&self) -> i64 {
+        self.now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// The system's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
+    }
 }

@@ -1,0 +1,139 @@
+//! The reply key: a reply is posted at most once per turn and target.
+//!
+//! Rules, and why:
+//! - The key (turn, server, tool, target — [`trigger::reply_key`]) is
+//!   created in the ledger bucket **before** the tool runs. Created: post.
+//!   There already: this turn (or an earlier run of the same turn, which
+//!   has the same id) posted there — not posted again, and it counts as
+//!   posted when delivery is judged.
+//! - Unknown: nothing is posted (never twice) and the turn fails as an
+//!   outage, to be run again.
+//! - The tool refused (a definite "not posted"): the key is removed so a
+//!   corrected attempt can post. The tool unreachable mid-call: it may have
+//!   posted, so the key stays.
+//!
+//! The claim and the release are the protocol's only writes ([`ReplyKey`]):
+//! a node that stops between the claim and the post loses that reply. Making
+//! the post itself exactly once across crashes is a later step, at this
+//! seam.
+
+use crewlet_coord::{Answer, Bucket, Coord, CoordError};
+use serde_json::{Value, json};
+
+use super::dispatch::Answered;
+use super::{Brain, Run, Stop};
+use crate::ports::{Said, Toolbox};
+use crate::trigger::{self, Target};
+
+/// The ledger record class of reply keys.
+const CLASS: &str = "reply";
+
+/// One reply's key in the ledger bucket.
+struct ReplyKey {
+    id: String,
+    target: Target,
+}
+
+/// What creating the key said.
+enum Claim {
+    /// Ours: post.
+    Won,
+    /// Already there: posted before.
+    Posted,
+}
+
+impl ReplyKey {
+    fn new(turn_id: &str, server: &str, tool: &str, target: Target) -> ReplyKey {
+        ReplyKey {
+            id: trigger::reply_key(turn_id, server, tool, &target),
+            target,
+        }
+    }
+
+    async fn claim(&self, coord: &Coord, turn_id: &str, seat: &str) -> Result<Claim, CoordError> {
+        let record = json!({"turn_id": turn_id, "seat": seat, "target": self.target.to_string()});
+        Ok(
+            match coord
+                .create_record(Bucket::Ledger, CLASS, &self.id, &record)
+                .await?
+            {
+                Answer::Yes(_) => Claim::Won,
+                Answer::No(_) => Claim::Posted,
+            },
+        )
+    }
+
+    /// Frees the key after a definite "not posted". Best effort: a key left
+    /// behind refuses a corrected attempt, never allows a second post.
+    async fn release(&self, coord: &Coord) {
+        let _ = coord.remove_record(Bucket::Ledger, CLASS, &self.id).await;
+    }
+}
+
+impl<B: Brain, T: Toolbox> Run<'_, B, T> {
+    /// Posts through a reply tool, at most once per turn and target.
+    pub(super) async fn post_reply(
+        &mut self,
+        server: &str,
+        tool: &str,
+        args: Value,
+    ) -> Result<Answered, Stop> {
+        let Some(target) = Target::of_arguments(&args) else {
+            return Ok(Answered::error(format!(
+                "{tool} needs a `channel` (and the `thread`) to post to"
+            )));
+        };
+        let key = ReplyKey::new(&self.turn_id, server, tool, target);
+        match key
+            .claim(&self.engine.coord, &self.turn_id, &self.handle)
+            .await
+        {
+            Ok(Claim::Won) => {}
+            Ok(Claim::Posted) => {
+                return Ok(Answered {
+                    posted_to: Some(key.target.clone()),
+                    ..Answered::ok(format!(
+                        "Already posted to {} in this turn; not posted again.",
+                        key.target
+                    ))
+                });
+            }
+            Err(e) => {
+                return Err(Stop::Outage(format!(
+                    "cannot record the reply key for {}: {e}",
+                    key.target
+                )));
+            }
+        }
+        let text = args
+            .get("text")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        match self.tools.call(server, tool, args).await {
+            Ok(out) if !out.is_error => {
+                self.said.push(Said {
+                    turn_id: self.turn_id.clone(),
+                    text: text.clone(),
+                    at_ms: self.engine.clock.now_ms(),
+                });
+                self.emit(
+                    "reply_posted",
+                    json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": key.target.to_string(), "text": text}),
+                )
+                .await;
+                Ok(Answered {
+                    posted_to: Some(key.target),
+                    ..Answered::ok(out.text)
+                })
+            }
+            Ok(out) => {
+                key.release(&self.engine.coord).await;
+                Ok(Answered::error(out.text))
+            }
+            Err(e) => Ok(Answered::error(format!(
+                "the reply tool could not be reached (not retried, it may have posted): {e}"
+            ))),
+        }
+    }
+}

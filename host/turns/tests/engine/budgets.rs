@@ -1,0 +1,194 @@
+//! Every round charged, in the windows current when it is charged; unknown
+//! is an outage, never "out of budget".
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use crewlet_coord::{Answer, BudgetView, Caps, Scope};
+use crewlet_turns::{Outcome, TurnEnd, trigger, windows_at};
+
+use crate::harness::{
+    Doc, Fixture, NEW_YEAR, Step, assignment, list_tools, outcome, review, submit,
+};
+
+fn seat() -> Scope {
+    Scope::Seat("ada".into())
+}
+
+fn day_cap(cap: u64) -> Doc {
+    Doc {
+        seat_day_cap: Some(cap),
+        ..Doc::default()
+    }
+}
+
+async fn seat_budget(f: &Fixture) -> BudgetView {
+    let now = crewlet_coord::Clock::now(&f.clock);
+    let windows = windows_at(&f.active.company, now);
+    f.coord
+        .budget(&seat(), &windows)
+        .await
+        .expect("budget read")
+}
+
+#[tokio::test]
+async fn each_round_is_charged_in_the_windows_current_when_it_is_charged() {
+    // Sunday 2026-01-04 23:50 in Berlin (22:50 UTC); the second call is
+    // answered at Monday 00:10 there — still Sunday in UTC.
+    let start = SystemTime::UNIX_EPOCH + Duration::from_secs(NEW_YEAR + 3 * 86_400 + 82_200);
+    let f = Fixture::at(
+        Doc {
+            timezone: "Europe/Berlin",
+            ..Doc::default()
+        },
+        start,
+    );
+    let sunday: Arc<Mutex<Option<BudgetView>>> = Arc::default();
+    let (coord, clock, seen, company) = (
+        f.coord.clone(),
+        f.clock.clone(),
+        sunday.clone(),
+        f.active.company.clone(),
+    );
+    f.script([
+        Step::calls(vec![list_tools()]).cost(10, 2),
+        Step::calls(vec![submit("no_action", "nothing to do")])
+            .cost(20, 3)
+            .before(move || async move {
+                let windows = windows_at(&company, crewlet_coord::Clock::now(&clock));
+                *seen.lock().unwrap() = Some(coord.budget(&seat(), &windows).await.unwrap());
+                clock.advance(Duration::from_secs(20 * 60));
+            }),
+        Step::calls(vec![review("done", "")]).cost(30, 4),
+    ]);
+    let end = f.run(&[assignment("d1")]).await;
+    assert_eq!(outcome(&end), &Outcome::NoAction);
+
+    let before = sunday.lock().unwrap().clone().expect("read on Sunday");
+    assert_eq!(
+        (before.day.label.as_str(), before.day.spent),
+        ("2026-01-04", 12)
+    );
+    assert_eq!(before.week.label, "2026-W01");
+    let after = seat_budget(&f).await;
+    assert_eq!(
+        (after.day.label.as_str(), after.day.spent),
+        ("2026-01-05", 23 + 34),
+        "Monday's rounds in Monday's window"
+    );
+    assert_eq!(
+        (after.week.label.as_str(), after.week.spent),
+        ("2026-W02", 57)
+    );
+    assert_eq!(
+        (after.month.label.as_str(), after.month.spent),
+        ("2026-01", 12 + 57)
+    );
+    let windows = windows_at(&f.active.company, crewlet_coord::Clock::now(&f.clock));
+    let company = f.coord.budget(&Scope::Company, &windows).await.unwrap();
+    assert_eq!((company.day.spent, company.month.spent), (57, 69));
+}
+
+#[tokio::test]
+async fn a_refused_charge_stops_the_next_call() {
+    let f = Fixture::new(day_cap(20));
+    f.script([
+        Step::calls(vec![list_tools()]),
+        Step::calls(vec![list_tools()]),
+        Step::calls(vec![submit("no_action", "x")]),
+    ]);
+    let end = f.run(&[assignment("d1")]).await;
+    assert_eq!(outcome(&end), &Outcome::BudgetExhausted);
+    assert_eq!(
+        f.brain.asked().len(),
+        2,
+        "the refusal stopped the third call"
+    );
+    let refused = f.of_kind("budget_exhausted").await;
+    assert_eq!(refused.len(), 1);
+    assert_eq!(
+        refused[0],
+        serde_json::json!({
+            "turn_id": refused[0]["turn_id"], "scope": "seat:ada", "period": "day",
+            "spent": 12, "cap": 20, "before_first_call": false,
+        })
+    );
+    assert_eq!(
+        seat_budget(&f).await.day.spent,
+        24,
+        "a refused round still counts"
+    );
+    let key = trigger::trigger_key(&assignment("d1"));
+    assert!(matches!(f.coord.completed(&key).await, Ok(Answer::Yes(()))));
+}
+
+#[tokio::test]
+async fn a_full_window_turns_the_work_away_before_the_first_call() {
+    let f = Fixture::new(day_cap(20));
+    let windows = windows_at(&f.active.company, crewlet_coord::Clock::now(&f.clock));
+    let caps = Caps {
+        day: Some(20),
+        ..Caps::default()
+    };
+    let full = f
+        .coord
+        .charge("ada", &windows, &Caps::default(), &caps, 20)
+        .await;
+    assert!(matches!(full, Ok(Answer::Yes(_))));
+    f.script([Step::calls(vec![submit("no_action", "x")])]);
+    let end = f.run(&[assignment("d1")]).await;
+    assert_eq!(outcome(&end), &Outcome::TurnedAway);
+    assert!(f.brain.asked().is_empty());
+    let refused = f.of_kind("budget_exhausted").await;
+    assert_eq!(refused[0]["before_first_call"], true);
+    assert_eq!(
+        seat_budget(&f).await.day.spent,
+        20,
+        "turned away without a charge"
+    );
+}
+
+#[tokio::test]
+async fn an_unreadable_counter_at_admission_is_an_outage_not_out_of_budget() {
+    let f = Fixture::new(day_cap(20));
+    f.script([Step::calls(vec![submit("no_action", "x")])]);
+    f.faulty.break_store();
+    let end = f.run(&[assignment("d1")]).await;
+    let TurnEnd::Outage { reason, .. } = &end else {
+        panic!("not an outage: {end:?}");
+    };
+    assert!(
+        reason.starts_with("the budget counters are unreachable"),
+        "{reason}"
+    );
+    assert!(f.brain.asked().is_empty());
+    assert_eq!(f.kinds().await, ["turn_started", "turn_ended"]);
+    assert_eq!(f.of_kind("turn_ended").await[0]["outcome"], "outage");
+}
+
+#[tokio::test]
+async fn an_uncounted_charge_is_an_outage_not_out_of_budget() {
+    let f = Fixture::new(day_cap(1_000));
+    f.script([
+        Step::calls(vec![list_tools()]),
+        Step::calls(vec![submit("no_action", "x")]),
+    ]);
+    // The company's share lands; the seat's cannot be written.
+    f.faulty.fail_writes_to(Some("seat."));
+    let end = f.run(&[assignment("d1")]).await;
+    let TurnEnd::Outage { reason, .. } = &end else {
+        panic!("not an outage: {end:?}");
+    };
+    assert!(
+        reason.starts_with("the budget counters are unreachable"),
+        "{reason}"
+    );
+    assert_eq!(f.brain.asked().len(), 1, "no call after the unknown charge");
+    assert!(f.of_kind("budget_exhausted").await.is_empty());
+    f.faulty.heal();
+    let key = trigger::trigger_key(&assignment("d1"));
+    assert!(
+        matches!(f.coord.completed(&key).await, Ok(Answer::No(()))),
+        "an outage is not recorded as done"
+    );
+}

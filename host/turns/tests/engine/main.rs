@@ -1,0 +1,10 @@
+//! The turn engine tested at its ports (one test binary).
+
+mod bounds;
+mod budgets;
+mod delivery;
+mod events;
+mod harness;
+mod ledger;
+mod replies;
+mod script;
