@@ -30,6 +30,7 @@ pub mod holder;
 pub mod kv;
 pub mod lease;
 pub mod memory;
+pub mod named;
 pub mod names;
 pub mod nats;
 pub mod reach;
@@ -49,12 +50,15 @@ pub use holder::{Holder, HolderState};
 pub use kv::{Change, Kv};
 pub use lease::{Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
+pub use named::{
+    BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedSpec, NamedWrite, Refused,
+};
 pub use names::ResourceName;
 pub use nats::{NatsKv, OpenError};
 pub use reach::{REACH_WITHIN, Unreachable, until_writable};
 pub use records::{
-    Claimed, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, key_hint,
-    merge_cooldowns,
+    Claimed, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, Unreleased,
+    key_hint, merge_cooldowns,
 };
 pub use sweep::SweepReport;
 

@@ -6,6 +6,12 @@
 //! against its clock, and purge-through leaves a later record. It is held to
 //! the same contract suite as the real backends, because a twin that agrees
 //! only with itself proves nothing. Its clock can be advanced by tests.
+//!
+//! It serves buckets opened by name too ([`NamedKv`]): the spec in force
+//! (the creator's, or the last one that reconfigured it), its byte and value
+//! caps (a record weighs its key and value), no bucket until one is opened.
+//! Its [`NamedKv::names`] are the named buckets only: the twin has no
+//! namespace to name the coordination buckets by.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -18,6 +24,10 @@ use tokio::sync::broadcast;
 
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
+use crate::named::{
+    BucketName, Existing, NamedError, NamedKv, NamedResult, NamedSpec, NamedWrite, Refused,
+};
+use crate::nats::OpenError;
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {
@@ -67,10 +77,24 @@ impl Clock for ManualClock {
     }
 }
 
+/// Where a record lives: a coordination bucket or a bucket opened by name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    Fixed(Bucket),
+    Named(BucketName),
+}
+
 #[derive(Default)]
 struct Space {
     seq: u64,
     keys: BTreeMap<String, Entry>,
+    /// A named bucket's spec in force (`None` for a coordination bucket).
+    spec: Option<NamedSpec>,
+}
+
+/// What a record weighs against a bucket's byte cap.
+fn weight(e: &Entry) -> u64 {
+    (e.key.len() + e.value.len()) as u64
 }
 
 /// The in-process twin. Clone handles share one store (one "fleet").
@@ -82,8 +106,8 @@ pub struct MemoryKv {
 struct Inner {
     clock: Arc<dyn Clock>,
     ages: HashMap<Bucket, Option<Duration>>,
-    spaces: Mutex<HashMap<Bucket, Space>>,
-    changes: broadcast::Sender<(Bucket, Change)>,
+    spaces: Mutex<HashMap<Slot, Space>>,
+    changes: broadcast::Sender<(Slot, Change)>,
 }
 
 impl MemoryKv {
@@ -103,15 +127,37 @@ impl MemoryKv {
         }
     }
 
-    fn with_space<T>(&self, bucket: Bucket, f: impl FnOnce(&mut Space, SystemTime) -> T) -> T {
+    /// Runs `f` on a slot's records, reaped to its age. A coordination
+    /// bucket always exists; a named one only once opened.
+    fn in_slot<T>(
+        &self,
+        slot: &Slot,
+        f: impl FnOnce(&mut Space, SystemTime) -> T,
+    ) -> NamedResult<T> {
         let now = self.inner.clock.now();
-        let age = self.inner.ages.get(&bucket).copied().flatten();
         let mut spaces = self.inner.spaces.lock().expect("memory kv lock");
-        let space = spaces.entry(bucket).or_default();
+        let (space, age) = match slot {
+            Slot::Fixed(b) => (
+                spaces.entry(slot.clone()).or_default(),
+                self.inner.ages.get(b).copied().flatten(),
+            ),
+            Slot::Named(n) => {
+                let space = spaces
+                    .get_mut(slot)
+                    .ok_or_else(|| NamedError::NoBucket(n.clone()))?;
+                let age = space.spec.as_ref().and_then(|s| s.age);
+                (space, age)
+            }
+        };
         if let Some(age) = age {
             space.keys.retain(|_, e| e.written_at + age > now);
         }
-        f(space, now)
+        Ok(f(space, now))
+    }
+
+    fn with_space<T>(&self, bucket: Bucket, f: impl FnOnce(&mut Space, SystemTime) -> T) -> T {
+        self.in_slot(&Slot::Fixed(bucket), f)
+            .expect("a coordination bucket always exists in the twin")
     }
 
     fn write(
@@ -122,12 +168,37 @@ impl MemoryKv {
         removed: bool,
         expect: Expect,
     ) -> WriteResult {
-        let out = self.with_space(bucket, |space, now| {
+        let out = self
+            .write_slot(&Slot::Fixed(bucket), key, value, removed, expect)
+            .expect("a coordination bucket always exists in the twin");
+        Ok(out.map_err(|_| Conflict))
+    }
+
+    fn write_slot(
+        &self,
+        slot: &Slot,
+        key: &str,
+        value: Bytes,
+        removed: bool,
+        expect: Expect,
+    ) -> NamedWrite {
+        let out = self.in_slot(slot, |space, now| {
             let current = space.keys.get(key).map(|e| e.revision).unwrap_or(0);
             if let Expect::Revision(r) = expect
                 && r != current
             {
-                return Err(Conflict);
+                return Err(Refused::Conflict);
+            }
+            if let Some(spec) = &space.spec {
+                if value.len() as u64 > u64::from(spec.max_value_size) {
+                    return Err(Refused::TooLarge);
+                }
+                let held: u64 = space.keys.values().map(weight).sum();
+                let replaced = space.keys.get(key).map(weight).unwrap_or(0);
+                let added = (key.len() + value.len()) as u64;
+                if spec.max_bytes > 0 && held - replaced + added > spec.max_bytes {
+                    return Err(Refused::Full);
+                }
             }
             space.seq += 1;
             let entry = Entry {
@@ -139,7 +210,7 @@ impl MemoryKv {
             };
             space.keys.insert(key.to_owned(), entry.clone());
             Ok(entry)
-        });
+        })?;
         Ok(out.map(|entry| {
             let rev = entry.revision;
             let change = if removed {
@@ -150,9 +221,48 @@ impl MemoryKv {
             } else {
                 Change::Put(entry)
             };
-            let _ = self.inner.changes.send((bucket, change));
+            let _ = self.inner.changes.send((slot.clone(), change));
             rev
         }))
+    }
+
+    fn list_slot(&self, slot: &Slot, filter: Option<&str>) -> NamedResult<Vec<Entry>> {
+        self.in_slot(slot, |s, _| {
+            s.keys
+                .values()
+                .filter(|e| !e.removed && matches(&e.key, filter))
+                .cloned()
+                .collect()
+        })
+    }
+
+    fn watch_slot(&self, slot: Slot, filter: Option<&str>) -> NamedResult<Watch> {
+        // Subscribe before reading so no change falls between the two.
+        let rx = self.inner.changes.subscribe();
+        let initial = self.list_slot(&slot, filter)?;
+        let seen: HashMap<String, u64> = initial
+            .iter()
+            .map(|e| (e.key.clone(), e.revision))
+            .collect();
+        let filter = filter.map(str::to_owned);
+        let changes = tokio_stream_from(rx).filter_map(move |item| {
+            let out = match item {
+                Err(e) => Some(Err(e)),
+                Ok((s, change)) => {
+                    let (key, rev) = match &change {
+                        Change::Put(e) => (e.key.clone(), e.revision),
+                        Change::Removed { key, revision } => (key.clone(), *revision),
+                    };
+                    let fresh = seen.get(&key).is_none_or(|r| rev > *r);
+                    (s == slot && matches(&key, filter.as_deref()) && fresh).then_some(Ok(change))
+                }
+            };
+            futures::future::ready(out)
+        });
+        Ok(Watch {
+            initial,
+            changes: changes.boxed(),
+        })
     }
 }
 
@@ -209,13 +319,9 @@ impl Kv for MemoryKv {
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, KvResult<Vec<Entry>>> {
         Box::pin(async move {
-            Ok(self.with_space(bucket, |s, _| {
-                s.keys
-                    .values()
-                    .filter(|e| !e.removed && matches(&e.key, filter))
-                    .cloned()
-                    .collect()
-            }))
+            Ok(self
+                .list_slot(&Slot::Fixed(bucket), filter)
+                .expect("a coordination bucket always exists in the twin"))
         })
     }
 
@@ -241,33 +347,9 @@ impl Kv for MemoryKv {
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, KvResult<Watch>> {
         Box::pin(async move {
-            // Subscribe before reading so no change falls between the two.
-            let rx = self.inner.changes.subscribe();
-            let initial = self.list(bucket, filter).await?;
-            let seen: HashMap<String, u64> = initial
-                .iter()
-                .map(|e| (e.key.clone(), e.revision))
-                .collect();
-            let filter = filter.map(str::to_owned);
-            let changes = tokio_stream_from(rx).filter_map(move |item| {
-                let out = match item {
-                    Err(e) => Some(Err(e)),
-                    Ok((b, change)) => {
-                        let (key, rev) = match &change {
-                            Change::Put(e) => (e.key.clone(), e.revision),
-                            Change::Removed { key, revision } => (key.clone(), *revision),
-                        };
-                        let fresh = seen.get(&key).is_none_or(|r| rev > *r);
-                        (b == bucket && matches(&key, filter.as_deref()) && fresh)
-                            .then_some(Ok(change))
-                    }
-                };
-                futures::future::ready(out)
-            });
-            Ok(Watch {
-                initial,
-                changes: changes.boxed(),
-            })
+            Ok(self
+                .watch_slot(Slot::Fixed(bucket), filter)
+                .expect("a coordination bucket always exists in the twin"))
         })
     }
 
@@ -281,8 +363,8 @@ impl Kv for MemoryKv {
 }
 
 fn tokio_stream_from(
-    rx: broadcast::Receiver<(Bucket, Change)>,
-) -> impl futures::Stream<Item = Result<(Bucket, Change), Unavailable>> {
+    rx: broadcast::Receiver<(Slot, Change)>,
+) -> impl futures::Stream<Item = Result<(Slot, Change), Unavailable>> {
     futures::stream::unfold(rx, |mut rx| async move {
         match rx.recv().await {
             Ok(v) => Some((Ok(v), rx)),
@@ -295,4 +377,89 @@ fn tokio_stream_from(
             Err(broadcast::error::RecvError::Closed) => None,
         }
     })
+}
+
+impl NamedKv for MemoryKv {
+    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<(), OpenError>> {
+        Box::pin(async move {
+            let mut spaces = self.inner.spaces.lock().expect("memory kv lock");
+            let space = spaces.entry(Slot::Named(spec.name.clone())).or_default();
+            if space.spec.is_none() || spec.existing == Existing::Reconfigure {
+                space.spec = Some(spec.clone());
+            }
+            Ok(())
+        })
+    }
+
+    fn names(&self) -> BoxFuture<'_, NamedResult<Vec<BucketName>>> {
+        Box::pin(async move {
+            let spaces = self.inner.spaces.lock().expect("memory kv lock");
+            let mut out: Vec<BucketName> = spaces
+                .keys()
+                .filter_map(|s| match s {
+                    Slot::Named(n) => Some(n.clone()),
+                    Slot::Fixed(_) => None,
+                })
+                .collect();
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+    ) -> BoxFuture<'a, NamedResult<Option<Entry>>> {
+        Box::pin(async move {
+            self.in_slot(&Slot::Named(bucket.clone()), |s, _| {
+                s.keys.get(key).cloned()
+            })
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+        value: Bytes,
+        expect: Expect,
+    ) -> BoxFuture<'a, NamedWrite> {
+        Box::pin(
+            async move { self.write_slot(&Slot::Named(bucket.clone()), key, value, false, expect) },
+        )
+    }
+
+    fn remove<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+        expect: Expect,
+    ) -> BoxFuture<'a, NamedWrite> {
+        Box::pin(async move {
+            self.write_slot(
+                &Slot::Named(bucket.clone()),
+                key,
+                Bytes::new(),
+                true,
+                expect,
+            )
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        filter: Option<&'a str>,
+    ) -> BoxFuture<'a, NamedResult<Vec<Entry>>> {
+        Box::pin(async move { self.list_slot(&Slot::Named(bucket.clone()), filter) })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        filter: Option<&'a str>,
+    ) -> BoxFuture<'a, NamedResult<Watch>> {
+        Box::pin(async move { self.watch_slot(Slot::Named(bucket.clone()), filter) })
+    }
 }

@@ -21,11 +21,15 @@
 //!   which loses that key only if the pass lost it too. Keep classes under
 //!   100,000 keys to keep the certification exact.
 //! - Writes are predicated with `Nats-Expected-Last-Subject-Sequence`; a
-//!   stale one is a conflict, any other failure is unavailable.
-//! - Buckets that exist are adopted, never reconfigured.
+//!   stale one is a conflict, any other failure is unavailable. What a
+//!   refused write means is read from the ack's JetStream error code, never
+//!   from its text.
+//! - Buckets that exist are adopted, never reconfigured — except a named
+//!   bucket whose spec says so ([`crate::named`]), served by the same
+//!   primitives as the coordination buckets.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_nats::HeaderMap;
@@ -37,6 +41,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
+use crate::named::{
+    BucketName, Existing, NamedError, NamedKv, NamedResult, NamedSpec, NamedWrite, Refused,
+};
 
 /// A pass that goes this long without a delivery, after the index answered,
 /// is ended (the broker's own idle interval for this kind of consumer).
@@ -68,7 +75,22 @@ const EXPECTED_LAST_SUBJECT_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
 /// A stale expected sequence (10071), and the constant form a clustered
 /// stream answers when another expected-sequence write on the same subject
 /// is still in flight (10164). Both mean "someone else wrote first".
-const WRONG_LAST_SEQUENCE: [&str; 2] = ["error code 10071", "error code 10164"];
+const WRONG_LAST_SEQUENCE: [jetstream::ErrorCode; 2] = [
+    jetstream::ErrorCode::STREAM_WRONG_LAST_SEQUENCE,
+    jetstream::ErrorCode(10164),
+];
+/// A write the bucket has no room for. Every bucket discards new writes at
+/// its limits, and the only limit a bucket has that a write can hit is its
+/// `max_bytes`, which the broker answers with "stream store failed" (10077,
+/// described "maximum bytes exceeded", seen on one server and on a cluster);
+/// an account or server out of storage answers 10002 / 10047. A store that
+/// failed the write for another reason answered no as well (nothing was
+/// stored), so it is a refusal, never the unknown.
+const FULL: [jetstream::ErrorCode; 3] = [
+    jetstream::ErrorCode::STREAM_STORE_FAILED,
+    jetstream::ErrorCode::ACCOUNT_RESOURCES_EXCEEDED,
+    jetstream::ErrorCode::STORAGE_RESOURCES_EXCEEDED,
+];
 
 /// Why opening the NATS backend failed.
 #[derive(Debug, thiserror::Error)]
@@ -107,6 +129,8 @@ struct Opened {
 pub struct NatsKv {
     js: jetstream::Context,
     buckets: HashMap<Bucket, Arc<Opened>>,
+    /// Buckets opened (or adopted on first use) by name.
+    named: Mutex<HashMap<BucketName, Arc<Opened>>>,
 }
 
 #[derive(Serialize)]
@@ -154,6 +178,30 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> Unavailable {
     Unavailable(format!("{what}: {e}"))
 }
 
+/// The JetStream error code a refused publish was answered with.
+fn ack_code(e: &jetstream::context::PublishError) -> Option<jetstream::ErrorCode> {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<jetstream::Error>())
+        .map(|j| j.error_code())
+}
+
+fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
+    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
+        if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
+}
+
+impl Opened {
+    fn new(name: String, stream: stream::Stream) -> Opened {
+        let max_age = stream.cached_info().config.max_age;
+        Opened {
+            prefix: format!("$KV.{name}."),
+            name,
+            stream,
+            age: (!max_age.is_zero()).then_some(max_age),
+        }
+    }
+}
+
 impl NatsKv {
     /// Opens (adopting or creating) every bucket in `buckets`.
     pub async fn open(
@@ -174,12 +222,20 @@ impl NatsKv {
             async move {
                 let name = format!("{namespace}_{}", b.short());
                 let spec = retentions.spec(b);
-                let stream = open_reachable(js, &name, spec.age, replicas).await?;
+                let config = kv::Config {
+                    bucket: name.clone(),
+                    history: 1,
+                    max_age: spec.age.unwrap_or_default(),
+                    num_replicas: replicas,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                };
+                let stream = open_reachable(js, config, Existing::Adopt).await?;
                 Ok::<_, OpenError>((b, name, spec, stream))
             }
         }))
         .await?;
-        let mut opened = HashMap::new();
+        let mut opened_all = HashMap::new();
         for (b, name, spec, stream) in streams {
             let cfg = &stream.cached_info().config;
             let has = cfg.num_replicas.max(1);
@@ -190,7 +246,8 @@ impl NatsKv {
                     want: replicas,
                 });
             }
-            let age = (!cfg.max_age.is_zero()).then_some(cfg.max_age);
+            let opened = Opened::new(name, stream);
+            let (name, age) = (&opened.name, opened.age);
             if b == Bucket::Leases && age != spec.age {
                 tracing::warn!(
                     event = "coord_kv_lease_ttl_differs",
@@ -200,20 +257,25 @@ impl NatsKv {
                     "the leases bucket already exists with another lease TTL; running at the TTL in force"
                 );
             }
-            opened.insert(
-                b,
-                Arc::new(Opened {
-                    prefix: format!("$KV.{name}."),
-                    name,
-                    stream,
-                    age,
-                }),
-            );
+            opened_all.insert(b, Arc::new(opened));
         }
         Ok(NatsKv {
             js,
-            buckets: opened,
+            buckets: opened_all,
+            named: Mutex::default(),
         })
+    }
+
+    /// A backend on the node's connection that opens no coordination
+    /// bucket: for buckets opened by name ([`NamedKv`], module state).
+    pub fn named_only(client: async_nats::Client, request_timeout: Duration) -> NatsKv {
+        let mut js = jetstream::new(client);
+        js.set_timeout(request_timeout);
+        NatsKv {
+            js,
+            buckets: HashMap::new(),
+            named: Mutex::default(),
+        }
     }
 
     fn bucket(&self, b: Bucket) -> KvResult<&Arc<Opened>> {
@@ -235,6 +297,8 @@ impl NatsKv {
         self.buckets.get(&b).map(|o| o.name.clone())
     }
 
+    /// A coordination write: a refusal other than a conflict (no
+    /// coordination bucket has caps) is not a yes or a no.
     async fn publish(
         &self,
         b: Bucket,
@@ -244,6 +308,26 @@ impl NatsKv {
         expect: Expect,
     ) -> WriteResult {
         let o = self.bucket(b)?;
+        match self.publish_to(o, key, value, removed, expect).await? {
+            Ok(rev) => Ok(Ok(rev)),
+            Err(Refused::Conflict) => Ok(Err(Conflict)),
+            Err(other) => Err(Unavailable(format!(
+                "bucket {} refused the write ({other:?}); coordination buckets have no caps — check the stream's limits",
+                o.name
+            ))),
+        }
+    }
+
+    /// One write, predicated on `expect`; the refusal read from the ack's
+    /// error code.
+    async fn publish_to(
+        &self,
+        o: &Opened,
+        key: &str,
+        value: Bytes,
+        removed: bool,
+        expect: Expect,
+    ) -> KvResult<Result<u64, Refused>> {
         let mut headers = HeaderMap::new();
         if removed {
             headers.insert(KV_OPERATION, "DEL");
@@ -259,17 +343,17 @@ impl NatsKv {
             .map_err(|e| unavailable("publish", e))?;
         match ack.await {
             Ok(a) => Ok(Ok(a.sequence)),
-            Err(e) => {
-                if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence
-                    || WRONG_LAST_SEQUENCE
-                        .iter()
-                        .any(|c| e.to_string().contains(c))
-                {
-                    Ok(Err(Conflict))
-                } else {
-                    Err(unavailable("publish ack", e))
+            Err(e) => match ack_code(&e) {
+                _ if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+                    Ok(Err(Refused::Conflict))
                 }
-            }
+                Some(c) if WRONG_LAST_SEQUENCE.contains(&c) => Ok(Err(Refused::Conflict)),
+                Some(c) if FULL.contains(&c) => Ok(Err(Refused::Full)),
+                Some(jetstream::ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM) => {
+                    Ok(Err(Refused::TooLarge))
+                }
+                _ => Err(unavailable("publish ack", e)),
+            },
         }
     }
 
@@ -361,10 +445,9 @@ impl NatsKv {
     /// for a watch to go on with.
     async fn certified(
         &self,
-        b: Bucket,
+        o: Arc<Opened>,
         filter: Option<&str>,
     ) -> KvResult<(HashMap<String, Entry>, Pass, Arc<Opened>)> {
-        let o = self.bucket(b)?.clone();
         let filter_subject = match filter {
             Some(f) => format!("{}{f}.>", o.prefix),
             None => format!("{}>", o.prefix),
@@ -460,6 +543,64 @@ impl NatsKv {
         ))
     }
 
+    /// The certified listing's live records.
+    async fn list_in(&self, o: Arc<Opened>, filter: Option<&str>) -> KvResult<Vec<Entry>> {
+        let (answered, pass, o) = self.certified(o, filter).await?;
+        self.retire(&o, pass);
+        Ok(answered.into_values().filter(|e| !e.removed).collect())
+    }
+
+    /// The certified listing, then the changes after it from the same consumer.
+    async fn watch_in(&self, o: Arc<Opened>, filter: Option<&str>) -> KvResult<Watch> {
+        let (answered, pass, o) = self.certified(o, filter).await?;
+        let msgs = pass.msgs;
+        let seen: HashMap<String, u64> = answered
+            .iter()
+            .map(|(k, e)| (k.clone(), e.revision))
+            .collect();
+        let mut initial: Vec<Entry> = answered.into_values().filter(|e| !e.removed).collect();
+        initial.sort_by(|a, b| a.key.cmp(&b.key));
+        // Changes come from the same consumer, so none falls between the
+        // answer and the first change; a revision no newer than the one
+        // the answer holds is not passed on.
+        let changes = msgs.filter_map(move |m| {
+            let out = match m {
+                Err(e) => Some(Err(unavailable("watch", e))),
+                Ok(m) => match m.info() {
+                    Err(e) => Some(Err(unavailable("watch", e))),
+                    Ok(info) => {
+                        let rev = info.stream_sequence;
+                        let at = SystemTime::from(info.published);
+                        m.subject.strip_prefix(&o.prefix).and_then(|key| {
+                            if seen.get(key).is_some_and(|r| rev <= *r) {
+                                return None;
+                            }
+                            Some(Ok(if m.headers.as_ref().is_some_and(is_marker) {
+                                Change::Removed {
+                                    key: key.to_owned(),
+                                    revision: rev,
+                                }
+                            } else {
+                                Change::Put(Entry {
+                                    key: key.to_owned(),
+                                    value: m.payload.clone(),
+                                    revision: rev,
+                                    written_at: at,
+                                    removed: false,
+                                })
+                            }))
+                        })
+                    }
+                },
+            };
+            futures::future::ready(out)
+        });
+        Ok(Watch {
+            initial,
+            changes: changes.boxed(),
+        })
+    }
+
     /// Deletes a pass's consumer without waiting (the broker would reap it
     /// after its inactivity threshold, but thousands of listings a second
     /// would hit the consumer limit first).
@@ -479,12 +620,12 @@ fn is_marker(h: &HeaderMap) -> bool {
     )
 }
 
+/// Adopts the bucket `config` names, or creates it with `config` if absent.
 async fn open_bucket(
     js: &jetstream::Context,
-    name: &str,
-    age: Option<Duration>,
-    replicas: usize,
+    config: &kv::Config,
 ) -> Result<stream::Stream, OpenError> {
+    let name = config.bucket.as_str();
     let err = |why: String| OpenError::Bucket {
         bucket: name.to_owned(),
         why,
@@ -497,9 +638,7 @@ async fn open_bucket(
         }
         match js.get_stream(&stream_name).await {
             Ok(s) => return Ok(s),
-            Err(e)
-                if matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(ref j)
-                    if j.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND) => {}
+            Err(e) if is_stream_not_found(&e) => {}
             // Unreachable or timed out: the broker may still be electing
             // its meta leader at boot; ask again shortly.
             Err(e) => {
@@ -507,17 +646,7 @@ async fn open_bucket(
                 continue;
             }
         }
-        let created = js
-            .create_key_value(kv::Config {
-                bucket: name.to_owned(),
-                history: 1,
-                max_age: age.unwrap_or_default(),
-                num_replicas: replicas,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await;
-        match created {
+        match js.create_key_value(config.clone()).await {
             // Read it back through get_stream: adopt what is there.
             Ok(_) => {}
             // Another node may have created it first (adopt theirs), or the
@@ -536,15 +665,30 @@ async fn open_bucket(
         .map_err(|e| err(format!("{e} (last create attempt: {last_create_error})")))
 }
 
-/// Opens the bucket, then waits until a write through this connection
+/// Opens the bucket (adopting it, or applying `config` to it when
+/// `existing` says so), then waits until a write through this connection
 /// reaches it (see [`crate::reach`]).
 async fn open_reachable(
     js: &jetstream::Context,
-    name: &str,
-    age: Option<Duration>,
-    replicas: usize,
+    config: kv::Config,
+    existing: Existing,
 ) -> Result<stream::Stream, OpenError> {
-    let stream = open_bucket(js, name, age, replicas).await?;
+    let name = config.bucket.clone();
+    let stream = match existing {
+        Existing::Adopt => open_bucket(js, &config).await?,
+        Existing::Reconfigure => {
+            js.create_or_update_key_value(config)
+                .await
+                .map_err(|e| OpenError::Bucket {
+                    bucket: name.clone(),
+                    why: format!(
+                        "{e}: {:?}",
+                        std::error::Error::source(&e).map(|s| s.to_string())
+                    ),
+                })?
+                .stream
+        }
+    };
     crate::reach::until_writable(
         js,
         &format!("KV_{name}"),
@@ -609,11 +753,7 @@ impl Kv for NatsKv {
         bucket: Bucket,
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, KvResult<Vec<Entry>>> {
-        Box::pin(async move {
-            let (answered, pass, o) = self.certified(bucket, filter).await?;
-            self.retire(&o, pass);
-            Ok(answered.into_values().filter(|e| !e.removed).collect())
-        })
+        Box::pin(async move { self.list_in(self.bucket(bucket)?.clone(), filter).await })
     }
 
     fn markers<'a>(
@@ -670,55 +810,7 @@ impl Kv for NatsKv {
         bucket: Bucket,
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, KvResult<Watch>> {
-        Box::pin(async move {
-            let (answered, pass, o) = self.certified(bucket, filter).await?;
-            let msgs = pass.msgs;
-            let seen: HashMap<String, u64> = answered
-                .iter()
-                .map(|(k, e)| (k.clone(), e.revision))
-                .collect();
-            let mut initial: Vec<Entry> = answered.into_values().filter(|e| !e.removed).collect();
-            initial.sort_by(|a, b| a.key.cmp(&b.key));
-            // Changes come from the same consumer, so none falls between the
-            // answer and the first change; a revision no newer than the one
-            // the answer holds is not passed on.
-            let changes = msgs.filter_map(move |m| {
-                let out = match m {
-                    Err(e) => Some(Err(unavailable("watch", e))),
-                    Ok(m) => match m.info() {
-                        Err(e) => Some(Err(unavailable("watch", e))),
-                        Ok(info) => {
-                            let rev = info.stream_sequence;
-                            let at = SystemTime::from(info.published);
-                            m.subject.strip_prefix(&o.prefix).and_then(|key| {
-                                if seen.get(key).is_some_and(|r| rev <= *r) {
-                                    return None;
-                                }
-                                Some(Ok(if m.headers.as_ref().is_some_and(is_marker) {
-                                    Change::Removed {
-                                        key: key.to_owned(),
-                                        revision: rev,
-                                    }
-                                } else {
-                                    Change::Put(Entry {
-                                        key: key.to_owned(),
-                                        value: m.payload.clone(),
-                                        revision: rev,
-                                        written_at: at,
-                                        removed: false,
-                                    })
-                                }))
-                            })
-                        }
-                    },
-                };
-                futures::future::ready(out)
-            });
-            Ok(Watch {
-                initial,
-                changes: changes.boxed(),
-            })
-        })
+        Box::pin(async move { self.watch_in(self.bucket(bucket)?.clone(), filter).await })
     }
 
     fn age(&self, bucket: Bucket) -> Option<Duration> {
@@ -727,6 +819,134 @@ impl Kv for NatsKv {
 
     fn now(&self) -> SystemTime {
         SystemTime::now()
+    }
+}
+
+impl NatsKv {
+    /// A named bucket opened here, or adopted as it is on first use: a
+    /// bucket another node (or an older catalogue) created is served
+    /// without being rewritten.
+    async fn named(&self, name: &BucketName) -> NamedResult<Arc<Opened>> {
+        if let Some(o) = self.named.lock().expect("named lock").get(name) {
+            return Ok(o.clone());
+        }
+        let stream = match self.js.get_stream(format!("KV_{name}")).await {
+            Ok(s) => s,
+            Err(e) if is_stream_not_found(&e) => return Err(NamedError::NoBucket(name.clone())),
+            Err(e) => return Err(unavailable("open bucket", e).into()),
+        };
+        let o = Arc::new(Opened::new(name.to_string(), stream));
+        self.named
+            .lock()
+            .expect("named lock")
+            .insert(name.clone(), o.clone());
+        Ok(o)
+    }
+
+    async fn named_write(
+        &self,
+        bucket: &BucketName,
+        key: &str,
+        value: Bytes,
+        removed: bool,
+        expect: Expect,
+    ) -> NamedWrite {
+        let o = self.named(bucket).await?;
+        Ok(self.publish_to(&o, key, value, removed, expect).await?)
+    }
+}
+
+impl NamedKv for NatsKv {
+    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<(), OpenError>> {
+        Box::pin(async move {
+            let config = kv::Config {
+                bucket: spec.name.to_string(),
+                description: spec.description.clone(),
+                history: i64::from(spec.history.max(1)),
+                max_age: spec.age.unwrap_or_default(),
+                max_bytes: i64::try_from(spec.max_bytes).unwrap_or(i64::MAX),
+                max_value_size: i32::try_from(spec.max_value_size).unwrap_or(i32::MAX),
+                num_replicas: spec.replicas,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            };
+            let stream = open_reachable(&self.js, config, spec.existing).await?;
+            self.named.lock().expect("named lock").insert(
+                spec.name.clone(),
+                Arc::new(Opened::new(spec.name.to_string(), stream)),
+            );
+            Ok(())
+        })
+    }
+
+    fn names(&self) -> BoxFuture<'_, NamedResult<Vec<BucketName>>> {
+        Box::pin(async move {
+            let mut names = self.js.stream_names();
+            let mut out = Vec::new();
+            while let Some(name) = names.next().await {
+                let name = name.map_err(|e| unavailable("stream names", e))?;
+                if let Some(b) = name
+                    .strip_prefix("KV_")
+                    .and_then(|b| BucketName::new(b).ok())
+                {
+                    out.push(b);
+                }
+            }
+            out.sort();
+            Ok(out)
+        })
+    }
+
+    fn get<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+    ) -> BoxFuture<'a, NamedResult<Option<Entry>>> {
+        Box::pin(async move {
+            let o = self.named(bucket).await?;
+            Ok(self.leader_get(&o, key).await?)
+        })
+    }
+
+    fn put<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+        value: Bytes,
+        expect: Expect,
+    ) -> BoxFuture<'a, NamedWrite> {
+        Box::pin(self.named_write(bucket, key, value, false, expect))
+    }
+
+    fn remove<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        key: &'a str,
+        expect: Expect,
+    ) -> BoxFuture<'a, NamedWrite> {
+        Box::pin(self.named_write(bucket, key, Bytes::new(), true, expect))
+    }
+
+    fn list<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        filter: Option<&'a str>,
+    ) -> BoxFuture<'a, NamedResult<Vec<Entry>>> {
+        Box::pin(async move {
+            let o = self.named(bucket).await?;
+            Ok(self.list_in(o, filter).await?)
+        })
+    }
+
+    fn watch<'a>(
+        &'a self,
+        bucket: &'a BucketName,
+        filter: Option<&'a str>,
+    ) -> BoxFuture<'a, NamedResult<Watch>> {
+        Box::pin(async move {
+            let o = self.named(bucket).await?;
+            Ok(self.watch_in(o, filter).await?)
+        })
     }
 }
 

@@ -24,6 +24,20 @@ pub struct Claimed {
     pub deadline: SystemTime,
 }
 
+/// Why a release removed nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreleased {
+    /// The key holds no claim: never claimed, released already, or aged
+    /// out of the bucket.
+    Absent,
+    /// This claimant's claim lapsed at its deadline: the key is claimable
+    /// already, so nothing is written.
+    Lapsed(Claimed),
+    /// Another claimant (another delivery attempt) holds the key, or held
+    /// it last: not this attempt's to remove.
+    Other(Claimed),
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct ClaimRecord {
     claimant: String,
@@ -191,6 +205,48 @@ impl Coord {
                 Err(c) => Answer::No(c),
             },
         )
+    }
+
+    /// Releases this attempt's claim on a delivery: compare-and-delete. The
+    /// claim is removed only if the key still holds `claimant`'s live
+    /// record, predicated on the revision it was read at; a record written
+    /// over in between is judged again. Yes: removed, the key is claimable.
+    /// No: nothing was `claimant`'s to remove ([`Unreleased`]) — in
+    /// particular a claim another attempt took over is left alone.
+    ///
+    /// Safe direction: on unknown nothing is known removed — ask again
+    /// until the store answers (a retry after a lost answer finds the key
+    /// [`Unreleased::Absent`]); the claim lapses at its deadline anyway.
+    pub async fn release_claim(&self, delivery: &str, claimant: &str) -> Reply<(), Unreleased> {
+        let b = Bucket::Claims;
+        let key = encode_token(delivery);
+        let kv = self.kv(b);
+        const ATTEMPTS: u32 = 8;
+        for _ in 0..ATTEMPTS {
+            let e = match kv.get(b, &key).await? {
+                Some(e) if !e.removed => e,
+                _ => return Ok(Answer::No(Unreleased::Absent)),
+            };
+            let c = claimed(&e)?;
+            if c.claimant != claimant {
+                return Ok(Answer::No(Unreleased::Other(c)));
+            }
+            if c.deadline <= kv.now() {
+                return Ok(Answer::No(Unreleased::Lapsed(c)));
+            }
+            if kv
+                .remove(b, &key, Expect::Revision(e.revision))
+                .await?
+                .is_ok()
+            {
+                return Ok(Answer::Yes(()));
+            }
+            // Written over since the read: the record there now decides.
+        }
+        Err(CoordError::Contended {
+            key,
+            attempts: ATTEMPTS,
+        })
     }
 
     /// Creates the claim `key` for `claimant` (create-only; a lapsed claim

@@ -40,7 +40,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use crewlet_company::ActiveCompany;
-use crewlet_coord::{Answer, Coord};
+use crewlet_coord::{Answer, Coord, CoordError};
 use crewlet_observe::Publisher;
 use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::webhook::{Delivery, Header, Request, Secret, WebhookPlugin};
@@ -173,8 +173,7 @@ impl Edge {
         let js = jetstream::new(cfg.client.clone());
         Edge {
             releaser: Releaser {
-                js: js.clone(),
-                bucket: format!("{}_claims", cfg.coord.options().namespace),
+                coord: cfg.coord.clone(),
             },
             js,
             cfg,
@@ -507,12 +506,12 @@ fn forget(unreleased: &Mutex<HashMap<String, String>>, key: &str, claimant: &str
     }
 }
 
-/// Releases delivery claims: compare-and-delete on the claims bucket.
+/// Releases delivery claims through [`Coord::release_claim`]:
+/// compare-and-delete of this attempt's claim at the revision it was read
+/// at, so a claim another attempt took over is never removed.
 #[derive(Clone)]
 struct Releaser {
-    js: jetstream::Context,
-    /// `crewlet_claims` (the namespace's claims bucket).
-    bucket: String,
+    coord: Coord,
 }
 
 /// Longest a background release keeps trying between attempts.
@@ -522,60 +521,25 @@ impl Releaser {
     /// Removes the claim on `key` if `claimant` holds it. Ok when it is
     /// gone or another claimant's; Err when the store did not answer.
     async fn release(&self, key: &str, claimant: &str) -> Result<(), String> {
-        let call = async {
-            let subject = format!(
-                "$KV.{}.{}",
-                self.bucket,
-                crewlet_coord::names::encode_token(key)
-            );
-            let stream = self
-                .js
-                .get_stream(format!("KV_{}", self.bucket))
-                .await
-                .map_err(|e| e.to_string())?;
-            // A leader read: a replica that is behind could answer "absent".
-            let last = match stream.get_last_raw_message_by_subject(&subject).await {
-                Ok(m) => m,
-                Err(e)
-                    if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-                {
-                    return Ok(());
-                }
-                Err(e) => return Err(e.to_string()),
-            };
-            let removed = last
-                .headers
-                .get("KV-Operation")
-                .is_some_and(|op| op.as_str() != "PUT");
-            let holder = serde_json::from_slice::<serde_json::Value>(&last.payload)
-                .ok()
-                .and_then(|v| v["claimant"].as_str().map(str::to_owned));
-            if removed || holder.as_deref() != Some(claimant) {
-                return Ok(());
-            }
-            let mut headers = async_nats::HeaderMap::new();
-            headers.insert("KV-Operation", "DEL");
-            headers.insert(
-                "Nats-Expected-Last-Subject-Sequence",
-                last.sequence.to_string().as_str(),
-            );
-            let ack = self
-                .js
-                .publish_with_headers(subject, headers, Bytes::new())
-                .await
-                .map_err(|e| e.to_string())?;
-            match ack.await {
-                Ok(_) => Ok(()),
-                // Written over since we read it: not ours to remove any more.
-                Err(e) if e.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
-                    Ok(())
-                }
-                Err(e) => Err(e.to_string()),
-            }
-        };
-        tokio::time::timeout(ACK_TIMEOUT, call)
+        let answer = tokio::time::timeout(ACK_TIMEOUT, self.coord.release_claim(key, claimant))
             .await
-            .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?
+            .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?;
+        match answer {
+            Ok(Answer::Yes(())) => Ok(()),
+            // Gone already, lapsed, or another attempt's: not ours to remove.
+            Ok(Answer::No(why)) => {
+                debug!(subsystem = "ingress", %key, ?why, "claim not ours to release");
+                Ok(())
+            }
+            // The store answered with a record that does not decode: it
+            // cannot be shown to be this attempt's, so it is left alone.
+            Err(e @ CoordError::Corrupt { .. }) => {
+                warn!(subsystem = "ingress", %key, error = %e, "claim not released: its record does not decode");
+                Ok(())
+            }
+            // Unknown (or contended): ask again.
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     /// Releases in a task of its own, retrying with a backoff until the

@@ -13,7 +13,7 @@ use crewlet_plugins::catalogue::Catalogue;
 use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
 use crewlet_plugins::provider::ProviderPlugin;
-use crewlet_plugins::state::{NatsState, StateBackend};
+use crewlet_plugins::state::{KvState, StateBackend};
 use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{HealthReport, Kind, Manifest, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
@@ -65,7 +65,7 @@ pub async fn load(
         ..RuntimeConfig::default()
     })
     .map_err(|e| StartError::Engine(e.to_string()))?;
-    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
     ensure_buckets(&catalogue, backend.as_ref())
         .await
         .map_err(|e| StartError::Buckets(e.to_string()))?;

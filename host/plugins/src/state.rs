@@ -14,16 +14,26 @@
 //!   ordinary mistake, not a determined one (ADR 202 §5).
 //! - A watch yields every current value (no deletions), then one
 //!   end-of-current marker, then every change.
-//! - The backend is a trait so the runtime can be served by the node's own
-//!   coordination layer later; [`NatsState`] uses the caller's connection
+//! - A bucket is never removed, and a bucket only read so far is created
+//!   if absent but never reconfigured (the owner's options are the
+//!   owner's); the owner's options are applied on every start.
+//! - The store is the coordination layer's seam ([`crewlet_coord::NamedKv`]),
+//!   not a client of its own: module state gets the same leader reads,
+//!   certified listings and error kinds (a full bucket is the broker's error
+//!   code, not its text) as every coordination record, and the memory twin
+//!   for tests that need no broker. [`KvState`] is only the adapter: names,
+//!   caps and the shape of a watch. On NATS it uses the caller's connection
 //!   and never dials its own.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::Arc;
+use std::time::Duration;
 
-use async_nats::jetstream::{self, kv};
+use crewlet_coord::kv::{Entry, Expect};
+use crewlet_coord::{
+    BucketName, Change, Existing, MemoryKv, NamedError, NamedKv, NamedSpec, NatsKv, Refused,
+};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
@@ -194,105 +204,98 @@ fn names_credential(name: &str) -> bool {
             .any(|p| PAIRS.contains(&(p[0].as_str(), p[1].as_str())))
 }
 
-/// Module state on NATS JetStream key-value buckets.
-pub struct NatsState {
-    js: jetstream::Context,
-    stores: Mutex<HashMap<String, kv::Store>>,
+/// How long one state request may take on NATS (the JetStream default).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Module state on the coordination layer's named buckets.
+pub struct KvState {
+    kv: Arc<dyn NamedKv>,
 }
 
-impl NatsState {
-    /// Uses the node's connection; never dials its own.
-    pub fn new(client: async_nats::Client) -> NatsState {
-        NatsState {
-            js: jetstream::new(client),
-            stores: Mutex::new(HashMap::new()),
-        }
+impl KvState {
+    /// On NATS, over the node's connection; never dials its own.
+    pub fn nats(client: async_nats::Client) -> KvState {
+        KvState::new(Arc::new(NatsKv::named_only(client, REQUEST_TIMEOUT)))
     }
 
-    async fn store(&self, bucket: &str) -> Result<kv::Store, BackendError> {
-        if let Some(s) = self
-            .stores
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(bucket)
-        {
-            return Ok(s.clone());
-        }
-        let store = self.js.get_key_value(bucket).await.map_err(|e| {
-            if e.kind() == jetstream::context::KeyValueErrorKind::GetBucket {
-                BackendError::NoBucket(bucket.to_string())
-            } else {
-                BackendError::Unavailable(e.to_string())
-            }
-        })?;
-        self.stores
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(bucket.to_string(), store.clone());
-        Ok(store)
+    /// On the in-process twin (tests that need no broker).
+    pub fn memory(kv: MemoryKv) -> KvState {
+        KvState::new(Arc::new(kv))
+    }
+
+    /// On any backend of the seam.
+    pub fn new(kv: Arc<dyn NamedKv>) -> KvState {
+        KvState { kv }
     }
 }
 
-fn unavailable(e: impl std::fmt::Display) -> BackendError {
-    BackendError::Unavailable(e.to_string())
+/// The seam's name for a module bucket; a name no bucket can have is no
+/// bucket.
+fn name(bucket: &str) -> Result<BucketName, BackendError> {
+    BucketName::new(bucket).map_err(|_| BackendError::NoBucket(bucket.to_string()))
 }
 
-impl StateBackend for NatsState {
+fn backend(e: NamedError) -> BackendError {
+    match e {
+        NamedError::NoBucket(b) => BackendError::NoBucket(b.to_string()),
+        NamedError::Unavailable(why) => BackendError::Unavailable(why),
+    }
+}
+
+fn stored(e: Entry) -> StoredEntry {
+    StoredEntry {
+        key: e.key,
+        value: e.value.to_vec(),
+        revision: e.revision,
+    }
+}
+
+/// A blind write's answer (no expected revision, so no conflict).
+fn written(bucket: &str, w: crewlet_coord::NamedWrite) -> Result<u64, BackendError> {
+    match w.map_err(backend)? {
+        Ok(revision) => Ok(revision),
+        Err(Refused::Full) => Err(BackendError::Full(bucket.to_string())),
+        Err(refused) => Err(BackendError::Unavailable(format!(
+            "bucket `{bucket}` refused the write ({refused:?}); values are checked against {MAX_VALUE_BYTES} bytes before they reach it"
+        ))),
+    }
+}
+
+impl StateBackend for KvState {
     fn ensure_bucket<'a>(
         &'a self,
         spec: &'a BucketSpec,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            let decl = spec.decl.clone();
-            let config = kv::Config {
-                bucket: spec.name.clone(),
+            let decl = spec.decl.as_ref();
+            let named = NamedSpec {
+                name: name(&spec.name)?,
                 description: format!("crewlet module {} bucket {}", spec.owner, spec.local),
-                history: decl.as_ref().map_or(1, |d| d.history) as i64,
-                max_age: decl.as_ref().and_then(|d| d.ttl).unwrap_or_default(),
-                max_bytes: MAX_BUCKET_BYTES,
-                max_value_size: MAX_VALUE_BYTES as i32,
-                ..Default::default()
+                history: decl.map_or(1, |d| d.history),
+                age: decl.and_then(|d| d.ttl),
+                max_bytes: MAX_BUCKET_BYTES as u64,
+                max_value_size: MAX_VALUE_BYTES as u32,
+                replicas: 1,
+                // The owner's options are applied; a bucket only read so far
+                // is created if absent, never overwritten with the defaults.
+                existing: if decl.is_some() {
+                    Existing::Reconfigure
+                } else {
+                    Existing::Adopt
+                },
             };
-            let store = if decl.is_some() {
-                self.js.create_or_update_key_value(config).await
-            } else {
-                // A bucket only read so far: create it if absent, but never
-                // overwrite the owner's options with the defaults.
-                match self.js.get_key_value(&spec.name).await {
-                    Ok(store) => Ok(store),
-                    Err(_) => self.js.create_key_value(config).await,
-                }
-            }
-            .map_err(unavailable)?;
             // Open only once a write through this connection reaches it.
-            crewlet_coord::until_writable(
-                &self.js,
-                &format!("KV_{}", spec.name),
-                &format!("$KV.{}._reach", spec.name),
-                crewlet_coord::REACH_WITHIN,
-            )
-            .await
-            .map_err(unavailable)?;
-            self.stores
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(spec.name.clone(), store);
-            Ok(())
+            self.kv
+                .open(&named)
+                .await
+                .map_err(|e| BackendError::Unavailable(e.to_string()))
         })
     }
 
     fn bucket_names(&self) -> BoxFuture<'_, Result<Vec<String>, BackendError>> {
         Box::pin(async move {
-            let mut names = self.js.stream_names();
-            let mut out = Vec::new();
-            while let Some(name) = names.next().await {
-                let name = name.map_err(unavailable)?;
-                if let Some(bucket) = name.strip_prefix("KV_") {
-                    out.push(bucket.to_string());
-                }
-            }
-            out.sort();
-            Ok(out)
+            let names = self.kv.names().await.map_err(backend)?;
+            Ok(names.iter().map(|n| n.to_string()).collect())
         })
     }
 
@@ -302,34 +305,10 @@ impl StateBackend for NatsState {
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<StoredEntry>, BackendError>> {
         Box::pin(async move {
-            // A leader read (STREAM.MSG.GET, last by subject), never the
-            // bucket's direct get: any replica answers a direct get, and one
-            // behind an acknowledged write answers with the old value.
-            self.store(bucket).await?;
-            let stream = self
-                .js
-                .get_stream(format!("KV_{bucket}"))
-                .await
-                .map_err(unavailable)?;
-            let subject = format!("$KV.{bucket}.{key}");
-            let message = match stream.get_last_raw_message_by_subject(&subject).await {
-                Ok(m) => m,
-                Err(e)
-                    if e.kind() == jetstream::stream::LastRawMessageErrorKind::NoMessageFound =>
-                {
-                    return Ok(None);
-                }
-                Err(e) => return Err(unavailable(e)),
-            };
-            let removed = message
-                .headers
-                .get("KV-Operation")
-                .is_some_and(|op| op.as_str() == "DEL" || op.as_str() == "PURGE");
-            Ok((!removed).then(|| StoredEntry {
-                key: key.to_string(),
-                value: message.payload.to_vec(),
-                revision: message.sequence,
-            }))
+            // A leader read, never the bucket's direct get (which a replica
+            // behind an acknowledged write answers with the old value).
+            let found = self.kv.get(&name(bucket)?, key).await.map_err(backend)?;
+            Ok(found.filter(|e| !e.removed).map(stored))
         })
     }
 
@@ -340,15 +319,11 @@ impl StateBackend for NatsState {
         value: Vec<u8>,
     ) -> BoxFuture<'a, Result<u64, BackendError>> {
         Box::pin(async move {
-            let store = self.store(bucket).await?;
-            store.put(key, value.into()).await.map_err(|e| {
-                let text = e.to_string();
-                if text.contains("maximum bytes") || text.contains("resource limits") {
-                    BackendError::Full(bucket.to_string())
-                } else {
-                    BackendError::Unavailable(text)
-                }
-            })
+            let w = self
+                .kv
+                .put(&name(bucket)?, key, value.into(), Expect::Any)
+                .await;
+            written(bucket, w)
         })
     }
 
@@ -358,20 +333,17 @@ impl StateBackend for NatsState {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            let store = self.store(bucket).await?;
-            store.delete(key).await.map_err(unavailable)
+            let w = self.kv.remove(&name(bucket)?, key, Expect::Any).await;
+            written(bucket, w).map(|_| ())
         })
     }
 
     fn keys<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
         Box::pin(async move {
-            let store = self.store(bucket).await?;
-            let mut keys = store.keys().await.map_err(unavailable)?;
-            let mut out = Vec::new();
-            while let Some(key) = keys.next().await {
-                out.push(key.map_err(unavailable)?);
-            }
-            Ok(out)
+            let listed = self.kv.list(&name(bucket)?, None).await.map_err(backend)?;
+            let mut keys: Vec<String> = listed.into_iter().map(|e| e.key).collect();
+            keys.sort();
+            Ok(keys)
         })
     }
 
@@ -381,66 +353,22 @@ impl StateBackend for NatsState {
     ) -> BoxFuture<'a, Result<BoxStream<'static, Result<WatchItem, BackendError>>, BackendError>>
     {
         Box::pin(async move {
-            let store = self.store(bucket).await?;
-            // The last sequence when the watch starts: entries up to it are
-            // "current", anything after is a change.
-            let mut stream = self
-                .js
-                .get_stream(format!("KV_{bucket}"))
-                .await
-                .map_err(unavailable)?;
-            let info = stream.info().await.map_err(unavailable)?;
-            let snapshot = info.state.last_sequence;
-            let empty = info.state.messages == 0;
-            let mut watch = store.watch_with_history(">").await.map_err(unavailable)?;
-            let (tx, rx) = futures::channel::mpsc::unbounded();
-            tokio::spawn(async move {
-                let mut marker_sent = empty;
-                if empty && tx.unbounded_send(Ok(WatchItem::EndOfCurrent)).is_err() {
-                    return;
-                }
-                while let Some(next) = watch.next().await {
-                    let entry = match next {
-                        Ok(entry) => entry,
-                        Err(e) => {
-                            let _ = tx.unbounded_send(Err(unavailable(e)));
-                            return;
-                        }
-                    };
-                    let mut items = Vec::new();
-                    let is_put = entry.operation == kv::Operation::Put;
-                    let stored = StoredEntry {
-                        key: entry.key.clone(),
-                        value: entry.value.to_vec(),
-                        revision: entry.revision,
-                    };
-                    if !marker_sent && entry.revision > snapshot {
-                        items.push(WatchItem::EndOfCurrent);
-                        marker_sent = true;
-                    }
-                    if marker_sent {
-                        items.push(if is_put {
-                            WatchItem::Put(stored)
-                        } else {
-                            WatchItem::Deleted(entry.key.clone())
-                        });
-                    } else {
-                        if is_put {
-                            items.push(WatchItem::Current(stored));
-                        }
-                        if entry.delta == 0 || entry.revision >= snapshot {
-                            items.push(WatchItem::EndOfCurrent);
-                            marker_sent = true;
-                        }
-                    }
-                    for item in items {
-                        if tx.unbounded_send(Ok(item)).is_err() {
-                            return;
-                        }
-                    }
-                }
+            // The certified listing is "current"; the changes after it come
+            // from the same pass, so none falls between the two.
+            let watch = self.kv.watch(&name(bucket)?, None).await.map_err(backend)?;
+            let current = watch
+                .initial
+                .into_iter()
+                .map(|e| Ok(WatchItem::Current(stored(e))));
+            let changes = watch.changes.map(|c| match c {
+                Ok(Change::Put(e)) => Ok(WatchItem::Put(stored(e))),
+                Ok(Change::Removed { key, .. }) => Ok(WatchItem::Deleted(key)),
+                Err(u) => Err(BackendError::Unavailable(u.0)),
             });
-            Ok(rx.boxed())
+            Ok(futures::stream::iter(current)
+                .chain(futures::stream::once(async { Ok(WatchItem::EndOfCurrent) }))
+                .chain(changes)
+                .boxed())
         })
     }
 }
@@ -467,6 +395,127 @@ mod tests {
         );
         assert_eq!(found(r#"{"max_tokens":3,"keyboard":"x","monkey":1}"#), None);
         assert_eq!(found("not json password"), None);
+    }
+
+    fn twin() -> KvState {
+        let retentions = crewlet_coord::bucket::Retentions {
+            lease_ttl: Duration::from_secs(45),
+            status: Duration::from_secs(60),
+            rate: Duration::from_secs(60),
+        };
+        KvState::memory(MemoryKv::new(
+            Arc::new(crewlet_coord::SystemClock),
+            &retentions,
+        ))
+    }
+
+    fn spec(owned: bool) -> BucketSpec {
+        BucketSpec {
+            name: "mod_presence_seen".into(),
+            owner: "presence".into(),
+            local: "seen".into(),
+            decl: owned.then(|| crate::manifest::BucketDecl {
+                local: "seen".into(),
+                history: 1,
+                ttl: None,
+            }),
+        }
+    }
+
+    /// The adapter on the memory twin, no broker: an unopened bucket is
+    /// named as absent, reads see writes, a deletion hides a key, and a
+    /// watch is current values → marker → changes.
+    #[tokio::test]
+    async fn module_state_on_the_twin() {
+        let state = twin();
+        assert_eq!(
+            state.get("mod_presence_seen", "alice").await,
+            Err(BackendError::NoBucket("mod_presence_seen".into()))
+        );
+        assert_eq!(
+            state.get("not a bucket", "k").await,
+            Err(BackendError::NoBucket("not a bucket".into()))
+        );
+        state.ensure_bucket(&spec(false)).await.unwrap();
+        state.ensure_bucket(&spec(true)).await.unwrap();
+        assert_eq!(
+            state.bucket_names().await.unwrap(),
+            vec!["mod_presence_seen".to_string()]
+        );
+        let rev = state
+            .put("mod_presence_seen", "alice", b"lab".to_vec())
+            .await
+            .unwrap();
+        let got = state.get("mod_presence_seen", "alice").await.unwrap();
+        assert_eq!(
+            got,
+            Some(StoredEntry {
+                key: "alice".into(),
+                value: b"lab".to_vec(),
+                revision: rev,
+            })
+        );
+        let mut watch = state.watch("mod_presence_seen").await.unwrap();
+        state
+            .put("mod_presence_seen", "bob", b"desk".to_vec())
+            .await
+            .unwrap();
+        state.delete("mod_presence_seen", "alice").await.unwrap();
+        assert_eq!(state.get("mod_presence_seen", "alice").await.unwrap(), None);
+        assert_eq!(
+            state.keys("mod_presence_seen").await.unwrap(),
+            vec!["bob".to_string()]
+        );
+        let mut steps = Vec::new();
+        for _ in 0..4 {
+            steps.push(match watch.next().await.unwrap().unwrap() {
+                WatchItem::Current(e) => format!("current {}", e.key),
+                WatchItem::EndOfCurrent => "end-of-current".into(),
+                WatchItem::Put(e) => format!("put {}", e.key),
+                WatchItem::Deleted(k) => format!("deleted {k}"),
+            });
+        }
+        assert_eq!(
+            steps,
+            [
+                "current alice",
+                "end-of-current",
+                "put bob",
+                "deleted alice"
+            ]
+        );
+    }
+
+    /// A bucket at its 64 MiB cap answers `Full` (a kind from the store,
+    /// not a reading of its text), and the write that was refused is not
+    /// there.
+    #[tokio::test]
+    async fn a_full_bucket_is_refused_as_full() {
+        let state = twin();
+        state.ensure_bucket(&spec(true)).await.unwrap();
+        let value = vec![b'x'; MAX_VALUE_BYTES];
+        let mut refused = None;
+        for i in 0..=(MAX_BUCKET_BYTES as usize / MAX_VALUE_BYTES) {
+            match state
+                .put("mod_presence_seen", &format!("k{i}"), value.clone())
+                .await
+            {
+                Ok(_) => {}
+                Err(e) => {
+                    refused = Some((i, e));
+                    break;
+                }
+            }
+        }
+        let (i, e) = refused.expect("a 64 MiB bucket took 65 MiB");
+        assert_eq!(e, BackendError::Full("mod_presence_seen".into()));
+        assert_eq!(
+            state
+                .get("mod_presence_seen", &format!("k{i}"))
+                .await
+                .unwrap(),
+            None
+        );
     }
 
     #[test]

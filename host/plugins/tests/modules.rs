@@ -13,7 +13,7 @@ use common::{manifest, manifest_text, plugins_dir, runtime};
 use crewlet_plugins::catalogue::{BucketSpec, Catalogue};
 use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
 use crewlet_plugins::runtime::LoadError;
-use crewlet_plugins::state::{NatsState, StateBackend};
+use crewlet_plugins::state::{KvState, StateBackend};
 use crewlet_testkit::NatsServer;
 
 async fn board_log(board: &ModulePlugin, want_lines: usize) -> Vec<String> {
@@ -40,7 +40,7 @@ fn text(bytes: Vec<u8>) -> String {
 async fn owner_writes_reader_reads_and_watches_and_cannot_write() {
     let server = NatsServer::start();
     let client = async_nats::connect(server.url()).await.unwrap();
-    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
     let (catalogue, invalid) = Catalogue::load(&plugins_dir()).unwrap();
     assert!(invalid.is_empty(), "{invalid:?}");
     let created = ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
@@ -171,7 +171,7 @@ async fn owner_writes_reader_reads_and_watches_and_cannot_write() {
 async fn hostile_state_use_is_refused_as_values_while_a_healthy_module_answers() {
     let server = NatsServer::start();
     let client = async_nats::connect(server.url()).await.unwrap();
-    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
     // The shipped catalogue plus the hostile module, as one deployment.
     let (mut catalogue, _) = Catalogue::load(&plugins_dir()).unwrap();
     let (hostile, _) = Catalogue::load(&plugins_dir().join("testdata")).unwrap();
@@ -259,7 +259,7 @@ async fn hostile_state_use_is_refused_as_values_while_a_healthy_module_answers()
 async fn a_read_of_an_undeclared_bucket_is_refused_at_load_and_orphans_are_reported() {
     let server = NatsServer::start();
     let client = async_nats::connect(server.url()).await.unwrap();
-    let backend: Arc<dyn StateBackend> = Arc::new(NatsState::new(client));
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
     let owner = manifest("modules/presence");
     let reader = manifest_text(
         "modules/presence-board",

@@ -4,7 +4,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crewlet_coord::{
-    Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, NatsKv, Owner, bucket::Bucket,
+    Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, NamedKv, NatsKv, Owner, bucket::Bucket,
 };
 use crewlet_testkit::{Cluster, NatsServer};
 
@@ -26,6 +26,8 @@ pub fn namespace() -> String {
 pub trait Fixture: Send + Sync + 'static {
     /// A handle through member `i` (modulo the member count).
     fn coord(&self, i: usize) -> Coord;
+    /// The named-bucket face of the same backend, through member `i`.
+    fn named(&self, i: usize) -> Arc<dyn NamedKv>;
     fn members(&self) -> usize;
     /// Lets `d` of store time pass (advances the twin's clock, or sleeps).
     fn pass(&self, d: Duration) -> impl Future<Output = ()> + Send;
@@ -43,6 +45,7 @@ pub trait Fixture: Send + Sync + 'static {
 
 pub struct Memory {
     clock: ManualClock,
+    kv: MemoryKv,
     faulty: Arc<Faulty>,
     opts: CoordOptions,
 }
@@ -54,7 +57,8 @@ impl Memory {
         let kv = MemoryKv::new(Arc::new(clock.clone()), &retentions(&opts));
         Memory {
             clock,
-            faulty: Faulty::new(Arc::new(kv)),
+            faulty: Faulty::new(Arc::new(kv.clone())),
+            kv,
             opts,
         }
     }
@@ -72,6 +76,9 @@ impl Fixture for Memory {
     fn coord(&self, _i: usize) -> Coord {
         let kv: Arc<dyn Kv> = self.faulty.clone();
         Coord::with_backends(kv.clone(), kv, self.opts.clone())
+    }
+    fn named(&self, _i: usize) -> Arc<dyn NamedKv> {
+        Arc::new(self.kv.clone())
     }
     fn members(&self) -> usize {
         1
@@ -189,6 +196,9 @@ impl Fixture for Real {
     fn coord(&self, i: usize) -> Coord {
         let kv: Arc<dyn Kv> = self.handles[i % self.handles.len()].0.clone();
         Coord::with_backends(kv.clone(), kv, self.opts.clone())
+    }
+    fn named(&self, i: usize) -> Arc<dyn NamedKv> {
+        self.handles[i % self.handles.len()].1.clone()
     }
     fn members(&self) -> usize {
         self.handles.len()

@@ -9,9 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crewlet_coord::budget::{Caps, Scope, Windows};
+use crewlet_coord::kv::{Change, Expect};
 use crewlet_coord::{
-    Answer, Bucket, CoordError, Held, MAX_DUTY_TTL, NodeStatus, NotHeld, Owner, Pointer,
-    ResourceName, key_hint, merge_cooldowns,
+    Answer, Bucket, BucketName, CoordError, Existing, Held, MAX_DUTY_TTL, NamedError, NamedSpec,
+    NodeStatus, NotHeld, Owner, Pointer, Refused, ResourceName, Unreleased, key_hint,
+    merge_cooldowns,
 };
 use fixtures::Fixture;
 use time::UtcOffset;
@@ -639,6 +641,263 @@ pub async fn delivery_claims<F: Fixture>(f: &F) {
     ));
 }
 
+/// Releasing a delivery claim is compare-and-delete of this attempt's
+/// claim: its own claim goes (and the key is claimable), another attempt's
+/// stays, a lapsed or re-taken one is not touched, and a broken store is
+/// unknown with nothing removed.
+pub async fn claim_release<F: Fixture>(f: &F) {
+    let c = f.coord(0);
+    let ttl = Duration::from_secs(300);
+    let (a, b) = ("node-a/attempt-1", "node-b/attempt-2");
+
+    let d = format!("github:{}", uuid::Uuid::new_v4());
+    assert!(c.claim_delivery(&d, a, ttl).await.unwrap().is_yes());
+    assert_eq!(
+        f.coord(1).release_claim(&d, a).await.unwrap(),
+        Answer::Yes(()),
+        "the claimant releases its own claim"
+    );
+    assert!(
+        c.claim_delivery(&d, b, ttl).await.unwrap().is_yes(),
+        "a released claim is claimable"
+    );
+    let left = c.release_claim(&d, a).await.unwrap();
+    assert!(
+        matches!(left, Answer::No(Unreleased::Other(ref h)) if h.claimant == b),
+        "another attempt's claim is not released: {left:?}"
+    );
+    assert_eq!(
+        f.coord(1)
+            .claim(&d, "node-c/attempt-3", ttl)
+            .await
+            .unwrap()
+            .no()
+            .unwrap()
+            .claimant,
+        b,
+        "the other attempt's claim stays"
+    );
+    assert_eq!(
+        c.release_claim(&format!("gitlab:{}", uuid::Uuid::new_v4()), a)
+            .await
+            .unwrap(),
+        Answer::No(Unreleased::Absent),
+        "nothing claimed, nothing released"
+    );
+
+    // Lapsed, then re-taken by another attempt: never removed by the first.
+    let short = format!("slack:{}", uuid::Uuid::new_v4());
+    assert!(
+        c.claim_delivery(&short, a, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_yes()
+    );
+    f.pass(Duration::from_millis(450)).await;
+    let lapsed = c.release_claim(&short, a).await.unwrap();
+    assert!(
+        matches!(lapsed, Answer::No(Unreleased::Lapsed(ref h)) if h.claimant == a),
+        "a lapsed claim is not released: {lapsed:?}"
+    );
+    assert!(c.claim_delivery(&short, b, ttl).await.unwrap().is_yes());
+    let retaken = f.coord(1).release_claim(&short, a).await.unwrap();
+    assert!(
+        matches!(retaken, Answer::No(Unreleased::Other(ref h)) if h.claimant == b),
+        "a re-taken claim is not released: {retaken:?}"
+    );
+    assert!(c.claim_delivery(&short, a, ttl).await.unwrap().is_no());
+
+    // A broken store: unknown, and the claim is still there once healed.
+    let held = format!("jira:{}", uuid::Uuid::new_v4());
+    assert!(c.claim_delivery(&held, a, ttl).await.unwrap().is_yes());
+    f.break_store().await;
+    let unknown = c.release_claim(&held, a).await;
+    assert!(
+        matches!(unknown, Err(ref e) if e.is_unavailable()),
+        "a release on a broken store answered {unknown:?}, not unavailable"
+    );
+    f.heal_store().await;
+    assert_eq!(
+        c.claim_delivery(&held, b, ttl)
+            .await
+            .unwrap()
+            .no()
+            .unwrap()
+            .claimant,
+        a,
+        "an unknown release removed nothing"
+    );
+    assert_eq!(c.release_claim(&held, a).await.unwrap(), Answer::Yes(()));
+    assert_eq!(
+        c.release_claim(&held, a).await.unwrap(),
+        Answer::No(Unreleased::Absent),
+        "a repeated release finds nothing"
+    );
+}
+
+/// Buckets opened by name (module state) answer to the same primitives on
+/// every backend: leader reads through any member, certified listing, a
+/// watch from it, refusals as kinds (conflict, over the value cap, over the
+/// byte cap — never unavailable), an owner's spec applied to an existing
+/// bucket and a reader's never, and an unknown bucket named as such.
+pub async fn named_buckets<F: Fixture>(f: &F) {
+    use futures::StreamExt;
+    let (kv, other) = (f.named(0), f.named(1));
+    let replicas = f.coord(0).options().replicas;
+    let tag = &uuid::Uuid::new_v4().simple().to_string()[..12];
+    let name = BucketName::new(format!("mod_t{tag}_notes")).unwrap();
+    let spec = |max_value_size: u32, existing: Existing| NamedSpec {
+        name: name.clone(),
+        description: "contract suite".into(),
+        history: 1,
+        age: None,
+        max_bytes: 1024 * 1024,
+        max_value_size,
+        replicas,
+        existing,
+    };
+    let missing = BucketName::new(format!("mod_t{tag}_never")).unwrap();
+    assert_eq!(
+        kv.get(&missing, "k").await,
+        Err(NamedError::NoBucket(missing.clone()))
+    );
+    kv.open(&spec(1024, Existing::Reconfigure)).await.unwrap();
+    assert!(kv.names().await.unwrap().contains(&name));
+    assert_eq!(kv.get(&name, "k").await.unwrap(), None);
+
+    let mut watch = other.watch(&name, None).await.unwrap();
+    assert!(watch.initial.is_empty());
+    let rev = kv
+        .put(
+            &name,
+            "alice",
+            bytes::Bytes::from_static(b"lab"),
+            Expect::Any,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    // Read back through another member, which never opened the bucket.
+    let read = other.get(&name, "alice").await.unwrap().unwrap();
+    assert_eq!((read.value.as_ref(), read.revision), (&b"lab"[..], rev));
+    assert_eq!(
+        kv.put(
+            &name,
+            "alice",
+            bytes::Bytes::from_static(b"x"),
+            Expect::Revision(rev + 100)
+        )
+        .await
+        .unwrap(),
+        Err(Refused::Conflict)
+    );
+    kv.put(
+        &name,
+        "bob",
+        bytes::Bytes::from_static(b"desk"),
+        Expect::Any,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    kv.remove(&name, "alice", Expect::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(other.get(&name, "alice").await.unwrap().unwrap().removed);
+    let keys: BTreeSet<String> = other
+        .list(&name, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(keys, BTreeSet::from(["bob".to_string()]));
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let next = tokio::time::timeout(Duration::from_secs(10), watch.changes.next())
+            .await
+            .expect("a change within 10 s")
+            .expect("the watch goes on")
+            .unwrap();
+        seen.push(match next {
+            Change::Put(e) => format!("put {}", e.key),
+            Change::Removed { key, .. } => format!("removed {key}"),
+        });
+    }
+    assert_eq!(seen, ["put alice", "put bob", "removed alice"]);
+
+    // Value cap: refused as a kind; a reader's spec never lifts it, the
+    // owner's does.
+    let big = bytes::Bytes::from(vec![b'v'; 1536]);
+    assert_eq!(
+        kv.put(&name, "big", big.clone(), Expect::Any)
+            .await
+            .unwrap(),
+        Err(Refused::TooLarge)
+    );
+    other.open(&spec(4096, Existing::Adopt)).await.unwrap();
+    assert_eq!(
+        other
+            .put(&name, "big", big.clone(), Expect::Any)
+            .await
+            .unwrap(),
+        Err(Refused::TooLarge),
+        "a reader's spec rewrote the owner's"
+    );
+    other
+        .open(&spec(4096, Existing::Reconfigure))
+        .await
+        .unwrap();
+    assert!(
+        kv.put(&name, "big", big, Expect::Any)
+            .await
+            .unwrap()
+            .is_ok(),
+        "the owner's spec is applied to the existing bucket"
+    );
+
+    // Byte cap: a full bucket refuses as a kind, and still answers reads.
+    let small = BucketName::new(format!("mod_t{tag}_small")).unwrap();
+    kv.open(&NamedSpec {
+        name: small.clone(),
+        max_bytes: 4096,
+        ..spec(1024, Existing::Reconfigure)
+    })
+    .await
+    .unwrap();
+    let mut full = None;
+    for i in 0..16 {
+        let answer = kv
+            .put(
+                &small,
+                &format!("k{i}"),
+                bytes::Bytes::from(vec![b'x'; 512]),
+                Expect::Any,
+            )
+            .await;
+        match answer {
+            Ok(Ok(_)) => {}
+            Ok(Err(Refused::Full)) => {
+                full = Some(i);
+                break;
+            }
+            other => panic!("write {i} to a small bucket answered {other:?}"),
+        }
+    }
+    let full = full.expect("a 4 KiB bucket refused none of 16 half-KiB values");
+    assert!(full >= 2, "refused at write {full}");
+    assert!(other.get(&small, "k0").await.unwrap().is_some());
+    assert!(
+        other
+            .get(&small, &format!("k{full}"))
+            .await
+            .unwrap()
+            .is_none(),
+        "the refused write landed"
+    );
+}
+
 /// The completion ledger.
 pub async fn completion_ledger<F: Fixture>(f: &F) {
     let c = f.coord(0);
@@ -1212,6 +1471,14 @@ macro_rules! contract_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn delivery_claims() {
             contract::delivery_claims(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn claim_release() {
+            contract::claim_release(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn named_buckets() {
+            contract::named_buckets(&$fixture.await).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn completion_ledger() {
