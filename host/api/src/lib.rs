@@ -17,6 +17,7 @@
 //! carries no write.
 
 mod dashboard;
+mod retry;
 pub mod stream;
 
 use std::future::Future;
@@ -25,17 +26,18 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use retry::retry_later;
 pub use stream::{EventFilter, EventSource};
 
-/// Seconds a refused sender is told to wait before retrying.
-pub const RETRY_AFTER_SECONDS: u32 = 5;
+/// Seconds a sender refused by a draining node is told to wait before retrying.
+pub const RETRY_AFTER_SECONDS: u64 = 5;
 
 /// What the node tells its probes. Implemented by the node, read per request.
 pub trait Probe: Send + Sync + 'static {
@@ -194,17 +196,11 @@ async fn drain_gate(State(s): State<Shared>, req: Request, next: Next) -> Respon
     let read =
         matches!(*req.method(), Method::GET | Method::HEAD) && !path.starts_with("/webhooks/");
     if s.probe.draining() && !read {
-        let mut resp = (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({
-                "error": "draining",
-                "detail": "this node is shutting down and takes no new work; retry against a peer"
-            })),
-        )
-            .into_response();
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-        return resp;
+        return retry_later(
+            RETRY_AFTER_SECONDS,
+            "draining",
+            "this node is shutting down and takes no new work; retry against a peer",
+        );
     }
     next.run(req).await
 }
@@ -212,6 +208,7 @@ async fn drain_gate(State(s): State<Shared>, req: Request, next: Next) -> Respon
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
     use std::sync::atomic::{AtomicU8, Ordering};
 
     /// 0 starting, 1 ready, 2 draining.

@@ -3,9 +3,12 @@
 //! Interpolation runs on values, never on the raw text: a variable holding a
 //! quote or a newline cannot change the shape of the document. Forms:
 //! `${VAR}` (must be set), `${VAR:-fallback}` (fallback when unset or empty),
-//! and `$$` for a literal `$`.
+//! and `$$` for a literal `$`. The references are read by [`crate::scan`];
+//! the fallback and the errors, which name file and key, are this module's.
 
 use toml::Value;
+
+use crate::scan::{Segment, Unclosed, is_name, segments};
 
 /// Why a string could not be interpolated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,46 +25,41 @@ pub fn interpolate_str(
     lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Result<String, InterpolateError> {
     let mut out = String::with_capacity(input.len());
-    let mut rest = input;
-    while let Some(pos) = rest.find('$') {
-        out.push_str(&rest[..pos]);
-        let after = &rest[pos + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(body) = after.strip_prefix('{') {
-            let end = body.find('}').ok_or_else(|| InterpolateError::Malformed {
-                detail: format!("`${{` without a closing `}}` in {input:?}"),
-            })?;
-            let expr = &body[..end];
-            let (name, fallback) = match expr.split_once(":-") {
-                Some((name, fallback)) => (name, Some(fallback)),
-                None => (expr, None),
-            };
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    for segment in segments(input) {
+        let expr = match segment {
+            Ok(Segment::Text(text)) => {
+                out.push_str(text);
+                continue;
+            }
+            Ok(Segment::Reference(expr)) => expr,
+            Err(Unclosed) => {
                 return Err(InterpolateError::Malformed {
-                    detail: format!(
-                        "`${{{expr}}}` is not a variable reference (names are letters, digits and `_`)"
-                    ),
+                    detail: format!("`${{` without a closing `}}` in {input:?}"),
                 });
             }
-            match (lookup(name), fallback) {
-                (Some(v), Some(fb)) if v.is_empty() => out.push_str(fb),
-                (Some(v), _) => out.push_str(&v),
-                (None, Some(fb)) => out.push_str(fb),
-                (None, None) => {
-                    return Err(InterpolateError::Unset {
-                        var: name.to_owned(),
-                    });
-                }
+        };
+        let (name, fallback) = match expr.split_once(":-") {
+            Some((name, fallback)) => (name, Some(fallback)),
+            None => (expr, None),
+        };
+        if !is_name(name) {
+            return Err(InterpolateError::Malformed {
+                detail: format!(
+                    "`${{{expr}}}` is not a variable reference (names are letters, digits and `_`)"
+                ),
+            });
+        }
+        match (lookup(name), fallback) {
+            (Some(v), Some(fb)) if v.is_empty() => out.push_str(fb),
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(fb)) => out.push_str(fb),
+            (None, None) => {
+                return Err(InterpolateError::Unset {
+                    var: name.to_owned(),
+                });
             }
-            rest = &body[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
         }
     }
-    out.push_str(rest);
     Ok(out)
 }
 

@@ -10,6 +10,7 @@
 //! paths given on the command line resolve against the working directory.
 
 mod interpolate;
+pub mod scan;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -43,9 +43,4 @@ pub struct Wake {
     pub thread: Option<String>,
 }
 
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use crewlet_os::now_ms;

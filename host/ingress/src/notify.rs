@@ -62,7 +62,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind, consumer};
 use crewlet_company::{Company, Handle, seat_id};
 use crewlet_coord::{Answer, Coord};
-use crewlet_observe::Publisher;
+use crewlet_observe::{ACK_TIMEOUT, AckError, Publisher, publish_acked};
 use crewlet_store::Party;
 use futures::StreamExt;
 use serde_json::json;
@@ -93,7 +93,6 @@ pub const VALVE_LIMIT: u64 = 30;
 pub const VALVE_WINDOW: Duration = Duration::from_secs(30);
 /// How long the service may hold a delivery before the server redelivers it.
 const ACK_WAIT: Duration = Duration::from_secs(30);
-const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a shedding node keeps handing back what its pull delivers
 /// before it drops the pull.
 const HAND_BACK_QUIET: Duration = Duration::from_millis(200);
@@ -606,23 +605,16 @@ impl Worker {
         trace: &str,
         extra: &[(&'static str, String)],
         body: Vec<u8>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AckError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", msg_id);
         headers.insert(TRACE_HEADER, trace);
         for (name, value) in extra {
             headers.insert(*name, value.as_str());
         }
-        let ack = self
-            .js
-            .publish_with_headers(subject, headers, body.into())
+        publish_acked(&self.js, subject, headers, body, ACK_TIMEOUT)
             .await
-            .map_err(|e| e.to_string())?;
-        match tokio::time::timeout(PUBLISH_TIMEOUT, ack).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!("no ack within {PUBLISH_TIMEOUT:?}")),
-        }
+            .map(drop)
     }
 
     async fn record(&self, ev: crewlet_store::EventRecord) {

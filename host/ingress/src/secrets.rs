@@ -261,7 +261,7 @@ impl Secrets {
         }
         let record = Record {
             value: value.to_owned(),
-            updated_ms: now_ms(),
+            updated_ms: crewlet_os::now_ms() as u64,
         };
         let body = Bytes::from(serde_json::to_vec(&record).expect("a record serialises"));
         let kv = self.kv()?;
@@ -439,13 +439,6 @@ async fn follow(
             }
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

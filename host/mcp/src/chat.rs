@@ -116,7 +116,7 @@ impl ChatServer {
             channel: post.channel,
             thread: post.thread,
             text: post.text,
-            at_ms: now_ms(),
+            at_ms: crewlet_os::now_ms() as u64,
         };
         let log = self.log.clone();
         let id = tokio::task::spawn_blocking(move || append(&log, &message))
@@ -244,12 +244,6 @@ impl Drop for Flock<'_> {
             libc::flock(self.0.as_raw_fd(), libc::LOCK_UN);
         }
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewlet_company::McpTransport;
+use crewlet_os::DieWithParent;
 use process_wrap::tokio::{CommandWrap, ProcessGroup};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
@@ -148,7 +149,7 @@ impl Connection {
             }
         }
         cmd.envs(env);
-        die_with_parent(&mut cmd);
+        cmd.die_with_parent();
         let mut wrapped = CommandWrap::from(cmd);
         wrapped.wrap(ProcessGroup::leader());
         let (transport, stderr) = TokioChildProcess::builder(wrapped)
@@ -488,23 +489,5 @@ impl Drop for StderrTail {
         {
             reader.abort();
         }
-    }
-}
-
-/// SIGKILL to the child when the forking thread ends; refuses to start a
-/// child whose parent is already gone.
-fn die_with_parent(cmd: &mut tokio::process::Command) {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
     }
 }

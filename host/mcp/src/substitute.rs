@@ -2,9 +2,12 @@
 //!
 //! Forms: `${NAME}` (NAME of letters, digits and `_`; must resolve) and `$$`
 //! for a literal `$`; any other `$` is kept as it is. The same forms as the
-//! node configuration's, so an operator learns one syntax. Every value that
-//! was substituted is remembered in a [`Redactor`] so that failure reasons
-//! can be scrubbed of it before they are recorded.
+//! node configuration's, read by the same scanner ([`crewlet_config::scan`]);
+//! no `:-fallback` here, since a credential that is missing must say so.
+//! Every value that was substituted is remembered in a [`Redactor`] so that
+//! failure reasons can be scrubbed of it before they are recorded.
+
+use crewlet_config::scan::{Segment, Unclosed, is_name, segments};
 
 use crate::Resolver;
 
@@ -40,37 +43,32 @@ pub(crate) fn substitute_into(
     redactor: &mut Redactor,
 ) -> Result<String, SubstituteError> {
     let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(at) = rest.find('$') {
-        out.push_str(&rest[..at]);
-        let after = &rest[at + 1..];
-        if let Some(tail) = after.strip_prefix('$') {
-            out.push('$');
-            rest = tail;
-        } else if let Some(body) = after.strip_prefix('{') {
-            let end = body.find('}').ok_or_else(|| SubstituteError::Unclosed {
-                field: field.to_owned(),
-            })?;
-            let name = &body[..end];
-            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-                return Err(SubstituteError::BadName {
+    for segment in segments(template) {
+        let name = match segment {
+            Ok(Segment::Text(text)) => {
+                out.push_str(text);
+                continue;
+            }
+            Ok(Segment::Reference(name)) => name,
+            Err(Unclosed) => {
+                return Err(SubstituteError::Unclosed {
                     field: field.to_owned(),
-                    inner: name.to_owned(),
                 });
             }
-            let value = resolve(name).ok_or_else(|| SubstituteError::Unresolved {
-                name: name.to_owned(),
+        };
+        if !is_name(name) {
+            return Err(SubstituteError::BadName {
                 field: field.to_owned(),
-            })?;
-            out.push_str(&value);
-            redactor.remember(value);
-            rest = &body[end + 1..];
-        } else {
-            out.push('$');
-            rest = after;
+                inner: name.to_owned(),
+            });
         }
+        let value = resolve(name).ok_or_else(|| SubstituteError::Unresolved {
+            name: name.to_owned(),
+            field: field.to_owned(),
+        })?;
+        out.push_str(&value);
+        redactor.remember(value);
     }
-    out.push_str(rest);
     Ok(out)
 }
 

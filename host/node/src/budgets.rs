@@ -7,9 +7,9 @@
 use axum::Json;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use crewlet_api::retry_later;
 use crewlet_company::{Ceilings, Company};
 use crewlet_coord::{BudgetSlot, BudgetView, Coord, CoordError, Period, Scope};
 use serde_json::{Value, json};
@@ -22,15 +22,11 @@ pub fn routes(late: Late) -> Router {
         .with_state(late)
 }
 
+/// Seconds a caller is told to wait when the engine or the store is not there.
+const RETRY_AFTER_SECONDS: u64 = 2;
+
 fn unavailable(error: &str, detail: String) -> Response {
-    let mut resp = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({ "error": error, "detail": detail })),
-    )
-        .into_response();
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(2u32));
-    resp
+    retry_later(RETRY_AFTER_SECONDS, error, detail)
 }
 
 async fn get_budgets(State(late): State<Late>) -> Response {

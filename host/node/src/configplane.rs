@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
 use crewlet_company::{Active, Company};
@@ -75,7 +75,7 @@ pub const STUCK_AFTER: Duration = Duration::from_secs(10);
 /// Largest company document `PUT /config` accepts.
 pub const MAX_DOCUMENT_BYTES: usize = 512 * 1024;
 /// Seconds a refused caller is told to wait.
-const RETRY_AFTER_SECONDS: u32 = 2;
+const RETRY_AFTER_SECONDS: u64 = 2;
 /// Record class of a stored revision in the config bucket.
 const REVISION_CLASS: &str = "company_revision";
 /// Compare-and-set rounds before an activation gives up as contended.
@@ -147,7 +147,7 @@ pub async fn activate(
         "digest": digest,
         "document": document,
         "source": source,
-        "stored_ms": now_ms(),
+        "stored_ms": crewlet_os::now_ms(),
     });
     coord
         .put_record(Bucket::Config, REVISION_CLASS, &digest, &record)
@@ -233,14 +233,7 @@ pub fn routes(late: Late) -> Router {
 }
 
 fn retry_later(error: &str, detail: String) -> Response {
-    let mut resp = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({ "error": error, "detail": detail })),
-    )
-        .into_response();
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-    resp
+    crewlet_api::retry_later(RETRY_AFTER_SECONDS, error, detail)
 }
 
 fn not_up() -> Response {
@@ -746,7 +739,7 @@ impl Reconciler {
             "failed_epoch": self.failed.as_ref().map(|f| f.epoch),
             "error": self.failed.as_ref().map(|f| f.why.clone()),
             "posture": self.ctx.state.posture().as_str(),
-            "at_ms": now_ms(),
+            "at_ms": crewlet_os::now_ms(),
         });
         match self
             .ctx
@@ -843,13 +836,6 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         })
     });
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 // ---- `crewlet config import` ------------------------------------------------------

@@ -14,7 +14,8 @@ use axum::Router;
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use crewlet_ingress::webhook::unavailable;
+use crewlet_api::retry_later;
+use crewlet_ingress::webhook::RETRY_AFTER_SECS;
 use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
 use tracing::warn;
 
@@ -52,7 +53,11 @@ fn edge_for(ctx: &EngineContext) -> Edge {
 
 async fn serve(r: &Routes, source: &str, handle: Option<&str>, req: Request) -> Response {
     let Some(edge) = r.edge() else {
-        return unavailable("the node is starting");
+        return retry_later(
+            RETRY_AFTER_SECS,
+            "starting",
+            "the node is starting; retry in a few seconds",
+        );
     };
     let (parts, body) = req.into_parts();
     edge.serve(source, handle, &parts.headers, body)

@@ -17,9 +17,10 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, put};
+use crewlet_api::retry_later;
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -30,7 +31,7 @@ pub use crewlet_ingress::secrets::{
 use crate::engine::Late;
 
 /// Seconds a caller is told to wait when the bucket cannot be reached.
-const RETRY_AFTER_SECONDS: u32 = 2;
+const RETRY_AFTER_SECONDS: u64 = 2;
 
 /// The secrets routes, bound with the HTTP surface (503 until the engine is up).
 pub fn routes(late: Late) -> Router {
@@ -44,12 +45,10 @@ pub fn routes(late: Late) -> Router {
 }
 
 fn error(status: StatusCode, kind: &str, detail: String) -> Response {
-    let mut resp = (status, Json(json!({ "error": kind, "detail": detail }))).into_response();
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        return retry_later(RETRY_AFTER_SECONDS, kind, detail);
     }
-    resp
+    (status, Json(json!({ "error": kind, "detail": detail }))).into_response()
 }
 
 fn failure(e: SecretsError) -> Response {

@@ -25,11 +25,12 @@
 //! progress and counter snapshots, whose rows would fill the log with
 //! intermediate states of things it already holds finished.
 
+mod ack;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use async_nats::jetstream;
+use async_nats::{HeaderMap, jetstream};
 use crewlet_store::{EventRecord, Store};
 use futures::StreamExt;
 use tokio::sync::{broadcast, oneshot, watch};
@@ -39,8 +40,7 @@ use tracing::{Instrument, debug, warn};
 pub const EVENTS_PREFIX: &str = "crewlet.events";
 /// Live events a slow reader may fall behind by before it is told it lagged.
 pub const LIVE_BUFFER: usize = 1024;
-/// How long a publish waits for the stream's acknowledgement.
-const ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub use ack::{ACK_TIMEOUT, AckError, await_ack, publish_acked};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -135,18 +135,13 @@ impl Publisher {
         let event_id = event.event_id.clone();
         tokio::spawn(
             async move {
-                let outcome = match tokio::time::timeout(ACK_TIMEOUT, ack).await {
-                    Ok(Ok(_)) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(_) => Some(format!("no acknowledgement within {ACK_TIMEOUT:?}")),
-                };
-                match outcome {
-                    None => {
+                match await_ack(ack, ACK_TIMEOUT).await {
+                    Ok(_) => {
                         if failing.swap(false, Ordering::Relaxed) {
                             debug!(subsystem = "observe", "event broadcasts acknowledged again");
                         }
                     }
-                    Some(detail) => {
+                    Err(detail) => {
                         if !failing.swap(true, Ordering::Relaxed) {
                             warn!(subsystem = "observe", %event_id, %detail,
                                 "an event's broadcast was not acknowledged (its row is in the log); further failures are not logged until one succeeds");
@@ -166,22 +161,15 @@ impl Publisher {
     }
 
     async fn broadcast(&self, event: &EventRecord) -> Result<(), PublishError> {
-        let failed = |detail: String| PublishError::Broadcast {
-            event_id: event.event_id.clone(),
-            detail,
-        };
         let body = serde_json::to_vec(event).expect("event serialises");
         let subject = format!("{EVENTS_PREFIX}.{}", event.kind);
-        let ack = self
-            .js
-            .publish(subject, body.into())
+        publish_acked(&self.js, subject, HeaderMap::new(), body, ACK_TIMEOUT)
             .await
-            .map_err(|e| failed(e.to_string()))?;
-        match tokio::time::timeout(ACK_TIMEOUT, ack).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(failed(e.to_string())),
-            Err(_) => Err(failed(format!("no acknowledgement within {ACK_TIMEOUT:?}"))),
-        }
+            .map(drop)
+            .map_err(|e| PublishError::Broadcast {
+                event_id: event.event_id.clone(),
+                detail: e.to_string(),
+            })
     }
 }
 
@@ -320,6 +308,8 @@ impl LiveFeed {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crewlet_store::EventQuery;
     use crewlet_testkit::NatsServer;

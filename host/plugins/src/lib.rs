@@ -13,6 +13,7 @@
 pub mod bindings;
 pub mod catalogue;
 pub mod cli;
+pub mod crypto;
 pub mod manifest;
 pub mod module;
 pub mod outbound;

@@ -14,8 +14,6 @@
 
 use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
-use sha2::Sha256;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
@@ -34,13 +32,10 @@ pub use crate::bindings::webhook::exports::crewlet::plugin::inbound::{
 };
 
 /// The `crypto` import: a pure function of its arguments, so any plugin
-/// may have it; computed natively (SHA instructions where the CPU has them).
+/// may have it; computed by [`crate::crypto`].
 impl crypto::Host for Sandbox {
     fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
-        let mut mac =
-            Hmac::<Sha256>::new_from_slice(&key).expect("HMAC accepts keys of any length");
-        mac.update(&data);
-        mac.finalize().into_bytes().to_vec()
+        crate::crypto::hmac_sha256(&key, &data).to_vec()
     }
 }
 

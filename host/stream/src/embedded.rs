@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crewlet_config::{EmbeddedBroker, SyncPolicy};
+use crewlet_os::DieWithParent;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::watch;
@@ -196,22 +197,9 @@ impl Launch {
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .process_group(0);
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: between fork and exec only async-signal-safe calls.
-        // PR_SET_PDEATHSIG fires when the forking *thread* exits; we fork from
-        // runtime worker threads, which live as long as the node does.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died before prctl took effect.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        // The forking thread is a runtime worker, which lives as long as the
+        // node does.
+        cmd.die_with_parent();
         let mut child = cmd.spawn().map_err(|source| StreamError::Spawn {
             binary: self.binary.display().to_string(),
             source,

@@ -1,10 +1,11 @@
 //! A single nats-server with JetStream, on loopback.
 
 use std::net::TcpListener;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crewlet_os::DieWithParent;
 
 /// The repository root, from this crate's manifest dir (`host/testkit`).
 pub fn repo_root() -> PathBuf {
@@ -102,7 +103,7 @@ pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
             .expect("start the spawner thread");
         std::sync::Mutex::new(tx)
     });
-    die_with_parent(&mut cmd);
+    cmd.die_with_parent();
     let (reply, answer) = std::sync::mpsc::channel();
     spawner
         .lock()
@@ -110,22 +111,6 @@ pub fn spawn_tied(mut cmd: Command) -> std::io::Result<Child> {
         .send((cmd, reply))
         .expect("spawner thread alive");
     answer.recv().expect("spawner thread answers")
-}
-
-/// Makes a child die with the thread that forks it (see [`spawn_tied`]).
-pub fn die_with_parent(cmd: &mut Command) -> &mut Command {
-    let parent = std::process::id() as libc::pid_t;
-    // SAFETY: only async-signal-safe calls between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-    cmd
 }
 
 /// What a server is started with; kept so it can be restarted identically.

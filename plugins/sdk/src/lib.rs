@@ -5,7 +5,8 @@
 //! - `webhook`: [`webhook`] — export with `crewlet_plugin_sdk::webhook::export_webhook!(T)`.
 //! - `provider`: [`provider`] — export with `provider::export_provider!(T)`; send
 //!   requests with [`provider::http::send`], which follows redirects and
-//!   reports a host refusal as [`provider::http::HttpFailure::Denied`].
+//!   reports a host refusal as [`provider::http::HttpFailure::Denied`];
+//!   turn a failure into a `ProviderError` with [`provider::classify`].
 //! - `module`: [`module`] — export with `module::export_module!(T)`; the state and
 //!   log imports are in [`module::state`] and [`module::log`].
 //!

@@ -9,6 +9,8 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+pub mod classify;
+
 pub use exports::crewlet::plugin::completions::{
     Completion, Credential, ErrorKind, Guest, Message, ProviderError, Request, Role, Tool,
     ToolCall, ToolChoice, Usage,

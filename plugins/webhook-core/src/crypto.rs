@@ -10,22 +10,14 @@ use subtle::ConstantTimeEq;
 type HmacSha256 = Hmac<Sha256>;
 
 /// HMAC-SHA256 of the concatenation of `parts` under `key`. In a
-/// component the host computes it (the `crypto` import: native SHA-256,
-/// several times faster than the guest's); natively, this crate does.
+/// component the host computes it, through the SDK
+/// (`crewlet_plugin_sdk::webhook::hmac_sha256`); natively (this crate's
+/// tests, the host's benchmark), where there is no host to import from,
+/// the `hmac` crate stands in for it.
 pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
     #[cfg(all(feature = "component", target_family = "wasm"))]
     {
-        let joined;
-        let data: &[u8] = match parts {
-            [one] => one,
-            _ => {
-                joined = parts.concat();
-                &joined
-            }
-        };
-        let mac = crewlet_plugin_sdk::webhook::crewlet::plugin::crypto::hmac_sha256(key, data);
-        mac.try_into()
-            .expect("the host's HMAC-SHA256 is 32 bytes long")
+        crewlet_plugin_sdk::webhook::hmac_sha256(key, parts)
     }
     #[cfg(not(all(feature = "component", target_family = "wasm")))]
     {

@@ -52,15 +52,9 @@ pub fn runtime() -> (Arc<Runtime>, tempfile::TempDir) {
     (rt, data)
 }
 
-/// HMAC-SHA256 as lower-case hex, computed independently of the plugins.
+/// HMAC-SHA256 as lower-case hex, computed by the host, not the plugins.
 pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
-    use hmac::Mac;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key).unwrap();
-    for p in parts {
-        mac.update(p);
-    }
-    mac.finalize()
-        .into_bytes()
+    crewlet_plugins::crypto::hmac_sha256(key, &parts.concat())
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()

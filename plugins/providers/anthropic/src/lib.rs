@@ -10,15 +10,12 @@
 //! bad-request; other 5xx and an undocumented body → transient. The request
 //! id is the `request-id` header. The message is redacted.
 
+use crewlet_plugin_sdk::provider::classify::{VendorError, classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
     Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
-
-#[path = "../../openai/src/shared.rs"]
-mod shared;
-use shared::{denied_or_network, redact, retry_after_ms};
 
 /// The API version this plugin speaks.
 pub const API_VERSION: &str = "2023-06-01";
@@ -38,7 +35,7 @@ impl Guest for Plugin {
             .map_err(|f| denied_or_network(f, &req.credential.api_key))?;
         let request_id = response.header("request-id").map(str::to_string);
         if response.status != 200 {
-            return Err(classify(&response, request_id, &req.credential.api_key));
+            return Err(vendor_error(&response, request_id, &req.credential.api_key));
         }
         parse_completion(&response.body, request_id)
     }
@@ -139,33 +136,19 @@ fn parse_completion(body: &[u8], request_id: Option<String>) -> Result<Completio
     })
 }
 
-fn classify(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
+fn vendor_error(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
     let value: Option<Value> = serde_json::from_slice(&response.body).ok();
     let error = value.as_ref().map(|v| &v["error"]);
-    let vendor_message = error
+    let message = error
         .and_then(|e| e["message"].as_str())
         .unwrap_or_default();
-    let too_long =
-        vendor_message.contains("prompt is too long") || vendor_message.contains("context window");
-    let kind = match response.status {
-        429 => ErrorKind::RateLimited(retry_after_ms(response)),
-        401 | 403 => ErrorKind::Auth,
-        529 | 503 => ErrorKind::Overloaded,
-        400 if too_long => ErrorKind::ContextTooLong,
-        s if (400..500).contains(&s) => ErrorKind::BadRequest,
-        _ => ErrorKind::Transient,
-    };
-    let message = if vendor_message.is_empty() {
-        format!("HTTP {} without a documented error body", response.status)
-    } else {
-        redact(vendor_message, key)
-    };
-    ProviderError {
-        kind,
-        status: Some(response.status),
-        request_id,
+    let vendor = VendorError {
         message,
-    }
+        context_too_long: message.contains("prompt is too long")
+            || message.contains("context window"),
+        overloaded: &[529, 503],
+    };
+    classify(response, request_id, key, vendor)
 }
 
 crewlet_plugin_sdk::provider::export_provider!(Plugin);

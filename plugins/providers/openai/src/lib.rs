@@ -11,14 +11,12 @@
 //! refusal → request-denied. The message is the vendor's `error.message`,
 //! redacted — never the raw body, the URL or the key.
 
+use crewlet_plugin_sdk::provider::classify::{VendorError, classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
     Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
-
-mod shared;
-use shared::{denied_or_network, redact, retry_after_ms};
 
 struct Plugin;
 
@@ -35,7 +33,7 @@ impl Guest for Plugin {
             .map_err(|f| denied_or_network(f, &req.credential.api_key))?;
         let request_id = response.header("x-request-id").map(str::to_string);
         if response.status != 200 {
-            return Err(classify(&response, request_id, &req.credential.api_key));
+            return Err(vendor_error(&response, request_id, &req.credential.api_key));
         }
         parse_completion(&response.body, request_id)
     }
@@ -136,32 +134,19 @@ fn parse_completion(body: &[u8], request_id: Option<String>) -> Result<Completio
     })
 }
 
-fn classify(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
+fn vendor_error(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
     let value: Option<Value> = serde_json::from_slice(&response.body).ok();
     let error = value.as_ref().map(|v| &v["error"]);
     let code = error.and_then(|e| e["code"].as_str()).unwrap_or_default();
-    let vendor_message = error
+    let message = error
         .and_then(|e| e["message"].as_str())
         .unwrap_or_default();
-    let kind = match response.status {
-        429 => ErrorKind::RateLimited(retry_after_ms(response)),
-        401 | 403 => ErrorKind::Auth,
-        400 if code == "context_length_exceeded" => ErrorKind::ContextTooLong,
-        503 => ErrorKind::Overloaded,
-        s if (400..500).contains(&s) => ErrorKind::BadRequest,
-        _ => ErrorKind::Transient,
-    };
-    let message = if vendor_message.is_empty() {
-        format!("HTTP {} without a documented error body", response.status)
-    } else {
-        redact(vendor_message, key)
-    };
-    ProviderError {
-        kind,
-        status: Some(response.status),
-        request_id,
+    let vendor = VendorError {
         message,
-    }
+        context_too_long: code == "context_length_exceeded",
+        overloaded: &[503],
+    };
+    classify(response, request_id, key, vendor)
 }
 
 crewlet_plugin_sdk::provider::export_provider!(Plugin);
