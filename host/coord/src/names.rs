@@ -128,6 +128,16 @@ pub fn encode_token(s: &str) -> String {
     out
 }
 
+/// The first 64 characters of an untrusted name, for an error message: a
+/// refused name may be kilobytes long.
+pub(crate) fn preview(name: &str) -> String {
+    let mut out: String = name.chars().take(64).collect();
+    if out.len() < name.len() {
+        out.push_str("...");
+    }
+    out
+}
+
 /// Reverses [`encode_token`]; `None` for anything it did not produce.
 pub fn decode_token(t: &str) -> Option<String> {
     let bytes = t.as_bytes();

@@ -168,7 +168,7 @@ impl Coord {
         ttl: Duration,
     ) -> Reply<Claimed, Claimed> {
         let b = Bucket::Claims;
-        let key = encode_token(delivery);
+        let key = claim_key(delivery)?;
         let kv = self.kv(b);
         match self.create_claim(&key, claimant, ttl).await? {
             Ok(()) => {
@@ -197,7 +197,7 @@ impl Coord {
     ) -> Reply<(), Claimed> {
         Ok(
             match self
-                .create_claim(&encode_token(delivery), claimant, ttl)
+                .create_claim(&claim_key(delivery)?, claimant, ttl)
                 .await?
             {
                 Ok(()) => Answer::Yes(()),
@@ -219,7 +219,7 @@ impl Coord {
     /// [`Unreleased::Absent`]); the claim lapses at its deadline anyway.
     pub async fn release_claim(&self, delivery: &str, claimant: &str) -> Reply<(), Unreleased> {
         let b = Bucket::Claims;
-        let key = encode_token(delivery);
+        let key = claim_key(delivery)?;
         let kv = self.kv(b);
         const ATTEMPTS: u32 = 8;
         for _ in 0..ATTEMPTS {
@@ -652,4 +652,23 @@ pub fn merge_cooldowns(
         }
     }
     extended
+}
+
+/// Longest encoded claim key. A claim is written to
+/// `$KV.<bucket>.<key>`, and a subject past nats-server's control-line
+/// limit (4 KiB) makes the server drop the connection that sent it — the
+/// node's only one. 1 KiB holds `SOURCE:ID` for any delivery id the
+/// webhook edge admits (at most 256 bytes, each at most 3 once encoded).
+pub const MAX_CLAIM_KEY_LEN: usize = 1024;
+
+/// The key of `delivery`'s claim, refused when it would be too long.
+fn claim_key(delivery: &str) -> Result<String, CoordError> {
+    let key = encode_token(delivery);
+    if delivery.is_empty() || key.len() > MAX_CLAIM_KEY_LEN {
+        return Err(CoordError::InvalidName {
+            name: crate::names::preview(delivery),
+            why: "a claim key is non-empty and at most 1 KiB once encoded",
+        });
+    }
+    Ok(key)
 }

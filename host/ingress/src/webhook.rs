@@ -6,8 +6,16 @@
 //! 2. an active company and a resolvable secret for the source, else 503 +
 //!    Retry-After (our outage, never the sender's fault);
 //! 3. verify in the plugin (401), then parse (400, and 400 for a JSON body
-//!    that is not an object); a plugin fault is 500, logged with the
-//!    plugin's name, and nothing is claimed;
+//!    that is not an object); a plugin fault is 500 and nothing is claimed
+//!    (the plugin host logs it, rate-limited); a quarantined or busy plugin
+//!    is not run: 503 + Retry-After. What parse returned is held to the
+//!    host's bounds before anything of it is used
+//!    ([`crewlet_plugins::webhook::check_bounds`]: at most 100 deliveries,
+//!    512 KiB each, delivery ids non-empty, at most 256 bytes of
+//!    `A-Z a-z 0-9 - _ . : @ + = /`; else 400 or 413, nothing claimed or
+//!    published). Whatever the plugin says (a refusal's reason, a reply
+//!    body) is scrubbed of the secrets the host handed it and bounded; a
+//!    refusal's body is the host's sentence around it;
 //! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (another live claim →
 //!    200 `duplicate`, nothing published; unknown fails open);
 //! 5. publish to [`crate::INBOUND_SUBJECT`] with the claim key as the
@@ -43,10 +51,12 @@ use crewlet_company::ActiveCompany;
 use crewlet_coord::{Answer, Coord, CoordError};
 use crewlet_observe::Publisher;
 use crewlet_plugins::manifest::Permissions;
-use crewlet_plugins::webhook::{Delivery, Header, Request, Secret, WebhookPlugin};
+use crewlet_plugins::webhook::{
+    Delivery, Header, Request, Secret, Unbounded, WebhookPlugin, check_bounds,
+};
 use crewlet_store::Party;
 use serde_json::json;
-use tracing::{Instrument, debug, error, info, warn};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::message::{Inbound, now_ms};
 use crate::secrets::Resolver;
@@ -62,6 +72,8 @@ pub const CLAIM_TTL: Duration = Duration::from_secs(5 * 60);
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Retry-After on every 503, in seconds.
 pub const RETRY_AFTER_SECS: u64 = 5;
+/// The longest `{handle}` of `/webhooks/{source}/{handle}` (a seat handle).
+pub const MAX_ROUTE_HANDLE: usize = 64;
 
 /// What the edge is built from.
 pub struct EdgeConfig {
@@ -113,6 +125,12 @@ pub enum Outcome {
     },
     /// Ours: the sender should retry.
     Unavailable(String),
+    /// The plugin was not run (quarantined after repeated faults, or at its
+    /// concurrency bound): retry after this long.
+    NotRun {
+        reason: String,
+        retry_after: Duration,
+    },
     /// The plugin faulted.
     Fault {
         plugin: String,
@@ -141,6 +159,17 @@ impl IntoResponse for Outcome {
                 body(status, json!({ "status": "refused", "error": reason }))
             }
             Outcome::Unavailable(reason) => unavailable(&reason),
+            Outcome::NotRun {
+                reason,
+                retry_after,
+            } => {
+                let mut r = unavailable(&reason);
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after.as_secs().max(1)),
+                );
+                r
+            }
             Outcome::Fault { plugin } => body(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 json!({ "status": "error", "error": format!("webhook plugin {plugin} failed") }),
@@ -205,6 +234,19 @@ impl Edge {
             return refused(
                 StatusCode::NOT_FOUND,
                 format!("no webhook plugin serves /webhooks/{source}"),
+            );
+        }
+        if let Some(h) = handle
+            && (h.len() > MAX_ROUTE_HANDLE
+                || !h
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
+        {
+            return refused(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the route's handle is not a seat handle (at most {MAX_ROUTE_HANDLE} bytes of A-Z a-z 0-9 - _ .)"
+                ),
             );
         }
         let declared = headers
@@ -300,7 +342,7 @@ impl Edge {
                 "secret {secret_name} for {source} is not set"
             )));
         };
-        let req = Request {
+        let req = plugin.declared_only(Request {
             route: match handle {
                 Some(h) => format!("/webhooks/{source}/{h}"),
                 None => format!("/webhooks/{source}"),
@@ -326,21 +368,29 @@ impl Edge {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs() as i64)
                 .unwrap_or(0),
-        };
-        let fault = |e: &dyn std::fmt::Display, step: &str| {
+        });
+        let scrub = WebhookPlugin::scrub_for(&req);
+        let fault = |e: crewlet_plugins::CallError, step: &str| {
             let plugin = plugin.manifest().name.clone();
-            error!(subsystem = "ingress", %plugin, error = %e, step, "webhook plugin fault");
+            if let Some(retry_after) = e.retry_after() {
+                debug!(subsystem = "ingress", %plugin, error = %e, step, "webhook plugin not run");
+                return Outcome::NotRun {
+                    reason: e.to_string(),
+                    retry_after,
+                };
+            }
+            // The plugin host has logged the fault (rate-limited, scrubbed).
+            debug!(subsystem = "ingress", %plugin, step, "webhook plugin fault");
             Outcome::Fault { plugin }
         };
-        match plugin.verify(&req).await {
+        match plugin.verify_shared(req.clone()).await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => {
-                return Err(refused(
-                    StatusCode::UNAUTHORIZED,
-                    format!("not verified: {why:?}"),
-                ));
+                let reason = format!("not verified: {}", why.sentence(&scrub));
+                debug!(subsystem = "ingress", source, %reason, "delivery refused");
+                return Err(refused(StatusCode::UNAUTHORIZED, reason));
             }
-            Err(e) => return Err(fault(&e, "verify")),
+            Err(e) => return Err(fault(e, "verify")),
         }
         let json_body = headers
             .get(header::CONTENT_TYPE)
@@ -355,22 +405,35 @@ impl Edge {
                 "the body is not a JSON object",
             ));
         }
-        let parsed = match plugin.parse(&req).await {
+        let parsed = match plugin.parse_shared(req).await {
             Ok(Ok(p)) => p,
             Ok(Err(why)) => {
-                return Err(refused(
-                    StatusCode::BAD_REQUEST,
-                    format!("not parsed: {why:?}"),
-                ));
+                let reason = format!("not parsed: {}", why.sentence(&scrub));
+                debug!(subsystem = "ingress", source, %reason, "delivery refused");
+                return Err(refused(StatusCode::BAD_REQUEST, reason));
             }
-            Err(e) => return Err(fault(&e, "parse")),
+            Err(e) => return Err(fault(e, "parse")),
         };
+        if let Err(e) = check_bounds(&parsed) {
+            let status = match e {
+                Unbounded::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+                _ => StatusCode::BAD_REQUEST,
+            };
+            let plugin = &plugin.manifest().name;
+            warn!(subsystem = "ingress", source, %plugin, error = %e, "delivery refused: past the host's bounds");
+            return Err(refused(status, format!("not accepted: {e}")));
+        }
         if parsed.deliveries.is_empty() {
-            return Err(match parsed.reply {
-                Some(r) => Outcome::Reply {
+            return Err(match parsed.reply.map(|r| r.scrubbed(&scrub)) {
+                Some(Some(r)) => Outcome::Reply {
                     content_type: r.content_type,
                     body: r.body,
                 },
+                Some(None) => {
+                    let plugin = plugin.manifest().name.clone();
+                    warn!(subsystem = "ingress", %plugin, "reply withheld: too large, or binary and carrying a secret");
+                    Outcome::Fault { plugin }
+                }
                 None => Outcome::Ignored,
             });
         }

@@ -55,6 +55,7 @@ async fn run() {
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: Some(data.path().to_path_buf()),
         max_instances: 64,
+        ..RuntimeConfig::default()
     })
     .unwrap();
     let manifest = Manifest::load(&plugins.join("providers/scripted/plugin.toml")).unwrap();

@@ -5,9 +5,15 @@
 //! One broken plugin does not stop a node: it is reported (log and view)
 //! and whatever it would have served answers as absent. A store that cannot
 //! create the buckets does stop the start, as any store failure does.
+//!
+//! Modules are loaded (compiled, linked, grants resolved) at start, and
+//! their `init` runs beside the engine's start, all at once, each bounded
+//! by its deadline (at most the module world's ceiling): a stuck module is
+//! reported failed and the node is ready without it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crewlet_plugins::catalogue::Catalogue;
 use crewlet_plugins::manifest::Permissions;
@@ -25,9 +31,19 @@ pub struct Loaded {
     pub webhooks: Vec<Arc<WebhookPlugin>>,
     pub providers: Vec<Arc<ProviderPlugin>>,
     pub modules: Vec<Arc<ModulePlugin>>,
+    /// Each module's `init`, as it stands.
+    pub module_states: Arc<Mutex<BTreeMap<String, ModuleState>>>,
     pub failed: Vec<(String, String)>,
     pub orphaned: Vec<String>,
     pub catalogue: Catalogue,
+}
+
+/// Where a module's `init` stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModuleState {
+    Starting,
+    Running,
+    Failed(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +100,7 @@ pub async fn load(
         webhooks: Vec::new(),
         providers: Vec::new(),
         modules: Vec::new(),
+        module_states: Arc::default(),
         failed: Vec::new(),
         orphaned,
         catalogue: catalogue.clone(),
@@ -97,8 +114,7 @@ pub async fn load(
             Kind::Provider => ProviderPlugin::load(&runtime, manifest)
                 .map(|p| loaded.providers.push(Arc::new(p)))
                 .map_err(|e| e.to_string()),
-            Kind::Module => ModulePlugin::start(&runtime, manifest, &catalogue, backend.clone())
-                .await
+            Kind::Module => ModulePlugin::load(&runtime, manifest, &catalogue, backend.clone())
                 .map(|p| loaded.modules.push(p))
                 .map_err(|e| e.to_string()),
         };
@@ -111,7 +127,35 @@ pub async fn load(
         }
     }
     loaded.failed = failed;
+    for module in &loaded.modules {
+        start_module(module.clone(), loaded.module_states.clone());
+    }
     Ok(loaded)
+}
+
+/// Runs `module`'s `init` in a task of its own, recording how it went.
+fn start_module(module: Arc<ModulePlugin>, states: Arc<Mutex<BTreeMap<String, ModuleState>>>) {
+    let name = module.manifest().name.clone();
+    let set = move |state: ModuleState| {
+        states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.clone(), state);
+    };
+    set(ModuleState::Starting);
+    tokio::spawn(async move {
+        let name = module.manifest().name.clone();
+        match module.init().await {
+            Ok(()) => {
+                info!(subsystem = "plugins", plugin = %name, "module started");
+                set(ModuleState::Running);
+            }
+            Err(e) => {
+                error!(subsystem = "plugins", plugin = %name, error = %e, "module did not start");
+                set(ModuleState::Failed(e.to_string()));
+            }
+        }
+    });
 }
 
 /// What a plugin may touch, one line per grant.
@@ -156,11 +200,24 @@ impl Loaded {
                 "manifest": m.file.display().to_string(),
                 "permissions": permissions(m),
                 "degraded": health.degraded,
+                "breaker": {
+                    "state": health.breaker,
+                    "retry_after_ms": health.retry_after.map(|d| d.as_millis() as u64),
+                    "faults_in_window": health.faults_in_window,
+                },
                 "calls": health.total_calls,
                 "faults": health.total_faults,
+                "refused": health.refused_calls,
+                "consecutive_faults": health.consecutive_faults,
                 "last_fault": health.last_fault,
+                "last_fault_kind": health.last_fault_kind,
             })
         };
+        let states = self
+            .module_states
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut plugins: Vec<Value> = Vec::new();
         plugins.extend(
             self.webhooks
@@ -172,7 +229,17 @@ impl Loaded {
                 .iter()
                 .map(|p| entry(p.manifest(), p.health())),
         );
-        plugins.extend(self.modules.iter().map(|p| entry(p.manifest(), p.health())));
+        plugins.extend(self.modules.iter().map(|p| {
+            let mut e = entry(p.manifest(), p.health());
+            let (state, error) = match states.get(&p.manifest().name) {
+                Some(ModuleState::Running) => ("running", None),
+                Some(ModuleState::Failed(why)) => ("failed", Some(why.clone())),
+                Some(ModuleState::Starting) | None => ("starting", None),
+            };
+            e["state"] = json!(state);
+            e["error"] = json!(error);
+            e
+        }));
         json!({
             "plugins": plugins,
             "failed": self.failed.iter().map(|(name, error)| json!({ "name": name, "error": error })).collect::<Vec<_>>(),

@@ -85,7 +85,7 @@ fn main() {
     rt.block_on(async {
         let (catalogue, _) = Catalogue::load(&plugins).expect("plugins dir");
         let data = tempfile::tempdir().unwrap();
-        let config = RuntimeConfig { data_dir: Some(data.path().to_path_buf()), max_instances: 64 };
+        let config = RuntimeConfig { data_dir: Some(data.path().to_path_buf()), max_instances: 64, ..RuntimeConfig::default() };
         let runtime = Runtime::new(config.clone()).unwrap();
         let github_manifest = catalogue.get("github").expect("github plugin").clone();
         assert!(
@@ -124,7 +124,7 @@ fn main() {
         //    in a fresh engine.
         let loadable: Vec<_> = catalogue.plugins.iter().filter(|m| m.name != "wrong-world").cloned().collect();
         let cold_dir = tempfile::tempdir().unwrap();
-        let cold = RuntimeConfig { data_dir: Some(cold_dir.path().to_path_buf()), max_instances: 8 };
+        let cold = RuntimeConfig { data_dir: Some(cold_dir.path().to_path_buf()), max_instances: 8, ..RuntimeConfig::default() };
         let compiling = Runtime::new(cold.clone()).unwrap();
         let start = Instant::now();
         for m in &loadable {

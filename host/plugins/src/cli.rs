@@ -41,6 +41,7 @@ pub fn check(dir: &Path) -> Result<CheckReport, PluginsError> {
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: None,
         max_instances: 4,
+        ..RuntimeConfig::default()
     })
     .map_err(|e| PluginsError::Engine(e.to_string()))?;
     let mut plugins: Vec<CheckedPlugin> = invalid

@@ -4,13 +4,18 @@
 //! - [`manifest`]: `plugin.toml`, validated field by field.
 //! - [`catalogue`]: every manifest under a directory, checked together;
 //!   [`check`] and [`list`] are what `crewlet plugins check|list` print.
-//! - [`runtime`]: the engine (pooling, epoch deadlines, memory caps, the
-//!   artifact cache), typed faults and plugin health.
+//! - [`runtime`]: the engine (pooling, memory caps, the artifact cache) and
+//!   typed faults; [`sandbox`]: what one instance's store holds, per world.
+//! - [`call`]: the one way into a guest (breaker, concurrency bound, guest
+//!   threads, deadline); [`breaker`]: health and quarantine; [`scrub`]:
+//!   what a plugin says, made safe to repeat.
 //! - [`webhook`], [`provider`], [`module`]: one host per world.
 //! - [`state`]: module state on NATS JetStream key-value buckets (ADR 202).
 //! - [`scaffold`]: `crewlet plugins new`.
 
 pub mod bindings;
+pub mod breaker;
+pub mod call;
 pub mod catalogue;
 pub mod cli;
 pub mod crypto;
@@ -20,12 +25,16 @@ pub mod outbound;
 pub mod pool;
 pub mod provider;
 pub mod runtime;
+pub mod sandbox;
 pub mod scaffold;
+pub mod scrub;
 pub mod state;
 pub mod webhook;
 
+pub use breaker::{BreakerState, HealthReport};
+pub use call::GuestThreads;
 pub use catalogue::{Catalogue, CheckReport, PluginList};
 pub use cli::{PluginsError, check, list};
 pub use manifest::{Kind, Manifest, ManifestError};
-pub use runtime::{CallError, Fault, HealthReport, LoadError, Runtime, RuntimeConfig};
+pub use runtime::{CallError, Fault, LoadError, Runtime, RuntimeConfig};
 pub use scaffold::{ScaffoldReport, scaffold};

@@ -24,14 +24,54 @@ pub const MANIFEST_FILE: &str = "plugin.toml";
 
 /// Memory cap when `limits.memory_mib` is absent.
 pub const DEFAULT_MEMORY_MIB: u64 = 64;
-/// The largest memory cap a manifest may ask for.
+/// The largest memory cap any manifest may ask for (the pool's slot size).
 pub const MAX_MEMORY_MIB: u64 = 1024;
 /// Per-call deadline when `limits.deadline_ms` is absent (webhook, module).
 pub const DEFAULT_DEADLINE_MS: u64 = 1_000;
 /// Per-call deadline when a provider's `limits.deadline_ms` is absent.
 pub const DEFAULT_PROVIDER_DEADLINE_MS: u64 = 120_000;
-/// The longest deadline a manifest may ask for.
+/// The longest deadline any manifest may ask for.
 pub const MAX_DEADLINE_MS: u64 = 600_000;
+/// Calls of one plugin at once when `limits.concurrency` is absent.
+pub const DEFAULT_CONCURRENCY: u32 = 4;
+
+/// What the host lets one world's manifest ask for: the host's policy,
+/// whatever a plugin's author would like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ceiling {
+    pub deadline_ms: u64,
+    pub memory_mib: u64,
+    /// Why the deadline is bounded, for the error that names the field.
+    pub why: &'static str,
+}
+
+impl Kind {
+    /// The host's ceiling for this world.
+    pub fn ceiling(self) -> Ceiling {
+        match self {
+            // A sender waits for the answer: Slack gives up after 3 s,
+            // GitHub after 10 s; verify and parse are pure computation.
+            Kind::Webhook => Ceiling {
+                deadline_ms: 5_000,
+                memory_mib: 128,
+                why: "a sender waits for the answer (Slack gives up after 3 s, GitHub after 10 s)",
+            },
+            // A model call waits on a vendor.
+            Kind::Provider => Ceiling {
+                deadline_ms: MAX_DEADLINE_MS,
+                memory_mib: 256,
+                why: "a model call may wait on its vendor, but not for ever",
+            },
+            // A module step (init, an event, a state change) holds its
+            // module's one instance; init runs before the module serves.
+            Kind::Module => Ceiling {
+                deadline_ms: 30_000,
+                memory_mib: 256,
+                why: "a module step holds the module's one instance",
+            },
+        }
+    }
+}
 /// The most past values a bucket may keep per key (NATS's own limit).
 pub const MAX_HISTORY: u8 = 64;
 
@@ -86,6 +126,9 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// The most one call may take, host calls included.
     pub deadline: std::time::Duration,
+    /// The most calls that run at once (capped by
+    /// [`crate::call::MAX_CONCURRENCY`]).
+    pub concurrency: u32,
 }
 
 /// One `scheme://host:port` a provider may reach.
@@ -218,6 +261,7 @@ struct Raw {
 struct RawLimits {
     memory_mib: Option<u64>,
     deadline_ms: Option<u64>,
+    concurrency: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -324,11 +368,21 @@ impl Manifest {
         let dir = file.parent().unwrap_or(Path::new("."));
         let component = dir.join(&raw.component);
 
+        let ceiling = kind.ceiling();
         let memory_mib = raw.limits.memory_mib.unwrap_or(DEFAULT_MEMORY_MIB);
         if !(1..=MAX_MEMORY_MIB).contains(&memory_mib) {
             return Err(err(
                 "limits.memory_mib",
                 format!("{memory_mib} must be between 1 and {MAX_MEMORY_MIB}"),
+            ));
+        }
+        if memory_mib > ceiling.memory_mib {
+            return Err(err(
+                "limits.memory_mib",
+                format!(
+                    "{memory_mib} is above the host's ceiling for a {kind} plugin ({} MiB); ask for less",
+                    ceiling.memory_mib
+                ),
             ));
         }
         let default_deadline = if kind == Kind::Provider {
@@ -343,9 +397,29 @@ impl Manifest {
                 format!("{deadline_ms} must be between 1 and {MAX_DEADLINE_MS}"),
             ));
         }
+        if deadline_ms > ceiling.deadline_ms {
+            return Err(err(
+                "limits.deadline_ms",
+                format!(
+                    "{deadline_ms} is above the host's ceiling for a {kind} plugin ({} ms: {}); ask for less",
+                    ceiling.deadline_ms, ceiling.why
+                ),
+            ));
+        }
+        let concurrency = raw.limits.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
+        let max_concurrency = crate::call::MAX_CONCURRENCY;
+        if !(1..=max_concurrency).contains(&concurrency) {
+            return Err(err(
+                "limits.concurrency",
+                format!(
+                    "{concurrency} must be between 1 and {max_concurrency} (the host's ceiling)"
+                ),
+            ));
+        }
         let limits = Limits {
             memory_bytes: memory_mib * 1024 * 1024,
             deadline: std::time::Duration::from_millis(deadline_ms),
+            concurrency,
         };
 
         let sections = [

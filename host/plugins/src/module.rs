@@ -7,12 +7,19 @@
 //!   bucket and the reason: the server enforces only the union of every
 //!   module's rights, so the runtime's refusal is what keeps a module to
 //!   its own.
-//! - Checks run in order: issued, writable, key, size, credential; the
-//!   first that fails is the answer.
+//! - Grants are resolved once, when the module is loaded, and every state
+//!   call passes one choke point, [`ModuleCtx::authorize`] (issued, then
+//!   writable for a write), which logs each refusal with its reason; then
+//!   key, size, credential. The first check that fails is the answer.
 //! - One instance serves all of a module's calls, one at a time. If a call
 //!   faults, the instance (and every watch it started) is dropped; the next
 //!   call instantiates afresh and runs `init` again. Watch steps queued for
 //!   the dropped instance are discarded, never delivered to the new one.
+//! - Watches are bounded: at most [`MAX_WATCHES`] per instance, and their
+//!   steps queue in a channel of [`WATCH_QUEUE`] per module. A full queue
+//!   stops the watch reading (the stream's flow control holds the rest on
+//!   the server), so a slow `on-state` slows its own watch, never the
+//!   node's memory.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -21,16 +28,17 @@ use futures::StreamExt;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::HealthReport;
 use crate::bindings::module::crewlet::plugin::log::{self, Level};
 use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
 use crate::bindings::module::exports::crewlet::plugin::handlers::{Event, StateChange, StateEvent};
 use crate::bindings::module::{Module, ModulePre};
+use crate::call::Guard;
 use crate::catalogue::{Catalogue, CatalogueError};
 use crate::manifest::{Manifest, Permissions, bucket_name};
-use crate::outbound::OutboundPolicy;
-use crate::runtime::{
-    CallError, Health, HealthReport, LoadError, Runtime, Sandbox, prepare, settle, within,
-};
+use crate::runtime::{CallError, LoadError, Runtime};
+use crate::sandbox::Sandbox;
+use crate::scrub::Scrub;
 use crate::state::{
     BackendError, MAX_VALUE_BYTES, StateBackend, StoredEntry, WatchItem, credential_field,
     valid_key,
@@ -40,6 +48,17 @@ use crate::state::{
 const KEEP_LOG_LINES: usize = 1000;
 /// The longest log line kept, in bytes.
 const MAX_LOG_LINE: usize = 4096;
+/// Watch steps queued per module before its watches stop reading.
+pub const WATCH_QUEUE: usize = 64;
+/// Watches one module instance may hold.
+pub const MAX_WATCHES: usize = 8;
+
+/// What a state call wants of a bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
 
 /// One bucket issued to a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,24 +107,32 @@ struct Queued {
     event: StateEvent,
 }
 
-/// The module runtime's part of an instance's store.
+/// The module world's part of an instance's store.
 pub(crate) struct ModuleCtx {
     plugin: String,
     generation: u64,
-    grants: HashMap<String, Grant>,
+    grants: Arc<HashMap<String, Grant>>,
     backend: Arc<dyn StateBackend>,
-    events: futures::channel::mpsc::UnboundedSender<Queued>,
+    events: tokio::sync::mpsc::Sender<Queued>,
     watches: Vec<AbortOnDrop>,
     next_watch: u64,
     logs: Arc<Mutex<Vec<String>>>,
 }
 
 impl ModuleCtx {
-    fn issued(&self, name: &str) -> Result<Grant, StateError> {
-        self.grants.get(name).cloned().ok_or_else(|| {
-            tracing::warn!(plugin = %self.plugin, bucket = name, "state refused: bucket not issued");
-            StateError::NotIssued(name.to_string())
-        })
+    /// The one choke point of every state call: the bucket must be issued
+    /// to this module, and writable for a write. Each refusal is logged
+    /// with its reason and returned as a value the guest can handle.
+    fn authorize(&self, name: &str, access: Access) -> Result<&Grant, StateError> {
+        let Some(grant) = self.grants.get(name) else {
+            tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: the bucket is not issued to this module (declare it in `state` or `reads`)");
+            return Err(StateError::NotIssued(name.to_string()));
+        };
+        if access == Access::Write && !grant.writable {
+            tracing::warn!(plugin = %self.plugin, bucket = name, "state refused: a write to a bucket this module only reads");
+            return Err(StateError::ReadOnly(name.to_string()));
+        }
+        Ok(grant)
     }
 
     fn key(key: &str) -> Result<(), StateError> {
@@ -132,17 +159,10 @@ fn entry(e: StoredEntry) -> Entry {
     }
 }
 
-fn ctx(sandbox: &mut Sandbox) -> &mut ModuleCtx {
-    sandbox
-        .module
-        .as_mut()
-        .expect("a module store always carries its ModuleCtx")
-}
-
-impl state::Host for Sandbox {
+impl state::Host for Sandbox<ModuleCtx> {
     async fn get(&mut self, bucket: String, key: String) -> Result<Option<Entry>, StateError> {
-        let ctx = ctx(self);
-        let grant = ctx.issued(&bucket)?;
+        let ctx = &self.world;
+        let grant = ctx.authorize(&bucket, Access::Read)?;
         ModuleCtx::key(&key)?;
         let found = ctx
             .backend
@@ -158,12 +178,8 @@ impl state::Host for Sandbox {
         key: String,
         value: Vec<u8>,
     ) -> Result<u64, StateError> {
-        let ctx = ctx(self);
-        let grant = ctx.issued(&bucket)?;
-        if !grant.writable {
-            tracing::warn!(plugin = %ctx.plugin, bucket, "state refused: write to a read-only bucket");
-            return Err(StateError::ReadOnly(bucket));
-        }
+        let ctx = &self.world;
+        let grant = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
         if value.len() > MAX_VALUE_BYTES {
             return Err(StateError::ValueTooLarge(value.len() as u64));
@@ -179,11 +195,8 @@ impl state::Host for Sandbox {
     }
 
     async fn delete(&mut self, bucket: String, key: String) -> Result<(), StateError> {
-        let ctx = ctx(self);
-        let grant = ctx.issued(&bucket)?;
-        if !grant.writable {
-            return Err(StateError::ReadOnly(bucket));
-        }
+        let ctx = &self.world;
+        let grant = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
         ctx.backend
             .delete(&grant.bucket, &key)
@@ -192,14 +205,20 @@ impl state::Host for Sandbox {
     }
 
     async fn keys(&mut self, bucket: String) -> Result<Vec<String>, StateError> {
-        let ctx = ctx(self);
-        let grant = ctx.issued(&bucket)?;
+        let ctx = &self.world;
+        let grant = ctx.authorize(&bucket, Access::Read)?;
         ctx.backend.keys(&grant.bucket).await.map_err(backend_error)
     }
 
     async fn watch(&mut self, bucket: String) -> Result<u64, StateError> {
-        let ctx = ctx(self);
-        let grant = ctx.issued(&bucket)?;
+        let ctx = &mut self.world;
+        let grant = ctx.authorize(&bucket, Access::Read)?.clone();
+        if ctx.watches.len() >= MAX_WATCHES {
+            tracing::warn!(plugin = %ctx.plugin, bucket, "state refused: the module holds {MAX_WATCHES} watches already");
+            return Err(StateError::Unavailable(format!(
+                "a module instance may hold at most {MAX_WATCHES} watches"
+            )));
+        }
         let mut stream = ctx
             .backend
             .watch(&grant.bucket)
@@ -230,7 +249,8 @@ impl state::Host for Sandbox {
                         change,
                     },
                 };
-                if events.unbounded_send(queued).is_err() {
+                // Waits while the module's queue is full: backpressure.
+                if events.send(queued).await.is_err() {
                     return;
                 }
             }
@@ -240,9 +260,9 @@ impl state::Host for Sandbox {
     }
 }
 
-impl log::Host for Sandbox {
+impl log::Host for Sandbox<ModuleCtx> {
     async fn write(&mut self, level: Level, message: String) {
-        let ctx = ctx(self);
+        let ctx = &self.world;
         let mut line = message;
         if line.len() > MAX_LOG_LINE {
             let mut cut = MAX_LOG_LINE;
@@ -266,8 +286,10 @@ impl log::Host for Sandbox {
     }
 }
 
+type ModuleStore = Store<Sandbox<ModuleCtx>>;
+
 struct Live {
-    store: Store<Sandbox>,
+    store: ModuleStore,
     bindings: Module,
     generation: u64,
 }
@@ -276,22 +298,35 @@ struct Live {
 pub struct ModulePlugin {
     manifest: Manifest,
     runtime: Arc<Runtime>,
-    pre: ModulePre<Sandbox>,
+    pre: ModulePre<Sandbox<ModuleCtx>>,
     backend: Arc<dyn StateBackend>,
+    grants: Arc<HashMap<String, Grant>>,
     live: tokio::sync::Mutex<Option<Live>>,
     generation: Mutex<u64>,
-    events: futures::channel::mpsc::UnboundedSender<Queued>,
-    health: Health,
+    events: tokio::sync::mpsc::Sender<Queued>,
+    guard: Guard,
     logs: Arc<Mutex<Vec<String>>>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
 }
 
 impl ModulePlugin {
-    /// Loads the module, refuses it if the catalogue finds one of its
-    /// `reads` undeclared by a present owner, then instantiates it and runs
-    /// `init`. The catalogue's buckets must already exist
-    /// ([`ensure_buckets`]).
+    /// [`ModulePlugin::load`], then `init` ([`ModulePlugin::init`]).
     pub async fn start(
+        runtime: &Arc<Runtime>,
+        manifest: Manifest,
+        catalogue: &Catalogue,
+        backend: Arc<dyn StateBackend>,
+    ) -> Result<Arc<ModulePlugin>, LoadError> {
+        let plugin = ModulePlugin::load(runtime, manifest, catalogue, backend)?;
+        plugin.init().await?;
+        Ok(plugin)
+    }
+
+    /// Loads and links the module, refusing it if the catalogue finds one
+    /// of its `reads` undeclared by a present owner; its grants are
+    /// resolved here, once. Nothing of it runs yet. The catalogue's
+    /// buckets must already exist ([`ensure_buckets`]).
+    pub fn load(
         runtime: &Arc<Runtime>,
         manifest: Manifest,
         catalogue: &Catalogue,
@@ -308,11 +343,14 @@ impl ModulePlugin {
             }
         }
         let (component, _cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox> = Linker::new(runtime.engine());
+        let mut linker: Linker<Sandbox<ModuleCtx>> = Linker::new(runtime.engine());
         let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
-        Module::add_to_linker::<Sandbox, HasSelf<Sandbox>>(&mut linker, |s| s)
-            .map_err(engine_error)?;
+        Module::add_to_linker::<Sandbox<ModuleCtx>, HasSelf<Sandbox<ModuleCtx>>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_error)?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(ModulePre::new)
@@ -320,8 +358,10 @@ impl ModulePlugin {
                 component: manifest.component.clone(),
                 reason: format!("{e:#}"),
             })?;
-        let (tx, mut rx) = futures::channel::mpsc::unbounded::<Queued>();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(WATCH_QUEUE);
         let plugin = Arc::new(ModulePlugin {
+            guard: runtime.guard(&manifest),
+            grants: Arc::new(grants(&manifest)),
             manifest,
             runtime: runtime.clone(),
             pre,
@@ -329,36 +369,37 @@ impl ModulePlugin {
             live: tokio::sync::Mutex::new(None),
             generation: Mutex::new(0),
             events: tx,
-            health: Health::default(),
             logs: Arc::default(),
             dispatcher: Mutex::new(None),
         });
-        {
-            let mut live = plugin.live.lock().await;
-            plugin.ensure_live(&mut live).await.map_err(|e| match e {
-                StartError::Refused(reason) => LoadError::Init {
-                    plugin: plugin.manifest.name.clone(),
-                    reason,
-                },
-                StartError::Call(CallError::Fault { fault, .. }) => LoadError::InitFault {
-                    plugin: plugin.manifest.name.clone(),
-                    fault,
-                },
-                StartError::Call(other) => LoadError::Init {
-                    plugin: plugin.manifest.name.clone(),
-                    reason: other.to_string(),
-                },
-            })?;
-        }
         let weak: Weak<ModulePlugin> = Arc::downgrade(&plugin);
         let task = tokio::spawn(async move {
-            while let Some(queued) = rx.next().await {
+            while let Some(queued) = rx.recv().await {
                 let Some(plugin) = weak.upgrade() else { return };
                 plugin.deliver(queued).await;
             }
         });
         *plugin.dispatcher.lock().unwrap_or_else(|p| p.into_inner()) = Some(AbortOnDrop(task));
         Ok(plugin)
+    }
+
+    /// Instantiates the module and runs `init`, within its deadline.
+    pub async fn init(&self) -> Result<(), LoadError> {
+        let mut live = self.live.lock().await;
+        self.ensure_live(&mut live).await.map_err(|e| match e {
+            StartError::Refused(reason) => LoadError::Init {
+                plugin: self.manifest.name.clone(),
+                reason,
+            },
+            StartError::Call(CallError::Fault { fault, .. }) => LoadError::InitFault {
+                plugin: self.manifest.name.clone(),
+                fault,
+            },
+            StartError::Call(other) => LoadError::Init {
+                plugin: self.manifest.name.clone(),
+                reason: other.to_string(),
+            },
+        })
     }
 
     /// The module's manifest.
@@ -368,7 +409,7 @@ impl ModulePlugin {
 
     /// The module's health.
     pub fn health(&self) -> HealthReport {
-        self.health.report()
+        self.guard.health().report()
     }
 
     /// The module's recent log lines, oldest first.
@@ -385,45 +426,44 @@ impl ModulePlugin {
             *g += 1;
             *g
         };
-        let instantiate_error = |reason: String| {
-            StartError::Call(CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
-                reason,
-            })
-        };
-        let mut store = self
-            .runtime
-            .new_store(&self.manifest, OutboundPolicy::deny_all())
-            .map_err(|e| instantiate_error(e.to_string()))?;
-        store.data_mut().module = Some(ModuleCtx {
+        let world = ModuleCtx {
             plugin: self.manifest.name.clone(),
             generation,
-            grants: grants(&self.manifest),
+            grants: self.grants.clone(),
             backend: self.backend.clone(),
             events: self.events.clone(),
             watches: Vec::new(),
             next_watch: 0,
             logs: self.logs.clone(),
-        });
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut store, deadline);
-        let outcome = within(deadline, async {
-            let bindings = self.pre.instantiate_async(&mut store).await?;
-            let init = bindings
-                .crewlet_plugin_handlers()
-                .call_init(&mut store)
-                .await?;
-            Ok((bindings, init))
-        })
-        .await;
-        let (bindings, init) = settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut store,
-            outcome,
-        )
-        .map_err(StartError::Call)?;
+        };
+        let store = self.runtime.new_store(&self.manifest, world).map_err(|e| {
+            StartError::Call(CallError::Instantiate {
+                plugin: self.manifest.name.clone(),
+                reason: e.to_string(),
+            })
+        })?;
+        let pre = self.pre.clone();
+        let (store, (bindings, init)) = self
+            .guard
+            .call(
+                store,
+                self.manifest.limits.deadline,
+                &Scrub::none(),
+                move |mut store| async move {
+                    let r = async {
+                        let bindings = pre.instantiate_async(&mut store).await?;
+                        let init = bindings
+                            .crewlet_plugin_handlers()
+                            .call_init(&mut store)
+                            .await?;
+                        Ok((bindings, init))
+                    }
+                    .await;
+                    (store, r)
+                },
+            )
+            .await
+            .map_err(StartError::Call)?;
         init.map_err(StartError::Refused)?;
         *live = Some(Live {
             store,
@@ -431,6 +471,44 @@ impl ModulePlugin {
             generation,
         });
         Ok(())
+    }
+
+    /// One call on the live instance; a failed call drops it (and its
+    /// watches).
+    async fn on_live<R, F, Fut>(&self, live: &mut Option<Live>, step: F) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        F: FnOnce(Module, ModuleStore) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = (ModuleStore, Module, wasmtime::Result<R>)>
+            + Send
+            + 'static,
+    {
+        let Some(current) = live.take() else {
+            return Err(CallError::Instantiate {
+                plugin: self.manifest.name.clone(),
+                reason: "the module has no live instance".to_string(),
+            });
+        };
+        let generation = current.generation;
+        let bindings = current.bindings;
+        let (store, (bindings, value)) = self
+            .guard
+            .call(
+                current.store,
+                self.manifest.limits.deadline,
+                &Scrub::none(),
+                move |store| async move {
+                    let (store, bindings, r) = step(bindings, store).await;
+                    (store, r.map(|v| (bindings, v)))
+                },
+            )
+            .await?;
+        *live = Some(Live {
+            store,
+            bindings,
+            generation,
+        });
+        Ok(value)
     }
 
     /// Delivers an event; `Ok(Err(_))` is the module's own refusal.
@@ -449,60 +527,36 @@ impl ModulePlugin {
             topic: topic.to_string(),
             payload: payload.to_vec(),
         };
-        let current = live.as_mut().expect("ensured above");
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut current.store, deadline);
-        let outcome = within(
-            deadline,
-            current
-                .bindings
+        self.on_live(&mut live, move |bindings, mut store| async move {
+            let r = bindings
                 .crewlet_plugin_handlers()
-                .call_on_event(&mut current.store, &event),
-        )
-        .await;
-        let result = settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut current.store,
-            outcome,
-        );
-        if result.is_err() {
-            *live = None;
-        }
-        result
+                .call_on_event(&mut store, &event)
+                .await;
+            (store, bindings, r)
+        })
+        .await
     }
 
     async fn deliver(&self, queued: Queued) {
         let mut live = self.live.lock().await;
-        let Some(current) = live.as_mut() else {
-            return;
-        };
-        if current.generation != queued.generation {
+        if live
+            .as_ref()
+            .is_none_or(|l| l.generation != queued.generation)
+        {
             return;
         }
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut current.store, deadline);
-        let outcome = within(
-            deadline,
-            current
-                .bindings
-                .crewlet_plugin_handlers()
-                .call_on_state(&mut current.store, &queued.event),
-        )
-        .await;
-        match settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut current.store,
-            outcome,
-        ) {
-            Ok(Ok(())) => {}
-            Ok(Err(reason)) => {
-                tracing::warn!(plugin = %self.manifest.name, "on-state refused a watch step: {reason}")
-            }
-            Err(_) => *live = None,
+        let event = queued.event;
+        let result = self
+            .on_live(&mut live, move |bindings, mut store| async move {
+                let r = bindings
+                    .crewlet_plugin_handlers()
+                    .call_on_state(&mut store, &event)
+                    .await;
+                (store, bindings, r)
+            })
+            .await;
+        if let Ok(Err(reason)) = result {
+            tracing::warn!(plugin = %self.manifest.name, "on-state refused a watch step: {reason}")
         }
     }
 }

@@ -15,14 +15,17 @@ use std::sync::{Arc, Mutex};
 
 use wasmtime::component::Linker;
 
+use wasmtime_wasi_http::WasiHttpCtx;
+
+use crate::HealthReport;
 use crate::bindings::provider::ProviderPre;
+use crate::call::Guard;
 use crate::manifest::{Manifest, Permissions};
 use crate::outbound::OutboundPolicy;
 use crate::pool::Connections;
-use crate::runtime::{
-    CacheOutcome, CallError, Health, HealthReport, LoadError, Runtime, Sandbox, prepare, settle,
-    within,
-};
+use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
+use crate::sandbox::{ProviderCtx, Sandbox};
+use crate::scrub::Scrub;
 
 pub use crate::bindings::provider::exports::crewlet::plugin::completions::{
     Completion, Credential, ErrorKind, Message, ProviderError, Request, Role, Tool, ToolCall,
@@ -33,8 +36,8 @@ pub use crate::bindings::provider::exports::crewlet::plugin::completions::{
 pub struct ProviderPlugin {
     manifest: Manifest,
     runtime: Arc<Runtime>,
-    pre: ProviderPre<Sandbox>,
-    health: Health,
+    pre: ProviderPre<Sandbox<ProviderCtx>>,
+    guard: Guard,
     cache: CacheOutcome,
     denied: Arc<Mutex<Vec<String>>>,
     /// Connections to the vendor, kept between calls (not the instance).
@@ -45,7 +48,7 @@ impl ProviderPlugin {
     /// Loads and links the plugin `manifest` describes.
     pub fn load(runtime: &Arc<Runtime>, manifest: Manifest) -> Result<ProviderPlugin, LoadError> {
         let (component, cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox> = Linker::new(runtime.engine());
+        let mut linker: Linker<Sandbox<ProviderCtx>> = Linker::new(runtime.engine());
         let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
@@ -57,10 +60,10 @@ impl ProviderPlugin {
                 reason: format!("{e:#}"),
             })?;
         Ok(ProviderPlugin {
+            guard: runtime.guard(&manifest),
             manifest,
             runtime: runtime.clone(),
             pre,
-            health: Health::default(),
             cache,
             denied: Arc::default(),
             connections: Connections::new(),
@@ -79,7 +82,7 @@ impl ProviderPlugin {
 
     /// The plugin's health.
     pub fn health(&self) -> HealthReport {
-        self.health.report()
+        self.guard.health().report()
     }
 
     /// Every origin this plugin was refused, oldest first.
@@ -111,24 +114,42 @@ impl ProviderPlugin {
             self.denied.clone(),
         )
         .with_connections(self.connections.clone());
-        let mut store = self
-            .runtime
-            .new_store(&self.manifest, policy)
-            .map_err(|e| CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
-                reason: e.to_string(),
-            })?;
+        let world = ProviderCtx {
+            http: WasiHttpCtx::new(),
+            outbound: policy,
+        };
+        let store =
+            self.runtime
+                .new_store(&self.manifest, world)
+                .map_err(|e| CallError::Instantiate {
+                    plugin: self.manifest.name.clone(),
+                    reason: e.to_string(),
+                })?;
+        // A provider's fault text may quote what it was given: the key.
+        let scrub = Scrub::of(req.credentials_for_scrub());
+        let pre = self.pre.clone();
         let deadline = self.manifest.limits.deadline;
-        prepare(&mut store, deadline);
-        let name = &self.manifest.name;
-        let outcome = within(deadline, async {
-            let bindings = self.pre.instantiate_async(&mut store).await?;
-            bindings
-                .crewlet_plugin_completions()
-                .call_complete(&mut store, &req)
-                .await
-        })
-        .await;
-        settle(name, &self.health, deadline, &mut store, outcome)
+        let (_store, result) = self
+            .guard
+            .call(store, deadline, &scrub, move |mut store| async move {
+                let r = async {
+                    let bindings = pre.instantiate_async(&mut store).await?;
+                    bindings
+                        .crewlet_plugin_completions()
+                        .call_complete(&mut store, &req)
+                        .await
+                }
+                .await;
+                (store, r)
+            })
+            .await?;
+        Ok(result)
+    }
+}
+
+impl Request {
+    /// The secret material this request carries, for scrubbing.
+    fn credentials_for_scrub(&self) -> Vec<&[u8]> {
+        vec![self.credential.api_key.as_bytes()]
     }
 }

@@ -4,49 +4,41 @@
 //! Rules, and why:
 //! - **Pooling allocator**: instance slots are reserved once, so a fresh
 //!   instance per call costs microseconds and instances never share memory.
-//! - **Deadline per call, host calls included**: epoch interruption stops a
+//! - **Guest code never runs on the node's I/O threads**: calls run on the
+//!   runtime's guest threads and yield every epoch tick
+//!   ([`crate::call`], [`crate::sandbox`]).
+//! - **Deadline per call, host calls included**: the tick budget stops a
 //!   guest spinning in its own code; a `tokio` timeout around the whole call
-//!   stops one waiting in a host call (a slow vendor, a slow bus). Every
-//!   store gets a deadline before it runs anything, because a store without
-//!   one traps at once.
-//! - **Memory cap per instance**: a limiter refuses growth past the
-//!   manifest's cap and remembers it did, so the fault reads
-//!   "out of memory", not the guest allocator's `unreachable`.
+//!   stops one waiting in a host call (a slow vendor, a slow bus).
 //! - **A trapped instance is never re-entered**: an instance whose call
 //!   failed in any way (trap, timeout, dropped future) is dropped; only an
 //!   instance whose last call succeeded goes back to the idle list.
-//! - **Degraded and recovered**: [`DEGRADED_AFTER`] faults in a row mark a
-//!   plugin degraded (logged and reported); the next success recovers it.
+//! - **Quarantine**: every plugin has a circuit breaker over its faults
+//!   ([`crate::breaker`]).
 //! - **Artifact cache** in `<data dir>/plugin-cache`, keyed by the
 //!   component's SHA-256 and a fingerprint of wasmtime's version and engine
 //!   configuration. An artifact is loaded only if its own SHA-256 matches the
 //!   digest this host recorded beside it and wasmtime accepts its header;
 //!   anything else — stale, foreign, truncated — is recompiled, never trusted.
-//! - **Nothing ambient**: no environment, arguments, stdin, sockets, name
-//!   lookups or preopened directories; both clocks read zero. A manifest's
-//!   `scratch = true` preopens `/scratch`, a directory under the data dir
-//!   private to that plugin.
 
 use std::hash::Hasher;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, ResourceTable};
-use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi::{FsPerms, WasiCtx};
 
+use crate::call::{GuestThreads, Guests};
 use crate::manifest::{Kind, Manifest};
-use crate::outbound::OutboundPolicy;
+use crate::sandbox::{Sandbox, ZeroClock};
 
 /// How often the epoch advances; a deadline is rounded up to this.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
-/// Faults in a row after which a plugin is degraded.
-pub const DEGRADED_AFTER: u32 = 3;
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements.
@@ -103,7 +95,7 @@ pub enum Fault {
         "tried to grow memory to {requested} bytes past its cap of {limit} bytes; raise limits.memory_mib or allocate less"
     )]
     OutOfMemory { limit: u64, requested: u64 },
-    #[error("overflowed its stack (unbounded recursion?)")]
+    #[error("exhausted its stack (unbounded recursion?)")]
     StackOverflow,
     #[error("trapped: {reason}")]
     Trap { reason: String },
@@ -128,6 +120,15 @@ pub enum CallError {
     Fault { plugin: String, fault: Fault },
     #[error("plugin `{plugin}` could not be instantiated: {reason}")]
     Instantiate { plugin: String, reason: String },
+    #[error("plugin `{plugin}` is quarantined after repeated faults; its next probe is in {} s", retry_after.as_secs().max(1))]
+    Quarantined {
+        plugin: String,
+        retry_after: Duration,
+    },
+    #[error(
+        "plugin `{plugin}` is at its concurrency bound ({concurrency} calls at once); retry shortly"
+    )]
+    Busy { plugin: String, concurrency: u32 },
 }
 
 impl CallError {
@@ -135,70 +136,17 @@ impl CallError {
     pub fn fault(&self) -> Option<&Fault> {
         match self {
             CallError::Fault { fault, .. } => Some(fault),
-            CallError::Instantiate { .. } => None,
-        }
-    }
-}
-
-/// A plugin's health as reported to operators.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealthReport {
-    pub degraded: bool,
-    pub consecutive_faults: u32,
-    pub total_faults: u64,
-    pub total_calls: u64,
-    pub last_fault: Option<String>,
-}
-
-/// Fault bookkeeping for one plugin.
-#[derive(Debug, Default)]
-pub struct Health {
-    consecutive: AtomicU32,
-    degraded: AtomicBool,
-    faults: AtomicU64,
-    calls: AtomicU64,
-    last_fault: Mutex<Option<String>>,
-}
-
-impl Health {
-    pub(crate) fn record_ok(&self, plugin: &str) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.consecutive.store(0, Ordering::Relaxed);
-        if self.degraded.swap(false, Ordering::Relaxed) {
-            tracing::info!(
-                plugin,
-                "plugin recovered: a call succeeded after repeated faults"
-            );
+            _ => None,
         }
     }
 
-    pub(crate) fn record_fault(&self, plugin: &str, fault: &Fault) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-        self.faults.fetch_add(1, Ordering::Relaxed);
-        let row = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-        *self.last_fault.lock().unwrap_or_else(|p| p.into_inner()) = Some(fault.to_string());
-        tracing::warn!(plugin, fault = fault.kind(), "plugin call faulted: {fault}");
-        if row >= DEGRADED_AFTER && !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::error!(
-                plugin,
-                faults_in_a_row = row,
-                "plugin degraded after repeated faults"
-            );
-        }
-    }
-
-    /// The current report.
-    pub fn report(&self) -> HealthReport {
-        HealthReport {
-            degraded: self.degraded.load(Ordering::Relaxed),
-            consecutive_faults: self.consecutive.load(Ordering::Relaxed),
-            total_faults: self.faults.load(Ordering::Relaxed),
-            total_calls: self.calls.load(Ordering::Relaxed),
-            last_fault: self
-                .last_fault
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone(),
+    /// Whether the plugin was not run at all (quarantined or busy), and
+    /// when to come back.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            CallError::Quarantined { retry_after, .. } => Some(*retry_after),
+            CallError::Busy { .. } => Some(Duration::from_secs(1)),
+            _ => None,
         }
     }
 }
@@ -222,6 +170,10 @@ pub struct RuntimeConfig {
     pub data_dir: Option<PathBuf>,
     /// Instances the pool holds at once, across all plugins.
     pub max_instances: u32,
+    /// Where guest code runs.
+    pub guest_threads: GuestThreads,
+    /// When a plugin's breaker opens, and for how long.
+    pub breaker: crate::breaker::BreakerPolicy,
 }
 
 impl Default for RuntimeConfig {
@@ -229,6 +181,8 @@ impl Default for RuntimeConfig {
         RuntimeConfig {
             data_dir: None,
             max_instances: 128,
+            guest_threads: GuestThreads::default_dedicated(),
+            breaker: crate::breaker::BreakerPolicy::default(),
         }
     }
 }
@@ -248,6 +202,7 @@ pub struct Runtime {
     engine: Engine,
     config: RuntimeConfig,
     fingerprint: String,
+    guests: Arc<Guests>,
     _ticker: Ticker,
 }
 
@@ -297,6 +252,8 @@ impl Runtime {
         std::hash::Hash::hash(&engine.precompile_compatibility_hash(), &mut hasher);
         let fingerprint = hex(&hasher.0.finalize()[..8]);
 
+        let guests = Guests::new(config.guest_threads)
+            .map_err(|e| LoadError::Engine(format!("cannot start the guest threads: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let ticking = engine.clone();
         let flag = stop.clone();
@@ -313,6 +270,7 @@ impl Runtime {
             engine,
             config,
             fingerprint,
+            guests: Arc::new(guests),
             _ticker: Ticker { stop },
         }))
     }
@@ -320,6 +278,16 @@ impl Runtime {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The way in for one plugin's calls ([`crate::call`]).
+    pub(crate) fn guard(&self, manifest: &Manifest) -> crate::call::Guard {
+        crate::call::Guard::new(
+            &manifest.name,
+            manifest.limits.concurrency,
+            self.config.breaker,
+            self.guests.clone(),
+        )
     }
 
     /// The artifact cache directory, if there is a data dir.
@@ -406,12 +374,12 @@ impl Runtime {
     }
 
     /// A fresh store for one instance of `manifest`'s plugin, with its
-    /// memory cap, no ambient authority and a deadline already set.
-    pub(crate) fn new_store(
+    /// memory cap, no ambient authority and the world's own part.
+    pub(crate) fn new_store<W: Send + 'static>(
         &self,
         manifest: &Manifest,
-        outbound: OutboundPolicy,
-    ) -> Result<Store<Sandbox>, LoadError> {
+        world: W,
+    ) -> Result<Store<Sandbox<W>>, LoadError> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = WasiCtx::builder();
         wasi.stderr(stderr.clone())
@@ -430,22 +398,14 @@ impl Runtime {
                     source: std::io::Error::other(format!("{e:#}")),
                 })?;
         }
-        let sandbox = Sandbox {
-            wasi: wasi.build(),
-            table: ResourceTable::new(),
-            http: WasiHttpCtx::new(),
-            outbound,
-            limiter: Limiter {
-                cap: manifest.limits.memory_bytes as usize,
-                denied: None,
-            },
+        let sandbox = Sandbox::new(
+            wasi.build(),
             stderr,
-            module: None,
-        };
+            manifest.limits.memory_bytes as usize,
+            world,
+        );
         let mut store = Store::new(&self.engine, sandbox);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(deadline_ticks(manifest.limits.deadline));
-        store.epoch_deadline_trap();
+        Sandbox::install(&mut store);
         Ok(store)
     }
 
@@ -484,11 +444,6 @@ fn store_artifact(
     std::fs::write(digest_file, hex(&Sha256::digest(&code)))
 }
 
-/// Epoch ticks for a deadline, rounded up, at least one.
-pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
-    (deadline.as_micros() as u64).div_ceil(EPOCH_TICK.as_micros() as u64) + 1
-}
-
 /// Which world a component targets, from its exports.
 pub fn world_of(engine: &Engine, component: &Component, path: &Path) -> Result<Kind, LoadError> {
     let ty = component.component_type();
@@ -522,232 +477,5 @@ pub fn world_of(engine: &Engine, component: &Component, path: &Path) -> Result<K
         } else {
             exports.join(", ")
         },
-    })
-}
-
-/// Both WASI clocks read zero: a plugin's only time is what a call passes.
-struct ZeroClock;
-
-impl HostWallClock for ZeroClock {
-    fn resolution(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    fn now(&self) -> Duration {
-        Duration::ZERO
-    }
-}
-
-impl HostMonotonicClock for ZeroClock {
-    fn resolution(&self) -> u64 {
-        1_000_000_000
-    }
-    fn now(&self) -> u64 {
-        0
-    }
-}
-
-/// Refuses memory growth past the cap, and remembers it did.
-pub(crate) struct Limiter {
-    cap: usize,
-    denied: Option<usize>,
-}
-
-impl wasmtime::ResourceLimiter for Limiter {
-    fn memory_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        if desired > self.cap {
-            self.denied = Some(desired);
-            Ok(false)
-        } else {
-            Ok(true)
-        }
-    }
-
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
-    }
-}
-
-/// Everything one instance's store holds.
-pub struct Sandbox {
-    wasi: WasiCtx,
-    table: ResourceTable,
-    http: WasiHttpCtx,
-    outbound: OutboundPolicy,
-    limiter: Limiter,
-    stderr: MemoryOutputPipe,
-    /// The module runtime's state, for module plugins.
-    pub(crate) module: Option<crate::module::ModuleCtx>,
-}
-
-impl WasiView for Sandbox {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
-    }
-}
-
-impl WasiHttpView for Sandbox {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView {
-            ctx: &mut self.http,
-            table: &mut self.table,
-            hooks: &mut self.outbound,
-        }
-    }
-}
-
-impl Sandbox {
-    /// Turns a failed call's error into a typed fault.
-    pub(crate) fn classify(&mut self, error: &wasmtime::Error, deadline: Duration) -> Fault {
-        if let Some(requested) = self.limiter.denied.take() {
-            return Fault::OutOfMemory {
-                limit: self.limiter.cap as u64,
-                requested: requested as u64,
-            };
-        }
-        let trap = error
-            .chain()
-            .find_map(|cause| cause.downcast_ref::<Trap>())
-            .copied();
-        match trap {
-            Some(Trap::Interrupt) => Fault::Timeout { deadline },
-            Some(Trap::StackOverflow) => Fault::StackOverflow,
-            Some(other) => {
-                let stderr = self.stderr.contents();
-                let said = String::from_utf8_lossy(&stderr);
-                let said = said.trim();
-                Fault::Trap {
-                    reason: if said.is_empty() {
-                        other.to_string()
-                    } else {
-                        format!("{other}; the plugin said: {said}")
-                    },
-                }
-            }
-            None => Fault::Trap {
-                reason: format!("{error:#}"),
-            },
-        }
-    }
-
-    /// Resets per-call bookkeeping before a call.
-    pub(crate) fn begin_call(&mut self) {
-        self.limiter.denied = None;
-    }
-}
-
-/// Idle instances of one plugin whose last call succeeded, ready for reuse.
-pub(crate) struct IdleInstances<B> {
-    slots: Mutex<Vec<(Store<Sandbox>, B)>>,
-    keep: usize,
-}
-
-impl<B> IdleInstances<B> {
-    pub(crate) fn new(keep: usize) -> Self {
-        IdleInstances {
-            slots: Mutex::new(Vec::new()),
-            keep,
-        }
-    }
-
-    pub(crate) fn take(&self) -> Option<(Store<Sandbox>, B)> {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner()).pop()
-    }
-
-    pub(crate) fn give_back(&self, slot: (Store<Sandbox>, B)) {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
-        if slots.len() < self.keep {
-            slots.push(slot);
-        }
-    }
-
-    pub(crate) fn clear(&self) {
-        self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();
-    }
-}
-
-/// Readies a store for one call: clears the last call's bookkeeping and
-/// sets the epoch deadline.
-pub(crate) fn prepare(store: &mut Store<Sandbox>, deadline: Duration) {
-    store.data_mut().begin_call();
-    store.set_epoch_deadline(deadline_ticks(deadline));
-}
-
-/// How a call future ended.
-pub(crate) enum Outcome<R> {
-    Done(wasmtime::Result<R>),
-    Elapsed,
-}
-
-/// Runs a call future under the deadline's timer, which covers time spent
-/// in host calls (epoch interruption covers guest code).
-pub(crate) async fn within<R>(
-    deadline: Duration,
-    call: impl std::future::Future<Output = wasmtime::Result<R>>,
-) -> Outcome<R> {
-    match tokio::time::timeout(deadline, call).await {
-        Ok(result) => Outcome::Done(result),
-        Err(_elapsed) => Outcome::Elapsed,
-    }
-}
-
-/// Turns an outcome into the call's result, recording health. On `Err` the
-/// caller must drop the store: it is never entered again.
-pub(crate) fn settle<R>(
-    plugin: &str,
-    health: &Health,
-    deadline: Duration,
-    store: &mut Store<Sandbox>,
-    outcome: Outcome<R>,
-) -> Result<R, CallError> {
-    settle_step(plugin, health, deadline, store, outcome, true)
-}
-
-/// [`settle`] for instantiation alone: a fault counts, a success does not
-/// (only a successful call recovers a degraded plugin).
-pub(crate) fn settle_instantiate<R>(
-    plugin: &str,
-    health: &Health,
-    deadline: Duration,
-    store: &mut Store<Sandbox>,
-    outcome: Outcome<R>,
-) -> Result<R, CallError> {
-    settle_step(plugin, health, deadline, store, outcome, false)
-}
-
-fn settle_step<R>(
-    plugin: &str,
-    health: &Health,
-    deadline: Duration,
-    store: &mut Store<Sandbox>,
-    outcome: Outcome<R>,
-    is_call: bool,
-) -> Result<R, CallError> {
-    let fault = match outcome {
-        Outcome::Done(Ok(value)) => {
-            if is_call {
-                health.record_ok(plugin);
-            }
-            return Ok(value);
-        }
-        Outcome::Done(Err(error)) => store.data_mut().classify(&error, deadline),
-        Outcome::Elapsed => Fault::Timeout { deadline },
-    };
-    health.record_fault(plugin, &fault);
-    Err(CallError::Fault {
-        plugin: plugin.to_string(),
-        fault,
     })
 }

@@ -19,21 +19,24 @@ use wasmtime::component::{HasSelf, Linker};
 
 use crate::bindings::webhook::crewlet::plugin::crypto;
 use crate::bindings::webhook::{Webhook, WebhookPre};
+use crate::call::{Guard, IdleInstances};
 use crate::manifest::{Manifest, Permissions};
-use crate::outbound::OutboundPolicy;
-use crate::runtime::{
-    CacheOutcome, CallError, Health, HealthReport, IdleInstances, LoadError, Runtime, Sandbox,
-    prepare, settle, settle_instantiate, within,
-};
+use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
+use crate::sandbox::Sandbox;
+use crate::scrub::Scrub;
+use crate::{HealthReport, scrub};
 
 pub use crate::bindings::webhook::crewlet::plugin::types::Header;
 pub use crate::bindings::webhook::exports::crewlet::plugin::inbound::{
     Addressed, Delivery, ParseError, Parsed, Reply, Request, Secret, VerifyError,
 };
 
+/// A webhook store's world part: nothing beyond WASI and `crypto`.
+type WebhookStore = Store<Sandbox<()>>;
+
 /// The `crypto` import: a pure function of its arguments, so any plugin
 /// may have it; computed by [`crate::crypto`].
-impl crypto::Host for Sandbox {
+impl crypto::Host for Sandbox<()> {
     fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
         crate::crypto::hmac_sha256(&key, &data).to_vec()
     }
@@ -42,13 +45,127 @@ impl crypto::Host for Sandbox {
 /// Idle instances kept per webhook plugin.
 const KEEP_IDLE: usize = 4;
 
+/// The most deliveries one request may carry; past it the request is
+/// refused (400) and nothing is published.
+pub const MAX_DELIVERIES: usize = 100;
+/// The most bytes one delivery may carry (its text, payload and fields);
+/// past it the request is refused (413) and nothing is published. The
+/// stream's message limit is 1 MiB and a delivery is stored with its
+/// envelope.
+pub const MAX_DELIVERY_BYTES: usize = 512 * 1024;
+/// The longest delivery id: it becomes part of a claim key and a message id.
+pub const MAX_DELIVERY_ID: usize = 256;
+
+/// Why a parsed request is refused before anything of it is published.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unbounded {
+    #[error(
+        "the request carries {count} deliveries; at most {MAX_DELIVERIES} are accepted per request"
+    )]
+    TooMany { count: usize },
+    #[error(
+        "delivery {index} is {bytes} bytes; at most {MAX_DELIVERY_BYTES} are accepted per delivery"
+    )]
+    TooLarge { index: usize, bytes: usize },
+    #[error("delivery {index} has an empty delivery id; the source must name each delivery")]
+    EmptyId { index: usize },
+    #[error(
+        "delivery {index} has a delivery id of {bytes} bytes; at most {MAX_DELIVERY_ID} are accepted"
+    )]
+    LongId { index: usize, bytes: usize },
+    #[error(
+        "delivery {index} has a delivery id with characters outside A-Z a-z 0-9 - _ . : @ + = /"
+    )]
+    BadId { index: usize },
+}
+
+/// Checks what `parse` returned against the host's bounds: how many
+/// deliveries, how large each, and that every delivery id is non-empty,
+/// short and of a safe charset.
+pub fn check_bounds(parsed: &Parsed) -> Result<(), Unbounded> {
+    if parsed.deliveries.len() > MAX_DELIVERIES {
+        return Err(Unbounded::TooMany {
+            count: parsed.deliveries.len(),
+        });
+    }
+    for (index, d) in parsed.deliveries.iter().enumerate() {
+        let id = &d.delivery_id;
+        if id.is_empty() {
+            return Err(Unbounded::EmptyId { index });
+        }
+        if id.len() > MAX_DELIVERY_ID {
+            return Err(Unbounded::LongId {
+                index,
+                bytes: id.len(),
+            });
+        }
+        if !id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@+=/".contains(&b))
+        {
+            return Err(Unbounded::BadId { index });
+        }
+        let a = &d.addressed;
+        let strings = [&d.source, &d.event_type, id]
+            .into_iter()
+            .chain(&a.mentions)
+            .chain(&a.assignees)
+            .chain(&a.reviewers)
+            .chain(a.channel.as_ref())
+            .chain(a.thread.as_ref())
+            .chain(d.text.as_ref());
+        let bytes = d.payload.len() + strings.map(String::len).sum::<usize>();
+        if bytes > MAX_DELIVERY_BYTES {
+            return Err(Unbounded::TooLarge { index, bytes });
+        }
+    }
+    Ok(())
+}
+
+impl VerifyError {
+    /// The host's sentence for this refusal, with the plugin's own words
+    /// scrubbed of `scrub`'s secrets and bounded.
+    pub fn sentence(&self, scrub: &Scrub) -> String {
+        match self {
+            VerifyError::MissingHeader(h) => format!("the header {} is missing", scrub.text(h)),
+            VerifyError::MalformedHeader(h) => {
+                format!("the header {} is not in the scheme's format", scrub.text(h))
+            }
+            VerifyError::Mismatch => "the signature or token does not match".to_string(),
+            VerifyError::StaleTimestamp(t) => {
+                format!("the signed timestamp {t} is outside the accepted window")
+            }
+            VerifyError::MissingSecret(n) => {
+                format!("the secret {} is not set on this node", scrub.text(n))
+            }
+        }
+    }
+}
+
+impl ParseError {
+    /// The host's sentence for this refusal, as [`VerifyError::sentence`].
+    pub fn sentence(&self, scrub: &Scrub) -> String {
+        match self {
+            ParseError::MalformedBody(why) => {
+                format!(
+                    "the body is not in the source's format: {}",
+                    scrub.text(why)
+                )
+            }
+            ParseError::MissingField(path) => {
+                format!("a required field is missing: {}", scrub.text(path))
+            }
+        }
+    }
+}
+
 /// A loaded webhook plugin.
 pub struct WebhookPlugin {
     manifest: Manifest,
     runtime: Arc<Runtime>,
-    pre: WebhookPre<Sandbox>,
-    idle: IdleInstances<Webhook>,
-    health: Health,
+    pre: WebhookPre<Sandbox<()>>,
+    idle: IdleInstances<(), Webhook>,
+    guard: Guard,
     cache: CacheOutcome,
 }
 
@@ -56,10 +173,10 @@ impl WebhookPlugin {
     /// Loads and links the plugin `manifest` describes.
     pub fn load(runtime: &Arc<Runtime>, manifest: Manifest) -> Result<WebhookPlugin, LoadError> {
         let (component, cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox> = Linker::new(runtime.engine());
+        let mut linker: Linker<Sandbox<()>> = Linker::new(runtime.engine());
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        crypto::add_to_linker::<Sandbox, HasSelf<Sandbox>>(&mut linker, |s| s)
+        crypto::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let pre = linker
             .instantiate_pre(&component)
@@ -69,11 +186,11 @@ impl WebhookPlugin {
                 reason: format!("{e:#}"),
             })?;
         Ok(WebhookPlugin {
+            guard: runtime.guard(&manifest),
             manifest,
             runtime: runtime.clone(),
             pre,
             idle: IdleInstances::new(KEEP_IDLE),
-            health: Health::default(),
             cache,
         })
     }
@@ -90,7 +207,7 @@ impl WebhookPlugin {
 
     /// The plugin's health.
     pub fn health(&self) -> HealthReport {
-        self.health.report()
+        self.guard.health().report()
     }
 
     /// The secret names the manifest declares.
@@ -106,98 +223,111 @@ impl WebhookPlugin {
         self.idle.clear();
     }
 
-    /// The request with only the secrets the manifest declares: a plugin
-    /// never sees a secret it did not ask for, whatever the caller passes.
-    fn declared_only<'a>(&self, req: &'a Request) -> std::borrow::Cow<'a, Request> {
+    /// `req` with only the secrets the manifest declares: a plugin never
+    /// sees a secret it did not ask for, whatever the caller passes.
+    pub fn declared_only(&self, mut req: Request) -> Arc<Request> {
         let declared = self.secret_names();
-        if req.secrets.iter().all(|s| declared.contains(&s.name)) {
-            return std::borrow::Cow::Borrowed(req);
-        }
-        let mut filtered = req.clone();
-        filtered.secrets.retain(|s| declared.contains(&s.name));
-        std::borrow::Cow::Owned(filtered)
+        req.secrets.retain(|s| declared.contains(&s.name));
+        Arc::new(req)
     }
 
-    async fn instance(&self) -> Result<(Store<Sandbox>, Webhook), CallError> {
-        if let Some(slot) = self.idle.take() {
-            return Ok(slot);
-        }
-        let instantiate_error = |e: String| CallError::Instantiate {
-            plugin: self.manifest.name.clone(),
-            reason: e,
+    /// What a call must never repeat: the secrets handed to it.
+    pub fn scrub_for(req: &Request) -> Scrub {
+        Scrub::of(req.secrets.iter().map(|s| s.value.as_slice()))
+    }
+
+    fn fresh_store(&self) -> Result<WebhookStore, CallError> {
+        self.runtime
+            .new_store(&self.manifest, ())
+            .map_err(|e| CallError::Instantiate {
+                plugin: self.manifest.name.clone(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// One call: an idle instance (or a fresh one, instantiated inside the
+    /// call's deadline), `step` run on it through the plugin's guard, the
+    /// instance kept for reuse only when the call succeeded and `reuse`.
+    async fn run<R, F, Fut>(&self, req: Arc<Request>, reuse: bool, step: F) -> Result<R, CallError>
+    where
+        R: Send + 'static,
+        F: FnOnce(Webhook, WebhookStore, Arc<Request>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = (WebhookStore, Webhook, wasmtime::Result<R>)>
+            + Send
+            + 'static,
+    {
+        let (store, bindings) = match self.idle.take() {
+            Some((store, bindings)) => (store, Some(bindings)),
+            None => (self.fresh_store()?, None),
         };
-        let mut store = self
-            .runtime
-            .new_store(&self.manifest, OutboundPolicy::deny_all())
-            .map_err(|e| instantiate_error(e.to_string()))?;
+        let pre = self.pre.clone();
+        let scrub = WebhookPlugin::scrub_for(&req);
         let deadline = self.manifest.limits.deadline;
-        let outcome = within(deadline, self.pre.instantiate_async(&mut store)).await;
-        let bindings = settle_instantiate(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut store,
-            outcome,
-        )?;
-        Ok((store, bindings))
+        let (store, (bindings, value)) = self
+            .guard
+            .call(store, deadline, &scrub, move |mut store| async move {
+                let bindings = match bindings {
+                    Some(b) => b,
+                    None => match pre.instantiate_async(&mut store).await {
+                        Ok(b) => b,
+                        Err(e) => return (store, Err(e)),
+                    },
+                };
+                let (store, bindings, result) = step(bindings, store, req).await;
+                (store, result.map(|value| (bindings, value)))
+            })
+            .await?;
+        if reuse {
+            self.idle.give_back((store, bindings));
+        }
+        Ok(value)
     }
 
     /// Checks a delivery's signature or token. `Ok(Err(_))` is a refusal
-    /// the plugin decided; `Err(_)` is a fault of the plugin.
+    /// the plugin decided; `Err(_)` is a fault of the plugin, or the plugin
+    /// was not run (quarantined, busy).
     pub async fn verify(&self, req: &Request) -> Result<Result<(), VerifyError>, CallError> {
-        let req = self.declared_only(req);
-        let req = req.as_ref();
-        let (mut store, bindings) = self.instance().await?;
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut store, deadline);
-        let outcome = within(
-            deadline,
-            bindings
+        self.verify_shared(self.declared_only(req.clone())).await
+    }
+
+    /// [`WebhookPlugin::verify`] of a request already passed through
+    /// [`WebhookPlugin::declared_only`], shared with the parse that follows.
+    pub async fn verify_shared(
+        &self,
+        req: Arc<Request>,
+    ) -> Result<Result<(), VerifyError>, CallError> {
+        self.run(req, true, |bindings, mut store, req| async move {
+            let r = bindings
                 .crewlet_plugin_inbound()
-                .call_verify(&mut store, req),
-        )
-        .await;
-        let result = settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut store,
-            outcome,
-        )?;
-        self.idle.give_back((store, bindings));
-        Ok(result)
+                .call_verify(&mut store, &req)
+                .await;
+            (store, bindings, r)
+        })
+        .await
     }
 
     /// Parses a verified delivery.
     pub async fn parse(&self, req: &Request) -> Result<Result<Parsed, ParseError>, CallError> {
-        let req = self.declared_only(req);
-        let req = req.as_ref();
-        let (mut store, bindings) = self.instance().await?;
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut store, deadline);
-        let outcome = within(
-            deadline,
-            bindings
-                .crewlet_plugin_inbound()
-                .call_parse(&mut store, req),
-        )
-        .await;
-        let result = settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut store,
-            outcome,
-        )?;
-        self.idle.give_back((store, bindings));
-        Ok(result)
+        self.parse_shared(self.declared_only(req.clone())).await
+    }
+
+    /// [`WebhookPlugin::parse`] of a shared request.
+    pub async fn parse_shared(
+        &self,
+        req: Arc<Request>,
+    ) -> Result<Result<Parsed, ParseError>, CallError> {
+        self.run(req, true, parse_step).await
     }
 
     /// Instantiates a fresh instance from the pool and drops it (for the
     /// benchmark: the cost of instantiation alone).
     pub async fn instantiate_fresh(&self) -> Result<(), CallError> {
         self.idle.clear();
-        self.instance().await.map(drop)
+        let empty = Arc::new(Request::new("/", &[], b"", &[], 0));
+        self.run(empty, false, |bindings, store, _| async move {
+            (store, bindings, Ok(()))
+        })
+        .await
     }
 
     /// Instantiates a fresh instance and parses once, never reusing it: the
@@ -207,23 +337,43 @@ impl WebhookPlugin {
         req: &Request,
     ) -> Result<Result<Parsed, ParseError>, CallError> {
         self.idle.clear();
-        let (mut store, bindings) = self.instance().await?;
-        let deadline = self.manifest.limits.deadline;
-        prepare(&mut store, deadline);
-        let outcome = within(
-            deadline,
-            bindings
-                .crewlet_plugin_inbound()
-                .call_parse(&mut store, req),
-        )
+        self.run(self.declared_only(req.clone()), false, parse_step)
+            .await
+    }
+}
+
+async fn parse_step(
+    bindings: Webhook,
+    mut store: WebhookStore,
+    req: Arc<Request>,
+) -> (
+    WebhookStore,
+    Webhook,
+    wasmtime::Result<Result<Parsed, ParseError>>,
+) {
+    let r = bindings
+        .crewlet_plugin_inbound()
+        .call_parse(&mut store, &req)
         .await;
-        settle(
-            &self.manifest.name,
-            &self.health,
-            deadline,
-            &mut store,
-            outcome,
-        )
+    (store, bindings, r)
+}
+
+/// Bounds a reply body the plugin asked the host to send.
+pub const MAX_REPLY_BYTES: usize = 64 * 1024;
+
+impl Reply {
+    /// The reply with every secret form of the call removed, or `None`
+    /// when it cannot be sent safely (too large, or binary and carrying a
+    /// raw secret).
+    pub fn scrubbed(self, scrub: &Scrub) -> Option<Reply> {
+        if self.body.len() > MAX_REPLY_BYTES {
+            return None;
+        }
+        let body = scrub.body(self.body)?;
+        Some(Reply {
+            content_type: scrub::bound(&scrub.replace(&self.content_type), 128),
+            body,
+        })
     }
 }
 

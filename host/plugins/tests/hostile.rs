@@ -1,14 +1,17 @@
 //! Hostile plugins (plugins/testdata): each misbehaviour fails its own call
 //! with a typed fault, the host survives, a healthy plugin keeps answering
-//! throughout, and a faulted instance is never entered again.
+//! throughout, a faulted instance is never entered again, repeated faults
+//! quarantine the plugin, and nothing it says repeats a secret.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use common::{manifest, manifest_text, runtime};
+use crewlet_plugins::breaker::{BreakerPolicy, BreakerState};
+use crewlet_plugins::manifest::Manifest;
 use crewlet_plugins::runtime::{CacheOutcome, CallError, Fault, LoadError, Runtime, RuntimeConfig};
-use crewlet_plugins::webhook::{Request, WebhookPlugin};
+use crewlet_plugins::webhook::{Request, Unbounded, WebhookPlugin, check_bounds};
 
 const GH_SECRET: &[u8] = b"It's a Secret to Everybody";
 const GH_SIG: &str = "sha256=757107ea0eb2509fc211221cce984b8a37570b6d7586c22c46f4379c8b043e17";
@@ -38,14 +41,30 @@ fn fault_of(result: Result<impl std::fmt::Debug, CallError>) -> Fault {
     }
 }
 
+/// A runtime whose breakers open after 5 faults and probe after 200 ms.
+fn quick_breaker() -> (std::sync::Arc<Runtime>, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let rt = Runtime::new(RuntimeConfig {
+        data_dir: Some(data.path().to_path_buf()),
+        max_instances: 16,
+        breaker: BreakerPolicy {
+            first_backoff: Duration::from_millis(200),
+            ..BreakerPolicy::default()
+        },
+        ..RuntimeConfig::default()
+    })
+    .unwrap();
+    (rt, data)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hostile_call_fails_typed_while_a_healthy_plugin_answers() {
-    let (rt, _data) = runtime();
+    let (rt, _data) = quick_breaker();
     let github = WebhookPlugin::load(&rt, manifest("webhooks/github")).unwrap();
     let hostile = WebhookPlugin::load(&rt, manifest("testdata/hostile-webhook")).unwrap();
     healthy_still_answers(&github).await;
 
-    // Infinite loop: stopped at its 300 ms deadline, not later.
+    // Infinite loop in parse: stopped at its 300 ms deadline, not later.
     let started = Instant::now();
     let fault = fault_of(hostile.parse(&misbehave(b"loop")).await);
     assert_eq!(
@@ -76,26 +95,170 @@ async fn each_hostile_call_fails_typed_while_a_healthy_plugin_answers() {
         Fault::Trap { reason } => assert!(reason.contains("panics on purpose"), "{reason}"),
         other => panic!("expected a trap, got {other:?}"),
     }
-    let report = hostile.health();
-    assert!(report.degraded, "three faults in a row degrade: {report:?}");
-    assert_eq!(report.consecutive_faults, 3);
     healthy_still_answers(&github).await;
 
-    // Unbounded recursion.
+    // Unbounded recursion exhausts the guest's own stack: reported as the
+    // stack fault, not as the out-of-bounds access it looks like.
     assert_eq!(
         fault_of(hostile.parse(&misbehave(b"recurse")).await),
         Fault::StackOverflow
     );
-    healthy_still_answers(&github).await;
+    let report = hostile.health();
+    assert_eq!(report.breaker, BreakerState::Closed, "{report:?}");
+    assert_eq!(report.faults_in_window, 4);
 
-    // The same plugin answers an ordinary call on a fresh instance (a
-    // re-entered trapped instance would refuse it) and recovers.
+    // A success between faults does not wipe the count: the fault after
+    // it is the fifth in the window and opens the breaker.
     let parsed = hostile.parse(&misbehave(b"fine")).await.unwrap().unwrap();
     assert!(parsed.deliveries.is_empty());
+    assert_eq!(hostile.health().consecutive_faults, 0);
+    assert!(matches!(
+        fault_of(hostile.verify(&misbehave(b"verify-loop")).await),
+        Fault::Timeout { .. }
+    ));
     let report = hostile.health();
-    assert!(!report.degraded, "{report:?}");
-    assert_eq!((report.total_faults, report.consecutive_faults), (4, 0));
+    assert_eq!(report.breaker, BreakerState::Open, "{report:?}");
+    assert!(report.degraded);
+    assert_eq!(report.last_fault_kind, Some("timeout"));
+
+    // Open: refused at once, without running.
+    let calls = report.total_calls;
+    let started = Instant::now();
+    match hostile.parse(&misbehave(b"loop")).await {
+        Err(CallError::Quarantined { retry_after, .. }) => {
+            assert!(retry_after >= Duration::from_secs(1), "{retry_after:?}")
+        }
+        other => panic!("expected quarantine, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(100));
+    let report = hostile.health();
+    assert_eq!((report.total_calls, report.refused_calls), (calls, 1));
+    healthy_still_answers(&github).await;
+
+    // After the open period one probe runs; its success closes the breaker
+    // on a fresh instance (a re-entered trapped one would refuse it).
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    assert!(hostile.parse(&misbehave(b"fine")).await.unwrap().is_ok());
+    let report = hostile.health();
+    assert_eq!(report.breaker, BreakerState::Closed, "{report:?}");
+    assert_eq!(report.total_faults, 5);
     assert!(github.health().total_faults == 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_probe_opens_the_breaker_for_longer() {
+    let (rt, _data) = quick_breaker();
+    let hostile = WebhookPlugin::load(&rt, manifest("testdata/hostile-webhook")).unwrap();
+    for _ in 0..5 {
+        fault_of(hostile.parse(&misbehave(b"panic")).await);
+    }
+    assert_eq!(hostile.health().breaker, BreakerState::Open);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    fault_of(hostile.parse(&misbehave(b"panic")).await);
+    let report = hostile.health();
+    assert_eq!(report.breaker, BreakerState::Open);
+    assert!(
+        report.retry_after.unwrap() > Duration::from_millis(250),
+        "the second open period doubles: {report:?}"
+    );
+}
+
+const HOSTILE_SECRET: &str = "hostile-secret-7f3a9c";
+
+fn with_secret(what: &[u8]) -> Request {
+    Request::new(
+        "/webhooks/hostile",
+        &[],
+        what,
+        &[("hostile_secret", HOSTILE_SECRET.as_bytes())],
+        0,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_plugin_says_is_scrubbed_of_the_secrets_it_was_handed() {
+    let (rt, _data) = runtime();
+    let hostile = WebhookPlugin::load(&rt, manifest("testdata/hostile-webhook")).unwrap();
+    let req = with_secret(b"panic-secret");
+    let scrub = WebhookPlugin::scrub_for(&req);
+    match fault_of(hostile.parse(&req).await) {
+        Fault::Trap { reason } => {
+            assert!(reason.contains("leaking [redacted]"), "{reason}");
+            assert!(!reason.contains(HOSTILE_SECRET), "{reason}");
+        }
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    let last = hostile.health().last_fault.unwrap();
+    assert!(!last.contains(HOSTILE_SECRET), "{last}");
+
+    let refusal = hostile
+        .verify(&with_secret(b"verify-secret"))
+        .await
+        .unwrap()
+        .unwrap_err();
+    let sentence = refusal.sentence(&scrub);
+    assert!(!sentence.contains(HOSTILE_SECRET), "{sentence}");
+    assert!(sentence.starts_with("the header [redacted]"), "{sentence}");
+
+    let parsed = hostile
+        .parse(&with_secret(b"reply-secret"))
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = parsed.reply.unwrap().scrubbed(&scrub).unwrap();
+    let body = String::from_utf8(reply.body).unwrap();
+    assert_eq!(body, "raw=[redacted] hex=[redacted]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_parse_returns_is_held_to_the_hosts_bounds() {
+    let (rt, _data) = runtime();
+    let hostile = WebhookPlugin::load(&rt, manifest("testdata/hostile-webhook")).unwrap();
+    let bounds = |what: &'static [u8]| {
+        let hostile = &hostile;
+        async move {
+            let parsed = hostile.parse(&misbehave(what)).await.unwrap().unwrap();
+            check_bounds(&parsed)
+        }
+    };
+    assert_eq!(bounds(b"one").await, Ok(()));
+    assert_eq!(
+        bounds(b"many").await,
+        Err(Unbounded::TooMany { count: 20_000 })
+    );
+    assert!(matches!(
+        bounds(b"huge").await,
+        Err(Unbounded::TooLarge { index: 0, .. })
+    ));
+    assert_eq!(
+        bounds(b"empty-id").await,
+        Err(Unbounded::EmptyId { index: 0 })
+    );
+    assert_eq!(
+        bounds(b"long-id").await,
+        Err(Unbounded::LongId {
+            index: 0,
+            bytes: 5000
+        })
+    );
+}
+
+#[test]
+fn a_manifest_past_the_hosts_ceiling_is_refused_naming_the_field() {
+    let head = "name = \"greedy\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"x.wasm\"\n[webhook]\nroutes = [\"/webhooks/greedy\"]\n[limits]\n";
+    let path = std::path::Path::new("plugins/greedy/plugin.toml");
+    let deadline = Manifest::parse(path, &format!("{head}deadline_ms = 600000\n")).unwrap_err();
+    assert_eq!(deadline.field, "limits.deadline_ms");
+    assert!(
+        deadline
+            .to_string()
+            .contains("ceiling for a webhook plugin (5000 ms"),
+        "{deadline}"
+    );
+    let memory = Manifest::parse(path, &format!("{head}memory_mib = 1024\n")).unwrap_err();
+    assert_eq!(memory.field, "limits.memory_mib");
+    let busy = Manifest::parse(path, &format!("{head}concurrency = 64\n")).unwrap_err();
+    assert_eq!(busy.field, "limits.concurrency");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -155,6 +318,7 @@ fn the_artifact_cache_is_used_and_a_tampered_artifact_is_recompiled() {
     let config = RuntimeConfig {
         data_dir: Some(data.path().to_path_buf()),
         max_instances: 8,
+        ..RuntimeConfig::default()
     };
     let m = manifest("webhooks/github");
     let rt = Runtime::new(config.clone()).unwrap();

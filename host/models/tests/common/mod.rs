@@ -61,6 +61,7 @@ impl Host {
         let runtime = Runtime::new(RuntimeConfig {
             data_dir: Some(dir.path().join("data")),
             max_instances: 64,
+            ..RuntimeConfig::default()
         })
         .expect("engine");
         Host { runtime, dir }

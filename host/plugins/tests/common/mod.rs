@@ -47,6 +47,7 @@ pub fn runtime() -> (Arc<Runtime>, tempfile::TempDir) {
     let rt = Runtime::new(RuntimeConfig {
         data_dir: Some(data.path().to_path_buf()),
         max_instances: 64,
+        ..RuntimeConfig::default()
     })
     .expect("engine");
     (rt, data)

@@ -1,14 +1,56 @@
-//! Test data: a webhook plugin whose `parse` misbehaves on request. The body
-//! names the misbehaviour: `loop`, `allocate-1gib`, `panic`, `recurse`;
+//! Test data: a webhook plugin that misbehaves on request. The body names
+//! the misbehaviour.
+//!
+//! In `verify`: `verify-loop` spins for ever; `verify-secret` refuses with
+//! the secret the host handed it as the reason. Anything else verifies.
+//!
+//! In `parse`: `loop`, `allocate-1gib`, `panic`, `recurse`;
+//! `panic-secret` panics with the secret in the message; `reply-secret`
+//! answers a reply carrying the secret (raw and hex); `many` returns 20,000
+//! deliveries; `huge` one delivery of 8 MiB; `empty-id` and `long-id`
+//! (5,000 bytes) deliveries with such ids; `one` a single good delivery;
 //! `ambient` reports what ambient authority it found (environment, root
 //! directory, clock) and `scratch` writes a file to `/scratch`, each as a
 //! parse error's text; anything else parses to zero deliveries.
 
 use std::hint::black_box;
 
-use crewlet_plugin_sdk::webhook::{Guest, ParseError, Parsed, Request, VerifyError};
+use crewlet_plugin_sdk::webhook::{
+    Addressed, Delivery, Guest, ParseError, Parsed, Reply, Request, VerifyError,
+};
 
 struct Plugin;
+
+fn spin() -> ! {
+    let mut n: u64 = 0;
+    loop {
+        n = black_box(n.wrapping_add(1));
+    }
+}
+
+fn secret(req: &Request) -> String {
+    req.secrets
+        .first()
+        .map(|s| String::from_utf8_lossy(&s.value).into_owned())
+        .unwrap_or_default()
+}
+
+fn delivery(id: String, text: Option<String>) -> Delivery {
+    Delivery {
+        source: "hostile".to_string(),
+        event_type: "test".to_string(),
+        delivery_id: id,
+        addressed: Addressed {
+            mentions: Vec::new(),
+            assignees: Vec::new(),
+            reviewers: Vec::new(),
+            channel: None,
+            thread: None,
+        },
+        text,
+        payload: Vec::new(),
+    }
+}
 
 #[inline(never)]
 #[expect(unconditional_recursion, reason = "the point: overflow the stack")]
@@ -18,18 +60,51 @@ fn recurse(depth: u64) -> u64 {
 }
 
 impl Guest for Plugin {
-    fn verify(_req: Request) -> Result<(), VerifyError> {
-        Ok(())
+    fn verify(req: Request) -> Result<(), VerifyError> {
+        match req.body.as_slice() {
+            b"verify-loop" => spin(),
+            b"verify-secret" => Err(VerifyError::MalformedHeader(secret(&req))),
+            _ => Ok(()),
+        }
     }
 
     fn parse(req: Request) -> Result<Parsed, ParseError> {
         match req.body.as_slice() {
-            b"loop" => {
-                let mut n: u64 = 0;
-                loop {
-                    n = black_box(n.wrapping_add(1));
-                }
+            b"loop" => spin(),
+            b"panic-secret" => panic!("leaking {}", secret(&req)),
+            b"reply-secret" => {
+                let s = secret(&req);
+                let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+                Ok(Parsed {
+                    deliveries: Vec::new(),
+                    reply: Some(Reply {
+                        content_type: "text/plain".to_string(),
+                        body: format!("raw={s} hex={hex}").into_bytes(),
+                    }),
+                })
             }
+            b"many" => Ok(Parsed {
+                deliveries: (0..20_000)
+                    .map(|i| delivery(format!("d-{i}"), None))
+                    .collect(),
+                reply: None,
+            }),
+            b"huge" => Ok(Parsed {
+                deliveries: vec![delivery("huge-1".into(), Some("x".repeat(8 << 20)))],
+                reply: None,
+            }),
+            b"empty-id" => Ok(Parsed {
+                deliveries: vec![delivery(String::new(), None)],
+                reply: None,
+            }),
+            b"long-id" => Ok(Parsed {
+                deliveries: vec![delivery("a".repeat(5000), None)],
+                reply: None,
+            }),
+            b"one" => Ok(Parsed {
+                deliveries: vec![delivery("one-1".into(), Some("hello".into()))],
+                reply: None,
+            }),
             b"allocate-1gib" => {
                 let block = vec![1u8; 1 << 30];
                 Err(ParseError::MalformedBody(format!(

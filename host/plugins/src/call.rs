@@ -1,0 +1,220 @@
+//! One way into a guest: [`Guard::call`], and the threads guest code runs on.
+//!
+//! Every call of every world goes through the same steps, in this order:
+//! 1. **the breaker** ([`crate::breaker`]): a quarantined plugin is refused
+//!    at once, without running ([`CallError::Quarantined`]);
+//! 2. **the plugin's concurrency bound** (`limits.concurrency`, capped by
+//!    the host): a call waits at most its own deadline for a slot, else
+//!    [`CallError::Busy`] — one plugin can hold at most its share;
+//! 3. **the guest threads** ([`Guests`]): the call runs on the plugin
+//!    host's own threads, never on the node's I/O workers, under its
+//!    deadline's timer (which covers host calls; the tick budget covers
+//!    guest code, [`crate::sandbox`]);
+//! 4. **settling**: the result or a typed fault, recorded in the plugin's
+//!    health. A store whose call failed is dropped, never re-entered.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use wasmtime::Store;
+
+use crate::breaker::{Admission, BreakerPolicy, Health};
+use crate::runtime::{CallError, Fault};
+use crate::sandbox::Sandbox;
+use crate::scrub::Scrub;
+
+/// Where guest code runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestThreads {
+    /// On the caller's runtime (the node's I/O workers), yielding every
+    /// tick. Kept for measurement (`BENCHMARKS.md`), not for production.
+    Shared,
+    /// On a runtime of this many threads of its own, at a lowered
+    /// scheduling priority, yielding every tick.
+    Dedicated(usize),
+}
+
+impl GuestThreads {
+    /// The default: a dedicated runtime with as many threads as cores (at
+    /// least two).
+    pub fn default_dedicated() -> GuestThreads {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        GuestThreads::Dedicated(cores.max(2))
+    }
+}
+
+/// The niceness of the guest threads: under contention the node's own
+/// threads (HTTP, the stream, SQLite) are served first.
+const GUEST_NICE: i32 = 10;
+
+/// The threads guest code runs on.
+pub(crate) struct Guests {
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Guests {
+    pub(crate) fn new(threads: GuestThreads) -> std::io::Result<Guests> {
+        let runtime = match threads {
+            GuestThreads::Shared => None,
+            GuestThreads::Dedicated(n) => Some(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(n.max(1))
+                    .thread_name("plugin-guest")
+                    .on_thread_start(|| {
+                        if let Err(e) = crewlet_os::lower_thread_priority(GUEST_NICE) {
+                            tracing::debug!("guest thread keeps its priority: {e}");
+                        }
+                    })
+                    .enable_all()
+                    .build()?,
+            ),
+        };
+        Ok(Guests { runtime })
+    }
+
+    /// Runs `task` on the guest threads (or inline, when shared) and waits
+    /// for it. `Err` carries why it never finished (the runtime went away,
+    /// or host code panicked).
+    async fn run<T: Send + 'static>(
+        &self,
+        task: impl Future<Output = T> + Send + 'static,
+    ) -> Result<T, String> {
+        match &self.runtime {
+            None => Ok(task.await),
+            Some(rt) => rt.spawn(task).await.map_err(|e| e.to_string()),
+        }
+    }
+}
+
+impl Drop for Guests {
+    fn drop(&mut self) {
+        // Dropping a runtime blocks, which panics inside an async context;
+        // the guest tasks are abandoned (their stores dropped) instead.
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// The most calls of one plugin that run at once, whatever its manifest says.
+pub const MAX_CONCURRENCY: u32 = 16;
+
+/// A plugin's way in: its health and breaker, its concurrency bound and
+/// the guest threads.
+pub(crate) struct Guard {
+    plugin: String,
+    health: Health,
+    permits: Arc<Semaphore>,
+    concurrency: u32,
+    guests: Arc<Guests>,
+}
+
+impl Guard {
+    pub(crate) fn new(
+        plugin: &str,
+        concurrency: u32,
+        breaker: BreakerPolicy,
+        guests: Arc<Guests>,
+    ) -> Guard {
+        let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
+        Guard {
+            plugin: plugin.to_string(),
+            health: Health::new(plugin, breaker),
+            permits: Arc::new(Semaphore::new(concurrency as usize)),
+            concurrency,
+            guests,
+        }
+    }
+
+    pub(crate) fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Runs `f` with `store` under every rule of the module docs. `f` owns
+    /// the store for the call and hands it back with the guest's result;
+    /// on `Ok` the store may be reused, on `Err` it is gone.
+    pub(crate) async fn call<W, R, F, Fut>(
+        &self,
+        mut store: Store<Sandbox<W>>,
+        deadline: Duration,
+        scrub: &Scrub,
+        f: F,
+    ) -> Result<(Store<Sandbox<W>>, R), CallError>
+    where
+        W: Send + 'static,
+        R: Send + 'static,
+        F: FnOnce(Store<Sandbox<W>>) -> Fut + Send + 'static,
+        Fut: Future<Output = (Store<Sandbox<W>>, wasmtime::Result<R>)> + Send + 'static,
+    {
+        if let Admission::Refused { retry_after } = self.health.admit(deadline) {
+            return Err(CallError::Quarantined {
+                plugin: self.plugin.clone(),
+                retry_after,
+            });
+        }
+        let permit =
+            match tokio::time::timeout(deadline, self.permits.clone().acquire_owned()).await {
+                Ok(Ok(permit)) => permit,
+                _ => {
+                    self.health.record_refused();
+                    return Err(CallError::Busy {
+                        plugin: self.plugin.clone(),
+                        concurrency: self.concurrency,
+                    });
+                }
+            };
+        Sandbox::prepare(&mut store, deadline);
+        let task = async move {
+            let _slot = permit;
+            tokio::time::timeout(deadline, f(store)).await.ok()
+        };
+        let fault = match self.guests.run(task).await {
+            Ok(Some((store, Ok(value)))) => {
+                self.health.record_ok();
+                return Ok((store, value));
+            }
+            Ok(Some((mut store, Err(error)))) => store.data_mut().classify(&error, deadline, scrub),
+            Ok(None) => Fault::Timeout { deadline },
+            Err(lost) => Fault::Trap {
+                reason: format!("the call was lost: {lost}"),
+            },
+        };
+        self.health.record_fault(&fault);
+        Err(CallError::Fault {
+            plugin: self.plugin.clone(),
+            fault,
+        })
+    }
+}
+
+/// Idle instances of one plugin whose last call succeeded, ready for reuse.
+pub(crate) struct IdleInstances<W: 'static, B> {
+    slots: Mutex<Vec<(Store<Sandbox<W>>, B)>>,
+    keep: usize,
+}
+
+impl<W: 'static, B> IdleInstances<W, B> {
+    pub(crate) fn new(keep: usize) -> Self {
+        IdleInstances {
+            slots: Mutex::new(Vec::new()),
+            keep,
+        }
+    }
+
+    pub(crate) fn take(&self) -> Option<(Store<Sandbox<W>>, B)> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    pub(crate) fn give_back(&self, slot: (Store<Sandbox<W>>, B)) {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        if slots.len() < self.keep {
+            slots.push(slot);
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}

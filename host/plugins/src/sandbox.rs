@@ -1,0 +1,230 @@
+//! What one instance's store holds: the WASI context every world shares,
+//! the memory limiter, the tick budget, and the world's own part.
+//!
+//! Rules, and why:
+//! - **Each world its own data** (`Sandbox<W>`): a webhook store holds
+//!   nothing beyond WASI (`W = ()`), a provider store its HTTP context and
+//!   outbound policy ([`ProviderCtx`]), a module store its grants and state
+//!   backend (`crate::module::ModuleCtx`). An import is implemented only
+//!   for the world that has it, so no host function can find the wrong
+//!   data at run time.
+//! - **Nothing ambient**: no environment, arguments, stdin, sockets, name
+//!   lookups or preopened directories; both clocks read zero. A manifest's
+//!   `scratch = true` preopens `/scratch`, a directory private to it.
+//! - **A guest yields every tick**: the epoch callback hands the thread
+//!   back to the scheduler every [`crate::runtime::EPOCH_TICK`] and counts
+//!   the ticks the call has left; at zero it interrupts (a timeout). A
+//!   spinning guest can therefore never hold a thread for more than a tick.
+//! - **Memory cap per instance**: the limiter refuses growth past the cap
+//!   and remembers it did, so the fault reads "out of memory", not the guest
+//!   allocator's `unreachable`.
+
+use std::time::Duration;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+
+use crate::outbound::OutboundPolicy;
+use crate::runtime::{EPOCH_TICK, Fault};
+use crate::scrub::Scrub;
+
+/// Frames at the top of a trap's backtrace that, all from one or two
+/// functions, mark an out-of-bounds access as the guest's own stack running
+/// out (see [`Sandbox::classify`]).
+const RECURSION_FRAMES: usize = 16;
+
+/// Everything one instance's store holds; `W` is the world's own part.
+pub struct Sandbox<W> {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    stderr: MemoryOutputPipe,
+    ticks_left: u64,
+    pub(crate) world: W,
+}
+
+/// The provider world's part: `wasi:http` and the policy every request and
+/// redirect hop is checked against.
+pub struct ProviderCtx {
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) outbound: OutboundPolicy,
+}
+
+impl<W: Send + 'static> WasiView for Sandbox<W> {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for Sandbox<ProviderCtx> {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.world.http,
+            table: &mut self.table,
+            hooks: &mut self.world.outbound,
+        }
+    }
+}
+
+impl<W: Send + 'static> Sandbox<W> {
+    pub(crate) fn new(wasi: WasiCtx, stderr: MemoryOutputPipe, cap: usize, world: W) -> Self {
+        Sandbox {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter { cap, denied: None },
+            stderr,
+            ticks_left: 0,
+            world,
+        }
+    }
+
+    /// Wires the limiter and the yielding tick budget into `store`.
+    pub(crate) fn install(store: &mut Store<Sandbox<W>>) {
+        store.limiter(|s| &mut s.limiter);
+        store.epoch_deadline_callback(|mut cx| {
+            let sandbox = cx.data_mut();
+            if sandbox.ticks_left == 0 {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            sandbox.ticks_left -= 1;
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(tokio::task::yield_now()),
+            ))
+        });
+        store.set_epoch_deadline(1);
+    }
+
+    /// Readies the store for one call of at most `deadline`.
+    pub(crate) fn prepare(store: &mut Store<Sandbox<W>>, deadline: Duration) {
+        let sandbox = store.data_mut();
+        sandbox.limiter.denied = None;
+        sandbox.ticks_left = deadline_ticks(deadline);
+        store.set_epoch_deadline(1);
+    }
+
+    /// Turns a failed call's error into a typed fault; what the guest
+    /// wrote to stderr is scrubbed of the call's secrets and bounded.
+    pub(crate) fn classify(
+        &mut self,
+        error: &wasmtime::Error,
+        deadline: Duration,
+        scrub: &Scrub,
+    ) -> Fault {
+        if let Some(requested) = self.limiter.denied.take() {
+            return Fault::OutOfMemory {
+                limit: self.limiter.cap as u64,
+                requested: requested as u64,
+            };
+        }
+        let trap = error
+            .chain()
+            .find_map(|cause| cause.downcast_ref::<Trap>())
+            .copied();
+        match trap {
+            Some(Trap::Interrupt) => Fault::Timeout { deadline },
+            Some(Trap::StackOverflow) => Fault::StackOverflow,
+            Some(Trap::MemoryOutOfBounds) if recursing(error) => Fault::StackOverflow,
+            Some(other) => {
+                let stderr = self.stderr.contents();
+                let said = String::from_utf8_lossy(&stderr);
+                let said = scrub.text(said.trim());
+                Fault::Trap {
+                    reason: if said.is_empty() {
+                        other.to_string()
+                    } else {
+                        format!("{other}; the plugin said: {said}")
+                    },
+                }
+            }
+            None => Fault::Trap {
+                reason: scrub.text(&format!("{error:#}")),
+            },
+        }
+    }
+}
+
+/// Whether a trap's backtrace is one deep recursion: a guest compiled from
+/// Rust (or C) keeps its own stack in linear memory, below its data, so
+/// running out of it is an out-of-bounds access, not wasmtime's stack
+/// overflow. A full backtrace whose top frames are all one or two
+/// functions is that, and reported as the stack fault it is.
+fn recursing(error: &wasmtime::Error) -> bool {
+    let Some(trace) = error.downcast_ref::<WasmBacktrace>() else {
+        return false;
+    };
+    let frames = trace.frames();
+    if frames.len() < RECURSION_FRAMES {
+        return false;
+    }
+    let mut distinct: Vec<u32> = frames[..RECURSION_FRAMES]
+        .iter()
+        .map(|f| f.func_index())
+        .collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    distinct.len() <= 2
+}
+
+/// Epoch ticks for a deadline, rounded up, at least one.
+pub(crate) fn deadline_ticks(deadline: Duration) -> u64 {
+    (deadline.as_micros() as u64).div_ceil(EPOCH_TICK.as_micros() as u64) + 1
+}
+
+/// Both WASI clocks read zero: a plugin's only time is what a call passes.
+pub(crate) struct ZeroClock;
+
+impl HostWallClock for ZeroClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl HostMonotonicClock for ZeroClock {
+    fn resolution(&self) -> u64 {
+        1_000_000_000
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
+
+/// Refuses memory growth past the cap, and remembers it did.
+struct Limiter {
+    cap: usize,
+    denied: Option<usize>,
+}
+
+impl wasmtime::ResourceLimiter for Limiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap {
+            self.denied = Some(desired);
+            Ok(false)
+        } else {
+            Ok(true)
+        }
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
