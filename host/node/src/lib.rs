@@ -22,6 +22,7 @@ pub mod sample;
 pub mod seats;
 pub mod secrets;
 pub mod state;
+pub mod tokens;
 
 /// The version this binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1293,7 +1293,12 @@ pub async fn operator_tokens<F: Fixture>(f: &F) {
         expires_ms: Some(5_000),
         revoked_ms: None,
     };
-    assert!(c.create_token("t1", &rec("aa", "admin")).await.unwrap().is_yes());
+    assert!(
+        c.create_token("t1", &rec("aa", "admin"))
+            .await
+            .unwrap()
+            .is_yes()
+    );
     match c.create_token("t1", &rec("bb", "read")).await.unwrap() {
         crewlet_coord::Answer::No(there) => assert_eq!(there.hash, "aa"),
         other => panic!("a second create of one id must be refused: {other:?}"),

@@ -1,0 +1,211 @@
+//! The HTTP edge: this node's own accept loop, so abuse costs bounded
+//! resources.
+//!
+//! Rules, and why:
+//! - **A bound on connections, refused fast.** Past `max_connections`
+//!   accepted sockets, a new one is answered a canned 503 with
+//!   `Retry-After` and closed at once: a sender retries against a peer
+//!   instead of waiting on a socket that will never be served, and idle
+//!   sockets cannot eat the descriptors the node needs for itself (the
+//!   broker's restart, SQLite, MCP children). Connections already admitted
+//!   keep being served.
+//! - **Headers and bodies arrive in time or not at all.** A request's
+//!   headers must be complete within `header_timeout` of their first byte
+//!   (the socket is closed otherwise: slow-loris); its body within
+//!   `body_timeout` of the request's start (the handler's read fails, and
+//!   the request is answered 400 without being acted on).
+//! - **Graceful stop.** On shutdown the listener closes, every connection
+//!   finishes the request in flight and then closes; the call returns once
+//!   all have.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ConnectInfo;
+use bytes::Bytes;
+use hyper::body::{Frame, Incoming};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
+use tracing::{debug, warn};
+
+/// How the edge bounds what a client can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeLimits {
+    pub max_connections: usize,
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+}
+
+impl Default for EdgeLimits {
+    fn default() -> Self {
+        EdgeLimits {
+            max_connections: 512,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The body of the canned answer for a connection past the cap, written
+/// without reading the request, so refusing costs one write.
+const OVER_CAPACITY: &str = r#"{"status":"unavailable","error":"over_capacity","detail":"this node holds as many connections as it serves; retry in a second or against a peer"}"#;
+
+fn over_capacity() -> String {
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{OVER_CAPACITY}",
+        OVER_CAPACITY.len()
+    )
+}
+
+/// Serves `router` on `listener` under `limits` until `shutdown` resolves,
+/// then finishes the requests in flight.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: EdgeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let permits = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+    let (closing_tx, closing) = watch::channel(false);
+    let mut conns = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = &mut shutdown => break,
+            Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors (or another transient accept
+                    // failure): it clears only as sockets close, so pause
+                    // accepting for a moment instead of spinning on it.
+                    warn!(subsystem = "api", error = %e, "accept failed; pausing accepts for 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => {
+                conns.spawn(connection(
+                    stream,
+                    peer,
+                    router.clone(),
+                    limits,
+                    closing.clone(),
+                    permit,
+                ));
+            }
+            Err(_) => {
+                conns.spawn(refuse(stream));
+            }
+        }
+    }
+    drop(listener);
+    let _ = closing_tx.send(true);
+    while conns.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let written = tokio::time::timeout(Duration::from_secs(1), async {
+        stream.write_all(over_capacity().as_bytes()).await?;
+        stream.shutdown().await
+    })
+    .await;
+    debug!(
+        subsystem = "api",
+        ?written,
+        "connection past the cap refused"
+    );
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    limits: EdgeLimits,
+    mut closing: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+) {
+    let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+        let mut req =
+            req.map(|body| axum::body::Body::new(Deadline::new(body, limits.body_timeout)));
+        req.extensions_mut().insert(ConnectInfo(peer));
+        tower::ServiceExt::oneshot(router.clone(), req)
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    let conn = builder
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    let mut conn = std::pin::pin!(conn);
+    let ended = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = async { closing.wait_for(|c| *c).await.map(|_| ()) } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = ended {
+        debug!(subsystem = "api", %peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// A request body that must arrive whole within its deadline.
+struct Deadline {
+    inner: Incoming,
+    limit: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Deadline {
+    fn new(inner: Incoming, limit: Duration) -> Deadline {
+        Deadline {
+            inner,
+            limit,
+            sleep: Box::pin(tokio::time::sleep(limit)),
+        }
+    }
+}
+
+/// The body did not arrive within the edge's `body_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {0:?} (api.body_timeout_seconds); send it at once")]
+pub struct BodyTimedOut(Duration);
+
+impl hyper::body::Body for Deadline {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        if let Poll::Ready(frame) = Pin::new(&mut self.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimedOut(self.limit))))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
