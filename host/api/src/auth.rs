@@ -172,15 +172,15 @@ fn refusal(status: StatusCode, error: String, needed: Scope) -> Response {
     resp
 }
 
-fn unauthorized(why: &str, needed: Scope) -> Response {
-    refusal(
+fn unauthorized(why: &str, needed: Scope) -> Box<Response> {
+    Box::new(refusal(
         StatusCode::UNAUTHORIZED,
         format!(
             "{why}; send `Authorization: Bearer TOKEN` with an operator token of scope {} or above (`crewlet tokens create`), or log in on the dashboard",
             needed.as_str()
         ),
         needed,
-    )
+    ))
 }
 
 /// Judges one request's credential for the scope its route needs.
@@ -189,7 +189,7 @@ pub fn judge(
     method: &Method,
     path: &str,
     headers: &HeaderMap,
-) -> Result<Scope, Response> {
+) -> Result<Scope, Box<Response>> {
     let needed = scope_needed(method, path);
     let token = match presented(headers) {
         Presented::None => return Err(unauthorized("no operator token was sent", needed)),
@@ -198,7 +198,7 @@ pub fn judge(
     };
     match authority.check(token) {
         Verdict::Granted { scope, .. } if scope >= needed => Ok(scope),
-        Verdict::Granted { scope, id } => Err(refusal(
+        Verdict::Granted { scope, id } => Err(Box::new(refusal(
             StatusCode::FORBIDDEN,
             format!(
                 "token {id} has scope {}; this call needs {} — use a token of that scope",
@@ -206,7 +206,7 @@ pub fn judge(
                 needed.as_str()
             ),
             needed,
-        )),
+        ))),
         Verdict::Refused(Refused::Unknown) => Err(unauthorized(
             "the operator token is not one this fleet issued",
             needed,
@@ -217,11 +217,11 @@ pub fn judge(
         Verdict::Refused(Refused::Revoked) => {
             Err(unauthorized("the operator token was revoked", needed))
         }
-        Verdict::Unknown(why) => Err(crate::retry_later(
+        Verdict::Unknown(why) => Err(Box::new(crate::retry_later(
             UNKNOWN_RETRY_SECONDS,
             "tokens_unavailable",
             format!("this node cannot check operator tokens yet ({why}); retry shortly"),
-        )),
+        ))),
     }
 }
 
@@ -237,7 +237,7 @@ pub(crate) async fn guard(
     }
     match judge(authority.as_ref(), req.method(), path, req.headers()) {
         Ok(_) => next.run(req).await,
-        Err(refused) => refused,
+        Err(refused) => *refused,
     }
 }
 
@@ -272,7 +272,7 @@ pub(crate) async fn login(
             .bytes()
             .all(|b| b.is_ascii_graphic() && b != b';' && b != b',')
     {
-        return unauthorized(
+        return *unauthorized(
             "the token is empty or holds characters no token has",
             Scope::Read,
         );
@@ -284,7 +284,7 @@ pub(crate) async fn login(
     );
     let scope = match judge(authority.as_ref(), &Method::GET, "/login", &headers) {
         Ok(scope) => scope,
-        Err(refused) => return refused,
+        Err(refused) => return *refused,
     };
     let cookie = format!("{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict");
     let mut resp =

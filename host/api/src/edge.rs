@@ -209,3 +209,90 @@ impl hyper::body::Body for Deadline {
         self.inner.size_hint()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::put;
+    use tokio::io::AsyncReadExt;
+
+    async fn started(limits: EdgeLimits) -> (SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route(
+            "/echo",
+            put(|body: Bytes| async move { format!("got {}", body.len()) }),
+        );
+        let (stop, mut stopped) = watch::channel(false);
+        tokio::spawn(serve(listener, app, limits, async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        (addr, stop)
+    }
+
+    async fn answer(s: &mut TcpStream) -> String {
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_arrive_in_time_is_refused_and_a_prompt_one_is_served() {
+        let limits = EdgeLimits {
+            body_timeout: Duration::from_millis(300),
+            ..EdgeLimits::default()
+        };
+        let (addr, _stop) = started(limits).await;
+        let head =
+            "PUT /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 10\r\n\r\n";
+
+        let mut slow = TcpStream::connect(addr).await.unwrap();
+        slow.write_all(head.as_bytes()).await.unwrap();
+        slow.write_all(b"a").await.unwrap();
+        let t0 = std::time::Instant::now();
+        let got = answer(&mut slow).await;
+        assert!(got.starts_with("HTTP/1.1 400"), "{got}");
+        assert!(got.contains("did not arrive within"), "{got}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+
+        let mut prompt = TcpStream::connect(addr).await.unwrap();
+        prompt.write_all(head.as_bytes()).await.unwrap();
+        prompt.write_all(b"0123456789").await.unwrap();
+        let got = answer(&mut prompt).await;
+        assert!(
+            got.starts_with("HTTP/1.1 200") && got.ends_with("got 10"),
+            "{got}"
+        );
+    }
+
+    #[tokio::test]
+    async fn past_the_cap_the_canned_answer_is_a_well_formed_503() {
+        let limits = EdgeLimits {
+            max_connections: 1,
+            ..EdgeLimits::default()
+        };
+        let (addr, stop) = started(limits).await;
+        let _held = TcpStream::connect(addr).await.unwrap();
+        // The held socket takes the one permit once accepted; a later
+        // connection is queued behind it in the kernel, so it is refused.
+        let mut refused = None;
+        for _ in 0..50 {
+            let mut next = TcpStream::connect(addr).await.unwrap();
+            let got = answer(&mut next).await;
+            if got.starts_with("HTTP/1.1 503") {
+                refused = Some(got);
+                break;
+            }
+        }
+        let got = refused.expect("a 503 past the cap");
+        let (head, body) = got.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains("Retry-After: 1"), "{head}");
+        assert!(
+            head.contains(&format!("Content-Length: {}", body.len())),
+            "{got}"
+        );
+        let parsed: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(parsed["error"], "over_capacity");
+        let _ = stop.send(true);
+    }
+}

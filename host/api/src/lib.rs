@@ -388,6 +388,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn login_turns_a_valid_token_into_a_strict_http_only_cookie() {
+        let app = app(Arc::new(Fixed(AtomicU8::new(1))));
+        let post = |body: &'static str| {
+            Request::builder()
+                .method("POST")
+                .uri("/login")
+                .header("host", "localhost")
+                .body(axum::body::Body::from(body))
+                .unwrap()
+        };
+        let resp = tower::ServiceExt::oneshot(app.clone(), post(r#"{"token":"read-t"}"#))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let cookie = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(cookie.starts_with("crewlet_session=read-t;"), "{cookie}");
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        for (body, status) in [
+            (r#"{"token":"gone-t"}"#, StatusCode::UNAUTHORIZED),
+            (r#"{"token":"nope"}"#, StatusCode::UNAUTHORIZED),
+            (r#"{"token":"a;b"}"#, StatusCode::UNAUTHORIZED),
+            ("token=read-t", StatusCode::BAD_REQUEST),
+        ] {
+            let resp = tower::ServiceExt::oneshot(app.clone(), post(body))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), status, "{body}");
+            assert!(resp.headers().get(header::SET_COOKIE).is_none(), "{body}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_foreign_host_is_refused_naming_the_header_but_webhooks_pass() {
         let app = app(Arc::new(Fixed(AtomicU8::new(1))));
         let evil = ("host", "evil.example.com");
