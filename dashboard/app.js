@@ -110,7 +110,6 @@ function start() {
   loadHealth();
   loadOrg();
   loadPlugins();
-  connect();
 }
 
 document.getElementById("login-form").addEventListener("submit", async (e) => {
@@ -121,11 +120,20 @@ document.getElementById("login-form").addEventListener("submit", async (e) => {
   if (done.ok) start(); else showLogin(done.error);
 });
 
-const fragment = new URLSearchParams(location.hash.slice(1)).get("token");
-if (fragment) {
+// A login URL (`#token=…`) opened here, on load or pasted into an open tab.
+async function fromFragment() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!token) return false;
   history.replaceState(null, "", location.pathname + location.search);
-  const done = await login(fragment);
+  const done = await login(token);
   if (!done.ok) showLogin(done.error);
+  return done.ok;
 }
+
+window.addEventListener("hashchange", async () => {
+  if (await fromFragment()) start();
+});
+await fromFragment();
 start();
+connect();
 setInterval(loadHealth, 5000);

@@ -23,6 +23,12 @@ try {
   const page = await browser.newPage();
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  // Without a session the page loads, asks for a token, and shows no data.
+  const bare = new URL(base);
+  bare.hash = "";
+  await page.goto(bare.toString());
+  await page.getByTestId("login-token").waitFor({ state: "visible", timeout: 15000 });
+  if (await page.getByTestId("seat").count()) throw new Error("seats shown without a session");
   await page.goto(base);
   await page.getByTestId("socket").filter({ hasText: "live" }).waitFor({ timeout: 15000 });
   if (new URL(page.url()).hash) throw new Error(`the token stayed in the address bar: ${page.url()}`);

@@ -10,8 +10,10 @@
 //!   broker's restart, SQLite, MCP children). Connections already admitted
 //!   keep being served.
 //! - **Headers and bodies arrive in time or not at all.** A request's
-//!   headers must be complete within `header_timeout` of their first byte
-//!   (the socket is closed otherwise: slow-loris); its body within
+//!   headers must be complete within `header_timeout` of the moment the
+//!   connection starts waiting for them — a fresh socket, or a kept-alive
+//!   one between requests — and the socket is closed otherwise (slow-loris,
+//!   idle sockets hoarding the cap); its body within
 //!   `body_timeout` of the request's start (the handler's read fails, and
 //!   the request is answered 400 without being acted on).
 //! - **Graceful stop.** On shutdown the listener closes, every connection
@@ -263,6 +265,22 @@ mod tests {
             got.starts_with("HTTP/1.1 200") && got.ends_with("got 10"),
             "{got}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_socket_that_sends_nothing_is_closed_after_the_header_timeout() {
+        let limits = EdgeLimits {
+            header_timeout: Duration::from_millis(300),
+            ..EdgeLimits::default()
+        };
+        let (addr, _stop) = started(limits).await;
+        let mut idle = TcpStream::connect(addr).await.unwrap();
+        let t0 = std::time::Instant::now();
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
+        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed, not answered: {read:?}");
+        let took = t0.elapsed();
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
     }
 
     #[tokio::test]
