@@ -276,7 +276,7 @@ fn a_token_revoked_on_one_node_is_refused_on_its_peer_within_seconds() {
 }
 
 #[test]
-fn a_non_loopback_bind_without_allowed_hosts_is_refused_at_start() {
+fn a_non_loopback_bind_without_allowed_hosts_or_a_weak_token_seed_is_refused_at_start() {
     let sb = Sandbox::new();
     let cfg = sb.path("node.toml");
     std::fs::write(&cfg, "[api]\nhost = \"0.0.0.0\"\nport = 0\n").unwrap();
@@ -426,5 +426,79 @@ fn past_the_connection_cap_a_fast_503_while_an_established_flow_still_answers() 
             .map(|r| r.status)
             == Some(200)),
         "room again once the idle sockets close"
+    );
+}
+
+#[test]
+fn with_the_store_unreachable_unknown_tokens_stay_refused_and_known_ones_keep_their_standing() {
+    let mut server = NatsServer::start();
+    let sb = Sandbox::new();
+    let port = free_port();
+    let cfg = sb.config(
+        port,
+        &format!(
+            "[node]\nid = \"cut-off\"\n[stream]\nurl = \"{}\"\n",
+            server.url()
+        ),
+    );
+    let mut node = NodeBuilder::new(&sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .spawn();
+    node.wait_ready(READY);
+    let known = create_token(&node, r#"{"scope":"read","name":"known"}"#);
+    let known = bearer(known["token"].as_str().unwrap());
+
+    server.kill();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(4) {
+        let stranger = get_as(
+            &node,
+            "/events",
+            Some("Bearer crw_never-issued-by-anyone-at-all"),
+        );
+        assert!(
+            stranger.status == 401 || stranger.status == 503,
+            "an unreachable store is never an accept: {} {}",
+            stranger.status,
+            stranger.text()
+        );
+        assert_eq!(
+            get_as(&node, "/events", Some(&known)).status,
+            200,
+            "known token keeps its standing"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let made = http::request(
+        &node.api,
+        "POST",
+        "/tokens",
+        &[("content-type", "application/json")],
+        br#"{"scope":"read"}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        made.status,
+        503,
+        "nothing is made while the store is away: {}",
+        made.text()
+    );
+    assert!(made.header("retry-after").is_some());
+
+    server.restart();
+    server.wait_healthy(Duration::from_secs(20));
+    assert!(
+        eventually(Duration::from_secs(30), || http::request(
+            &node.api,
+            "POST",
+            "/tokens",
+            &[("content-type", "application/json")],
+            br#"{"scope":"read"}"#,
+        )
+        .is_ok_and(|r| r.status == 201)),
+        "tokens are made again once the store is back"
     );
 }

@@ -278,9 +278,15 @@ mod tests {
         let t0 = std::time::Instant::now();
         let mut buf = [0u8; 64];
         let read = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf)).await;
-        assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed, not answered: {read:?}");
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "closed, not answered: {read:?}"
+        );
         let took = t0.elapsed();
-        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
     }
 
     #[tokio::test]

@@ -64,6 +64,10 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    if let Err(e) = crate::tokens::seed() {
+        eprintln!("crewlet: {e}");
+        return EXIT_CONFIG;
+    }
     if let Some(dir) = &args.plugins
         && !dir.is_dir()
     {
@@ -422,14 +426,6 @@ async fn lifecycle(
                 announce_login(bound, &token, &config.data_dir, banner)
             }
             Ok(None) => {}
-            Err(e @ crate::tokens::TokensError::WeakSeed(_)) => {
-                engine.stop_all(config.shutdown.drain_timeout).await;
-                stop_http(http, http_stop_tx).await;
-                if let Some(b) = broker {
-                    b.stop().await;
-                }
-                return Err(NodeError::Engine(e.to_string()));
-            }
             Err(e) => warn!(subsystem = "tokens", error = %e, "no first-start admin token made"),
         }
         if let Some(loaded) = loaded {

@@ -211,14 +211,9 @@ impl Tokens {
             return Ok(None);
         }
         let (id, generated) = fresh()?;
-        let (value, seeded) = match std::env::var(BOOTSTRAP_ENV) {
-            Ok(seed) if !seed.is_empty() => {
-                if seed.len() < MIN_SEEDED || !seed.bytes().all(|b| b.is_ascii_graphic()) {
-                    return Err(TokensError::WeakSeed(seed.len()));
-                }
-                (seed, true)
-            }
-            _ => (generated, false),
+        let (value, seeded) = match seed()? {
+            Some(seed) => (seed, true),
+            None => (generated, false),
         };
         let rec = TokenRecord {
             hash: digest(&value),
@@ -259,6 +254,20 @@ impl Tokens {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .apply(id, rec);
+    }
+}
+
+/// The first-start token's seed from [`BOOTSTRAP_ENV`], if one is set;
+/// checked at start, before the disk is touched, so a weak seed exits 2.
+pub fn seed() -> Result<Option<String>, TokensError> {
+    match std::env::var(BOOTSTRAP_ENV) {
+        Ok(seed) if !seed.is_empty() => {
+            if seed.len() < MIN_SEEDED || !seed.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(TokensError::WeakSeed(seed.len()));
+            }
+            Ok(Some(seed))
+        }
+        _ => Ok(None),
     }
 }
 
