@@ -223,8 +223,11 @@ impl Tokens {
             expires_ms: None,
             revoked_ms: None,
         };
-        self.create(&id, rec).await?;
+        // The file first: a token the fleet holds but nobody can read would
+        // lock the operator out, while a file whose token never reached the
+        // fleet is simply replaced at the next start.
         write_token_file(&data_dir.join(TOKEN_FILE), &value)?;
+        self.create(&id, rec).await?;
         Ok(Some((value, seeded)))
     }
 
