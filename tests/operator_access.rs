@@ -502,3 +502,34 @@ fn with_the_store_unreachable_unknown_tokens_stay_refused_and_known_ones_keep_th
         "tokens are made again once the store is back"
     );
 }
+
+#[test]
+fn an_open_dashboard_socket_keeps_its_place_under_the_connection_cap() {
+    let sb = Sandbox::new();
+    let mut node = sb.node("max_connections = 2\n").spawn();
+    node.wait_ready(READY);
+    let stream = TcpStream::connect(&node.api).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (mut ws, _) = tungstenite::client(ws_stream_request(&node.api), stream).unwrap();
+    let hello = ws.read().expect("hello");
+    assert!(hello.to_text().unwrap().contains("hello"), "{hello:?}");
+    let _idle = TcpStream::connect(&node.api).unwrap();
+    assert!(
+        eventually(Duration::from_secs(5), || node
+            .get("/health")
+            .map(|r| r.status)
+            == Some(503)),
+        "the socket and the idle connection fill a cap of 2"
+    );
+    drop(ws);
+    drop(_idle);
+    assert!(
+        eventually(Duration::from_secs(5), || node
+            .get("/health")
+            .map(|r| r.status)
+            == Some(200)),
+        "the places come back when they close"
+    );
+}

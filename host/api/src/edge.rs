@@ -8,7 +8,8 @@
 //!   instead of waiting on a socket that will never be served, and idle
 //!   sockets cannot eat the descriptors the node needs for itself (the
 //!   broker's restart, SQLite, MCP children). Connections already admitted
-//!   keep being served.
+//!   keep being served; an upgraded socket (`/ws/stream`) keeps its place
+//!   until it closes.
 //! - **Headers and bodies arrive in time or not at all.** A request's
 //!   headers must be complete within `header_timeout` of the moment the
 //!   connection starts waiting for them — a fresh socket, or a kept-alive
@@ -136,12 +137,14 @@ async fn connection(
     router: Router,
     limits: EdgeLimits,
     mut closing: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 ) {
+    let slot = ConnectionSlot(Arc::new(permit));
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let mut req =
             req.map(|body| axum::body::Body::new(Deadline::new(body, limits.body_timeout)));
         req.extensions_mut().insert(ConnectInfo(peer));
+        req.extensions_mut().insert(slot.clone());
         tower::ServiceExt::oneshot(router.clone(), req)
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -163,6 +166,12 @@ async fn connection(
         debug!(subsystem = "api", %peer, error = %e, "connection ended with an error");
     }
 }
+
+/// A connection's place under the cap, in every request's extensions so
+/// that an upgraded socket (`/ws/stream`) keeps it after its HTTP
+/// connection has ended.
+#[derive(Clone)]
+pub(crate) struct ConnectionSlot(#[allow(dead_code)] Arc<OwnedSemaphorePermit>);
 
 /// A request body that must arrive whole within its deadline.
 struct Deadline {
