@@ -11,6 +11,7 @@ pub mod cli;
 pub mod client;
 pub mod company;
 pub mod configplane;
+pub mod descriptors;
 pub mod engine;
 pub mod identity;
 pub mod ingress;

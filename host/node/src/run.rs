@@ -81,7 +81,7 @@ pub fn run(args: RunArgs) -> i32 {
         eprintln!("crewlet: {e}");
         return EXIT_CONFIG;
     }
-    let descriptors = reserve_descriptors();
+    let descriptors = crate::descriptors::reserve();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("crewlet")
@@ -94,51 +94,6 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     runtime.block_on(node_main(config, company, args.plugins, descriptors))
-}
-
-/// Raises the soft descriptor limit to the hard one and answers it: the
-/// node's own needs (the broker's restart, SQLite, MCP children, the NATS
-/// connection) must never fail because sockets took every descriptor.
-fn reserve_descriptors() -> u64 {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into the struct we own; no other effect.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return 1024;
-    }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit reads the struct we own; raising the soft limit
-        // to the hard one needs no privilege.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            lim.rlim_cur = lim.rlim_max;
-        }
-    }
-    lim.rlim_cur
-}
-
-/// The connection cap: the configured one, else 1024 — and never more than
-/// half the descriptors, the other half kept for the node itself.
-fn connection_cap(configured: Option<usize>, descriptors: u64) -> usize {
-    let ceiling = usize::try_from(descriptors / 2)
-        .unwrap_or(usize::MAX)
-        .max(1);
-    let wanted = configured.unwrap_or(1024);
-    if wanted > ceiling {
-        warn!(
-            subsystem = "api",
-            wanted,
-            ceiling,
-            descriptors,
-            "api.max_connections is above half the descriptor limit; serving at most {ceiling} connections (raise the limit with ulimit -n)"
-        );
-    }
-    wanted.min(ceiling)
 }
 
 async fn node_main(
@@ -301,7 +256,10 @@ async fn lifecycle(
             ),
         });
         let limits = crewlet_api::EdgeLimits {
-            max_connections: connection_cap(config.api.max_connections, descriptors),
+            max_connections: crate::descriptors::connection_cap(
+                config.api.max_connections,
+                descriptors,
+            ),
             header_timeout: config.api.header_timeout,
             body_timeout: config.api.body_timeout,
         };
