@@ -1,5 +1,10 @@
 // Crewlet dashboard v0: reads only. REST for the catalogue, /ws/stream for
 // the live feed and its queries. Nothing here writes.
+//
+// Every data call needs a session: `POST /login` with an operator token
+// sets an HttpOnly cookie the browser then sends (this script never sees
+// it). The first-start URL carries the token in the fragment (`#token=…`),
+// which never leaves the browser; it is posted once, then wiped.
 
 const feed = document.getElementById("feed");
 const seen = new Set();
@@ -28,8 +33,26 @@ function addEvent(ev, live) {
   document.getElementById("feed-count").textContent = `(${feed.children.length})`;
 }
 
+async function login(token) {
+  const res = await fetch("/login", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ token }),
+    credentials: "same-origin",
+  });
+  const body = await res.json().catch(() => null);
+  return { ok: res.ok, error: body?.error ?? `the node answered ${res.status}` };
+}
+
+function showLogin(message) {
+  const box = document.getElementById("login");
+  document.getElementById("login-error").textContent = message ?? "";
+  box.hidden = false;
+}
+
 async function getJson(path) {
-  const res = await fetch(path);
+  const res = await fetch(path, { credentials: "same-origin" });
+  if (res.status === 401) showLogin("Log in with an operator token.");
   return { ok: res.ok, body: await res.json().catch(() => null) };
 }
 
@@ -82,8 +105,35 @@ function connect() {
   };
 }
 
-loadHealth();
-loadOrg();
-loadPlugins();
+function start() {
+  document.getElementById("login").hidden = true;
+  loadHealth();
+  loadOrg();
+  loadPlugins();
+}
+
+document.getElementById("login-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const input = document.getElementById("login-token");
+  const done = await login(input.value.trim());
+  input.value = "";
+  if (done.ok) start(); else showLogin(done.error);
+});
+
+// A login URL (`#token=…`) opened here, on load or pasted into an open tab.
+async function fromFragment() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!token) return false;
+  history.replaceState(null, "", location.pathname + location.search);
+  const done = await login(token);
+  if (!done.ok) showLogin(done.error);
+  return done.ok;
+}
+
+window.addEventListener("hashchange", async () => {
+  if (await fromFragment()) start();
+});
+await fromFragment();
+start();
 connect();
 setInterval(loadHealth, 5000);

@@ -58,7 +58,12 @@ fn the_dashboard_shows_the_org_and_a_live_feed_in_a_real_browser() {
     let screenshot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard.png");
     let mut driver = Command::new("node")
         .arg(browser_dir.join("dashboard.mjs"))
-        .arg(format!("http://{}/", node_a.api))
+        // The first-start URL's shape: the token in the fragment logs in.
+        .arg(format!(
+            "http://{}/#token={}",
+            node_a.api,
+            common::http::OPERATOR_TOKEN
+        ))
         .arg("dash-b")
         .arg(&screenshot)
         .current_dir(&browser_dir)

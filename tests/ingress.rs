@@ -183,7 +183,7 @@ fn ws_connect(node: &Node) -> WebSocket<TcpStream> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let (ws, _) = tungstenite::client(format!("ws://{}/ws/stream", node.api), stream).unwrap();
+    let (ws, _) = tungstenite::client(common::ws_stream_request(&node.api), stream).unwrap();
     ws
 }
 
@@ -549,6 +549,7 @@ fn a_secret_set_through_the_api_serves_webhooks_without_a_restart() {
     // Set through the CLI (value on stdin, trailing newline trimmed).
     let mut cli = std::process::Command::new(crewlet_bin())
         .args(["secrets", "set", "GITHUB_WEBHOOK_SECRET", "--api"])
+        .env("CREWLET_TOKEN", common::http::OPERATOR_TOKEN)
         .arg(format!("http://{}", node.api))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

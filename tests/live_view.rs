@@ -35,7 +35,7 @@ fn connect(node: &Node) -> WebSocket<TcpStream> {
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let (ws, _) = tungstenite::client(format!("ws://{}/ws/stream", node.api), stream).unwrap();
+    let (ws, _) = tungstenite::client(common::ws_stream_request(&node.api), stream).unwrap();
     ws
 }
 

@@ -1,6 +1,8 @@
 // Loads the dashboard of a running node in Debian's headless Chromium and
 // checks what a person would: the org and its seats, the socket live, the
-// feed filled from the query channel, and a live push arriving.
+// feed filled from the query channel, and a live push arriving. BASE_URL
+// carries the operator token in its fragment, as the first-start URL does;
+// the page logs in with it and wipes it from the address bar.
 //
 //   node dashboard.mjs BASE_URL EXPECT_LIVE_NODE_ID SCREENSHOT
 //
@@ -21,8 +23,15 @@ try {
   const page = await browser.newPage();
   const errors = [];
   page.on("pageerror", (e) => errors.push(e.message));
+  // Without a session the page loads, asks for a token, and shows no data.
+  const bare = new URL(base);
+  bare.hash = "";
+  await page.goto(bare.toString());
+  await page.getByTestId("login-token").waitFor({ state: "visible", timeout: 15000 });
+  if (await page.getByTestId("seat").count()) throw new Error("seats shown without a session");
   await page.goto(base);
   await page.getByTestId("socket").filter({ hasText: "live" }).waitFor({ timeout: 15000 });
+  if (new URL(page.url()).hash) throw new Error(`the token stayed in the address bar: ${page.url()}`);
   const seats = await page.getByTestId("seat").count();
   if (seats < 2) throw new Error(`expected the example company's seats, found ${seats}`);
   await page.locator('[data-testid=event][data-type=node_started]').first().waitFor({ timeout: 15000 });

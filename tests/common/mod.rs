@@ -54,6 +54,21 @@ impl Sandbox {
     }
 }
 
+/// The `/ws/stream` handshake for a node, carrying the test operator token.
+pub fn ws_stream_request(api: &str) -> tungstenite::handshake::client::Request {
+    use tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://{api}/ws/stream")
+        .into_client_request()
+        .expect("a ws URL");
+    req.headers_mut().insert(
+        "authorization",
+        format!("Bearer {}", http::OPERATOR_TOKEN)
+            .parse()
+            .expect("a header value"),
+    );
+    req
+}
+
 /// A running `crewlet run`. Killed on drop if still alive.
 pub struct Node {
     pub child: Child,
@@ -108,6 +123,8 @@ impl NodeBuilder {
             // The binary the tests run, wherever the build put the executable.
             .env("CREWLET_NATS_SERVER", nats_server_bin())
             .env("CREWLET_LOG", "info")
+            .env("CREWLET_BOOTSTRAP_TOKEN", http::OPERATOR_TOKEN)
+            .env_remove("CREWLET_TOKEN")
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log fd"))
@@ -216,6 +233,7 @@ pub fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (ExitStatus, String)
         .args(args)
         .env_remove("CREWLET_CONFIG")
         .env_remove("CREWLET_DATA_DIR")
+        .env("CREWLET_TOKEN", http::OPERATOR_TOKEN)
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .output()

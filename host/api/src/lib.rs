@@ -16,12 +16,14 @@
 //! from the fleet-wide broadcast, and a query channel on the same socket. It
 //! carries no write.
 
+pub mod auth;
 mod dashboard;
+pub mod edge;
+pub mod hosts;
 mod retry;
 pub mod stream;
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -33,6 +35,9 @@ use axum::routing::get;
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use auth::{Authority, Refused, Scope, Verdict};
+pub use edge::EdgeLimits;
+pub use hosts::AllowedHosts;
 pub use retry::retry_later;
 pub use stream::{EventFilter, EventSource};
 
@@ -85,8 +90,12 @@ pub struct Surface {
     /// Flips to `true` when the listener is closing: long-lived sockets end.
     pub closing: watch::Receiver<bool>,
     /// Further routes (webhooks, the config plane), served under the same
-    /// drain gate.
+    /// drain gate and the same guard.
     pub routes: Router,
+    /// Judges operator tokens for every route but the exempt ones.
+    pub authority: Arc<dyn Authority>,
+    /// The `Host` names this node answers to.
+    pub allowed_hosts: AllowedHosts,
 }
 
 #[derive(Clone)]
@@ -97,10 +106,12 @@ pub(crate) struct Shared {
     pub(crate) closing: watch::Receiver<bool>,
 }
 
-/// The router: probes, the read channel, and the drain gate over
-/// everything but the probes.
+/// The router: probes, the read channel, the login, and — outermost
+/// first — the `Host` allow-list, the operator guard and the drain gate.
 pub fn router(surface: Surface) -> Router {
     let surface_routes = surface.routes;
+    let authority = surface.authority;
+    let allowed_hosts = Arc::new(surface.allowed_hosts);
     let shared = Shared {
         probe: surface.probe,
         events: surface.events,
@@ -119,23 +130,27 @@ pub fn router(surface: Surface) -> Router {
         .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
         .with_state(shared.clone())
+        .merge(
+            Router::new()
+                .route("/login", axum::routing::post(auth::login))
+                .route("/logout", axum::routing::post(auth::logout))
+                .with_state(authority.clone()),
+        )
         .merge(surface_routes)
         .layer(middleware::from_fn_with_state(shared, drain_gate))
+        .layer(middleware::from_fn_with_state(authority, auth::guard))
+        .layer(middleware::from_fn_with_state(allowed_hosts, hosts::gate))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then finishes
-/// the requests in flight.
+/// Serves `router` on `listener` under `limits` until `shutdown`
+/// resolves, then finishes the requests in flight.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    limits: EdgeLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    edge::serve(listener, router, limits, shutdown).await
 }
 
 async fn health(State(s): State<Shared>) -> Json<serde_json::Value> {
@@ -230,10 +245,206 @@ mod tests {
         }
     }
 
+    /// `admin-t`, `write-t`, `read-t` by scope; `gone-t` revoked; `old-t`
+    /// expired; `later-t` unknown (the store cannot say); anything else
+    /// unknown to the fleet.
+    struct Tokens;
+
+    impl Authority for Tokens {
+        fn check(&self, token: &str) -> Verdict {
+            let granted = |scope| Verdict::Granted {
+                id: token.into(),
+                scope,
+            };
+            match token {
+                "admin-t" => granted(Scope::Admin),
+                "write-t" => granted(Scope::Write),
+                "read-t" => granted(Scope::Read),
+                "gone-t" => Verdict::Refused(Refused::Revoked),
+                "old-t" => Verdict::Refused(Refused::Expired),
+                "later-t" => Verdict::Unknown("the tokens bucket is unreachable".into()),
+                _ => Verdict::Refused(Refused::Unknown),
+            }
+        }
+    }
+
+    fn app(probe: Arc<dyn Probe>) -> Router {
+        let (_closing_tx, closing) = watch::channel(false);
+        router(Surface {
+            probe,
+            events: Arc::new(NoEvents),
+            catalog: Arc::new(NoEvents),
+            closing,
+            routes: Router::new()
+                .route("/secrets/{name}", axum::routing::put(|| async { "set" }))
+                .route("/tokens", get(|| async { "tokens" })),
+            authority: Arc::new(Tokens),
+            allowed_hosts: AllowedHosts::new(std::net::IpAddr::from([127, 0, 0, 1]), &[]),
+        })
+    }
+
+    async fn send(
+        app: &Router,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> (StatusCode, serde_json::Value) {
+        let mut req = Request::builder().method(method).uri(path);
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let resp =
+            tower::ServiceExt::oneshot(app.clone(), req.body(axum::body::Body::empty()).unwrap())
+                .await
+                .unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    #[tokio::test]
+    async fn every_route_but_the_exempt_ones_needs_a_token_of_its_scope() {
+        let app = app(Arc::new(Fixed(AtomicU8::new(1))));
+        let host = ("host", "127.0.0.1:7420");
+        // Exempt: probes, static dashboard files, webhooks (404 here: none mounted).
+        assert_eq!(
+            send(&app, "GET", "/health", &[host]).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(send(&app, "GET", "/", &[host]).await.0, StatusCode::OK);
+        assert_eq!(
+            send(&app, "POST", "/webhooks/github", &[host]).await.0,
+            StatusCode::NOT_FOUND
+        );
+        // A route nobody listed is guarded too, unknown paths included.
+        for path in ["/org", "/events", "/nowhere", "/operator/mcp"] {
+            let (status, body) = send(&app, "GET", path, &[host]).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+            assert_eq!(body["scope_needed"], "read", "{path}");
+        }
+        for bad in ["Bearer", "Basic abc", "Bearer a b", "token read-t"] {
+            let (status, body) = send(&app, "GET", "/org", &[host, ("authorization", bad)]).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{bad}: {body}");
+            assert_eq!(body["status"], "unauthorized");
+        }
+        for (token, says) in [
+            ("nope", "not one this fleet"),
+            ("gone-t", "revoked"),
+            ("old-t", "expired"),
+        ] {
+            let auth = format!("Bearer {token}");
+            let (status, body) = send(&app, "GET", "/org", &[host, ("authorization", &auth)]).await;
+            assert_eq!(status, StatusCode::UNAUTHORIZED);
+            assert!(body["error"].as_str().unwrap().contains(says), "{body}");
+        }
+        let (status, _) = send(
+            &app,
+            "GET",
+            "/org",
+            &[host, ("authorization", "Bearer later-t")],
+        )
+        .await;
+        assert_eq!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unknown is never an accept"
+        );
+
+        let read = ("authorization", "Bearer read-t");
+        assert_eq!(
+            send(&app, "GET", "/org", &[host, read]).await.0,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "passes the guard; no company here"
+        );
+        let (status, body) = send(&app, "PUT", "/secrets/X", &[host, read]).await;
+        assert_eq!(status, StatusCode::FORBIDDEN);
+        assert_eq!(body["scope_needed"], "write");
+        let write = ("authorization", "Bearer write-t");
+        assert_eq!(
+            send(&app, "PUT", "/secrets/X", &[host, write]).await.0,
+            StatusCode::OK
+        );
+        let (status, body) = send(&app, "GET", "/tokens", &[host, write]).await;
+        assert_eq!(
+            (status, body["scope_needed"].as_str()),
+            (StatusCode::FORBIDDEN, Some("admin"))
+        );
+        let admin = ("authorization", "Bearer admin-t");
+        assert_eq!(
+            send(&app, "GET", "/tokens", &[host, admin]).await.0,
+            StatusCode::OK
+        );
+        // The session cookie stands for the bearer header.
+        let cookie = ("cookie", "theme=dark; crewlet_session=write-t");
+        assert_eq!(
+            send(&app, "PUT", "/secrets/X", &[host, cookie]).await.0,
+            StatusCode::OK
+        );
+    }
+
+    #[tokio::test]
+    async fn login_turns_a_valid_token_into_a_strict_http_only_cookie() {
+        let app = app(Arc::new(Fixed(AtomicU8::new(1))));
+        let post = |body: &'static str| {
+            Request::builder()
+                .method("POST")
+                .uri("/login")
+                .header("host", "localhost")
+                .body(axum::body::Body::from(body))
+                .unwrap()
+        };
+        let resp = tower::ServiceExt::oneshot(app.clone(), post(r#"{"token":"read-t"}"#))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let cookie = resp.headers()[header::SET_COOKIE].to_str().unwrap();
+        assert!(cookie.starts_with("crewlet_session=read-t;"), "{cookie}");
+        assert!(
+            cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+            "{cookie}"
+        );
+        for (body, status) in [
+            (r#"{"token":"gone-t"}"#, StatusCode::UNAUTHORIZED),
+            (r#"{"token":"nope"}"#, StatusCode::UNAUTHORIZED),
+            (r#"{"token":"a;b"}"#, StatusCode::UNAUTHORIZED),
+            ("token=read-t", StatusCode::BAD_REQUEST),
+        ] {
+            let resp = tower::ServiceExt::oneshot(app.clone(), post(body))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), status, "{body}");
+            assert!(resp.headers().get(header::SET_COOKIE).is_none(), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_foreign_host_is_refused_naming_the_header_but_webhooks_pass() {
+        let app = app(Arc::new(Fixed(AtomicU8::new(1))));
+        let evil = ("host", "evil.example.com");
+        let admin = ("authorization", "Bearer admin-t");
+        for path in ["/health", "/tokens", "/"] {
+            let (status, body) = send(&app, "GET", path, &[evil, admin]).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+            assert_eq!(body["header"], "host");
+        }
+        assert_eq!(
+            send(&app, "POST", "/webhooks/github", &[evil]).await.0,
+            StatusCode::NOT_FOUND,
+            "webhooks prove themselves by signature"
+        );
+    }
+
     async fn call(app: &Router, method: &str, path: &str) -> (StatusCode, Option<String>, String) {
         let req = Request::builder()
             .method(method)
             .uri(path)
+            .header("host", "localhost")
+            .header("authorization", "Bearer admin-t")
             .body(axum::body::Body::empty())
             .unwrap();
         let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
@@ -271,14 +482,7 @@ mod tests {
     #[tokio::test]
     async fn probes_follow_the_node_and_drain_refuses_work() {
         let probe = Arc::new(Fixed(AtomicU8::new(0)));
-        let (_closing_tx, closing) = watch::channel(false);
-        let app = router(Surface {
-            probe: probe.clone(),
-            events: Arc::new(NoEvents),
-            catalog: Arc::new(NoEvents),
-            closing,
-            routes: Router::new(),
-        });
+        let app = app(probe.clone());
 
         assert_eq!(call(&app, "GET", "/health").await.0, StatusCode::OK);
         let (status, _, body) = call(&app, "GET", "/ready").await;

@@ -55,8 +55,17 @@ pub(crate) async fn list_events(
     }
 }
 
-pub(crate) async fn ws_stream(ws: WebSocketUpgrade, State(s): State<Shared>) -> Response {
-    ws.on_upgrade(move |socket| session(socket, s))
+/// The socket keeps its connection's slot under the edge's cap for as
+/// long as it is open (an upgraded socket outlives its HTTP connection).
+pub(crate) async fn ws_stream(
+    ws: WebSocketUpgrade,
+    slot: Option<axum::Extension<crate::edge::ConnectionSlot>>,
+    State(s): State<Shared>,
+) -> Response {
+    ws.on_upgrade(move |socket| async move {
+        let _slot = slot;
+        session(socket, s).await
+    })
 }
 
 #[derive(Deserialize)]

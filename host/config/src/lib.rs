@@ -98,6 +98,16 @@ pub struct ApiConfig {
     pub host: IpAddr,
     /// `0` means the node serves no HTTP at all.
     pub port: u16,
+    /// `Host` names answered beyond loopback and the bound address; `*`
+    /// answers any. Required (non-empty) for a non-loopback `host`.
+    pub allowed_hosts: Vec<String>,
+    /// Connections served at once; `None` sizes it from the descriptor
+    /// limit at start.
+    pub max_connections: Option<usize>,
+    /// A request's headers must be complete this long after their first byte.
+    pub header_timeout: Duration,
+    /// A request's body must be complete this long after the request began.
+    pub body_timeout: Duration,
 }
 
 /// Where the event stream and the coordination store live.
@@ -338,6 +348,68 @@ mod raw {
     pub struct Api {
         pub host: Option<IpAddr>,
         pub port: Option<u16>,
+        pub allowed_hosts: Option<Vec<String>>,
+        pub max_connections: Option<usize>,
+        pub header_timeout_seconds: Option<f64>,
+        pub body_timeout_seconds: Option<f64>,
+    }
+
+    impl Api {
+        pub(super) fn validate(self) -> Result<ApiConfig, (&'static str, String)> {
+            let host = self.host.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            let allowed_hosts = self.allowed_hosts.unwrap_or_default();
+            for h in &allowed_hosts {
+                let ok = !h.is_empty()
+                    && (h == "*"
+                        || h.bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b)));
+                if !ok {
+                    return Err((
+                        "api.allowed_hosts",
+                        format!(
+                            "{h:?} is not a host name: list names as clients send them in Host (e.g. \"crewlet.internal\"), or \"*\" for any"
+                        ),
+                    ));
+                }
+            }
+            if !host.is_loopback() && allowed_hosts.is_empty() {
+                return Err((
+                    "api.host",
+                    format!(
+                        "{host} is reachable from other machines; every route but /health, /ready and /webhooks needs an operator token there, and requests are answered only for the names in api.allowed_hosts — set api.allowed_hosts to the names clients use (or [\"*\"] behind a proxy that checks Host), or keep api.host = \"127.0.0.1\""
+                    ),
+                ));
+            }
+            if self.max_connections == Some(0) {
+                return Err((
+                    "api.max_connections",
+                    "expected at least 1 connection (leave it out to size it from the descriptor limit)".into(),
+                ));
+            }
+            let timeout = |key: &'static str, v: Option<f64>, default: f64| {
+                let v = v.unwrap_or(default);
+                if v > 0.0 && v <= 3600.0 {
+                    Ok(Duration::from_secs_f64(v))
+                } else {
+                    Err((
+                        key,
+                        format!("expected above 0 and at most 3600 seconds, found {v}"),
+                    ))
+                }
+            };
+            Ok(ApiConfig {
+                host,
+                port: self.port.unwrap_or(DEFAULT_API_PORT),
+                allowed_hosts,
+                max_connections: self.max_connections,
+                header_timeout: timeout(
+                    "api.header_timeout_seconds",
+                    self.header_timeout_seconds,
+                    10.0,
+                )?,
+                body_timeout: timeout("api.body_timeout_seconds", self.body_timeout_seconds, 30.0)?,
+            })
+        }
     }
 
     #[derive(Debug, Deserialize)]
@@ -426,10 +498,7 @@ mod raw {
                 ));
             }
 
-            let api = ApiConfig {
-                host: self.api.host.unwrap_or(IpAddr::from([127, 0, 0, 1])),
-                port: self.api.port.unwrap_or(DEFAULT_API_PORT),
-            };
+            let api = self.api.validate().map_err(|(key, m)| invalid(key, m))?;
 
             let replicas = self.stream.replicas.unwrap_or(1);
             if !(1..=5).contains(&replicas) {
@@ -645,6 +714,7 @@ mod tests {
             [api]
             host = "0.0.0.0"
             port = 9000
+            allowed_hosts = ["crewlet.internal"]
             [stream]
             url = "nats://${NATS_HOST}:4222, nats://b:4222"
             replicas = 3
@@ -667,6 +737,29 @@ mod tests {
         );
         assert_eq!(cfg.coordination.heartbeat, Duration::from_secs(10));
         assert_eq!(cfg.logging.format, LogFormat::Json);
+    }
+
+    #[test]
+    fn a_non_loopback_host_needs_allowed_hosts_and_the_edge_keys_are_bounded() {
+        let err = parse("[api]\nhost = \"0.0.0.0\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key `api.host`") && err.contains("api.allowed_hosts"),
+            "{err}"
+        );
+        let ok = parse("[api]\nhost = \"10.0.0.2\"\nallowed_hosts = [\"*\"]\n").unwrap();
+        assert_eq!(ok.api.allowed_hosts, vec!["*".to_owned()]);
+        assert_eq!(ok.api.header_timeout, Duration::from_secs(10));
+        for (bad, key) in [
+            ("allowed_hosts = [\"evil/x\"]", "api.allowed_hosts"),
+            ("max_connections = 0", "api.max_connections"),
+            ("header_timeout_seconds = 0", "api.header_timeout_seconds"),
+            ("body_timeout_seconds = 7200", "api.body_timeout_seconds"),
+        ] {
+            let err = parse(&format!("[api]\n{bad}\n")).unwrap_err().to_string();
+            assert!(err.contains(&format!("key `{key}`")), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! created, never a per-write TTL. Why: on the embedded broker a per-key TTL
 //! is create-only — an update clears it — so a rate window incremented four
 //! times would never expire. Two kinds of records in one bucket silently
-//! give one of them the other's retention, hence fourteen buckets.
+//! give one of them the other's retention, hence fifteen buckets.
 //!
 //! Opening adopts a bucket that already exists and never rewrites its
 //! configuration (the first node to boot decides; a differing lease TTL is
@@ -37,10 +37,11 @@ pub enum Bucket {
     Secrets,
     Mailboxes,
     Positions,
+    Tokens,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 14] = [
+    pub const ALL: [Bucket; 15] = [
         Bucket::Leases,
         Bucket::Duties,
         Bucket::Epochs,
@@ -55,6 +56,7 @@ impl Bucket {
         Bucket::Secrets,
         Bucket::Mailboxes,
         Bucket::Positions,
+        Bucket::Tokens,
     ];
 
     /// The short name; the bucket is `{namespace}_{short}`.
@@ -74,6 +76,7 @@ impl Bucket {
             Bucket::Secrets => "secrets",
             Bucket::Mailboxes => "mailboxes",
             Bucket::Positions => "positions",
+            Bucket::Tokens => "tokens",
         }
     }
 
@@ -123,7 +126,8 @@ impl Retentions {
             | Bucket::Config
             | Bucket::Secrets
             | Bucket::Mailboxes
-            | Bucket::Positions => None,
+            | Bucket::Positions
+            | Bucket::Tokens => None,
         };
         BucketSpec { bucket, age }
     }

@@ -36,6 +36,7 @@ pub mod nats;
 pub mod reach;
 pub mod records;
 pub mod sweep;
+pub mod tokens;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,6 +62,7 @@ pub use records::{
     key_hint, merge_cooldowns,
 };
 pub use sweep::SweepReport;
+pub use tokens::{TokenRecord, TokenWatch};
 
 use bucket::Retentions;
 use kv::{Entry, Expect};

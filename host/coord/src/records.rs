@@ -140,7 +140,7 @@ fn held_by(c: Claimed, claimant: &str) -> Answer<Claimed, Claimed> {
     }
 }
 
-fn class_key(class: &str, id: &str) -> Result<String, CoordError> {
+pub(crate) fn class_key(class: &str, id: &str) -> Result<String, CoordError> {
     check_class(class)?;
     if id.is_empty() {
         return Err(CoordError::InvalidName {

@@ -37,6 +37,11 @@ enum Command {
     /// The token budgets' live windows, through a running node's API.
     #[command(subcommand)]
     Budgets(BudgetsCmd),
+    /// Operator tokens (admin scope), through a running node's API. Every
+    /// command sends the token in CREWLET_TOKEN, else the first-start token
+    /// in the data dir (CREWLET_DATA_DIR, else ./crewlet-data).
+    #[command(subcommand)]
+    Tokens(TokensCmd),
     /// Send a signed sample delivery to a running node.
     #[command(subcommand)]
     Webhook(WebhookCmd),
@@ -139,6 +144,39 @@ enum BudgetsCmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum TokensCmd {
+    /// Make a token and print its value once (only its hash is kept).
+    Create {
+        /// read, write (config, secrets, pauses) or admin (tokens).
+        #[arg(long, value_name = "SCOPE")]
+        scope: String,
+        /// How long it is accepted: 90s, 15m, 12h, 30d. Default: until revoked.
+        #[arg(long, value_name = "TTL")]
+        ttl: Option<String>,
+        /// What it is for.
+        #[arg(long, value_name = "NAME", default_value = "")]
+        name: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+    /// List the tokens: id, name, scope, created, expiry, revocation.
+    List {
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+    /// Revoke token ID fleet-wide.
+    Revoke {
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum WebhookCmd {
     /// Send a signed Slack `app_mention` for a seat, as Slack would, to
     /// `/webhooks/slack/HANDLE`. The signing secret is read from the
@@ -232,6 +270,7 @@ pub fn main() -> i32 {
         },
         Command::Secrets(cmd) => secrets(cmd),
         Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
+        Command::Tokens(cmd) => tokens(cmd),
         Command::Webhook(WebhookCmd::Sample {
             to,
             channel,
@@ -272,6 +311,40 @@ fn secrets(cmd: SecretsCmd) -> i32 {
         Err(e) => {
             eprintln!("crewlet: {e}");
             e.exit_code()
+        }
+    }
+}
+
+fn tokens(cmd: TokensCmd) -> i32 {
+    use crate::tokens::{cli, parse_ttl};
+    let done = match cmd {
+        TokensCmd::Create {
+            scope,
+            ttl,
+            name,
+            api,
+        } => {
+            let ttl = match ttl.as_deref().map(parse_ttl).transpose() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("crewlet: {e}");
+                    return 2;
+                }
+            };
+            let body = serde_json::json!({ "scope": scope, "name": name, "ttl_seconds": ttl });
+            cli(&api, "POST", "/tokens", body.to_string().as_bytes())
+        }
+        TokensCmd::List { api } => cli(&api, "GET", "/tokens", b""),
+        TokensCmd::Revoke { id, api } => cli(&api, "DELETE", &format!("/tokens/{id}"), b""),
+    };
+    match done {
+        Ok(out) => {
+            println!("{}", out.trim_end());
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
         }
     }
 }

@@ -1,6 +1,8 @@
 //! The command line's client for a running node's API: plain HTTP/1.1 over
 //! one TCP connection (the API is reached on loopback or a private network;
-//! no TLS, no redirects, no connection reuse).
+//! no TLS, no redirects, no connection reuse). Every request carries the
+//! operator token [`crate::tokens::cli_token`] finds, unless the caller
+//! sends its own `Authorization`.
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -62,6 +64,13 @@ pub fn request(
     }
     for (k, v) in headers {
         head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        && let Some(token) = crate::tokens::cli_token()
+    {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes()).map_err(unreachable)?;

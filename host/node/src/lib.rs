@@ -11,6 +11,7 @@ pub mod cli;
 pub mod client;
 pub mod company;
 pub mod configplane;
+pub mod descriptors;
 pub mod engine;
 pub mod identity;
 pub mod ingress;
@@ -22,6 +23,7 @@ pub mod sample;
 pub mod seats;
 pub mod secrets;
 pub mod state;
+pub mod tokens;
 
 /// The version this binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

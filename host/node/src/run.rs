@@ -64,6 +64,10 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_CONFIG;
         }
     };
+    if let Err(e) = crate::tokens::seed() {
+        eprintln!("crewlet: {e}");
+        return EXIT_CONFIG;
+    }
     if let Some(dir) = &args.plugins
         && !dir.is_dir()
     {
@@ -77,6 +81,7 @@ pub fn run(args: RunArgs) -> i32 {
         eprintln!("crewlet: {e}");
         return EXIT_CONFIG;
     }
+    let descriptors = crate::descriptors::reserve();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("crewlet")
@@ -88,15 +93,16 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    runtime.block_on(node_main(config, company, args.plugins))
+    runtime.block_on(node_main(config, company, args.plugins, descriptors))
 }
 
 async fn node_main(
     config: NodeConfig,
     company: Option<CompanyFile>,
     plugins: Option<PathBuf>,
+    descriptors: u64,
 ) -> i32 {
-    match start_and_serve(config, company, plugins).await {
+    match start_and_serve(config, company, plugins, descriptors).await {
         Ok(()) => 0,
         Err(e) => {
             error!(subsystem = "node", "{e}");
@@ -146,6 +152,7 @@ async fn start_and_serve(
     config: NodeConfig,
     company: Option<CompanyFile>,
     plugins: Option<PathBuf>,
+    descriptors: u64,
 ) -> Result<(), NodeError> {
     let data_dir = config.data_dir.clone();
     std::fs::create_dir_all(&data_dir).map_err(|source| NodeError::DataDir {
@@ -162,9 +169,16 @@ async fn start_and_serve(
     // this build cannot use stops the node here.
     let store = crewlet_store::Store::open_in(&data_dir)?;
     let span = info_span!("node", node_id = %node_id);
-    lifecycle(config, company, plugins, node_id, Arc::new(store))
-        .instrument(span)
-        .await
+    lifecycle(
+        config,
+        company,
+        plugins,
+        node_id,
+        Arc::new(store),
+        descriptors,
+    )
+    .instrument(span)
+    .await
 }
 
 async fn lifecycle(
@@ -173,6 +187,7 @@ async fn lifecycle(
     plugins: Option<PathBuf>,
     node_id: String,
     store: Arc<crewlet_store::Store>,
+    descriptors: u64,
 ) -> Result<(), NodeError> {
     // The company this node serves. The config plane moves it; until a
     // revision is activated through the pointer, the `--company` document.
@@ -209,9 +224,13 @@ async fn lifecycle(
     // Routes that need the engine reach it through `late`, filled once the
     // engine is up; until then they answer 503 with Retry-After.
     let late: Late = Late::default();
+    // The guard reads the token mirror from the first request; it answers
+    // unknown (503) until coordination has listed the fleet's tokens.
+    let tokens = Arc::new(crate::tokens::Tokens::default());
 
     // The HTTP surface binds before the engine starts.
     let (http_stop_tx, http_stop_rx) = watch::channel(false);
+    let mut bound = None;
     let http = if config.api.port == 0 {
         info!(subsystem = "api", "api.port = 0: serving no HTTP");
         None
@@ -228,21 +247,37 @@ async fn lifecycle(
             routes: crate::ingress::routes(late.clone())
                 .merge(crate::configplane::routes(late.clone()))
                 .merge(crate::secrets::routes(late.clone()))
-                .merge(crate::budgets::routes(late.clone())),
+                .merge(crate::budgets::routes(late.clone()))
+                .merge(crate::tokens::routes(tokens.clone())),
+            authority: tokens.clone(),
+            allowed_hosts: crewlet_api::AllowedHosts::new(
+                config.api.host,
+                &config.api.allowed_hosts,
+            ),
         });
+        let limits = crewlet_api::EdgeLimits {
+            max_connections: crate::descriptors::connection_cap(
+                config.api.max_connections,
+                descriptors,
+            ),
+            header_timeout: config.api.header_timeout,
+            body_timeout: config.api.body_timeout,
+        };
+        let addr = listener.local_addr().unwrap_or(addr);
+        bound = Some(addr);
         let mut stop = http_stop_rx.clone();
         let task = tokio::spawn(
             async move {
                 let shutdown = async move {
                     let _ = stop.wait_for(|s| *s).await;
                 };
-                if let Err(e) = crewlet_api::serve(listener, router, shutdown).await {
+                if let Err(e) = crewlet_api::serve(listener, router, limits, shutdown).await {
                     error!(subsystem = "api", error = %e, "HTTP surface failed");
                 }
             }
             .in_current_span(),
         );
-        info!(subsystem = "api", %addr, "HTTP surface listening");
+        info!(subsystem = "api", %addr, max_connections = limits.max_connections, "HTTP surface listening");
         Some(task)
     };
 
@@ -334,6 +369,23 @@ async fn lifecycle(
             }
         };
         info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
+        let (tokens_stop_tx, tokens_stop) = watch::channel(false);
+        tokens
+            .start(coord.clone(), tokens_stop, Duration::from_secs(5))
+            .await;
+        engine.push("tokens", move || {
+            Box::pin(async move {
+                let _ = tokens_stop_tx.send(true);
+            })
+        });
+        match tokens.bootstrap(&config.data_dir).await {
+            Ok(Some((token, seeded))) => {
+                let banner = !seeded && config.logging.format == LogFormat::Text;
+                announce_login(bound, &token, &config.data_dir, banner)
+            }
+            Ok(None) => {}
+            Err(e) => warn!(subsystem = "tokens", error = %e, "no first-start admin token made"),
+        }
         if let Some(loaded) = loaded {
             info!(
                 subsystem = "plugins",
@@ -425,6 +477,45 @@ async fn lifecycle(
     }
     info!(subsystem = "node", "node stopped");
     Ok(())
+}
+
+/// Prints, once, the dashboard login URL for a generated first-start admin
+/// token: straight to stderr, never through the log events (a JSON log
+/// stream gets only the token file's path), the token in the URL fragment
+/// (a browser never sends it, so no server log ever holds it).
+fn announce_login(
+    bound: Option<SocketAddr>,
+    token: &str,
+    data_dir: &std::path::Path,
+    banner: bool,
+) {
+    let file = data_dir.join(crate::tokens::TOKEN_FILE);
+    info!(subsystem = "tokens", file = %file.display(), "first start: an admin operator token was made");
+    if !banner {
+        return;
+    }
+    let Some(addr) = bound else {
+        eprintln!(
+            "crewlet: first start: an admin token is in {}",
+            file.display()
+        );
+        return;
+    };
+    let host = if addr.ip().is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        addr.ip().to_string()
+    };
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    eprintln!(
+        "\ncrewlet: first start — log in to the dashboard (shown once):\n\n    http://{host}:{}/#token={token}\n\n  The same admin token is in {} (0600); the CLI reads it from there.\n",
+        addr.port(),
+        file.display()
+    );
 }
 
 /// Publishes a node lifecycle event; a failure is logged, never fatal.

@@ -2,6 +2,11 @@
 //!
 //! Tests speak the real wire protocol to the real listener; this is the
 //! smallest client that does that without pulling a TLS stack into tests.
+//!
+//! Every request carries [`OPERATOR_TOKEN`] unless the caller sends its own
+//! `Authorization`: the nodes the tests start are seeded with it as their
+//! first-start admin token (`CREWLET_BOOTSTRAP_TOKEN`). [`request_exact`]
+//! sends exactly the caller's headers, for tests of the guard itself.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -32,6 +37,9 @@ impl Response {
     }
 }
 
+/// The admin token the test nodes are seeded with.
+pub const OPERATOR_TOKEN: &str = "crw_test-suite-operator-token-0123456789abcdef";
+
 pub fn get(addr: &str, path: &str) -> io::Result<Response> {
     request(addr, "GET", path, &[], &[])
 }
@@ -47,10 +55,31 @@ pub fn request(
     headers: &[(&str, &str)],
     body: &[u8],
 ) -> io::Result<Response> {
+    let bearer = format!("Bearer {OPERATOR_TOKEN}");
+    let mut all: Vec<(&str, &str)> = vec![("Host", addr)];
+    if !headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    {
+        all.push(("Authorization", &bearer));
+    }
+    all.extend_from_slice(headers);
+    request_exact(addr, method, path, &all, body)
+}
+
+/// One request with exactly `headers` (plus `Connection: close` and
+/// `Content-Length`): no `Host`, no token unless given.
+pub fn request_exact(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> io::Result<Response> {
     let mut stream = TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        "{method} {path} HTTP/1.1\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
     );
     for (k, v) in headers {

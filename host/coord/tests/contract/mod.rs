@@ -1279,6 +1279,57 @@ pub async fn seat_pause_watch<F: Fixture>(f: &F) {
     assert_eq!((h.as_str(), v), ("ada", None));
 }
 
+/// Tokens: create-only by id, revoked by a write every watcher sees, and
+/// listed with revoked ones included.
+pub async fn operator_tokens<F: Fixture>(f: &F) {
+    use crewlet_coord::TokenRecord;
+    use futures::StreamExt;
+    let c = f.coord(0);
+    let rec = |hash: &str, scope: &str| TokenRecord {
+        hash: hash.into(),
+        scope: scope.into(),
+        name: "ci".into(),
+        created_ms: 1_000,
+        expires_ms: Some(5_000),
+        revoked_ms: None,
+    };
+    assert!(
+        c.create_token("t1", &rec("aa", "admin"))
+            .await
+            .unwrap()
+            .is_yes()
+    );
+    match c.create_token("t1", &rec("bb", "read")).await.unwrap() {
+        crewlet_coord::Answer::No(there) => assert_eq!(there.hash, "aa"),
+        other => panic!("a second create of one id must be refused: {other:?}"),
+    }
+    let mut w = f.coord(1).watch_tokens().await.unwrap();
+    assert_eq!(w.initial.keys().cloned().collect::<Vec<_>>(), vec!["t1"]);
+    assert!(w.initial["t1"].live_at(4_999));
+    assert!(!w.initial["t1"].live_at(5_000), "expired at its instant");
+
+    assert!(c.revoke_token("nope", 9).await.unwrap().is_no());
+    let revoked = match c.revoke_token("t1", 2_000).await.unwrap() {
+        crewlet_coord::Answer::Yes(r) => r,
+        other => panic!("revoking a token that exists: {other:?}"),
+    };
+    assert_eq!(revoked.revoked_ms, Some(2_000));
+    match c.revoke_token("t1", 3_000).await.unwrap() {
+        crewlet_coord::Answer::Yes(r) => assert_eq!(r.revoked_ms, Some(2_000)),
+        other => panic!("a second revoke keeps the first time: {other:?}"),
+    }
+    let (id, seen) = tokio::time::timeout(Duration::from_secs(10), w.changes.next())
+        .await
+        .expect("a change")
+        .unwrap()
+        .unwrap();
+    assert_eq!(id, "t1");
+    let seen = seen.expect("a revocation is a write");
+    assert!(!seen.live_at(1_500), "revoked is never live");
+    let all = f.coord(1).tokens().await.unwrap();
+    assert_eq!(all["t1"].revoked_ms, Some(2_000));
+}
+
 /// The marker sweep changes no answer, and only covers ageless buckets.
 pub async fn marker_sweep_changes_no_answer<F: Fixture>(f: &F) {
     let c = f.coord(0);
@@ -1289,7 +1340,8 @@ pub async fn marker_sweep_changes_no_answer<F: Fixture>(f: &F) {
             Bucket::Config,
             Bucket::Secrets,
             Bucket::Mailboxes,
-            Bucket::Positions
+            Bucket::Positions,
+            Bucket::Tokens
         ]
         .into_iter()
         .collect()
@@ -1515,6 +1567,10 @@ macro_rules! contract_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn seat_pause_watch() {
             contract::seat_pause_watch(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn operator_tokens() {
+            contract::operator_tokens(&$fixture.await).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn marker_sweep_changes_no_answer() {
