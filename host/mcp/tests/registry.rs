@@ -13,6 +13,7 @@ use serde_json::json;
 fn opts() -> McpOptions {
     McpOptions {
         start_timeout: Duration::from_secs(20),
+        policy: test_policy(),
         ..McpOptions::default()
     }
 }
@@ -317,6 +318,15 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
             stdio(CHAT, &[], &[("CHAT_LOG", "/dev/null")]),
         ),
         ("silent".to_owned(), stdio("sleep", &["1000"], &[])),
+        // Not on the node's allow-list: refused at spawn, never started.
+        (
+            "not-allowed".to_owned(),
+            stdio("/bin/cat", &["/etc/passwd"], &[]),
+        ),
+        (
+            "loader".to_owned(),
+            stdio("sh", &["-c", "exit 0"], &[("LD_PRELOAD", "/tmp/x.so")]),
+        ),
     ]);
     // A secret a dying child prints is scrubbed from the recorded reason.
     role.insert(
@@ -327,9 +337,13 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
             &[("TOKEN", "${SEAT_CHAT_TOKEN}")],
         ),
     );
-    let shared = SharedChildren::new(McpOptions::default());
+    let shared = SharedChildren::new(McpOptions {
+        policy: test_policy(),
+        ..McpOptions::default()
+    });
     let opts = McpOptions {
         start_timeout: Duration::from_secs(3),
+        policy: test_policy(),
         ..McpOptions::default()
     };
     let started = Instant::now();
@@ -355,6 +369,8 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
     let reasons: BTreeMap<&str, String> = [
         "unresolved",
         "missing",
+        "not-allowed",
+        "loader",
         "exits",
         "no-identity",
         "silent",
@@ -377,7 +393,23 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
         reasons["unresolved"]
     );
     assert!(reasons["unresolved"].contains("env.CHAT_IDENTITY"));
-    assert!(reasons["missing"].contains("could not run `/nonexistent/crewlet-no-such-mcp`"));
+    assert!(
+        reasons["missing"].contains("\"/nonexistent/crewlet-no-such-mcp\" cannot be run here"),
+        "{}",
+        reasons["missing"]
+    );
+    assert!(
+        reasons["not-allowed"].contains("refused by this node (command)")
+            && reasons["not-allowed"].contains("allowed_commands"),
+        "{}",
+        reasons["not-allowed"]
+    );
+    assert!(
+        reasons["loader"].contains("(env.LD_PRELOAD)"),
+        "{}",
+        reasons["loader"]
+    );
+    assert!(children_named("cat").is_empty(), "a refused server ran");
     assert!(
         reasons["missing"].contains("No such file"),
         "{}",

@@ -57,7 +57,13 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let company = match args.company.as_deref().map(CompanyFile::load).transpose() {
+    let policy = crate::company::policy(&config);
+    let company = match args
+        .company
+        .as_deref()
+        .map(|f| CompanyFile::load(f, &policy))
+        .transpose()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crewlet: {e}");
