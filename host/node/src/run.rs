@@ -234,7 +234,8 @@ async fn lifecycle(
             routes: crate::ingress::routes(late.clone())
                 .merge(crate::configplane::routes(late.clone()))
                 .merge(crate::secrets::routes(late.clone()))
-                .merge(crate::budgets::routes(late.clone())),
+                .merge(crate::budgets::routes(late.clone()))
+                .merge(crate::operator::routes(late.clone())),
         });
         let mut stop = http_stop_rx.clone();
         let task = tokio::spawn(
