@@ -626,6 +626,25 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_mcp_entry_names_its_key() {
+        let err = parse("[mcp]\nallowed_commands = [42]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key `mcp.allowed_commands[0]`"), "{err}");
+        assert!(err.contains("a program's absolute path"), "{err}");
+        let err = parse("[mcp]\nallowed_commands = [\"npx\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key `mcp.allowed_commands[0]`") && err.contains("command -v npx"),
+            "{err}"
+        );
+        let cfg = parse("[mcp]\nallowed_dirs = [\"work\"]\n").unwrap();
+        assert_eq!(cfg.mcp.allowed_dirs, [PathBuf::from("/etc/crewlet/work")]);
+        assert_eq!(cfg.mcp.allowed_commands, vec![AllowedCommand::own_binary()]);
+    }
+
+    #[test]
     fn empty_file_is_all_defaults() {
         let cfg = parse("").unwrap();
         assert_eq!(cfg.roles, Role::ALL.to_vec());

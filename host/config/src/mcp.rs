@@ -20,6 +20,9 @@ use serde::Deserialize;
 /// The name that stands for this node's own executable.
 pub const OWN_BINARY: &str = "crewlet";
 
+/// What an `allowed_commands` entry looks like, for error messages.
+const SHAPE: &str = "a program's absolute path, or a table `{ command = \"/path\", args = [\"pinned\", \"leading\", \"args\"] }`";
+
 /// The leading argument the node's own binary is allowed with.
 pub const OWN_BINARY_ARGS: &[&str] = &["mcp"];
 
@@ -64,13 +67,6 @@ pub(crate) mod raw {
     use super::*;
 
     #[derive(Debug, Deserialize)]
-    #[serde(untagged)]
-    pub enum Entry {
-        Path(String),
-        Pinned(Pinned),
-    }
-
-    #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]
     pub struct Pinned {
         pub command: String,
@@ -81,7 +77,9 @@ pub(crate) mod raw {
     #[derive(Debug, Default, Deserialize)]
     #[serde(deny_unknown_fields, default)]
     pub struct Mcp {
-        pub allowed_commands: Option<Vec<Entry>>,
+        /// A path, or a `{ command, args }` table; read by hand so a bad
+        /// entry gets a sentence, not serde's "no variant matched".
+        pub allowed_commands: Option<Vec<toml::Value>>,
         pub allowed_dirs: Vec<PathBuf>,
     }
 }
@@ -103,8 +101,17 @@ impl raw::Mcp {
         for (i, entry) in entries.into_iter().enumerate() {
             let key = format!("mcp.allowed_commands[{i}]");
             let (command, args) = match entry {
-                raw::Entry::Path(c) => (c, Vec::new()),
-                raw::Entry::Pinned(p) => (p.command, p.args),
+                toml::Value::String(c) => (c, Vec::new()),
+                table @ toml::Value::Table(_) => match table.try_into::<raw::Pinned>() {
+                    Ok(p) => (p.command, p.args),
+                    Err(e) => return Err((key, format!("{}: expected {SHAPE}", e.message()))),
+                },
+                other => {
+                    return Err((
+                        key,
+                        format!("found a {}: expected {SHAPE}", other.type_str()),
+                    ));
+                }
             };
             if command == OWN_BINARY {
                 if !args.is_empty() && !args.starts_with(&[OWN_BINARY_ARGS[0].to_owned()]) {
