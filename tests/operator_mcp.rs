@@ -311,7 +311,31 @@ async fn bad_calls_are_clear_tool_errors_and_an_unanswered_message_still_stands(
     );
     let seats = call(&client, "list_seats", json!({})).await.unwrap();
     assert_eq!(seat(&seats, "mute")["turn"]["in_turn"], true, "{seats}");
-    client.cancel().await.ok();
+
+    // A drain does not wait out a long wait: the call ends, the message stands.
+    let client = std::sync::Arc::new(client);
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            call(
+                &client,
+                "send_message",
+                json!({"seat": "mute", "text": "still there?", "timeout_seconds": 600}),
+            )
+            .await
+        })
+    };
+    common::wait_events(&w.node, "webhook_received", 2);
+    w.node.signal(libc::SIGTERM);
+    let err = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the wait ended with the drain")
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        err.contains("began draining") && err.contains("the message stands"),
+        "{err}"
+    );
 }
 
 /// The inspector's CLI, installed by `scripts/bootstrap.sh --browser`.

@@ -34,6 +34,7 @@ use serde_json::{Value, json};
 use tracing::info;
 
 use crate::engine::{EngineContext, Late};
+use crate::state::Phase;
 
 /// The route the catalogue is served at.
 pub const ROUTE: &str = "/operator/mcp";
@@ -43,6 +44,8 @@ pub const SOURCE: &str = "operator";
 const DEFAULT_WAIT: Duration = Duration::from_secs(60);
 /// The longest wait a caller may ask for.
 const MAX_WAIT: Duration = Duration::from_secs(600);
+/// How often a waiting `send_message` looks whether the node is draining.
+const PHASE_CHECK: Duration = Duration::from_millis(250);
 
 /// Why a tool did not do what it was asked; the text says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +66,10 @@ pub enum OperatorError {
         trace_id: String,
         waited: Duration,
     },
+    #[error(
+        "this node began draining while waiting for seat `{seat}` on message {trace_id}; the message stands and the seat will still answer it: read its turns later with `seat_turns`"
+    )]
+    Draining { seat: String, trace_id: String },
     #[error("the message was not accepted: {0}; nothing was delivered, send it again")]
     NotAccepted(String),
     #[error("`{field}`: {message}")]
@@ -168,13 +175,13 @@ impl Operator {
     }
 
     #[tool(
-        description = "Pause a seat: a fleet-wide record that the seat should take no new work."
+        description = "Record a pause for a seat in the fleet's seat-pause records (who, why, when); list_seats shows it."
     )]
     async fn pause_seat(&self, Parameters(p): Parameters<PauseSeat>) -> Result<String, String> {
         rendered(self.pause(p).await)
     }
 
-    #[tool(description = "Resume a paused seat.")]
+    #[tool(description = "Remove a seat's pause record; answers whether it was paused.")]
     async fn resume_seat(&self, Parameters(s): Parameters<SeatArg>) -> Result<String, String> {
         rendered(self.resume(s).await)
     }
@@ -249,7 +256,11 @@ impl Operator {
                 "role": seat.role,
                 "holder": holder,
                 "pause": paused,
-                "turn": self.turn_state(ctx, handle).await,
+                "turn": match holder["state"].as_str() {
+                    Some("here") => self.turn_state(ctx, handle).await,
+                    Some("unowned") => json!({"in_turn": false}),
+                    _ => json!({"in_turn": "unknown", "why": "not held by this node: its turns are in its holder's event log"}),
+                },
             }));
         }
         Ok(json!({"org": active.company.org, "epoch": active.epoch, "seats": out}))
@@ -356,12 +367,21 @@ impl Operator {
         info!(subsystem = "operator", seat = %handle, trace_id, "operator message accepted");
 
         let deadline = tokio::time::Instant::now() + waited;
+        // The node's phase is an atomic with no watch: looked at on a tick,
+        // so a drain never waits out a long `timeout_seconds`.
+        let mut phase_tick = tokio::time::interval(PHASE_CHECK);
         let mut turn: Option<String> = None;
         let mut replies = Vec::new();
         loop {
             let msg = tokio::select! {
                 m = events.next() => m,
                 _ = tokio::time::sleep_until(deadline) => None,
+                _ = phase_tick.tick() => {
+                    if ctx.state.phase() >= Phase::Draining {
+                        return Err(OperatorError::Draining { seat: handle, trace_id });
+                    }
+                    continue;
+                }
             };
             let Some(msg) = msg else {
                 return Err(OperatorError::NoAnswer {
