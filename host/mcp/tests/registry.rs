@@ -601,3 +601,44 @@ async fn twenty_seats_start_their_own_children() {
         "mcp figure: 20 seats × 1 stdio chat child started (spawn+handshake+tools/list) in {start_time:?}; stopped in {stop_time:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_runs_in_its_allowed_working_directory_by_the_checked_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let mut spec = stdio("sh", &["-c", "echo \"in $(pwd) as $0\" >&2; exit 1"], &[]);
+    if let crewlet_company::McpTransport::Stdio { cwd, .. } = &mut spec.transport {
+        *cwd = Some(work.display().to_string());
+    }
+    let role = BTreeMap::from([("where".to_owned(), spec)]);
+    let sh = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("sh"))
+        .find(|p| p.is_file())
+        .unwrap();
+    let cfg = crewlet_config::McpConfig {
+        allowed_commands: vec![crewlet_config::AllowedCommand {
+            program: Some(sh),
+            args_prefix: Vec::new(),
+        }],
+        allowed_dirs: vec![dir.path().to_owned()],
+    };
+    let opts = McpOptions {
+        start_timeout: Duration::from_secs(5),
+        policy: std::sync::Arc::new(crewlet_mcp::CommandPolicy::new(&cfg, None)),
+        ..McpOptions::default()
+    };
+    let shared = SharedChildren::new(opts.clone());
+    let seat = SeatTools::start("ana", &role, &shared, resolver(&[]), &opts).await;
+    let servers = seat.servers();
+    let reason = match &summary(&servers, "where").state {
+        ServerState::Failed { reason } => reason.clone(),
+        other => panic!("{other:?}"),
+    };
+    let canonical = std::fs::canonicalize(&work).unwrap();
+    assert!(
+        reason.contains(&format!("in {} as sh", canonical.display())),
+        "{reason}"
+    );
+    seat.shutdown().await;
+}
