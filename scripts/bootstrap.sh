@@ -9,8 +9,10 @@
 #     project's own, git-ignored .tools/ — found there by `crewlet run` and by
 #     the tests, never installed system-wide;
 #   - the plugins in plugins/, built to wasm32-wasip2 components;
-#   - with --browser (the test command): Debian's chromium and the npm
-#     packages of tests/browser (playwright-core, from its lock file).
+#   - with --browser (the test command): Debian's chromium, the npm
+#     packages of tests/browser (playwright-core, from its lock file) and the
+#     official MCP inspector (pinned) into .tools/npm/inspector, which
+#     tests/operator_mcp.rs drives in its `--cli` mode.
 set -euo pipefail
 
 browser=0
@@ -23,6 +25,7 @@ done
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NATS_SERVER_VERSION="2.15.1"
+MCP_INSPECTOR_VERSION="2.12.0"
 TOOLS="$ROOT/.tools"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -88,5 +91,13 @@ if [[ $browser == 1 ]]; then
     if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
         say "installing tests/browser npm packages"
         (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    inspector_dir="$TOOLS/npm/inspector"
+    inspector_pkg="$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json"
+    if ! grep -qs "\"version\": \"$MCP_INSPECTOR_VERSION\"" "$inspector_pkg"; then
+        say "installing @modelcontextprotocol/inspector $MCP_INSPECTOR_VERSION into .tools/npm/inspector"
+        mkdir -p "$inspector_dir"
+        npm install --prefix "$inspector_dir" --no-audit --no-fund --loglevel=error \
+            "@modelcontextprotocol/inspector@$MCP_INSPECTOR_VERSION"
     fi
 fi

@@ -149,6 +149,11 @@ pub enum McpTransport {
         command: String,
         args: Vec<String>,
         env: BTreeMap<String, String>,
+        /// The child's working directory (absolute); `None`: the node's.
+        /// Which programs and directories a node runs is its own file's
+        /// `[mcp]` allow-list, checked when a document is accepted and
+        /// again at spawn.
+        cwd: Option<String>,
     },
     Http {
         url: String,
@@ -205,7 +210,7 @@ pub struct Company {
 }
 
 /// One problem in a document, at a path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct DocError {
     pub path: String,
     pub message: String,

@@ -87,6 +87,7 @@ struct RawMcp {
     args: Vec<String>,
     #[serde(default)]
     env: BTreeMap<String, String>,
+    cwd: Option<String>,
     url: Option<String>,
     #[serde(default)]
     headers: BTreeMap<String, String>,
@@ -230,15 +231,24 @@ impl RawMcp {
                     );
                 }
                 errors.check(format!("{path}.command"), non_empty(&command, "a command"));
+                if let Some(cwd) = &self.cwd
+                    && !cwd.starts_with('/')
+                {
+                    errors.add(
+                        format!("{path}.cwd"),
+                        format!("expected an absolute directory, found {cwd:?}"),
+                    );
+                }
                 McpTransport::Stdio {
                     command,
                     args: self.args,
                     env: self.env,
+                    cwd: self.cwd,
                 }
             }
             (None, Some(url)) => {
-                if !self.args.is_empty() || !self.env.is_empty() {
-                    errors.add(path, "`args` and `env` apply to `command` servers; a `url` server takes `headers`");
+                if !self.args.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
+                    errors.add(path, "`args`, `env` and `cwd` apply to `command` servers; a `url` server takes `headers`");
                 }
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     errors.add(

@@ -157,3 +157,34 @@ fn seats_carry_their_own_credentials_and_servers_name_their_reply_tools() {
     );
     assert!(paths.contains(&"roles.r.mcp.chat.replies[0]"), "{paths:?}");
 }
+
+#[test]
+fn a_working_directory_is_absolute_and_only_for_command_servers() {
+    let doc = |server: &str| {
+        format!(
+            r#"
+[org]
+name = "Acme"
+[roles.dev]
+system_prompt = "x"
+executor = [{{ provider = "scripted", model = "m" }}]
+reviewer = {{ provider = "scripted", model = "r" }}
+[roles.dev.mcp.tool]
+{server}
+[seats]
+ada = {{ role = "dev" }}
+"#
+        )
+    };
+    let ok = Company::parse(&doc("command = \"crewlet\"\ncwd = \"/srv/work\"")).unwrap();
+    match &ok.roles["dev"].mcp["tool"].transport {
+        McpTransport::Stdio { cwd, .. } => assert_eq!(cwd.as_deref(), Some("/srv/work")),
+        other => panic!("{other:?}"),
+    }
+    let err = Company::parse(&doc("command = \"crewlet\"\ncwd = \"work\"")).unwrap_err();
+    assert_eq!(err.errors[0].path, "roles.dev.mcp.tool.cwd");
+    assert!(err.errors[0].message.contains("absolute"), "{err}");
+    let err = Company::parse(&doc("url = \"http://127.0.0.1:1/mcp\"\ncwd = \"/srv\"")).unwrap_err();
+    assert_eq!(err.errors[0].path, "roles.dev.mcp.tool");
+    assert!(err.errors[0].message.contains("`cwd`"), "{err}");
+}

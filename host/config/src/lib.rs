@@ -10,6 +10,7 @@
 //! paths given on the command line resolve against the working directory.
 
 mod interpolate;
+pub mod mcp;
 pub mod scan;
 
 use std::collections::BTreeMap;
@@ -21,6 +22,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use interpolate::{InterpolateError, interpolate_str};
+pub use mcp::{AllowedCommand, McpConfig};
 
 /// Lease TTL for seats and presence when the file does not set one.
 pub const DEFAULT_LEASE_TTL_SECONDS: u64 = 45;
@@ -91,6 +93,8 @@ pub struct NodeConfig {
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
     pub models: ModelsConfig,
+    /// What the company document may make this node run (`[mcp]`).
+    pub mcp: McpConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -331,6 +335,7 @@ mod raw {
         pub logging: Logging,
         pub shutdown: Shutdown,
         pub models: Models,
+        pub mcp: crate::mcp::raw::Mcp,
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -624,6 +629,11 @@ mod raw {
                 ));
             }
 
+            let mcp = self
+                .mcp
+                .validate(base)
+                .map_err(|(key, message)| invalid(&key, message))?;
+
             Ok(NodeConfig {
                 source: None,
                 node_id: self.node.id,
@@ -643,6 +653,7 @@ mod raw {
                 models: ModelsConfig {
                     cooldown_floor: Duration::from_secs(floor),
                 },
+                mcp,
             })
         }
     }
@@ -681,6 +692,25 @@ mod tests {
             &Overrides::default(),
             &env,
         )
+    }
+
+    #[test]
+    fn a_bad_mcp_entry_names_its_key() {
+        let err = parse("[mcp]\nallowed_commands = [42]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key `mcp.allowed_commands[0]`"), "{err}");
+        assert!(err.contains("a program's absolute path"), "{err}");
+        let err = parse("[mcp]\nallowed_commands = [\"npx\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("key `mcp.allowed_commands[0]`") && err.contains("command -v npx"),
+            "{err}"
+        );
+        let cfg = parse("[mcp]\nallowed_dirs = [\"work\"]\n").unwrap();
+        assert_eq!(cfg.mcp.allowed_dirs, [PathBuf::from("/etc/crewlet/work")]);
+        assert_eq!(cfg.mcp.allowed_commands, vec![AllowedCommand::own_binary()]);
     }
 
     #[test]

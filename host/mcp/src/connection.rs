@@ -48,6 +48,7 @@ pub(crate) enum Launch {
         command: String,
         args: Vec<String>,
         env: BTreeMap<String, String>,
+        cwd: Option<String>,
     },
     Http {
         url: String,
@@ -63,8 +64,14 @@ impl Launch {
     ) -> Result<(Launch, Redactor), SubstituteError> {
         let mut red = Redactor::default();
         let launch = match spec {
-            McpTransport::Stdio { command, args, env } => Launch::Stdio {
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => Launch::Stdio {
                 command: command.clone(),
+                cwd: cwd.clone(),
                 args: args
                     .iter()
                     .enumerate()
@@ -123,8 +130,13 @@ impl Connection {
         opts: &McpOptions,
     ) -> Result<Connection, String> {
         let result = match launch {
-            Launch::Stdio { command, args, env } => {
-                Self::start_stdio(server, command, args, env, &redactor, opts).await
+            Launch::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                Self::start_stdio(server, command, args, env, cwd.as_deref(), &redactor, opts).await
             }
             Launch::Http { url, headers } => {
                 Self::start_http(server, url, headers, &redactor, opts).await
@@ -138,10 +150,20 @@ impl Connection {
         command: &str,
         args: &[String],
         env: &BTreeMap<String, String>,
+        cwd: Option<&str>,
         redactor: &Redactor,
         opts: &McpOptions,
     ) -> Result<Connection, String> {
-        let mut cmd = tokio::process::Command::new(command);
+        let allowed = opts
+            .policy
+            .check(command, args, env.keys(), cwd)
+            .map_err(|e| format!("refused by this node ({}): {e}", e.key()))?;
+        // Started by the path that was checked, named as the spec names it.
+        let mut cmd = tokio::process::Command::new(&allowed.program);
+        cmd.arg0(command);
+        if let Some(dir) = &allowed.cwd {
+            cmd.current_dir(dir);
+        }
         cmd.args(args).env_clear().kill_on_drop(true);
         for name in PASSED_ENV {
             if let Some(value) = std::env::var_os(name) {

@@ -21,6 +21,7 @@
 //! with the others.
 
 mod connection;
+mod policy;
 mod seat;
 mod shared;
 mod status;
@@ -33,6 +34,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use policy::{Allowed, CommandPolicy, Refused};
 pub use seat::SeatTools;
 pub use shared::SharedChildren;
 pub use status::{McpStatusRow, merge_status};
@@ -55,6 +57,8 @@ pub struct McpOptions {
     /// How long a stopping child may take to exit after its stdin closes
     /// before it is killed (rmcp then sends SIGTERM, then SIGKILL).
     pub stop_timeout: Duration,
+    /// Which programs stdio servers may be; checked at every spawn.
+    pub policy: Arc<CommandPolicy>,
 }
 
 impl Default for McpOptions {
@@ -63,6 +67,7 @@ impl Default for McpOptions {
             start_timeout: Duration::from_secs(30),
             call_timeout: Duration::from_secs(60),
             stop_timeout: Duration::from_secs(10),
+            policy: Arc::new(CommandPolicy::builtin_only()),
         }
     }
 }

@@ -36,6 +36,7 @@ fn opts() -> McpOptions {
     McpOptions {
         start_timeout: Duration::from_secs(30),
         call_timeout: Duration::from_secs(2),
+        policy: test_policy(),
         ..McpOptions::default()
     }
 }

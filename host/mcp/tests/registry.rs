@@ -13,6 +13,7 @@ use serde_json::json;
 fn opts() -> McpOptions {
     McpOptions {
         start_timeout: Duration::from_secs(20),
+        policy: test_policy(),
         ..McpOptions::default()
     }
 }
@@ -317,6 +318,15 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
             stdio(CHAT, &[], &[("CHAT_LOG", "/dev/null")]),
         ),
         ("silent".to_owned(), stdio("sleep", &["1000"], &[])),
+        // Not on the node's allow-list: refused at spawn, never started.
+        (
+            "not-allowed".to_owned(),
+            stdio("/bin/cat", &["/etc/passwd"], &[]),
+        ),
+        (
+            "loader".to_owned(),
+            stdio("sh", &["-c", "exit 0"], &[("LD_PRELOAD", "/tmp/x.so")]),
+        ),
     ]);
     // A secret a dying child prints is scrubbed from the recorded reason.
     role.insert(
@@ -327,9 +337,13 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
             &[("TOKEN", "${SEAT_CHAT_TOKEN}")],
         ),
     );
-    let shared = SharedChildren::new(McpOptions::default());
+    let shared = SharedChildren::new(McpOptions {
+        policy: test_policy(),
+        ..McpOptions::default()
+    });
     let opts = McpOptions {
         start_timeout: Duration::from_secs(3),
+        policy: test_policy(),
         ..McpOptions::default()
     };
     let started = Instant::now();
@@ -355,6 +369,8 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
     let reasons: BTreeMap<&str, String> = [
         "unresolved",
         "missing",
+        "not-allowed",
+        "loader",
         "exits",
         "no-identity",
         "silent",
@@ -377,7 +393,23 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
         reasons["unresolved"]
     );
     assert!(reasons["unresolved"].contains("env.CHAT_IDENTITY"));
-    assert!(reasons["missing"].contains("could not run `/nonexistent/crewlet-no-such-mcp`"));
+    assert!(
+        reasons["missing"].contains("\"/nonexistent/crewlet-no-such-mcp\" cannot be run here"),
+        "{}",
+        reasons["missing"]
+    );
+    assert!(
+        reasons["not-allowed"].contains("refused by this node (command)")
+            && reasons["not-allowed"].contains("allowed_commands"),
+        "{}",
+        reasons["not-allowed"]
+    );
+    assert!(
+        reasons["loader"].contains("(env.LD_PRELOAD)"),
+        "{}",
+        reasons["loader"]
+    );
+    assert!(children_named("cat").is_empty(), "a refused server ran");
     assert!(
         reasons["missing"].contains("No such file"),
         "{}",
@@ -568,4 +600,45 @@ async fn twenty_seats_start_their_own_children() {
     println!(
         "mcp figure: 20 seats × 1 stdio chat child started (spawn+handshake+tools/list) in {start_time:?}; stopped in {stop_time:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_runs_in_its_allowed_working_directory_by_the_checked_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let mut spec = stdio("sh", &["-c", "echo \"in $(pwd) as $0\" >&2; exit 1"], &[]);
+    if let crewlet_company::McpTransport::Stdio { cwd, .. } = &mut spec.transport {
+        *cwd = Some(work.display().to_string());
+    }
+    let role = BTreeMap::from([("where".to_owned(), spec)]);
+    let sh = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|d| d.join("sh"))
+        .find(|p| p.is_file())
+        .unwrap();
+    let cfg = crewlet_config::McpConfig {
+        allowed_commands: vec![crewlet_config::AllowedCommand {
+            program: Some(sh),
+            args_prefix: Vec::new(),
+        }],
+        allowed_dirs: vec![dir.path().to_owned()],
+    };
+    let opts = McpOptions {
+        start_timeout: Duration::from_secs(5),
+        policy: std::sync::Arc::new(crewlet_mcp::CommandPolicy::new(&cfg, None)),
+        ..McpOptions::default()
+    };
+    let shared = SharedChildren::new(opts.clone());
+    let seat = SeatTools::start("ana", &role, &shared, resolver(&[]), &opts).await;
+    let servers = seat.servers();
+    let reason = match &summary(&servers, "where").state {
+        ServerState::Failed { reason } => reason.clone(),
+        other => panic!("{other:?}"),
+    };
+    let canonical = std::fs::canonicalize(&work).unwrap();
+    assert!(
+        reason.contains(&format!("in {} as sh", canonical.display())),
+        "{reason}"
+    );
+    seat.shutdown().await;
 }

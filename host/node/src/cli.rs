@@ -100,6 +100,10 @@ enum ConfigCmd {
         /// A node's data dir: used directly when no node holds it.
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
         data_dir: Option<PathBuf>,
+        /// The configuration the stopped node starts with: its `[mcp]`
+        /// allow-list judges the document (a running node judges by its own).
+        #[arg(long, value_name = "node.toml", env = "CREWLET_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -258,16 +262,8 @@ pub fn main() -> i32 {
             file,
             api,
             data_dir,
-        }) => match crate::configplane::import(&file, &api, data_dir.as_ref()) {
-            Ok(done) => {
-                println!("{done}");
-                0
-            }
-            Err(e) => {
-                eprintln!("crewlet: {e}");
-                e.exit_code()
-            }
-        },
+            config,
+        }) => import_config(&file, &api, data_dir.as_ref(), config.as_deref()),
         Command::Secrets(cmd) => secrets(cmd),
         Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
         Command::Tokens(cmd) => tokens(cmd),
@@ -399,6 +395,33 @@ fn sample(to: &str, channel: &str, text: &str, secret_env: &str, api: &str) -> i
         Err(e) => {
             eprintln!("crewlet: {e}");
             1
+        }
+    }
+}
+
+/// `crewlet config import`: exit 2 on a refused document or configuration.
+fn import_config(
+    file: &std::path::Path,
+    api: &str,
+    data_dir: Option<&PathBuf>,
+    config: Option<&std::path::Path>,
+) -> i32 {
+    let env = |name: &str| std::env::var(name).ok();
+    let node = match crewlet_config::NodeConfig::load(config, &Default::default(), &env) {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            return 2;
+        }
+    };
+    match crate::configplane::import(file, api, data_dir, &node) {
+        Ok(done) => {
+            println!("{done}");
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            e.exit_code()
         }
     }
 }

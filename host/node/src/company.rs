@@ -1,14 +1,35 @@
-//! The company document a node is started with (`--company`).
+//! The company document a node is started with (`--company`), and the one
+//! acceptance rule every way in shares ([`accept`]).
 //!
 //! The document is validated in full before the node touches the disk; a
 //! refused document stops the start with exit status 2 and every error with
-//! its path. Activation through the config plane (so a fleet agrees on one
-//! revision) arrives with the config plane; until then a node serves the
-//! document it was started with.
+//! its path. Accepting a document is parsing it *and* checking its MCP
+//! servers against this node's `[mcp]` allow-list (Tier A): `--company`,
+//! `PUT /config` and `crewlet config import` refuse the same documents with
+//! the same sentences.
 
 use std::path::{Path, PathBuf};
 
-use crewlet_company::Company;
+use crewlet_company::{Company, Invalid};
+use crewlet_config::NodeConfig;
+use crewlet_mcp::CommandPolicy;
+
+/// This node's allow-list for the programs a company may run.
+pub fn policy(config: &NodeConfig) -> CommandPolicy {
+    CommandPolicy::new(&config.mcp, std::env::current_exe().ok())
+}
+
+/// Parses `text` and refuses a document naming a program, argument list,
+/// working directory or loader variable this node does not allow.
+pub fn accept(text: &str, policy: &CommandPolicy) -> Result<Company, Invalid> {
+    let company = Company::parse(text)?;
+    let errors = policy.check_company(&company);
+    if errors.is_empty() {
+        Ok(company)
+    } else {
+        Err(Invalid { errors })
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct CompanyFile {
@@ -33,14 +54,14 @@ pub enum CompanyError {
 }
 
 impl CompanyFile {
-    pub fn load(path: &Path) -> Result<CompanyFile, CompanyError> {
+    pub fn load(path: &Path, policy: &CommandPolicy) -> Result<CompanyFile, CompanyError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| CompanyError::Read {
             file: file.clone(),
             source,
         })?;
         let company =
-            Company::parse(&text).map_err(|source| CompanyError::Invalid { file, source })?;
+            accept(&text, policy).map_err(|source| CompanyError::Invalid { file, source })?;
         Ok(CompanyFile {
             path: path.to_path_buf(),
             company,

@@ -269,7 +269,7 @@ async fn put_config(State(late): State<Late>, body: Bytes) -> Response {
         )
             .into_response();
     };
-    let company = match Company::parse(document) {
+    let company = match crate::company::accept(document, &crate::company::policy(&ctx.config)) {
         Ok(c) => c,
         Err(invalid) => {
             return (
@@ -634,8 +634,9 @@ impl Reconciler {
             if let Pointer::Set { revision, epoch } = &pointer
                 && *revision != p.company.digest
             {
-                info!(subsystem = "configplane", epoch, digest = %revision,
-                    "the fleet already has an active revision; following it instead of the --company document");
+                warn!(subsystem = "configplane", epoch, active = %revision, file = %p.company.digest,
+                    source = %p.source,
+                    "the fleet serves another revision than the --company document, and this node follows the fleet; `crewlet config import` the file to activate it (GET /config shows what is active)");
             }
             self.pending = None;
             return Some(pointer);
@@ -760,20 +761,22 @@ impl Reconciler {
 async fn pending_at_start(ctx: &EngineContext) -> Option<Pending> {
     let store = ctx.store.clone();
     match tokio::task::spawn_blocking(move || store.active_revision()).await {
-        Ok(Ok(Some(rev))) if rev.is_pending() => match Company::parse(&rev.document) {
-            Ok(company) => {
-                return Some(Pending {
-                    company,
-                    document: rev.document,
-                    source: rev
-                        .source
-                        .unwrap_or_else(|| "crewlet config import (offline)".into()),
-                    only_if_unset: false,
-                });
-            }
-            Err(e) => error!(subsystem = "configplane", error = %e,
+        Ok(Ok(Some(rev))) if rev.is_pending() => {
+            match crate::company::accept(&rev.document, &crate::company::policy(&ctx.config)) {
+                Ok(company) => {
+                    return Some(Pending {
+                        company,
+                        document: rev.document,
+                        source: rev
+                            .source
+                            .unwrap_or_else(|| "crewlet config import (offline)".into()),
+                        only_if_unset: false,
+                    });
+                }
+                Err(e) => error!(subsystem = "configplane", error = %e,
                 "the offline import in the node store does not validate; not publishing it"),
-        },
+            }
+        }
         Ok(Ok(_)) => {}
         Ok(Err(e)) => warn!(subsystem = "configplane", error = %e,
             "cannot read the node store's active revision"),
@@ -898,7 +901,16 @@ impl ImportError {
 /// `crewlet config import FILE`: through a running node's `PUT /config`;
 /// with `data_dir` and no node holding it, marks the revision active in the
 /// node store so the next start publishes it. Answers what was done.
-pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<String, ImportError> {
+///
+/// A document is checked against the allow-list of the node that will run
+/// it: the running node's own (its `PUT /config` refuses), or for a stopped
+/// node the `[mcp]` of `node_config` (the file that node starts with).
+pub fn import(
+    file: &Path,
+    api: &str,
+    data_dir: Option<&PathBuf>,
+    node_config: &crewlet_config::NodeConfig,
+) -> Result<String, ImportError> {
     let label = file.display().to_string();
     let document = std::fs::read_to_string(file).map_err(|source| ImportError::Read {
         file: label.clone(),
@@ -915,6 +927,13 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
         let owner = format!("crewlet config import {label}");
         match crewlet_stream::DirLock::acquire(dir, ".crewlet-node.lock", "data dir", &owner) {
             Ok(_lock) => {
+                let policy = crate::company::policy(node_config);
+                crate::company::accept(&document, &policy).map_err(|source| {
+                    ImportError::Invalid {
+                        file: label.clone(),
+                        source,
+                    }
+                })?;
                 let store = crewlet_store::Store::open_in(dir)?;
                 let revision = store.import_pending(&company.digest, &document, Some(&owner))?;
                 return Ok(format!(
@@ -929,6 +948,14 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
         }
     }
     let (status, body) = http_request(api, "PUT", "/config", document.as_bytes())?;
+    if status == 400
+        && let Some(invalid) = refused_document(&body)
+    {
+        return Err(ImportError::Invalid {
+            file: label,
+            source: invalid,
+        });
+    }
     if !(200..300).contains(&status) {
         return Err(ImportError::Refused {
             api: api.to_owned(),
@@ -941,6 +968,16 @@ pub fn import(file: &Path, api: &str, data_dir: Option<&PathBuf>) -> Result<Stri
         "activated {} through {api}: epoch {}, digest {}",
         company.org, answer["epoch"], company.digest
     ))
+}
+
+/// The errors of a `PUT /config` 400, as the document's own refusal.
+fn refused_document(body: &str) -> Option<crewlet_company::Invalid> {
+    #[derive(serde::Deserialize)]
+    struct Refusal {
+        errors: Vec<crewlet_company::DocError>,
+    }
+    let r: Refusal = serde_json::from_str(body).ok()?;
+    (!r.errors.is_empty()).then_some(crewlet_company::Invalid { errors: r.errors })
 }
 
 /// A request to a running node's API (see [`crate::client`]), with the

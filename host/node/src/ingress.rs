@@ -34,7 +34,8 @@ impl Routes {
     }
 }
 
-fn edge_for(ctx: &EngineContext) -> Edge {
+/// A webhook edge over the node's context (the operator catalogue builds one too).
+pub(crate) fn edge_for(ctx: &EngineContext) -> Edge {
     let webhooks = ctx
         .state
         .loaded_plugins()

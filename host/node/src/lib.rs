@@ -16,6 +16,7 @@ pub mod engine;
 pub mod identity;
 pub mod ingress;
 pub mod logging;
+pub mod operator;
 pub mod plugins;
 pub mod presence;
 pub mod run;

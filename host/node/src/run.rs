@@ -57,7 +57,13 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    let company = match args.company.as_deref().map(CompanyFile::load).transpose() {
+    let policy = crate::company::policy(&config);
+    let company = match args
+        .company
+        .as_deref()
+        .map(|f| CompanyFile::load(f, &policy))
+        .transpose()
+    {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crewlet: {e}");
@@ -248,7 +254,8 @@ async fn lifecycle(
                 .merge(crate::configplane::routes(late.clone()))
                 .merge(crate::secrets::routes(late.clone()))
                 .merge(crate::budgets::routes(late.clone()))
-                .merge(crate::tokens::routes(tokens.clone())),
+                .merge(crate::tokens::routes(tokens.clone()))
+                .merge(crate::operator::routes(late.clone())),
             authority: tokens.clone(),
             allowed_hosts: crewlet_api::AllowedHosts::new(
                 config.api.host,

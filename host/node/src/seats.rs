@@ -493,7 +493,10 @@ pub async fn start(
         },
         crewlet_turns::Limits::default(),
     );
-    let mcp = McpOptions::default();
+    let mcp = McpOptions {
+        policy: Arc::new(crate::company::policy(&ctx.config)),
+        ..McpOptions::default()
+    };
     let host = Arc::new(NodeSeats {
         engine: engine_turns,
         coord: ctx.coord.clone(),

@@ -220,6 +220,27 @@ impl NodeState {
         self.applied_company().map(|(epoch, _)| epoch)
     }
 
+    /// What `/health` shows of the company: the revision this node serves
+    /// (applied through the pointer, else the `--company` document), and
+    /// the `--company` file beside it, so a file that is not what runs
+    /// cannot pass for it.
+    fn company_view(&self) -> Option<serde_json::Value> {
+        let file = self.company.as_ref();
+        let (epoch, serving) = match self.applied_company() {
+            Some((epoch, c)) => (Some(epoch), c),
+            None => (None, std::sync::Arc::new(file?.company.clone())),
+        };
+        Some(json!({
+            "org": serving.org,
+            "seats": serving.seats.len(),
+            "digest": serving.digest,
+            "epoch": epoch,
+            "file": file.map(|f| f.path.display().to_string()),
+            "file_digest": file.map(|f| f.company.digest.clone()),
+            "file_active": file.map(|f| f.company.digest == serving.digest),
+        }))
+    }
+
     fn applied_company(&self) -> Option<(u64, std::sync::Arc<crewlet_company::Company>)> {
         self.applied
             .lock()
@@ -319,12 +340,7 @@ impl Probe for NodeState {
                 "path": self.store.path().display().to_string(),
                 "schema_version": self.store.schema_version(),
             },
-            "company": self.company.as_ref().map(|c| json!({
-                "file": c.path.display().to_string(),
-                "org": c.company.org,
-                "seats": c.company.seats.len(),
-                "digest": c.company.digest,
-            })),
+            "company": self.company_view(),
             "plugins_dir": self.plugins_dir.as_ref().map(|p| p.display().to_string()),
         })
     }

@@ -22,6 +22,7 @@ pub fn chat_spec(shared: bool, identity_ref: &str, log: &Path) -> McpServer {
                 ("CHAT_IDENTITY".to_owned(), format!("${{{identity_ref}}}")),
                 ("CHAT_LOG".to_owned(), log.display().to_string()),
             ]),
+            cwd: None,
         },
         shared,
         replies: vec!["post_message".to_owned()],
@@ -37,6 +38,7 @@ pub fn stdio(command: &str, args: &[&str], env: &[(&str, &str)]) -> McpServer {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
+            cwd: None,
         },
         shared: false,
         replies: Vec::new(),
@@ -112,4 +114,28 @@ pub async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool)
         assert!(Instant::now() < deadline, "timed out waiting for: {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A node allow-list for these tests: the programs they start (`sh`,
+/// `sleep`, `node` where installed, the chat server), with any arguments.
+pub fn test_policy() -> Arc<crewlet_mcp::CommandPolicy> {
+    let on_path = |name: &str| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    };
+    let allowed_commands = ["sh", "sleep", "node"]
+        .into_iter()
+        .filter_map(on_path)
+        .chain([std::path::PathBuf::from(CHAT)])
+        .map(|p| crewlet_config::AllowedCommand {
+            program: Some(p),
+            args_prefix: Vec::new(),
+        })
+        .collect();
+    let cfg = crewlet_config::McpConfig {
+        allowed_commands,
+        allowed_dirs: Vec::new(),
+    };
+    Arc::new(crewlet_mcp::CommandPolicy::new(&cfg, None))
 }
