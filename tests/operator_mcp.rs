@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use common::{Node, Sandbox};
 use crewlet_testkit::PluginsDir;
+use crewlet_testkit::http::{OPERATOR_TOKEN, request_exact};
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::RunningService;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -145,7 +146,17 @@ fn seat<'v>(seats: &'v Value, handle: &str) -> &'v Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_catalogue_lists_messages_pauses_and_reads_budgets() {
     let w = start();
-    let client = operator(&w.node, None).await;
+    // Guarded like every operator route: no token, no catalogue.
+    let refused = request_exact(
+        &w.node.api,
+        "POST",
+        "/operator/mcp",
+        &[("host", "127.0.0.1"), ("content-type", "application/json")],
+        br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    )
+    .unwrap();
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    let client = operator(&w.node, Some(OPERATOR_TOKEN)).await;
     let tools = client.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort();
@@ -249,7 +260,7 @@ async fn the_operator_catalogue_lists_messages_pauses_and_reads_budgets() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_are_clear_tool_errors_and_an_unanswered_message_still_stands() {
     let w = start();
-    let client = operator(&w.node, None).await;
+    let client = operator(&w.node, Some(OPERATOR_TOKEN)).await;
 
     for (tool, args) in [
         ("send_message", json!({"seat": "nobody", "text": "hi"})),
@@ -380,7 +391,7 @@ fn inspect(w: &World, token: Option<&str>, args: &[&str]) -> Value {
 #[test]
 fn the_official_inspector_lists_and_calls_the_tools() {
     let w = start();
-    let tools = inspect(&w, None, &["--method", "tools/list"]);
+    let tools = inspect(&w, Some(OPERATOR_TOKEN), &["--method", "tools/list"]);
     let names: Vec<&str> = tools["tools"]
         .as_array()
         .unwrap_or_else(|| panic!("{tools}"))

@@ -78,7 +78,7 @@ pub async fn load(
         .collect();
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: Some(data_dir.to_path_buf()),
-        ..RuntimeConfig::default()
+        ..measurement_knobs(RuntimeConfig::default())
     })
     .map_err(|e| StartError::Engine(e.to_string()))?;
     let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
@@ -131,6 +131,24 @@ pub async fn load(
         start_module(module.clone(), loaded.module_states.clone());
     }
     Ok(loaded)
+}
+
+/// Two knobs for the sandbox benchmark (`benches/sandbox.rs`), not for
+/// production: `CREWLET_GUEST_THREADS=shared` runs guest code on the node's
+/// I/O workers (yielding every tick) instead of its own threads, and
+/// `CREWLET_BREAKER_FAULTS=0` never opens a breaker, so a hostile plugin's
+/// cost can be measured without the quarantine that would stop it.
+fn measurement_knobs(mut config: RuntimeConfig) -> RuntimeConfig {
+    if let Ok(threads) = std::env::var("CREWLET_GUEST_THREADS") {
+        config.guest_threads = match threads.parse::<usize>() {
+            Ok(n) if n > 0 => crewlet_plugins::GuestThreads::Dedicated(n),
+            _ => crewlet_plugins::GuestThreads::Shared,
+        };
+    }
+    if std::env::var("CREWLET_BREAKER_FAULTS").is_ok_and(|v| v == "0") {
+        config.breaker.faults_to_open = u32::MAX;
+    }
+    config
 }
 
 /// Runs `module`'s `init` in a task of its own, recording how it went.

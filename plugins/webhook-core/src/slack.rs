@@ -97,15 +97,20 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                 reply: None,
             })
         }
+        // A notice without an event id (`app_rate_limited`, …) names no
+        // delivery the fleet could claim once: verified, nothing to do.
         other => Ok(Parsed {
-            deliveries: vec![Delivery {
-                source: "slack".to_string(),
-                event_type: other.to_string(),
-                delivery_id: string_at(&payload, &["event_id"]).unwrap_or_default(),
-                addressed: Addressed::default(),
-                text: None,
-                payload: input.body.to_vec(),
-            }],
+            deliveries: string_at(&payload, &["event_id"])
+                .map(|delivery_id| Delivery {
+                    source: "slack".to_string(),
+                    event_type: other.to_string(),
+                    delivery_id,
+                    addressed: Addressed::default(),
+                    text: None,
+                    payload: input.body.to_vec(),
+                })
+                .into_iter()
+                .collect(),
             reply: None,
         }),
     }
