@@ -9,6 +9,7 @@
 //! Relative paths in the file resolve against the file's own directory;
 //! paths given on the command line resolve against the working directory.
 
+mod credentials;
 mod interpolate;
 pub mod scan;
 
@@ -20,6 +21,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
 pub use interpolate::{InterpolateError, interpolate_str};
 
 /// Lease TTL for seats and presence when the file does not set one.
@@ -91,6 +93,14 @@ pub struct NodeConfig {
     pub logging: LoggingConfig,
     pub shutdown: ShutdownConfig,
     pub models: ModelsConfig,
+    pub secrets: SecretsConfig,
+}
+
+/// Where the keys that seal the secrets bucket live (see `credentials`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretsConfig {
+    /// Defaults to `<data_dir>/keyring`.
+    pub keyring: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +123,7 @@ pub enum StreamMode {
     /// The node supervises its own nats-server child.
     Embedded(EmbeddedBroker),
     /// An external NATS server or cluster; no child.
-    External { urls: Vec<String> },
+    External { urls: Vec<String>, auth: NatsAuth },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +135,9 @@ pub struct EmbeddedBroker {
     /// Explicit nats-server binary; otherwise found by the usual search.
     pub nats_server: Option<PathBuf>,
     pub sync: SyncPolicy,
+    /// The node's nkey seed for its own broker: `<data_dir>/broker.nkey`,
+    /// made at the first start, mode 0600.
+    pub credential: PathBuf,
 }
 
 /// When the broker fsyncs JetStream writes.
@@ -321,6 +334,13 @@ mod raw {
         pub logging: Logging,
         pub shutdown: Shutdown,
         pub models: Models,
+        pub secrets: Secrets,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Secrets {
+        pub keyring: Option<PathBuf>,
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -356,6 +376,29 @@ mod raw {
         pub replicas: Option<usize>,
         pub nats_server: Option<PathBuf>,
         pub sync: Option<SyncPolicy>,
+        pub user: Option<String>,
+        pub password: Option<String>,
+        pub token: Option<String>,
+        pub nkey_seed_file: Option<PathBuf>,
+        pub creds_file: Option<PathBuf>,
+        pub tls_ca: Option<PathBuf>,
+        pub tls_cert: Option<PathBuf>,
+        pub tls_key: Option<PathBuf>,
+    }
+
+    impl Stream {
+        pub fn take_auth(&mut self) -> credentials::RawAuth {
+            credentials::RawAuth {
+                user: self.user.take(),
+                password: self.password.take(),
+                token: self.token.take(),
+                nkey_seed_file: self.nkey_seed_file.take(),
+                creds_file: self.creds_file.take(),
+                tls_ca: self.tls_ca.take(),
+                tls_cert: self.tls_cert.take(),
+                tls_key: self.tls_key.take(),
+            }
+        }
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -389,7 +432,7 @@ mod raw {
 
     impl File {
         pub fn validate(
-            self,
+            mut self,
             label: &str,
             base: &Path,
             overrides: &Overrides,
@@ -438,6 +481,7 @@ mod raw {
                     format!("expected 1 to 5 replicas (JetStream's range), found {replicas}"),
                 ));
             }
+            let auth = self.stream.take_auth();
             let mode = match self.stream.url {
                 Some(urls) => {
                     for (key, set) in [
@@ -463,9 +507,18 @@ mod raw {
                             "expected one or more NATS URLs such as `nats://10.0.0.5:4222`".into(),
                         ));
                     }
-                    StreamMode::External { urls }
+                    let auth = auth
+                        .validate(resolve)
+                        .map_err(|(key, message)| invalid(key, message))?;
+                    StreamMode::External { urls, auth }
                 }
                 None => {
+                    if let Some(key) = auth.set_keys().first() {
+                        return Err(invalid(
+                            key,
+                            "applies to an external NATS (`stream.url`) only; the embedded broker makes its own credential in the data dir".into(),
+                        ));
+                    }
                     if replicas > 1 {
                         return Err(invalid(
                             "stream.replicas",
@@ -483,6 +536,7 @@ mod raw {
                         port: self.stream.port.unwrap_or(0),
                         nats_server: self.stream.nats_server.map(resolve),
                         sync: self.stream.sync.unwrap_or(SyncPolicy::Always),
+                        credential: data_dir.join("broker.nkey"),
                     })
                 }
             };
@@ -555,6 +609,11 @@ mod raw {
                 ));
             }
 
+            let keyring = self
+                .secrets
+                .keyring
+                .map(resolve)
+                .unwrap_or_else(|| data_dir.join("keyring"));
             Ok(NodeConfig {
                 source: None,
                 node_id: self.node.id,
@@ -574,6 +633,7 @@ mod raw {
                 models: ModelsConfig {
                     cooldown_floor: Duration::from_secs(floor),
                 },
+                secrets: SecretsConfig { keyring },
             })
         }
     }
@@ -662,7 +722,8 @@ mod tests {
         assert_eq!(
             cfg.stream.mode,
             StreamMode::External {
-                urls: vec!["nats://10.1.2.3:4222".into(), "nats://b:4222".into()]
+                urls: vec!["nats://10.1.2.3:4222".into(), "nats://b:4222".into()],
+                auth: NatsAuth::default(),
             }
         );
         assert_eq!(cfg.coordination.heartbeat, Duration::from_secs(10));
