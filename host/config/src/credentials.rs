@@ -14,7 +14,10 @@ use std::path::PathBuf;
 /// How the node proves itself to an external NATS.
 #[derive(Clone, PartialEq, Eq)]
 pub enum NatsCredentials {
-    UserPassword { user: String, password: String },
+    UserPassword {
+        user: String,
+        password: String,
+    },
     Token(String),
     /// A file holding an nkey seed (`SU…`).
     NkeySeedFile(PathBuf),
@@ -89,7 +92,10 @@ impl RawAuth {
         resolve: impl Fn(PathBuf) -> PathBuf,
     ) -> Result<NatsAuth, (&'static str, String)> {
         let forms = [
-            ("stream.user", self.user.is_some() || self.password.is_some()),
+            (
+                "stream.user",
+                self.user.is_some() || self.password.is_some(),
+            ),
             ("stream.token", self.token.is_some()),
             ("stream.nkey_seed_file", self.nkey_seed_file.is_some()),
             ("stream.creds_file", self.creds_file.is_some()),
@@ -97,7 +103,12 @@ impl RawAuth {
         let chosen: Vec<&str> = forms.iter().filter(|(_, s)| *s).map(|(k, _)| *k).collect();
         if chosen.len() > 1 {
             return Err((
-                forms.iter().filter(|(_, s)| *s).nth(1).map(|(k, _)| *k).unwrap_or("stream"),
+                forms
+                    .iter()
+                    .filter(|(_, s)| *s)
+                    .nth(1)
+                    .map(|(k, _)| *k)
+                    .unwrap_or("stream"),
                 format!(
                     "give one way to authenticate to NATS, not several (found {}); keep one",
                     chosen.join(", ")
@@ -139,10 +150,16 @@ impl RawAuth {
         let client = match (self.tls_cert, self.tls_key) {
             (Some(cert), Some(key)) => Some((resolve(cert), resolve(key))),
             (Some(_), None) => {
-                return Err(("stream.tls_key", "`stream.tls_cert` needs its private key file".into()));
+                return Err((
+                    "stream.tls_key",
+                    "`stream.tls_cert` needs its private key file".into(),
+                ));
             }
             (None, Some(_)) => {
-                return Err(("stream.tls_cert", "`stream.tls_key` needs its certificate file".into()));
+                return Err((
+                    "stream.tls_cert",
+                    "`stream.tls_key` needs its certificate file".into(),
+                ));
             }
             (None, None) => None,
         };
@@ -164,7 +181,13 @@ mod tests {
 
     fn parse(text: &str) -> Result<NodeConfig, ConfigError> {
         let env = |name: &str| (name == "NATS_PASSWORD").then(|| "pw-from-env".to_owned());
-        NodeConfig::from_toml("node.toml", text, Path::new("/etc/crewlet"), &Overrides::default(), &env)
+        NodeConfig::from_toml(
+            "node.toml",
+            text,
+            Path::new("/etc/crewlet"),
+            &Overrides::default(),
+            &env,
+        )
     }
 
     fn auth(text: &str) -> NatsAuth {
@@ -186,7 +209,10 @@ mod tests {
         let cfg = parse("[node]\ndata_dir = \"/var/c\"\n").unwrap();
         assert_eq!(cfg.secrets.keyring, PathBuf::from("/var/c/keyring"));
         let cfg = parse("[secrets]\nkeyring = \"shared/keyring\"\n").unwrap();
-        assert_eq!(cfg.secrets.keyring, PathBuf::from("/etc/crewlet/shared/keyring"));
+        assert_eq!(
+            cfg.secrets.keyring,
+            PathBuf::from("/etc/crewlet/shared/keyring")
+        );
     }
 
     #[test]
@@ -206,16 +232,23 @@ mod tests {
         assert_eq!(tls.ca, Some(PathBuf::from("/etc/crewlet/ca.pem")));
         assert_eq!(
             tls.client,
-            Some((PathBuf::from("/etc/crewlet/c.pem"), PathBuf::from("/etc/crewlet/c.key")))
+            Some((
+                PathBuf::from("/etc/crewlet/c.pem"),
+                PathBuf::from("/etc/crewlet/c.key")
+            ))
         );
         let a = auth("[stream]\nurl = \"nats://n1\"\ncreds_file = \"/etc/nats/crewlet.creds\"\n");
-        assert_eq!(a.credentials, Some(NatsCredentials::CredsFile("/etc/nats/crewlet.creds".into())));
+        assert_eq!(
+            a.credentials,
+            Some(NatsCredentials::CredsFile("/etc/nats/crewlet.creds".into()))
+        );
         assert_eq!(auth("[stream]\nurl = \"nats://n1\"\n"), NatsAuth::default());
     }
 
     #[test]
     fn conflicting_incomplete_or_misplaced_credentials_are_refused_by_key() {
-        let (key, msg) = refused("[stream]\nurl = \"nats://n1\"\ntoken = \"t\"\nnkey_seed_file = \"s.nk\"\n");
+        let (key, msg) =
+            refused("[stream]\nurl = \"nats://n1\"\ntoken = \"t\"\nnkey_seed_file = \"s.nk\"\n");
         assert_eq!(key, "stream.nkey_seed_file");
         assert!(msg.contains("one way"), "{msg}");
         let (key, _) = refused("[stream]\nurl = \"nats://n1\"\nuser = \"u\"\n");

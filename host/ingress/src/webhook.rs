@@ -49,8 +49,8 @@ use serde_json::json;
 use tracing::{Instrument, debug, error, info, warn};
 
 use crate::message::{Inbound, now_ms};
-use crewlet_secrets::{Lookup, Resolver};
 use crate::{INBOUND_SUBJECT, TRACE_HEADER};
+use crewlet_secrets::{Lookup, Resolver};
 
 /// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
 /// the stream's default message limit is 1 MiB and a mention never needs

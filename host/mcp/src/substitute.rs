@@ -127,7 +127,9 @@ mod tests {
         Resolver::new(|name: &str| match name {
             "TOKEN" => Lookup::Found("s3cret-token".to_owned()),
             "EMPTY" => Lookup::Found(String::new()),
-            "SEALED" => Lookup::Unavailable("secret SEALED is sealed with key k1, which this node's keyring lacks".into()),
+            "SEALED" => Lookup::Unavailable(
+                "secret SEALED is sealed with key k1, which this node's keyring lacks".into(),
+            ),
             _ => Lookup::Unset,
         })
     }
@@ -135,7 +137,10 @@ mod tests {
     #[test]
     fn a_secret_this_node_cannot_open_is_unavailable_not_empty() {
         let err = substitute("x${SEALED}", "env.TOKEN", &resolver()).unwrap_err();
-        assert!(matches!(err, SubstituteError::Unavailable { ref name, .. } if name == "SEALED"), "{err}");
+        assert!(
+            matches!(err, SubstituteError::Unavailable { ref name, .. } if name == "SEALED"),
+            "{err}"
+        );
         assert!(err.to_string().contains("keyring lacks"), "{err}");
     }
 

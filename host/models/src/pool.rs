@@ -21,10 +21,10 @@ use std::time::SystemTime;
 use crewlet_company::SecretRef;
 use crewlet_coord::{Cooldown, CoordError, KeyHint, key_hint, merge_cooldowns};
 
+use crewlet_secrets::Lookup;
 /// Looks a secret up by its reference name (`OPENAI_API_KEY`): the node's
 /// one secrets resolver.
 pub use crewlet_secrets::Resolver as Resolve;
-use crewlet_secrets::Lookup;
 
 /// The scope of a cooldown: a provider entry — the plugin, its base URL and
 /// the model (`openai:gpt-4o@https://api.openai.com/v1`). One key under a
@@ -358,7 +358,10 @@ mod tests {
         assert_eq!(missing.len(), 3);
         assert!(missing[0].reason.contains("EMPTY is empty"), "{missing:?}");
         assert!(missing[1].reason.contains("GONE is not set"), "{missing:?}");
-        assert!(missing[2].reason.contains("SEALED has a corrupt envelope"), "{missing:?}");
+        assert!(
+            missing[2].reason.contains("SEALED has a corrupt envelope"),
+            "{missing:?}"
+        );
         assert!(!format!("{found:?}").contains("sk-good"), "Debug hides it");
         let (found, missing) = resolve_all(&[], &resolve);
         assert!(found[0].is_keyless() && missing.is_empty());

@@ -170,8 +170,11 @@ pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> u
             }
         };
         if newer {
-            info!(subsystem = "secrets", secret = name,
-                "the fleet holds a newer value than the one set while this node was stopped; keeping the fleet's");
+            info!(
+                subsystem = "secrets",
+                secret = name,
+                "the fleet holds a newer value than the one set while this node was stopped; keeping the fleet's"
+            );
         } else if let Err(e) = secrets
             .put_record(name, &record, crewlet_coord::kv::Expect::Any)
             .await
@@ -180,7 +183,11 @@ pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> u
                 "a secret set while this node was stopped stays local until the next start");
             continue;
         } else {
-            info!(subsystem = "secrets", secret = name, "secret set while stopped moved onto the fleet");
+            info!(
+                subsystem = "secrets",
+                secret = name,
+                "secret set while stopped moved onto the fleet"
+            );
             moved += 1;
         }
         if let Err(e) = store.delete_pending_secret(name, &row.record) {
@@ -315,17 +322,17 @@ fn set_offline(
         return Err(SecretsCliError::NoDataDir(dir.display().to_string()));
     }
     let owner = format!("crewlet secrets set {name}");
-    let _lock = match crewlet_stream::DirLock::acquire(dir, ".crewlet-node.lock", "data dir", &owner)
-    {
-        Ok(lock) => lock,
-        Err(crewlet_stream::LockError::Held { .. }) => return Ok(None),
-        Err(source) => {
-            return Err(SecretsCliError::Lock {
-                dir: dir.display().to_string(),
-                source,
-            });
-        }
-    };
+    let _lock =
+        match crewlet_stream::DirLock::acquire(dir, ".crewlet-node.lock", "data dir", &owner) {
+            Ok(lock) => lock,
+            Err(crewlet_stream::LockError::Held { .. }) => return Ok(None),
+            Err(source) => {
+                return Err(SecretsCliError::Lock {
+                    dir: dir.display().to_string(),
+                    source,
+                });
+            }
+        };
     let path = offline
         .keyring
         .clone()
@@ -409,7 +416,9 @@ pub fn cli_list(api: &str) -> Result<String, SecretsCliError> {
             .unwrap_or_default();
         let key = s["key"].as_str().unwrap_or("-");
         match s["problem"].as_str() {
-            Some(problem) => out.push_str(&format!("{name}\t{updated}\t{key}\tUNAVAILABLE: {problem}\n")),
+            Some(problem) => out.push_str(&format!(
+                "{name}\t{updated}\t{key}\tUNAVAILABLE: {problem}\n"
+            )),
             None => out.push_str(&format!("{name}\t{updated}\t{key}\n")),
         }
     }

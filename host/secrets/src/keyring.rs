@@ -60,7 +60,9 @@ pub enum KeyringError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the keyring {path} does not exist; start the node once to create it, or copy your fleet's keyring there (mode 600)")]
+    #[error(
+        "the keyring {path} does not exist; start the node once to create it, or copy your fleet's keyring there (mode 600)"
+    )]
     Missing { path: String },
 }
 
@@ -153,7 +155,12 @@ impl Keyring {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(KeyringError::Missing { path: shown });
             }
-            Err(source) => return Err(KeyringError::Unreadable { path: shown, source }),
+            Err(source) => {
+                return Err(KeyringError::Unreadable {
+                    path: shown,
+                    source,
+                });
+            }
         };
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
@@ -185,7 +192,10 @@ impl Keyring {
                 .ok()
                 .filter(|b| b.len() == KEY_BYTES)
                 .ok_or_else(|| {
-                    malformed(format!("key {} is not {KEY_BYTES} bytes of base64", entry.id))
+                    malformed(format!(
+                        "key {} is not {KEY_BYTES} bytes of base64",
+                        entry.id
+                    ))
                 })?;
             if !seen.insert(entry.id.clone()) {
                 return Err(malformed(format!("key id {} appears twice", entry.id)));
@@ -285,7 +295,10 @@ impl Keyring {
         let suffix: [u8; 4] = random();
         let id = format!(
             "k{}",
-            suffix.iter().map(|b| format!("{b:02x}")).collect::<String>()
+            suffix
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
         );
         let entry = KeyEntry {
             id: id.clone(),
@@ -306,7 +319,10 @@ impl Keyring {
 
     /// Drops every key but the current one that no envelope uses
     /// (`in_use`), and writes the file. Answers the ids dropped.
-    pub fn retire_unused(&mut self, in_use: &BTreeSet<String>) -> Result<Vec<String>, KeyringError> {
+    pub fn retire_unused(
+        &mut self,
+        in_use: &BTreeSet<String>,
+    ) -> Result<Vec<String>, KeyringError> {
         let current = self.current().to_owned();
         let (keep, drop): (Vec<Key>, Vec<Key>) = std::mem::take(&mut self.keys)
             .into_iter()
@@ -397,9 +413,15 @@ mod tests {
         assert_eq!(again.ids(), first.ids(), "the same keys load again");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
         let err = Keyring::open(&path).unwrap_err();
-        assert!(matches!(err, KeyringError::LoosePermissions { mode: 0o640, .. }));
+        assert!(matches!(
+            err,
+            KeyringError::LoosePermissions { mode: 0o640, .. }
+        ));
         let text = err.to_string();
-        assert!(text.contains(&path.display().to_string()) && text.contains("chmod 600"), "{text}");
+        assert!(
+            text.contains(&path.display().to_string()) && text.contains("chmod 600"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -411,12 +433,17 @@ mod tests {
         let new = ring.add_key().unwrap();
         assert_ne!(old, new);
         assert_eq!(ring.current(), new);
-        assert_eq!(ring.open_envelope("A", &env).unwrap(), "v", "old keys still open");
-        let kept = ring
-            .retire_unused(&BTreeSet::from([old.clone()]))
-            .unwrap();
+        assert_eq!(
+            ring.open_envelope("A", &env).unwrap(),
+            "v",
+            "old keys still open"
+        );
+        let kept = ring.retire_unused(&BTreeSet::from([old.clone()])).unwrap();
         assert!(kept.is_empty());
-        assert_eq!(ring.retire_unused(&BTreeSet::new()).unwrap(), vec![old.clone()]);
+        assert_eq!(
+            ring.retire_unused(&BTreeSet::new()).unwrap(),
+            vec![old.clone()]
+        );
         let reloaded = Keyring::open(ring.path()).unwrap();
         assert_eq!(reloaded.ids(), vec![new]);
         let err = reloaded.open_envelope("A", &env).unwrap_err();
@@ -436,13 +463,19 @@ mod tests {
         for (text, why) in [
             ("not toml at all = = secretish", "unreadable"),
             ("key = []\n", "no key"),
-            ("[[key]]\nid = \"k1\"\nkey = \"c2hvcnQ=\"\ncreated_ms = 1\n", "not 32 bytes"),
+            (
+                "[[key]]\nid = \"k1\"\nkey = \"c2hvcnQ=\"\ncreated_ms = 1\n",
+                "not 32 bytes",
+            ),
         ] {
             std::fs::write(&path, text).unwrap();
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
             let err = Keyring::open(&path).unwrap_err().to_string();
             assert!(err.contains(why), "{err}");
-            assert!(!err.contains("secretish") && !err.contains("c2hvcnQ"), "{err}");
+            assert!(
+                !err.contains("secretish") && !err.contains("c2hvcnQ"),
+                "{err}"
+            );
         }
     }
 }

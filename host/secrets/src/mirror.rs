@@ -71,7 +71,9 @@ pub enum SecretsError {
         "the secrets bucket holds an unreadable record for {name} ({why}); set the secret again"
     )]
     Corrupt { name: String, why: String },
-    #[error("this node has no keyring open, so it cannot seal {0}; start the node with its keyring")]
+    #[error(
+        "this node has no keyring open, so it cannot seal {0}; start the node with its keyring"
+    )]
     NoKeyring(String),
     #[error(transparent)]
     Keyring(#[from] crate::keyring::KeyringError),
@@ -201,12 +203,26 @@ fn decode(name: &str, e: &Entry) -> Result<Record, SecretsError> {
     Record::from_bytes(name, &e.value)
 }
 
-/// A record as the snapshot holds it; an unreadable one is logged (by name).
-fn held(name: &str, e: &Entry) -> Held {
-    decode(name, e).map(|r| r.envelope).map_err(|err| {
-        warn!(subsystem = "secrets", secret = name, error = %err, "secret unavailable");
-        err.to_string()
-    })
+/// A record as the snapshot holds it. One this node cannot read or open is
+/// logged as it lands (by name, never its value); lookups answer it as
+/// unavailable.
+fn held(name: &str, e: &Entry, keyring: &RwLock<Keyring>) -> Held {
+    let held = decode(name, e)
+        .map(|r| r.envelope)
+        .map_err(|err| err.to_string());
+    let problem = match &held {
+        Err(why) => Some(why.clone()),
+        Ok(env) => keyring
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .open_envelope(name, env)
+            .err()
+            .map(|e| e.to_string()),
+    };
+    if let Some(why) = problem {
+        warn!(subsystem = "secrets", secret = name, error = %why, "secret unavailable on this node");
+    }
+    held
 }
 
 fn unavailable(e: impl std::fmt::Display) -> SecretsError {
@@ -255,11 +271,18 @@ impl Secrets {
     /// snapshot current until [`Secrets::stop`].
     pub async fn start(kv: Arc<dyn Kv>, keyring: Keyring) -> Secrets {
         let snapshot = Arc::new(Snapshot::default());
+        let keyring = Arc::new(RwLock::new(keyring));
         let (stop, stop_rx) = watch::channel(false);
         let (first_tx, mut first_rx) = watch::channel(false);
         let task = tokio::spawn(
-            mirror(kv.clone(), snapshot.clone(), stop_rx, first_tx)
-                .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
+            mirror(
+                kv.clone(),
+                keyring.clone(),
+                snapshot.clone(),
+                stop_rx,
+                first_tx,
+            )
+            .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
         );
         let first = tokio::time::timeout(FIRST_LISTING, first_rx.wait_for(|ready| *ready)).await;
         if !matches!(first, Ok(Ok(_))) {
@@ -270,7 +293,7 @@ impl Secrets {
         }
         Secrets {
             kv: Some(kv),
-            keyring: Some(Arc::new(RwLock::new(keyring))),
+            keyring: Some(keyring),
             snapshot,
             stop,
             task: std::sync::Mutex::new(Some(task)),
@@ -408,7 +431,10 @@ impl Secrets {
             out.push(match decode(&name, e) {
                 Ok(rec) => Listed {
                     problem: match &keyring {
-                        Some(k) => k.open_envelope(&name, &rec.envelope).err().map(|e| e.to_string()),
+                        Some(k) => k
+                            .open_envelope(&name, &rec.envelope)
+                            .err()
+                            .map(|e| e.to_string()),
                         None => Some("this node has no keyring open".into()),
                     },
                     name,
@@ -465,6 +491,7 @@ fn lookup(snapshot: &Snapshot, keyring: Option<&RwLock<Keyring>>, name: &str) ->
 /// or an end, back off and watch again. Ends when `stop` is set.
 async fn mirror(
     kv: Arc<dyn Kv>,
+    keyring: Arc<RwLock<Keyring>>,
     snapshot: Arc<Snapshot>,
     mut stop: watch::Receiver<bool>,
     first: watch::Sender<bool>,
@@ -482,7 +509,7 @@ async fn mirror(
                 if std::mem::take(&mut down) {
                     info!(subsystem = "secrets", "secrets bucket readable again");
                 }
-                let why = follow(w, &snapshot, &first, &mut stop).await;
+                let why = follow(w, &keyring, &snapshot, &first, &mut stop).await;
                 match why {
                     None => return,
                     Some(why) => {
@@ -511,6 +538,7 @@ async fn mirror(
 /// `Some(why)`: the watch failed or ended.
 async fn follow(
     w: Watch,
+    keyring: &RwLock<Keyring>,
     snapshot: &Snapshot,
     first: &watch::Sender<bool>,
     stop: &mut watch::Receiver<bool>,
@@ -520,7 +548,7 @@ async fn follow(
         let Some(name) = name_of(&e.key) else {
             continue;
         };
-        let value = Some(held(&name, e));
+        let value = Some(held(&name, e, keyring));
         listed.insert(
             name,
             Slot {
@@ -544,7 +572,7 @@ async fn follow(
                 let Some(name) = name_of(&e.key) else {
                     continue;
                 };
-                let value = held(&name, &e);
+                let value = held(&name, &e, keyring);
                 snapshot.apply(name, Some(value), e.revision);
             }
             Some(Ok(Change::Removed { key, revision })) => {
@@ -610,7 +638,10 @@ pub(crate) mod tests {
         })
         .await;
         let resolve = b.resolver();
-        assert_eq!(resolve.lookup("CREWLET_TEST_ONE").found().as_deref(), Some("s3cret"));
+        assert_eq!(
+            resolve.lookup("CREWLET_TEST_ONE").found().as_deref(),
+            Some("s3cret")
+        );
         let listed = b.list().await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].name, "CREWLET_TEST_ONE");
@@ -621,7 +652,10 @@ pub(crate) mod tests {
 
         assert!(b.remove("CREWLET_TEST_ONE").await.unwrap());
         assert!(!b.remove("CREWLET_TEST_ONE").await.unwrap(), "already gone");
-        eventually("a sees the removal", || a.get("CREWLET_TEST_ONE") == Lookup::Unset).await;
+        eventually("a sees the removal", || {
+            a.get("CREWLET_TEST_ONE") == Lookup::Unset
+        })
+        .await;
         a.stop().await;
         b.stop().await;
     }
@@ -632,14 +666,20 @@ pub(crate) mod tests {
         // SAFETY: this test alone uses this variable name.
         unsafe { std::env::set_var("CREWLET_TEST_FALLBACK", "from-env") };
         let s = Secrets::start(kv, Ring::new().open()).await;
-        assert_eq!(s.get("CREWLET_TEST_FALLBACK").found().as_deref(), Some("from-env"));
+        assert_eq!(
+            s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
+            Some("from-env")
+        );
         s.set("CREWLET_TEST_FALLBACK", "from-bucket").await.unwrap();
         assert_eq!(
             s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
             Some("from-bucket")
         );
         s.remove("CREWLET_TEST_FALLBACK").await.unwrap();
-        assert_eq!(s.get("CREWLET_TEST_FALLBACK").found().as_deref(), Some("from-env"));
+        assert_eq!(
+            s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
+            Some("from-env")
+        );
         assert_eq!(s.get("CREWLET_TEST_NOWHERE"), Lookup::Unset);
         s.stop().await;
     }
@@ -676,7 +716,11 @@ pub(crate) mod tests {
             Err(SecretsError::Unavailable(_))
         ));
         assert!(matches!(s.list().await, Err(SecretsError::Unavailable(_))));
-        assert_eq!(s.get("KEPT").found().as_deref(), Some("v1"), "the snapshot stays");
+        assert_eq!(
+            s.get("KEPT").found().as_deref(),
+            Some("v1"),
+            "the snapshot stays"
+        );
         f.heal();
         s.set("KEPT", "v3").await.unwrap();
         assert_eq!(s.get("KEPT").found().as_deref(), Some("v3"));
@@ -707,10 +751,15 @@ pub(crate) mod tests {
         let (mut rec, _) = a.record("SHARED").await.unwrap().unwrap();
         rec.envelope.sealed.replace_range(0..4, "AAAA");
         a.put_record("BENT", &rec, Expect::Any).await.unwrap();
-        kv.put(Bucket::Secrets, &key_of("JUNK"), Bytes::from_static(b"{not json"), Expect::Any)
-            .await
-            .unwrap()
-            .unwrap();
+        kv.put(
+            Bucket::Secrets,
+            &key_of("JUNK"),
+            Bytes::from_static(b"{not json"),
+            Expect::Any,
+        )
+        .await
+        .unwrap()
+        .unwrap();
         a.set("FINE", "fine-value").await.unwrap();
         let b = Secrets::start(kv.clone(), fleet.open()).await;
         for name in ["BENT", "JUNK"] {
@@ -722,7 +771,11 @@ pub(crate) mod tests {
         assert_eq!(b.get("FINE").found().as_deref(), Some("fine-value"));
         assert_eq!(b.get("SHARED").found().as_deref(), Some("shared-value"));
         let listed = b.list().await.unwrap();
-        let problems: Vec<_> = listed.iter().filter(|l| l.problem.is_some()).map(|l| l.name.as_str()).collect();
+        let problems: Vec<_> = listed
+            .iter()
+            .filter(|l| l.problem.is_some())
+            .map(|l| l.name.as_str())
+            .collect();
         assert_eq!(problems, ["BENT", "JUNK"]);
         assert!(!format!("{listed:?}").contains("value"), "{listed:?}");
         for s in [a, b, stranger] {

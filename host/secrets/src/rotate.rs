@@ -39,7 +39,11 @@ impl Secrets {
             .as_ref()
             .ok_or_else(|| SecretsError::NoKeyring("the secrets bucket".into()))?;
         let kv = self.kv()?.clone();
-        let path = ring.read().unwrap_or_else(|p| p.into_inner()).path().to_owned();
+        let path = ring
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .path()
+            .to_owned();
         let mut fresh = Keyring::open(&path)?;
         let key = fresh.add_key()?;
         *ring.write().unwrap_or_else(|p| p.into_inner()) = fresh;
@@ -160,13 +164,23 @@ mod tests {
         let other = Ring::new();
         let elsewhere = Secrets::start(kv.clone(), other.open()).await;
         elsewhere.set("FOREIGN", "foreign-value").await.unwrap();
-        let foreign_key = elsewhere.record("FOREIGN").await.unwrap().unwrap().0.envelope.key;
+        let foreign_key = elsewhere
+            .record("FOREIGN")
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+            .envelope
+            .key;
         let mine = Ring::new();
         let s = Secrets::start(kv.clone(), mine.open()).await;
         s.set("LOCAL", "local-value").await.unwrap();
         let done = s.rotate_key().await.unwrap();
         assert_eq!(done.resealed, ["LOCAL"]);
-        assert_eq!(done.kept.get(&foreign_key).map(Vec::as_slice), Some(&["FOREIGN".to_owned()][..]));
+        assert_eq!(
+            done.kept.get(&foreign_key).map(Vec::as_slice),
+            Some(&["FOREIGN".to_owned()][..])
+        );
         assert!(matches!(s.get("FOREIGN"), Lookup::Unavailable(_)));
         assert_eq!(
             elsewhere.get("FOREIGN").found().as_deref(),

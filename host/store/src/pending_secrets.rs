@@ -71,13 +71,22 @@ mod tests {
         store.put_pending_secret("B", "{\"sealed\":3}").unwrap();
         let rows = store.pending_secrets().unwrap();
         assert_eq!(
-            rows.iter().map(|r| (r.name.as_str(), r.record.as_str())).collect::<Vec<_>>(),
+            rows.iter()
+                .map(|r| (r.name.as_str(), r.record.as_str()))
+                .collect::<Vec<_>>(),
             [("A", "{\"sealed\":2}"), ("B", "{\"sealed\":3}")]
         );
-        assert!(!store.delete_pending_secret("A", "{\"sealed\":1}").unwrap(), "replaced since");
+        assert!(
+            !store.delete_pending_secret("A", "{\"sealed\":1}").unwrap(),
+            "replaced since"
+        );
         assert!(store.delete_pending_secret("A", "{\"sealed\":2}").unwrap());
         drop(store);
         let again = Store::open_in(dir.path()).unwrap();
-        assert_eq!(again.pending_secrets().unwrap().len(), 1, "rows survive a restart");
+        assert_eq!(
+            again.pending_secrets().unwrap().len(),
+            1,
+            "rows survive a restart"
+        );
     }
 }

@@ -144,7 +144,12 @@ pub(crate) async fn external_options(
         Some(NatsCredentials::CredsFile(path)) => {
             async_nats::ConnectOptions::with_credentials_file(path)
                 .await
-                .map_err(|e| bad(path, format!("not a readable NATS creds file ({})", e.kind())))?
+                .map_err(|e| {
+                    bad(
+                        path,
+                        format!("not a readable NATS creds file ({})", e.kind()),
+                    )
+                })?
         }
     };
     if let Some(tls) = &auth.tls {
@@ -176,12 +181,22 @@ mod tests {
         assert!(!format!("{again:?}").contains("SU"), "Debug hides the seed");
 
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = BrokerCredential::load_or_create(&path).unwrap_err().to_string();
-        assert!(err.contains("chmod 600") && err.contains("broker.nkey"), "{err}");
+        let err = BrokerCredential::load_or_create(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("chmod 600") && err.contains("broker.nkey"),
+            "{err}"
+        );
 
         std::fs::write(&path, "SUNOTASEEDATALL\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let err = BrokerCredential::load_or_create(&path).unwrap_err().to_string();
-        assert!(err.contains("nkey seed") && !err.contains("SUNOTASEED"), "{err}");
+        let err = BrokerCredential::load_or_create(&path)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nkey seed") && !err.contains("SUNOTASEED"),
+            "{err}"
+        );
     }
 }

@@ -110,7 +110,13 @@ impl Supervisor {
         let conf = store_dir.join("nats-server.conf");
         std::fs::write(
             &conf,
-            server_config(node_id, requested, &store_dir, spec.sync, credential.public_key()),
+            server_config(
+                node_id,
+                requested,
+                &store_dir,
+                spec.sync,
+                credential.public_key(),
+            ),
         )
         .map_err(files(&conf))?;
 

@@ -40,7 +40,10 @@ async fn only_the_nodes_own_nkey_gets_in() {
     let conf = std::fs::read_to_string(dir.path().join("stream/nats-server.conf")).unwrap();
     assert!(conf.contains(sup.credential().public_key()), "{conf}");
     let seed = std::fs::read_to_string(dir.path().join("broker.nkey")).unwrap();
-    assert!(!conf.contains(seed.trim()), "the config holds the public key only");
+    assert!(
+        !conf.contains(seed.trim()),
+        "the config holds the public key only"
+    );
 
     let none = refused(async_nats::ConnectOptions::new(), &url).await;
     assert!(none.to_lowercase().contains("authorization"), "{none}");
@@ -52,12 +55,17 @@ async fn only_the_nodes_own_nkey_gets_in() {
         &url,
     )
     .await;
-    assert!(password.to_lowercase().contains("authorization"), "{password}");
+    assert!(
+        password.to_lowercase().contains("authorization"),
+        "{password}"
+    );
 
     let own = BrokerCredential::load_or_create(&dir.path().join("broker.nkey")).unwrap();
     let client = own.options().connect(&url).await.unwrap();
     let js = async_nats::jetstream::new(client.clone());
-    js.query_account().await.expect("the node's own login reaches JetStream");
+    js.query_account()
+        .await
+        .expect("the node's own login reaches JetStream");
     drop(client);
     sup.stop().await;
 }
