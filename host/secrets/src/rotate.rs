@@ -142,7 +142,7 @@ mod tests {
         let done = s.rotate_key().await.unwrap();
         assert_ne!(done.key, old);
         assert_eq!(done.resealed, ["ONE", "TWO"]);
-        assert_eq!(done.retired, [old.clone()]);
+        assert_eq!(done.retired, vec![old]);
         assert!(done.kept.is_empty(), "{done:?}");
         for (name, value) in [("ONE", "first-value"), ("TWO", "second-value")] {
             let (rec, _) = s.record(name).await.unwrap().unwrap();
@@ -152,7 +152,7 @@ mod tests {
         // The file on disk holds the new key alone: a node opening it later
         // opens every value.
         let later = Secrets::start(kv.clone(), fleet.open()).await;
-        assert_eq!(fleet.open().ids(), [done.key.clone()]);
+        assert_eq!(fleet.open().ids(), vec![done.key.clone()]);
         assert_eq!(later.get("TWO").found().as_deref(), Some("second-value"));
         later.stop().await;
         s.stop().await;
