@@ -261,6 +261,14 @@ async fn connect(
                         refused.send_replace(true);
                         warn!(subsystem = "stream", %node_id, %urls, "NATS refused this node's credentials")
                     }
+                    // A connect attempt the server refused comes back as the
+                    // error kind's text ("authorization violation").
+                    async_nats::Event::ClientError(async_nats::ClientError::Other(why))
+                        if why.contains("authorization violation") =>
+                    {
+                        refused.send_replace(true);
+                        warn!(subsystem = "stream", %node_id, %urls, "NATS refused this node's credentials")
+                    }
                     async_nats::Event::Connected => {
                         info!(subsystem = "stream", %node_id, %urls, "connected to NATS")
                     }

@@ -69,3 +69,69 @@ async fn only_the_nodes_own_nkey_gets_in() {
     drop(client);
     sup.stop().await;
 }
+
+/// An external server that wants a user and password: the node's connect
+/// options carry Tier A's credentials, and wrong ones stop the start with
+/// an error naming the keys instead of retrying forever.
+#[tokio::test]
+async fn external_credentials_are_carried_and_a_refusal_is_final() {
+    use crewlet_config::{NatsAuth, NatsCredentials, StreamConfig, StreamMode};
+
+    let dir = tempfile::tempdir().unwrap();
+    let port = crewlet_testkit::free_port();
+    let mut cmd = std::process::Command::new(crewlet_testkit::nats_server_bin());
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+        .arg(dir.path())
+        .args(["--user", "fleet", "--pass", "right-password"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut server = crewlet_testkit::nats::spawn_tied(cmd).unwrap();
+    let url = format!("nats://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    // Polling the port: the server says nothing else when it is ready.
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nats-server never listened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let config = |password: &str| StreamConfig {
+        mode: StreamMode::External {
+            urls: vec![url.clone()],
+            auth: NatsAuth {
+                credentials: Some(NatsCredentials::UserPassword {
+                    user: "fleet".into(),
+                    password: password.into(),
+                }),
+                tls: None,
+            },
+        },
+        replicas: 1,
+    };
+    let (_cancel, cancel_rx) = watch::channel(false);
+    let wrong = tokio::time::timeout(
+        Duration::from_secs(20),
+        crewlet_stream::Broker::start(&config("wrong-password"), "ext", cancel_rx.clone()),
+    )
+    .await
+    .expect("a refusal ends the start, it does not hang");
+    let err = wrong
+        .err()
+        .expect("wrong credentials are refused")
+        .to_string();
+    assert!(
+        err.contains("refused") && err.contains("stream.user"),
+        "{err}"
+    );
+    assert!(!err.contains("wrong-password"), "{err}");
+
+    let broker = crewlet_stream::Broker::start(&config("right-password"), "ext", cancel_rx)
+        .await
+        .unwrap();
+    assert_eq!(broker.health().auth, "user-password");
+    assert!(broker.is_connected());
+    broker.stop().await;
+    let _ = server.kill();
+    let _ = server.wait();
+}
