@@ -18,6 +18,7 @@
 
 pub mod keyring;
 pub mod mirror;
+pub mod record;
 pub mod resolver;
 mod rotate;
 

@@ -33,118 +33,24 @@ use std::sync::{Arc, RwLock};
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use crewlet_coord::kv::{Entry, Expect, Watch};
 use crewlet_coord::names::{decode_token, encode_token};
 use crewlet_coord::{Bucket, Change, Kv};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
 
 use crate::keyring::{Envelope, Keyring, OpenError};
+use crate::record::check_value;
+pub use crate::record::{Listed, MAX_SECRET_BYTES, Record, SECRET_CLASS, SecretsError, check_name};
 use crate::resolver::{Lookup, Resolver};
 
-/// Record class of a secret in the secrets bucket (`secret.NAME`).
-pub const SECRET_CLASS: &str = "secret";
-/// Largest secret value accepted.
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
 /// Longest a node waits for the first listing at start before it serves
 /// from the environment alone (the watch keeps trying behind it).
 pub const FIRST_LISTING: Duration = Duration::from_secs(5);
 /// Backoff between watch attempts: doubles from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(8));
-
-/// Why a secrets operation was refused or could not be done.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretsError {
-    #[error(
-        "{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit, at most 128 characters"
-    )]
-    BadName(String),
-    #[error("the value of {name} is {len} bytes; a secret holds at most {MAX_SECRET_BYTES} bytes")]
-    TooLarge { name: String, len: usize },
-    #[error("the secrets bucket cannot be reached ({0}); nothing changed — retry in a few seconds")]
-    Unavailable(String),
-    #[error(
-        "the secrets bucket holds an unreadable record for {name} ({why}); set the secret again"
-    )]
-    Corrupt { name: String, why: String },
-    #[error(
-        "this node has no keyring open, so it cannot seal {0}; start the node with its keyring"
-    )]
-    NoKeyring(String),
-    #[error(transparent)]
-    Keyring(#[from] crate::keyring::KeyringError),
-}
-
-/// Checks a secret's name: the rule `SecretRef::name` applies to the names a
-/// company document uses, so every name a document can reference can be set.
-pub fn check_name(name: &str) -> Result<(), SecretsError> {
-    crewlet_company::SecretRef::name(name)
-        .map(|_| ())
-        .map_err(|_| SecretsError::BadName(name.to_owned()))
-}
-
-/// What the bucket holds per secret: a sealed value and when it was set.
-/// The node's store keeps the same record for a secret set while it was
-/// stopped (see [`Secrets::put_record`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
-    pub envelope: Envelope,
-    pub updated_ms: u64,
-}
-
-impl Record {
-    /// Seals `value` as `name` under `keyring`'s current key.
-    pub fn seal(keyring: &Keyring, name: &str, value: &str) -> Result<Record, SecretsError> {
-        check_value(name, value)?;
-        Ok(Record {
-            envelope: keyring.seal(name, value),
-            updated_ms: crewlet_os::now_ms() as u64,
-        })
-    }
-
-    pub fn to_bytes(&self) -> Bytes {
-        Bytes::from(serde_json::to_vec(self).expect("a record serialises"))
-    }
-
-    /// Reads a record back; `name` only labels the error.
-    pub fn from_bytes(name: &str, bytes: &[u8]) -> Result<Record, SecretsError> {
-        serde_json::from_slice(bytes).map_err(|err| SecretsError::Corrupt {
-            name: name.to_owned(),
-            // serde's message can quote the input: say where, not what.
-            why: format!(
-                "not a sealed secret record (line {}, column {})",
-                err.line(),
-                err.column()
-            ),
-        })
-    }
-}
-
-fn check_value(name: &str, value: &str) -> Result<(), SecretsError> {
-    check_name(name)?;
-    if value.len() > MAX_SECRET_BYTES {
-        return Err(SecretsError::TooLarge {
-            name: name.to_owned(),
-            len: value.len(),
-        });
-    }
-    Ok(())
-}
-
-/// A name, when it was last set and the key that sealed it: what a listing
-/// shows (never the value). `problem` says why this node cannot open it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Listed {
-    pub name: String,
-    pub updated_ms: u64,
-    pub key: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
-}
 
 /// A snapshot entry: the envelope, or why the record could not be read.
 type Held = Result<Envelope, String>;
@@ -586,6 +492,8 @@ async fn follow(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crewlet_coord::bucket::Retentions;
     use crewlet_coord::{Faulty, MemoryKv, SystemClock};
