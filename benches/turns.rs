@@ -71,12 +71,12 @@ ada = {{ role = "r" }}
     );
     let node = Node::start(dir.path(), &company, Some(plugins.path()));
     node.wait_held(1, Duration::from_secs(60));
-    let url = node.nats_url();
+    let (url, login) = (node.nats_url(), node.nats_login());
     let seat_id =
         crewlet_company::seat_id("Bench", &crewlet_company::Handle::parse("ada").unwrap());
 
     let (wake_ms, builtin_ms, mcp_ms, floor_js, floor_http) = rt.block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let client = login.connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client.clone());
         let floor_js = jetstream_floor(&js).await;
         let floor_http = http_floor(&ai);
@@ -184,9 +184,9 @@ fn seat_taking(rt: &tokio::runtime::Runtime, seats: usize, mcp: bool) {
     }
     let node = Node::start(dir.path(), &company, None);
     let t = node.wait_held(seats, Duration::from_secs(120));
-    let url = node.nats_url();
+    let (url, login) = (node.nats_url(), node.nats_login());
     let floor = rt.block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let client = login.connect(url).await.unwrap();
         let owner = crewlet_coord::Owner::incarnation("bench-floor");
         let coord =
             crewlet_coord::Coord::open(client, crewlet_coord::CoordOptions::new(owner.clone()))
@@ -282,6 +282,14 @@ impl Node {
     fn nats_url(&self) -> String {
         let h = http::get(&self.addr, "/health").unwrap().json();
         h["stream"]["urls"][0].as_str().unwrap().to_owned()
+    }
+
+    /// The embedded broker admits the node's own nkey only.
+    fn nats_login(&self) -> async_nats::ConnectOptions {
+        let h = http::get(&self.addr, "/health").unwrap().json();
+        let file = h["stream"]["server"]["credential_file"].as_str().unwrap();
+        let seed = std::fs::read_to_string(file).unwrap();
+        async_nats::ConnectOptions::with_nkey(seed.trim().to_owned())
     }
 
     fn stop(mut self) {

@@ -31,14 +31,27 @@ const FULL: Opts = Opts {
     secret: true,
 };
 
+/// The keyring every node of these tests shares, as a fleet's operator
+/// gives every node one copy: a secret set through one node opens on all.
+fn fleet_keyring() -> &'static Path {
+    static RING: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    RING.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        crewlet_secrets::Keyring::open_or_create(&dir.path().join("keyring")).unwrap();
+        dir
+    })
+    .path()
+}
+
 fn node_on(server: &NatsServer, id: &str, opts: Opts) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
     let cfg = sb.config(
         port,
         &format!(
-            "[node]\nid = \"{id}\"\nroles = {NO_SEATS}\n[stream]\nurl = \"{}\"\n",
-            server.url()
+            "[node]\nid = \"{id}\"\nroles = {NO_SEATS}\n[stream]\nurl = \"{}\"\n[secrets]\nkeyring = {:?}\n",
+            server.url(),
+            fleet_keyring().join("keyring"),
         ),
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -747,7 +760,9 @@ fn a_stalled_embedded_broker_is_503_leaves_no_claim_and_the_retry_is_delivered_o
     // Everything the edge wrote into the stalled connection lands now (a
     // claim that timed out included); its release follows it.
     let rt = rt();
-    let client = rt.block_on(async_nats::connect(&url)).unwrap();
+    let client = rt
+        .block_on(broker_login(&node.health()).connect(&url))
+        .unwrap();
     let mut claim = None;
     let released = eventually(Duration::from_secs(30), || {
         claim = rt.block_on(live_claim(&client, "github:s-stall"));

@@ -47,10 +47,11 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
 
     // The streams exist on the embedded broker, with their retentions.
     let url = health["stream"]["urls"][0].as_str().unwrap().to_owned();
+    let login = broker_login(&health);
     let streams = tokio::runtime::Runtime::new()
         .unwrap()
         .block_on(async move {
-            let js = async_nats::jetstream::new(async_nats::connect(url).await.unwrap());
+            let js = async_nats::jetstream::new(login.connect(url).await.unwrap());
             let mut found = Vec::new();
             for name in [
                 "CREWLET_AGENT",

@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Node, Sandbox};
+use common::{Node, Sandbox, broker_login};
 use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
@@ -265,9 +265,9 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         .iter()
         .find(|e| e["payload"]["handle"] == "ada")
         .expect("ada's wake event");
-    let url = w.nats();
+    let (url, login) = (w.nats(), broker_login(&w.node.health()));
     rt().block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let client = login.connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client.clone());
         let payload = json!({
             "trace_id": ada["trace_id"], "delivery_id": "Ev1", "source": "slack",
@@ -329,9 +329,9 @@ fn a_rate_limited_key_is_benched_fleet_wide_and_the_chain_falls_back() {
             .all(|r| r.bearer.as_deref() == Some("sk-two-2222")),
         "a benched key is not used again"
     );
-    let url = w.nats();
+    let (url, login) = (w.nats(), broker_login(&w.node.health()));
     let cooling = rt().block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let client = login.connect(url).await.unwrap();
         let owner = crewlet_coord::Owner::incarnation("turns-test");
         let coord = crewlet_coord::Coord::open(client, crewlet_coord::CoordOptions::new(owner))
             .await
@@ -504,9 +504,9 @@ fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_r
 
     // The budget counters unreachable (their bucket gone): an outage, not a
     // refusal — the turn fails and the wake is kept for a retry.
-    let url = w.nats();
+    let (url, login) = (w.nats(), broker_login(&w.node.health()));
     rt().block_on(async {
-        let client = async_nats::connect(url).await.unwrap();
+        let client = login.connect(url).await.unwrap();
         let js = async_nats::jetstream::new(client);
         js.delete_stream("KV_crewlet_budgets").await.unwrap();
     });

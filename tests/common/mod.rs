@@ -348,3 +348,13 @@ pub fn wait_events(node: &Node, kind: &str, n: usize) -> Vec<serde_json::Value> 
     );
     got
 }
+
+/// The login to a node's embedded broker: the nkey seed in the file its
+/// `/health` names (the broker admits no client without it).
+pub fn broker_login(health: &serde_json::Value) -> async_nats::ConnectOptions {
+    let file = health["stream"]["server"]["credential_file"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no broker credential file in /health: {health}"));
+    let seed = std::fs::read_to_string(file).expect("the broker's seed file");
+    async_nats::ConnectOptions::with_nkey(seed.trim().to_owned())
+}

@@ -9,6 +9,7 @@
 //! Relative paths in the file resolve against the file's own directory;
 //! paths given on the command line resolve against the working directory.
 
+mod credentials;
 mod interpolate;
 pub mod mcp;
 pub mod scan;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
 pub use interpolate::{InterpolateError, interpolate_str};
 pub use mcp::{AllowedCommand, McpConfig};
 
@@ -95,6 +97,14 @@ pub struct NodeConfig {
     pub models: ModelsConfig,
     /// What the company document may make this node run (`[mcp]`).
     pub mcp: McpConfig,
+    pub secrets: SecretsConfig,
+}
+
+/// Where the keys that seal the secrets bucket live (see `credentials`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretsConfig {
+    /// Defaults to `<data_dir>/keyring`.
+    pub keyring: PathBuf,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +137,7 @@ pub enum StreamMode {
     /// The node supervises its own nats-server child.
     Embedded(EmbeddedBroker),
     /// An external NATS server or cluster; no child.
-    External { urls: Vec<String> },
+    External { urls: Vec<String>, auth: NatsAuth },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,6 +149,9 @@ pub struct EmbeddedBroker {
     /// Explicit nats-server binary; otherwise found by the usual search.
     pub nats_server: Option<PathBuf>,
     pub sync: SyncPolicy,
+    /// The node's nkey seed for its own broker: `<data_dir>/broker.nkey`,
+    /// made at the first start, mode 0600.
+    pub credential: PathBuf,
 }
 
 /// When the broker fsyncs JetStream writes.
@@ -336,6 +349,13 @@ mod raw {
         pub shutdown: Shutdown,
         pub models: Models,
         pub mcp: crate::mcp::raw::Mcp,
+        pub secrets: Secrets,
+    }
+
+    #[derive(Debug, Default, Deserialize)]
+    #[serde(deny_unknown_fields, default)]
+    pub struct Secrets {
+        pub keyring: Option<PathBuf>,
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -433,6 +453,29 @@ mod raw {
         pub replicas: Option<usize>,
         pub nats_server: Option<PathBuf>,
         pub sync: Option<SyncPolicy>,
+        pub user: Option<String>,
+        pub password: Option<String>,
+        pub token: Option<String>,
+        pub nkey_seed_file: Option<PathBuf>,
+        pub creds_file: Option<PathBuf>,
+        pub tls_ca: Option<PathBuf>,
+        pub tls_cert: Option<PathBuf>,
+        pub tls_key: Option<PathBuf>,
+    }
+
+    impl Stream {
+        pub fn take_auth(&mut self) -> credentials::RawAuth {
+            credentials::RawAuth {
+                user: self.user.take(),
+                password: self.password.take(),
+                token: self.token.take(),
+                nkey_seed_file: self.nkey_seed_file.take(),
+                creds_file: self.creds_file.take(),
+                tls_ca: self.tls_ca.take(),
+                tls_cert: self.tls_cert.take(),
+                tls_key: self.tls_key.take(),
+            }
+        }
     }
 
     #[derive(Debug, Default, Deserialize)]
@@ -466,7 +509,7 @@ mod raw {
 
     impl File {
         pub fn validate(
-            self,
+            mut self,
             label: &str,
             base: &Path,
             overrides: &Overrides,
@@ -512,6 +555,7 @@ mod raw {
                     format!("expected 1 to 5 replicas (JetStream's range), found {replicas}"),
                 ));
             }
+            let auth = self.stream.take_auth();
             let mode = match self.stream.url {
                 Some(urls) => {
                     for (key, set) in [
@@ -537,9 +581,18 @@ mod raw {
                             "expected one or more NATS URLs such as `nats://10.0.0.5:4222`".into(),
                         ));
                     }
-                    StreamMode::External { urls }
+                    let auth = auth
+                        .validate(resolve)
+                        .map_err(|(key, message)| invalid(key, message))?;
+                    StreamMode::External { urls, auth }
                 }
                 None => {
+                    if let Some(key) = auth.set_keys().first() {
+                        return Err(invalid(
+                            key,
+                            "applies to an external NATS (`stream.url`) only; the embedded broker makes its own credential in the data dir".into(),
+                        ));
+                    }
                     if replicas > 1 {
                         return Err(invalid(
                             "stream.replicas",
@@ -557,6 +610,7 @@ mod raw {
                         port: self.stream.port.unwrap_or(0),
                         nats_server: self.stream.nats_server.map(resolve),
                         sync: self.stream.sync.unwrap_or(SyncPolicy::Always),
+                        credential: data_dir.join("broker.nkey"),
                     })
                 }
             };
@@ -634,6 +688,11 @@ mod raw {
                 .validate(base)
                 .map_err(|(key, message)| invalid(&key, message))?;
 
+            let keyring = self
+                .secrets
+                .keyring
+                .map(resolve)
+                .unwrap_or_else(|| data_dir.join("keyring"));
             Ok(NodeConfig {
                 source: None,
                 node_id: self.node.id,
@@ -654,6 +713,7 @@ mod raw {
                     cooldown_floor: Duration::from_secs(floor),
                 },
                 mcp,
+                secrets: SecretsConfig { keyring },
             })
         }
     }
@@ -762,7 +822,8 @@ mod tests {
         assert_eq!(
             cfg.stream.mode,
             StreamMode::External {
-                urls: vec!["nats://10.1.2.3:4222".into(), "nats://b:4222".into()]
+                urls: vec!["nats://10.1.2.3:4222".into(), "nats://b:4222".into()],
+                auth: NatsAuth::default(),
             }
         );
         assert_eq!(cfg.coordination.heartbeat, Duration::from_secs(10));

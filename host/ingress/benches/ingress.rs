@@ -199,7 +199,9 @@ async fn main() {
         publisher: publisher.clone(),
         active: ActiveCompany::new(Some(Active::local(company))),
         webhooks: vec![github.clone()],
-        secrets: Arc::new(|_| Some(SECRET.to_owned())),
+        secrets: crewlet_secrets::Resolver::new(|_| {
+            crewlet_secrets::Lookup::Found(SECRET.to_owned())
+        }),
     }));
     let body = bytes::Bytes::from(crewlet_testkit::github::issue_comment(
         "acme/robot",

@@ -24,21 +24,19 @@
 //!
 //! Secrets: the company names a secret per integration
 //! (`[integrations.SOURCE] secret = "NAME"`); its value is resolved through
-//! [`secrets::Secrets`] — the fleet's secrets bucket first, then the node's
+//! [`crewlet_secrets::Resolver`] — the fleet's sealed secrets bucket first, then the node's
 //! environment variable `NAME`. The plugin receives it under the name its
 //! manifest declares.
 
 pub mod mailbox;
 pub mod message;
 pub mod notify;
-pub mod secrets;
 pub mod sign;
 pub mod webhook;
 
 pub use mailbox::{MailboxError, ensure_mailboxes};
 pub use message::{Inbound, Wake};
 pub use notify::{NotifyError, NotifyService};
-pub use secrets::{Resolver, Secrets, SecretsError};
 pub use webhook::{Edge, EdgeConfig, Outcome};
 
 /// The subject every verified delivery is published to.

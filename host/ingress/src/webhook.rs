@@ -59,8 +59,8 @@ use serde_json::json;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::message::{Inbound, now_ms};
-use crate::secrets::Resolver;
 use crate::{INBOUND_SUBJECT, TRACE_HEADER};
+use crewlet_secrets::{Lookup, Resolver};
 
 /// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
 /// the stream's default message limit is 1 MiB and a mention never needs
@@ -84,7 +84,7 @@ pub struct EdgeConfig {
     pub active: ActiveCompany,
     pub webhooks: Vec<Arc<WebhookPlugin>>,
     /// Resolves an integration's secret by the name the company gives it
-    /// ([`crate::secrets::Secrets::resolver`]).
+    /// ([`crewlet_secrets::Secrets::resolver`]).
     pub secrets: Resolver,
 }
 
@@ -331,16 +331,24 @@ impl Edge {
             )));
         };
         let secret_name = integration.secret.name_str();
-        let Some(secret) = (self.cfg.secrets)(secret_name) else {
-            warn!(
-                subsystem = "ingress",
-                source,
-                secret = secret_name,
-                "webhook secret not set on this node"
-            );
-            return Err(Outcome::Unavailable(format!(
-                "secret {secret_name} for {source} is not set"
-            )));
+        let secret = match self.cfg.secrets.lookup(secret_name) {
+            Lookup::Found(secret) => secret,
+            Lookup::Unset => {
+                warn!(
+                    subsystem = "ingress",
+                    source,
+                    secret = secret_name,
+                    "webhook secret not set on this node"
+                );
+                return Err(Outcome::Unavailable(format!(
+                    "secret {secret_name} for {source} is not set"
+                )));
+            }
+            Lookup::Unavailable(why) => {
+                warn!(subsystem = "ingress", source, secret = secret_name, reason = %why,
+                    "webhook secret unavailable on this node");
+                return Err(Outcome::Unavailable(why));
+            }
         };
         let req = plugin.declared_only(Request {
             route: match handle {

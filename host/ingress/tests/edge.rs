@@ -52,7 +52,9 @@ async fn an_unknown_claim_fails_open_the_delivery_is_published_and_answered_202(
         publisher: w.publisher.clone(),
         active: w.active.clone(),
         webhooks: vec![github],
-        secrets: Arc::new(|_| Some(SECRET.to_owned())),
+        secrets: crewlet_secrets::Resolver::new(|_| {
+            crewlet_secrets::Lookup::Found(SECRET.to_owned())
+        }),
     });
 
     // Claim keys are `SOURCE:DELIVERY_ID`; writes to this one never land

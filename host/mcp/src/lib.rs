@@ -40,9 +40,9 @@ pub use shared::SharedChildren;
 pub use status::{McpStatusRow, merge_status};
 pub use substitute::{SubstituteError, substitute};
 
-/// Resolves a `${NAME}` reference to its secret value, or `None` when the
-/// name is unknown. The caller decides where names resolve.
-pub type Resolver = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// Resolves a `${NAME}` reference: the node's one secrets resolver (the
+/// caller decides where names resolve, e.g. a seat's own credentials first).
+pub use crewlet_secrets::Resolver;
 
 /// The longest failure reason recorded, in bytes (clipped on a char boundary).
 pub const REASON_MAX: usize = 240;

@@ -9,6 +9,8 @@
 
 use crewlet_config::scan::{Segment, Unclosed, is_name, segments};
 
+use crewlet_secrets::Lookup;
+
 use crate::Resolver;
 
 /// A `${…}` that could not be substituted. Never carries a secret value.
@@ -18,6 +20,14 @@ pub enum SubstituteError {
         "`${{{name}}}` in {field} resolves to nothing; give the seat (or the company) a credential named `{name}`"
     )]
     Unresolved { name: String, field: String },
+    /// Set, but this node cannot open it (its keyring lacks the key, or the
+    /// envelope is corrupt); `why` names the secret, never its value.
+    #[error("`${{{name}}}` in {field} cannot be used on this node: {why}")]
+    Unavailable {
+        name: String,
+        field: String,
+        why: String,
+    },
     #[error("{field}: `${{` without a closing `}}`; write `$$` for a literal `$`")]
     Unclosed { field: String },
     #[error(
@@ -62,10 +72,22 @@ pub(crate) fn substitute_into(
                 inner: name.to_owned(),
             });
         }
-        let value = resolve(name).ok_or_else(|| SubstituteError::Unresolved {
-            name: name.to_owned(),
-            field: field.to_owned(),
-        })?;
+        let value = match resolve.lookup(name) {
+            Lookup::Found(value) => value,
+            Lookup::Unset => {
+                return Err(SubstituteError::Unresolved {
+                    name: name.to_owned(),
+                    field: field.to_owned(),
+                });
+            }
+            Lookup::Unavailable(why) => {
+                return Err(SubstituteError::Unavailable {
+                    name: name.to_owned(),
+                    field: field.to_owned(),
+                    why,
+                });
+            }
+        };
         out.push_str(&value);
         redactor.remember(value);
     }
@@ -99,16 +121,27 @@ impl Redactor {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
 
     fn resolver() -> Resolver {
-        Arc::new(|name: &str| match name {
-            "TOKEN" => Some("s3cret-token".to_owned()),
-            "EMPTY" => Some(String::new()),
-            _ => None,
+        Resolver::new(|name: &str| match name {
+            "TOKEN" => Lookup::Found("s3cret-token".to_owned()),
+            "EMPTY" => Lookup::Found(String::new()),
+            "SEALED" => Lookup::Unavailable(
+                "secret SEALED is sealed with key k1, which this node's keyring lacks".into(),
+            ),
+            _ => Lookup::Unset,
         })
+    }
+
+    #[test]
+    fn a_secret_this_node_cannot_open_is_unavailable_not_empty() {
+        let err = substitute("x${SEALED}", "env.TOKEN", &resolver()).unwrap_err();
+        assert!(
+            matches!(err, SubstituteError::Unavailable { ref name, .. } if name == "SEALED"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("keyring lacks"), "{err}");
     }
 
     #[test]

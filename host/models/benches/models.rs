@@ -105,7 +105,7 @@ async fn run() {
         vec![plugin.clone()],
         coord,
         None,
-        Arc::new(|_: &str| None),
+        crewlet_models::Resolve::fixed::<&str, &str>([]),
         ModelsOptions::default(),
     )
     .await;

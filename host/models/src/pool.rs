@@ -21,9 +21,10 @@ use std::time::SystemTime;
 use crewlet_company::SecretRef;
 use crewlet_coord::{Cooldown, CoordError, KeyHint, key_hint, merge_cooldowns};
 
-/// Looks a secret up by its reference name (`OPENAI_API_KEY`); `None` when
-/// it is not set.
-pub type Resolve = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+use crewlet_secrets::Lookup;
+/// Looks a secret up by its reference name (`OPENAI_API_KEY`): the node's
+/// one secrets resolver.
+pub use crewlet_secrets::Resolver as Resolve;
 
 /// The scope of a cooldown: a provider entry — the plugin, its base URL and
 /// the model (`openai:gpt-4o@https://api.openai.com/v1`). One key under a
@@ -116,15 +117,19 @@ pub fn resolve_all(refs: &[SecretRef], resolve: &Resolve) -> (Vec<Credential>, V
     let mut missing = Vec::new();
     for r in refs {
         let name = r.name_str();
-        match resolve(name) {
-            Some(v) if !v.is_empty() => found.push(Credential::new(name, v)),
-            Some(_) => missing.push(Unresolved {
+        match resolve.lookup(name) {
+            Lookup::Found(v) if !v.is_empty() => found.push(Credential::new(name, v)),
+            Lookup::Found(_) => missing.push(Unresolved {
                 name: name.to_owned(),
                 reason: format!("secret {name} is empty; set it to the provider's API key"),
             }),
-            None => missing.push(Unresolved {
+            Lookup::Unset => missing.push(Unresolved {
                 name: name.to_owned(),
                 reason: format!("secret {name} is not set; set it to the provider's API key"),
+            }),
+            Lookup::Unavailable(why) => missing.push(Unresolved {
+                name: name.to_owned(),
+                reason: why,
             }),
         }
     }
@@ -337,21 +342,26 @@ mod tests {
 
     #[test]
     fn unresolvable_secrets_are_skipped_with_a_reason_and_none_listed_is_keyless() {
-        let resolve: Resolve = Arc::new(|n| match n {
-            "GOOD" => Some("sk-good".into()),
-            "EMPTY" => Some(String::new()),
-            _ => None,
+        let resolve = Resolve::new(|n| match n {
+            "GOOD" => Lookup::Found("sk-good".into()),
+            "EMPTY" => Lookup::Found(String::new()),
+            "SEALED" => Lookup::Unavailable("secret SEALED has a corrupt envelope".into()),
+            _ => Lookup::Unset,
         });
-        let refs: Vec<SecretRef> = ["GOOD", "EMPTY", "GONE"]
+        let refs: Vec<SecretRef> = ["GOOD", "EMPTY", "GONE", "SEALED"]
             .iter()
             .map(|n| SecretRef::name(n).unwrap())
             .collect();
         let (found, missing) = resolve_all(&refs, &resolve);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].hint, key_hint("sk-good"));
-        assert_eq!(missing.len(), 2);
+        assert_eq!(missing.len(), 3);
         assert!(missing[0].reason.contains("EMPTY is empty"), "{missing:?}");
         assert!(missing[1].reason.contains("GONE is not set"), "{missing:?}");
+        assert!(
+            missing[2].reason.contains("SEALED has a corrupt envelope"),
+            "{missing:?}"
+        );
         assert!(!format!("{found:?}").contains("sk-good"), "Debug hides it");
         let (found, missing) = resolve_all(&[], &resolve);
         assert!(found[0].is_keyless() && missing.is_empty());

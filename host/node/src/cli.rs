@@ -30,8 +30,10 @@ enum Command {
     /// Manage the company configuration (the config plane).
     #[command(subcommand)]
     Config(ConfigCmd),
-    /// Manage the company's secrets in the fleet's secrets bucket, through a
-    /// running node's API. Values are read from stdin and never printed.
+    /// Manage the company's secrets in the fleet's secrets bucket (sealed
+    /// under the node's keyring), through a running node's API — or, for
+    /// `set --data-dir`, a stopped node's store. Values are read from stdin
+    /// and never printed.
     #[command(subcommand)]
     Secrets(SecretsCmd),
     /// The token budgets' live windows, through a running node's API.
@@ -110,9 +112,27 @@ enum ConfigCmd {
 #[derive(Debug, Subcommand)]
 enum SecretsCmd {
     /// Set NAME to the value read from stdin (one trailing newline trimmed).
+    /// With `--data-dir` naming a node's data dir that no node holds, the
+    /// value is sealed into that node's store and moved onto the fleet when
+    /// the node next starts.
     Set {
         #[arg(value_name = "NAME")]
         name: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        api: String,
+        /// A node's data dir: used directly when no node holds it.
+        #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
+        data_dir: Option<PathBuf>,
+        /// The keyring that node uses (`secrets.keyring`); defaults to
+        /// `<data dir>/keyring`.
+        #[arg(long, value_name = "FILE", requires = "data_dir")]
+        keyring: Option<PathBuf>,
+    },
+    /// Add a key to the node's keyring, re-seal every secret under it, and
+    /// retire the keys no secret uses any more. Then copy the keyring file to
+    /// every node of the fleet.
+    RotateKey {
         /// The running node's HTTP API.
         #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
         api: String,
@@ -290,9 +310,18 @@ pub fn main() -> i32 {
 }
 
 fn secrets(cmd: SecretsCmd) -> i32 {
-    use crate::secrets::{cli_list, cli_remove, cli_set};
+    use crate::secrets::{Offline, cli_list, cli_remove, cli_rotate, cli_set};
     let done = match cmd {
-        SecretsCmd::Set { name, api } => cli_set(&api, &name, &mut std::io::stdin().lock()),
+        SecretsCmd::Set {
+            name,
+            api,
+            data_dir,
+            keyring,
+        } => {
+            let offline = data_dir.map(|data_dir| Offline { data_dir, keyring });
+            cli_set(&api, &name, &mut std::io::stdin().lock(), offline.as_ref())
+        }
+        SecretsCmd::RotateKey { api } => cli_rotate(&api),
         SecretsCmd::List { api } => cli_list(&api),
         SecretsCmd::Rm { name, api } => cli_remove(&api, &name),
     };

@@ -83,6 +83,12 @@ pub fn run(args: RunArgs) -> i32 {
         );
         return EXIT_CONFIG;
     }
+    // The keyring and the broker's seed are the node's keys: one that others
+    // may read is refused before anything starts.
+    if let Err(e) = check_key_files(&config) {
+        eprintln!("crewlet: {e}");
+        return EXIT_CONFIG;
+    }
     if let Err(e) = crate::logging::init(&config.logging) {
         eprintln!("crewlet: {e}");
         return EXIT_CONFIG;
@@ -100,6 +106,23 @@ pub fn run(args: RunArgs) -> i32 {
         }
     };
     runtime.block_on(node_main(config, company, args.plugins, descriptors))
+}
+
+/// Refuses a keyring (or embedded broker seed) that exists and is unsafe:
+/// loose permissions, unreadable, not a keyring. A missing one is made at
+/// start, in the data dir, mode 0600.
+fn check_key_files(config: &NodeConfig) -> Result<(), String> {
+    match crewlet_secrets::Keyring::open(&config.secrets.keyring) {
+        Ok(_) | Err(crewlet_secrets::KeyringError::Missing { .. }) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    if let crewlet_config::StreamMode::Embedded(spec) = &config.stream.mode
+        && spec.credential.exists()
+    {
+        crewlet_stream::BrokerCredential::load_or_create(&spec.credential)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 async fn node_main(
@@ -152,6 +175,8 @@ enum NodeError {
     Coordination(crewlet_coord::OpenError),
     #[error("plugins: {0}")]
     Plugins(crate::plugins::StartError),
+    #[error(transparent)]
+    Keyring(#[from] crewlet_secrets::KeyringError),
 }
 
 async fn start_and_serve(
@@ -174,6 +199,7 @@ async fn start_and_serve(
     // The node store opens (and migrates) before anything is served: a store
     // this build cannot use stops the node here.
     let store = crewlet_store::Store::open_in(&data_dir)?;
+    let keyring = crewlet_secrets::Keyring::open_or_create(&config.secrets.keyring)?;
     let span = info_span!("node", node_id = %node_id);
     lifecycle(
         config,
@@ -182,6 +208,7 @@ async fn start_and_serve(
         node_id,
         Arc::new(store),
         descriptors,
+        keyring,
     )
     .instrument(span)
     .await
@@ -194,6 +221,7 @@ async fn lifecycle(
     node_id: String,
     store: Arc<crewlet_store::Store>,
     descriptors: u64,
+    keyring: crewlet_secrets::Keyring,
 ) -> Result<(), NodeError> {
     // The company this node serves. The config plane moves it; until a
     // revision is activated through the pointer, the `--company` document.
@@ -411,9 +439,15 @@ async fn lifecycle(
         presence = Some(p);
 
         // The company's secrets: the bucket mirrored by a watch, stopped
-        // with the engine.
-        let secrets = match crate::secrets::Secrets::open(b.client(), &coord).await {
-            Ok(s) => Arc::new(s),
+        // with the engine; what was set while this node was stopped joins
+        // the fleet before anything reads it.
+        info!(subsystem = "secrets", keyring = %config.secrets.keyring.display(),
+            keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
+        let secrets = match crate::secrets::Secrets::open(b.client(), &coord, keyring).await {
+            Ok(s) => {
+                crate::secrets::adopt_pending(&store, &s).await;
+                Arc::new(s)
+            }
             Err(e) => {
                 warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
                 Arc::new(crate::secrets::Secrets::environment_only())

@@ -322,10 +322,10 @@ impl NodeSeats {
             .collect();
         let company = self.resolve.clone();
         let handle = seat.handle.to_string();
-        Arc::new(move |name: &str| match own.get(name) {
-            Some(secret) => company(secret),
-            None if name == SEAT_VARIABLE => Some(handle.clone()),
-            None => company(name),
+        crewlet_mcp::Resolver::new(move |name: &str| match own.get(name) {
+            Some(secret) => company.lookup(secret),
+            None if name == SEAT_VARIABLE => crewlet_secrets::Lookup::Found(handle.clone()),
+            None => company.lookup(name),
         })
     }
 }

@@ -1,10 +1,13 @@
 //! The company's secrets on this node: `PUT`/`DELETE /secrets/{name}`,
-//! `GET /secrets`, and `crewlet secrets set|list|rm` against a running node.
+//! `GET /secrets`, `POST /secrets/rotate-key`, and `crewlet secrets
+//! set|list|rm|rotate-key` against a running node — or `set --data-dir`
+//! against a stopped one, which seals the value into that node's store
+//! ([`adopt_pending`] moves it onto the fleet at the next start).
 //!
-//! The mirror itself ([`Secrets`]: the fleet's secrets bucket, kept current
-//! by a watch, with this node's environment as the fallback) lives in
-//! `crewlet-ingress`, whose webhook edge is its first reader; it is in the
-//! engine context as `secrets`.
+//! The mirror itself ([`Secrets`]: the fleet's bucket of sealed values,
+//! kept current by a watch, with this node's environment as the fallback)
+//! and the keyring live in `crewlet-secrets`; it is in the engine context as
+//! `secrets`, and every reader holds its [`crewlet_secrets::Resolver`].
 //!
 //! Rules: a value is never logged, never echoed and never listed — the API
 //! answers names and update times only; a name follows the company
@@ -19,13 +22,13 @@ use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, put};
+use axum::routing::{get, post, put};
 use crewlet_api::retry_later;
 use serde_json::json;
 use tracing::{info, warn};
 
-pub use crewlet_ingress::secrets::{
-    Listed, MAX_SECRET_BYTES, Resolver, Secrets, SecretsError, check_name,
+pub use crewlet_secrets::{
+    Keyring, Listed, MAX_SECRET_BYTES, Record, Resolver, Secrets, SecretsError, check_name,
 };
 
 use crate::engine::Late;
@@ -37,6 +40,7 @@ const RETRY_AFTER_SECONDS: u64 = 2;
 pub fn routes(late: Late) -> Router {
     Router::new()
         .route("/secrets", get(list_secrets))
+        .route("/secrets/rotate-key", post(rotate_key))
         .route("/secrets/{name}", put(put_secret).delete(delete_secret))
         // One byte over the cap, so the handler (not the layer) says 413
         // with the secret's name in the message.
@@ -56,7 +60,10 @@ fn failure(e: SecretsError) -> Response {
         SecretsError::BadName(_) => StatusCode::BAD_REQUEST,
         SecretsError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         SecretsError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        SecretsError::Corrupt { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        SecretsError::Corrupt { .. } | SecretsError::Keyring(_) => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
+        SecretsError::NoKeyring(_) => StatusCode::SERVICE_UNAVAILABLE,
     };
     error(status, "secrets", e.to_string())
 }
@@ -116,6 +123,80 @@ async fn delete_secret(State(late): State<Late>, Path(name): Path<String>) -> Re
     }
 }
 
+async fn rotate_key(State(late): State<Late>) -> Response {
+    let Some(ctx) = late.get() else {
+        return not_up();
+    };
+    match ctx.secrets.rotate_key().await {
+        Ok(done) => Json(json!({ "rotation": done })).into_response(),
+        Err(e) => {
+            warn!(subsystem = "secrets", error = %e, "keyring rotation failed");
+            failure(e)
+        }
+    }
+}
+
+/// Moves the secrets set while this node was stopped onto the fleet's
+/// bucket, then deletes them locally. A row the fleet already holds a newer
+/// value for is dropped; one that cannot be moved now (bucket unreachable)
+/// stays for the next start. Answers how many moved.
+pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> usize {
+    let rows = match store.pending_secrets() {
+        Ok(rows) => rows,
+        Err(e) => {
+            warn!(subsystem = "secrets", error = %e, "cannot read the secrets set while this node was stopped");
+            return 0;
+        }
+    };
+    let mut moved = 0;
+    for row in rows {
+        let name = row.name.as_str();
+        let record = match Record::from_bytes(name, row.record.as_bytes()) {
+            Ok(r) => r,
+            Err(e) => {
+                warn!(subsystem = "secrets", secret = name, error = %e,
+                    "a secret set while this node was stopped is unreadable and was dropped; set it again");
+                let _ = store.delete_pending_secret(name, &row.record);
+                continue;
+            }
+        };
+        let newer = match secrets.record(name).await {
+            Ok(Some((held, _))) => held.updated_ms > record.updated_ms,
+            Ok(None) => false,
+            Err(e) => {
+                warn!(subsystem = "secrets", secret = name, error = %e,
+                    "a secret set while this node was stopped stays local until the next start");
+                continue;
+            }
+        };
+        if newer {
+            info!(
+                subsystem = "secrets",
+                secret = name,
+                "the fleet holds a newer value than the one set while this node was stopped; keeping the fleet's"
+            );
+        } else if let Err(e) = secrets
+            .put_record(name, &record, crewlet_coord::kv::Expect::Any)
+            .await
+        {
+            warn!(subsystem = "secrets", secret = name, error = %e,
+                "a secret set while this node was stopped stays local until the next start");
+            continue;
+        } else {
+            info!(
+                subsystem = "secrets",
+                secret = name,
+                "secret set while stopped moved onto the fleet"
+            );
+            moved += 1;
+        }
+        if let Err(e) = store.delete_pending_secret(name, &row.record) {
+            warn!(subsystem = "secrets", secret = name, error = %e, "moved, but its local row could not be deleted");
+        }
+    }
+    moved
+}
+
 async fn list_secrets(State(late): State<Late>) -> Response {
     let Some(ctx) = late.get() else {
         return not_up();
@@ -147,13 +228,31 @@ pub enum SecretsCliError {
         status: u16,
         body: String,
     },
+    #[error(transparent)]
+    Keyring(#[from] crewlet_secrets::KeyringError),
+    #[error(transparent)]
+    Sealing(SecretsError),
+    #[error("cannot write the secret into the stopped node's store: {0}")]
+    Store(#[from] crewlet_store::StoreError),
+    #[error("cannot tell whether a node holds {dir}: {source}")]
+    Lock {
+        dir: String,
+        #[source]
+        source: crewlet_stream::LockError,
+    },
+    #[error("--data-dir {0}: not a directory; pass the data dir of the node the secret is for")]
+    NoDataDir(String),
 }
 
 impl SecretsCliError {
     /// 2 for a request the node (or the CLI) refused as wrong, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
-            SecretsCliError::BadName(_) | SecretsCliError::Empty => 2,
+            SecretsCliError::BadName(_)
+            | SecretsCliError::Empty
+            | SecretsCliError::Sealing(_)
+            | SecretsCliError::NoDataDir(_)
+            | SecretsCliError::Keyring(_) => 2,
             SecretsCliError::Refused { status, .. } if (400..500).contains(status) => 2,
             _ => 1,
         }
@@ -168,11 +267,22 @@ pub fn value_from(raw: &str) -> &str {
         .unwrap_or(raw)
 }
 
-/// `crewlet secrets set NAME` with the value read from `input`.
+/// A stopped node to write into: its data dir and its keyring file.
+#[derive(Debug, Clone)]
+pub struct Offline {
+    pub data_dir: std::path::PathBuf,
+    /// Defaults to `<data_dir>/keyring` (the node's own default).
+    pub keyring: Option<std::path::PathBuf>,
+}
+
+/// `crewlet secrets set NAME` with the value read from `input`: through the
+/// API, or — with `offline` naming a data dir no node holds — sealed into
+/// that node's store.
 pub fn cli_set(
     api: &str,
     name: &str,
     input: &mut impl std::io::Read,
+    offline: Option<&Offline>,
 ) -> Result<String, SecretsCliError> {
     check_name(name).map_err(SecretsCliError::BadName)?;
     let mut raw = String::new();
@@ -182,6 +292,11 @@ pub fn cli_set(
     let value = value_from(&raw);
     if value.is_empty() {
         return Err(SecretsCliError::Empty);
+    }
+    if let Some(offline) = offline
+        && let Some(done) = set_offline(offline, name, value)?
+    {
+        return Ok(done);
     }
     expect_ok(
         api,
@@ -193,6 +308,82 @@ pub fn cli_set(
         )?,
     )?;
     Ok(format!("set {name} through {api}"))
+}
+
+/// Seals `value` into the store of the stopped node at `offline`; `None`
+/// when a node holds the data dir (the caller goes through its API).
+fn set_offline(
+    offline: &Offline,
+    name: &str,
+    value: &str,
+) -> Result<Option<String>, SecretsCliError> {
+    let dir = &offline.data_dir;
+    if !dir.is_dir() {
+        return Err(SecretsCliError::NoDataDir(dir.display().to_string()));
+    }
+    let owner = format!("crewlet secrets set {name}");
+    let _lock =
+        match crewlet_stream::DirLock::acquire(dir, ".crewlet-node.lock", "data dir", &owner) {
+            Ok(lock) => lock,
+            Err(crewlet_stream::LockError::Held { .. }) => return Ok(None),
+            Err(source) => {
+                return Err(SecretsCliError::Lock {
+                    dir: dir.display().to_string(),
+                    source,
+                });
+            }
+        };
+    let path = offline
+        .keyring
+        .clone()
+        .unwrap_or_else(|| dir.join("keyring"));
+    let keyring = Keyring::open_or_create(&path)?;
+    let record = Record::seal(&keyring, name, value).map_err(SecretsCliError::Sealing)?;
+    let store = crewlet_store::Store::open_in(dir)?;
+    store.put_pending_secret(name, &String::from_utf8_lossy(&record.to_bytes()))?;
+    Ok(Some(format!(
+        "no node is running on {}: sealed {name} under key {} into its node store; the node moves it onto the fleet when it starts",
+        dir.display(),
+        keyring.current()
+    )))
+}
+
+/// `crewlet secrets rotate-key`: the node adds a key to its keyring,
+/// re-seals every value and retires keys nothing uses.
+pub fn cli_rotate(api: &str) -> Result<String, SecretsCliError> {
+    let body = expect_ok(
+        api,
+        crate::configplane::http_request(api, "POST", "/secrets/rotate-key", b"")?,
+    )?;
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+    let r = &answer["rotation"];
+    let mut out = format!(
+        "new key {}: re-sealed {} secret(s); retired {}\n",
+        r["key"].as_str().unwrap_or("?"),
+        r["resealed"].as_array().map_or(0, Vec::len),
+        match r["retired"].as_array() {
+            Some(ids) if !ids.is_empty() => ids
+                .iter()
+                .filter_map(|i| i.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            _ => "none".to_owned(),
+        },
+    );
+    for (key, names) in r["kept"].as_object().into_iter().flatten() {
+        out.push_str(&format!(
+            "kept key {key}: still seals {} (not openable on this node); copy the fleet's keyring here and rotate again\n",
+            names
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|n| n.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    out.push_str("copy the keyring file to every node of the fleet\n");
+    Ok(out)
 }
 
 /// `crewlet secrets rm NAME`.
@@ -223,7 +414,13 @@ pub fn cli_list(api: &str) -> Result<String, SecretsCliError> {
                     .unwrap_or_default()
             })
             .unwrap_or_default();
-        out.push_str(&format!("{name}\t{updated}\n"));
+        let key = s["key"].as_str().unwrap_or("-");
+        match s["problem"].as_str() {
+            Some(problem) => out.push_str(&format!(
+                "{name}\t{updated}\t{key}\tUNAVAILABLE: {problem}\n"
+            )),
+            None => out.push_str(&format!("{name}\t{updated}\t{key}\n")),
+        }
     }
     Ok(out)
 }
@@ -255,10 +452,10 @@ mod tests {
 
     #[test]
     fn a_bad_name_is_refused_before_any_request() {
-        let err = cli_set("http://127.0.0.1:1", "1BAD", &mut "v".as_bytes()).unwrap_err();
+        let err = cli_set("http://127.0.0.1:1", "1BAD", &mut "v".as_bytes(), None).unwrap_err();
         assert!(matches!(err, SecretsCliError::BadName(_)), "{err}");
         assert_eq!(err.exit_code(), 2);
-        let err = cli_set("http://127.0.0.1:1", "GOOD", &mut "\n".as_bytes()).unwrap_err();
+        let err = cli_set("http://127.0.0.1:1", "GOOD", &mut "\n".as_bytes(), None).unwrap_err();
         assert!(matches!(err, SecretsCliError::Empty), "{err}");
     }
 }

@@ -5,7 +5,8 @@
 //! nothing the company must agree on belongs in it — that lives in the
 //! coordination store. It holds what one node did: the events it published,
 //! what its seats said per conversation, the company revisions it has seen,
-//! the scheduled runs it performed.
+//! the scheduled runs it performed, and secrets set (sealed) while it was
+//! stopped.
 //!
 //! Migrations are the files in `migrations/`, embedded in the binary and
 //! applied in order at open, all pending ones inside one transaction: a
@@ -14,6 +15,7 @@
 //! "upgraded" backwards.
 
 mod events;
+mod pending_secrets;
 mod revisions;
 mod sessions;
 
@@ -24,6 +26,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
+pub use pending_secrets::PendingSecret;
 pub use revisions::Revision;
 pub use sessions::{SESSION_KEEP, Said, Session};
 
@@ -299,6 +302,7 @@ mod tests {
             "conversation_sessions",
             "event_parties",
             "events",
+            "pending_secrets",
             "scheduled_runs",
             "schema_version",
         ] {

@@ -12,6 +12,10 @@
 //!
 //! One store dir, one server: the store dir is locked for the life of the
 //! supervisor, and a second node pointed at it refuses to start.
+//!
+//! Locked: the server listens on 127.0.0.1 only and admits one user, the
+//! node's own nkey ([`crate::credential`]); its config file names the public
+//! key alone. A client without the seed is refused at connect.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -28,6 +32,7 @@ use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, error, info, warn};
 
 use crate::StreamError;
+use crate::credential::BrokerCredential;
 use crate::locate::locate_nats_server;
 use crate::lock::DirLock;
 
@@ -53,11 +58,14 @@ pub struct BrokerStatus {
     pub pid: Option<u32>,
     /// Times the child was restarted after dying unexpectedly.
     pub restarts: u32,
+    /// The file holding the node's nkey seed: a client needs it to connect.
+    pub credential_file: String,
 }
 
 /// The running child and the task that watches it.
 pub struct Supervisor {
     port: u16,
+    credential: BrokerCredential,
     status: Arc<Mutex<BrokerStatus>>,
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
@@ -79,6 +87,7 @@ impl Supervisor {
         mut cancel: watch::Receiver<bool>,
     ) -> Result<Supervisor, StreamError> {
         let binary = locate_nats_server(spec.nats_server.as_deref())?;
+        let credential = BrokerCredential::load_or_create(&spec.credential)?;
         let files = |path: &Path| {
             let path = path.display().to_string();
             move |source| StreamError::Files { path, source }
@@ -101,7 +110,13 @@ impl Supervisor {
         let conf = store_dir.join("nats-server.conf");
         std::fs::write(
             &conf,
-            server_config(node_id, requested, &store_dir, spec.sync),
+            server_config(
+                node_id,
+                requested,
+                &store_dir,
+                spec.sync,
+                credential.public_key(),
+            ),
         )
         .map_err(files(&conf))?;
 
@@ -122,6 +137,7 @@ impl Supervisor {
             running: true,
             pid: child.id(),
             restarts: 0,
+            credential_file: credential.path().display().to_string(),
         }));
 
         let waited = tokio::select! {
@@ -139,7 +155,13 @@ impl Supervisor {
         // A restart comes back on the same port: the client reconnects to it.
         if let Err(e) = std::fs::write(
             &launch.conf,
-            server_config(node_id, Some(port), &store_dir, spec.sync),
+            server_config(
+                node_id,
+                Some(port),
+                &store_dir,
+                spec.sync,
+                credential.public_key(),
+            ),
         ) {
             terminate(&mut child).await;
             return Err(files(&launch.conf)(e));
@@ -158,6 +180,7 @@ impl Supervisor {
             tokio::spawn(supervise(launch, child, status.clone(), stop_rx).in_current_span());
         Ok(Supervisor {
             port,
+            credential,
             status,
             stop,
             task,
@@ -167,6 +190,11 @@ impl Supervisor {
 
     pub fn client_url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The node's login to this server.
+    pub fn credential(&self) -> &BrokerCredential {
+        &self.credential
     }
 
     pub fn status(&self) -> BrokerStatus {
@@ -212,8 +240,14 @@ impl Launch {
 }
 
 /// The server's configuration file. Paths are quoted JSON strings, which the
-/// NATS config format reads verbatim.
-fn server_config(node_id: &str, port: Option<u16>, store_dir: &Path, sync: SyncPolicy) -> String {
+/// NATS config format reads verbatim. `user` is the one nkey admitted.
+fn server_config(
+    node_id: &str,
+    port: Option<u16>,
+    store_dir: &Path,
+    sync: SyncPolicy,
+    user: &str,
+) -> String {
     let quote = |s: &str| serde_json::to_string(s).expect("string to JSON");
     let listen = match port {
         Some(p) => p.to_string(),
@@ -224,9 +258,11 @@ fn server_config(node_id: &str, port: Option<u16>, store_dir: &Path, sync: SyncP
          server_name: {name}\n\
          listen: \"127.0.0.1:{listen}\"\n\
          ports_file_dir: {store}\n\
+         authorization {{\n  users: [ {{ nkey: {user} }} ]\n}}\n\
          jetstream {{\n  store_dir: {store}\n",
         name = quote(&format!("crewlet-{node_id}")),
         store = quote(&store_dir.display().to_string()),
+        user = quote(user),
     );
     if sync == SyncPolicy::Always {
         conf.push_str("  sync_interval: always\n");
@@ -431,11 +467,13 @@ mod tests {
             Some(4222),
             Path::new("/var/x \"y\""),
             SyncPolicy::Always,
+            "UABC",
         );
+        assert!(c.contains(r#"users: [ { nkey: "UABC" } ]"#), "{c}");
         assert!(c.contains("sync_interval: always"), "{c}");
         assert!(c.contains(r#"store_dir: "/var/x \"y\"""#), "{c}");
         assert!(c.contains("listen: \"127.0.0.1:4222\""), "{c}");
-        let lazy = server_config("n1", None, Path::new("/s"), SyncPolicy::ServerDefault);
+        let lazy = server_config("n1", None, Path::new("/s"), SyncPolicy::ServerDefault, "U");
         assert!(!lazy.contains("sync_interval"), "{lazy}");
         assert!(lazy.contains("listen: \"127.0.0.1:-1\""), "{lazy}");
     }

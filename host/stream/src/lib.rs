@@ -7,6 +7,7 @@
 //! exactly one [`async_nats::Client`]: the streams and the coordination
 //! buckets ride that connection, never a second dial that could fail alone.
 
+pub mod credential;
 pub mod embedded;
 pub mod locate;
 pub mod lock;
@@ -20,6 +21,7 @@ use crewlet_config::{StreamConfig, StreamMode};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
+pub use credential::BrokerCredential;
 pub use embedded::{BrokerStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
@@ -59,12 +61,19 @@ pub enum StreamError {
     NoJetStream { urls: String, detail: String },
     #[error("start-up was interrupted by a shutdown signal")]
     Interrupted,
+    #[error(
+        "NATS at {urls} refused this node's credentials (authorization violation); check `stream.user`/`password`, `token`, `nkey_seed_file` or `creds_file` in the node's config"
+    )]
+    Refused { urls: String },
+    #[error("the NATS credential {path} cannot be used: {why}")]
+    Credential { path: String, why: String },
 }
 
 /// The node's connection to its stream, and the child behind it if embedded.
 pub struct Broker {
     client: async_nats::Client,
     urls: Vec<String>,
+    auth: &'static str,
     supervisor: Option<Supervisor>,
 }
 
@@ -72,7 +81,10 @@ pub struct Broker {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StreamHealth {
     pub mode: &'static str,
+    /// Where the broker listens. None of them admits a client without the
+    /// credential `auth` names (`nkey` for the embedded broker).
     pub urls: Vec<String>,
+    pub auth: &'static str,
     pub connected: bool,
     /// The embedded child, when there is one.
     pub server: Option<BrokerStatus>,
@@ -86,14 +98,20 @@ impl Broker {
         node_id: &str,
         mut cancel: watch::Receiver<bool>,
     ) -> Result<Broker, StreamError> {
-        let (urls, supervisor) = match &config.mode {
+        let (urls, supervisor, options, auth) = match &config.mode {
             StreamMode::Embedded(spec) => {
                 let sup = Supervisor::start(spec, node_id, cancel.clone()).await?;
-                (vec![sup.client_url()], Some(sup))
+                let options = sup.credential().options();
+                (vec![sup.client_url()], Some(sup), options, "nkey")
             }
-            StreamMode::External { urls } => (urls.clone(), None),
+            StreamMode::External { urls, auth } => (
+                urls.clone(),
+                None,
+                credential::external_options(auth).await?,
+                credential::describe(auth),
+            ),
         };
-        let connect = connect(&urls, node_id);
+        let connect = connect(&urls, node_id, options);
         let client = tokio::select! {
             c = connect => c,
             _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
@@ -110,6 +128,7 @@ impl Broker {
         Ok(Broker {
             client,
             urls,
+            auth,
             supervisor,
         })
     }
@@ -135,6 +154,7 @@ impl Broker {
                 "external"
             },
             urls: self.urls.clone(),
+            auth: self.auth,
             connected: self.is_connected(),
             server: self.supervisor.as_ref().map(Supervisor::status),
         }
@@ -145,6 +165,7 @@ impl Broker {
         BrokerMonitor {
             client: self.client.clone(),
             urls: self.urls.clone(),
+            auth: self.auth,
             status: self.supervisor.as_ref().map(Supervisor::status_handle),
         }
     }
@@ -172,6 +193,7 @@ impl Broker {
 pub struct BrokerMonitor {
     client: async_nats::Client,
     urls: Vec<String>,
+    auth: &'static str,
     status: Option<Arc<std::sync::Mutex<BrokerStatus>>>,
 }
 
@@ -188,6 +210,7 @@ impl BrokerMonitor {
                 "external"
             },
             urls: self.urls.clone(),
+            auth: self.auth,
             connected: self.is_connected(),
             server: self
                 .status
@@ -199,7 +222,11 @@ impl BrokerMonitor {
 
 /// Dials `urls`, waiting (with the client's own reconnect backoff) until the
 /// first connection is up and JetStream answers.
-async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, StreamError> {
+async fn connect(
+    urls: &[String],
+    node_id: &str,
+    options: async_nats::ConnectOptions,
+) -> Result<async_nats::Client, StreamError> {
     let joined = urls.join(",");
     let addrs: Vec<async_nats::ServerAddr> = urls
         .iter()
@@ -211,9 +238,12 @@ async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, S
         })
         .collect::<Result<_, _>>()?;
     let url_list = joined.clone();
+    // Wrong credentials never start working: stop waiting when the server
+    // says so (the client itself would retry forever).
+    let (refused_tx, refused_rx) = watch::channel(false);
     // The client calls back from its own task, outside the node's span.
     let node = node_id.to_owned();
-    let options = async_nats::ConnectOptions::new()
+    let options = options
         .name(format!("crewlet:{node_id}"))
         .retry_on_initial_connect()
         .max_reconnects(None)
@@ -224,8 +254,21 @@ async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, S
         .event_callback(move |event| {
             let urls = url_list.clone();
             let node_id = node.clone();
+            let refused = refused_tx.clone();
             async move {
                 match event {
+                    async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
+                        refused.send_replace(true);
+                        warn!(subsystem = "stream", %node_id, %urls, "NATS refused this node's credentials")
+                    }
+                    // A connect attempt the server refused comes back as the
+                    // error kind's text ("authorization violation").
+                    async_nats::Event::ClientError(async_nats::ClientError::Other(why))
+                        if why.contains("authorization violation") =>
+                    {
+                        refused.send_replace(true);
+                        warn!(subsystem = "stream", %node_id, %urls, "NATS refused this node's credentials")
+                    }
                     async_nats::Event::Connected => {
                         info!(subsystem = "stream", %node_id, %urls, "connected to NATS")
                     }
@@ -249,6 +292,9 @@ async fn connect(urls: &[String], node_id: &str) -> Result<async_nats::Client, S
     let mut next_warning = Duration::from_secs(5);
     while client.connection_state() != State::Connected {
         tokio::time::sleep(Duration::from_millis(20)).await;
+        if *refused_rx.borrow() {
+            return Err(StreamError::Refused { urls: joined });
+        }
         if started.elapsed() >= next_warning {
             warn!(subsystem = "stream", urls = %joined, waited = ?started.elapsed(), "still waiting for NATS");
             next_warning += Duration::from_secs(5);

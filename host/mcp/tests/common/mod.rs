@@ -51,7 +51,10 @@ pub fn resolver(pairs: &[(&str, &str)]) -> Resolver {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
         .collect();
-    Arc::new(move |name: &str| map.get(name).cloned())
+    Resolver::new(move |name: &str| match map.get(name) {
+        Some(v) => crewlet_secrets::Lookup::Found(v.clone()),
+        None => crewlet_secrets::Lookup::Unset,
+    })
 }
 
 pub fn summary<'a>(servers: &'a [ServerSummary], name: &str) -> &'a ServerSummary {

@@ -164,7 +164,10 @@ pub fn resolver(secrets: &[(&str, &str)]) -> Resolve {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    Arc::new(move |name: &str| map.get(name).cloned())
+    Resolve::new(move |name: &str| match map.get(name) {
+        Some(v) => crewlet_secrets::Lookup::Found(v.clone()),
+        None => crewlet_secrets::Lookup::Unset,
+    })
 }
 
 pub fn model(provider: &str, model: &str, keys: &[&str]) -> ModelRef {

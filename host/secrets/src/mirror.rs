@@ -1,6 +1,11 @@
-//! The company's secrets: the fleet's secrets bucket, mirrored in memory.
+//! [`Secrets`]: the fleet's secrets bucket, mirrored in memory.
 //!
 //! Rules, and why:
+//! - **Sealed in the bucket, opened at use.** The snapshot holds envelopes;
+//!   a lookup opens one with the node's keyring ([`crate::Keyring`]). An
+//!   envelope this node cannot open (key missing, corrupt) makes that one
+//!   secret [`Lookup::Unavailable`] — never empty, never the environment's
+//!   value — while every other secret is served.
 //! - **The bucket is the source; this node holds a snapshot.** A watch
 //!   answers the certified listing first, then every change after it, so a
 //!   secret set through any node's API reaches every node without a restart
@@ -25,74 +30,35 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
+
 use std::time::Duration;
 
-use bytes::Bytes;
 use crewlet_coord::kv::{Entry, Expect, Watch};
 use crewlet_coord::names::{decode_token, encode_token};
 use crewlet_coord::{Bucket, Change, Kv};
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
 
-/// Record class of a secret in the secrets bucket (`secret.NAME`).
-pub const SECRET_CLASS: &str = "secret";
-/// Largest secret value accepted.
-pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+use crate::keyring::{Envelope, Keyring, OpenError};
+use crate::record::check_value;
+pub use crate::record::{Listed, MAX_SECRET_BYTES, Record, SECRET_CLASS, SecretsError, check_name};
+use crate::resolver::{Lookup, Resolver};
+
 /// Longest a node waits for the first listing at start before it serves
 /// from the environment alone (the watch keeps trying behind it).
 pub const FIRST_LISTING: Duration = Duration::from_secs(5);
 /// Backoff between watch attempts: doubles from the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(8));
 
-/// Resolves a secret's value by name (bucket first, then the environment).
-pub type Resolver = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// A snapshot entry: the envelope, or why the record could not be read.
+type Held = Result<Envelope, String>;
 
-/// Why a secrets operation was refused or could not be done.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretsError {
-    #[error(
-        "{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit, at most 128 characters"
-    )]
-    BadName(String),
-    #[error("the value of {name} is {len} bytes; a secret holds at most {MAX_SECRET_BYTES} bytes")]
-    TooLarge { name: String, len: usize },
-    #[error("the secrets bucket cannot be reached ({0}); nothing changed — retry in a few seconds")]
-    Unavailable(String),
-    #[error(
-        "the secrets bucket holds an unreadable record for {name} ({why}); set the secret again"
-    )]
-    Corrupt { name: String, why: String },
-}
-
-/// Checks a secret's name: the rule `SecretRef::name` applies to the names a
-/// company document uses, so every name a document can reference can be set.
-pub fn check_name(name: &str) -> Result<(), SecretsError> {
-    crewlet_company::SecretRef::name(name)
-        .map(|_| ())
-        .map_err(|_| SecretsError::BadName(name.to_owned()))
-}
-
-/// What the bucket holds per secret.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    value: String,
-    updated_ms: u64,
-}
-
-/// A name and when it was last set: what a listing shows (never the value).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Listed {
-    pub name: String,
-    pub updated_ms: u64,
-}
-
-/// One name in the snapshot: its value (None once removed) at a revision.
+/// One name in the snapshot: what it holds (None once removed) at a revision.
 #[derive(Debug, Clone)]
 struct Slot {
-    value: Option<String>,
+    value: Option<Held>,
     revision: u64,
 }
 
@@ -102,13 +68,13 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn get(&self, name: &str) -> Option<String> {
+    fn get(&self, name: &str) -> Option<Held> {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
         slots.get(name).and_then(|s| s.value.clone())
     }
 
     /// Applies one change unless the snapshot already holds a newer one.
-    fn apply(&self, name: String, value: Option<String>, revision: u64) {
+    fn apply(&self, name: String, value: Option<Held>, revision: u64) {
         let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         match slots.get(&name) {
             Some(s) if s.revision >= revision => {}
@@ -133,22 +99,36 @@ fn key_of(name: &str) -> String {
     format!("{SECRET_CLASS}.{}", encode_token(name))
 }
 
-fn name_of(key: &str) -> Option<String> {
+pub(crate) fn name_of(key: &str) -> Option<String> {
     key.strip_prefix(SECRET_CLASS)?
         .strip_prefix('.')
         .and_then(decode_token)
 }
 
 fn decode(name: &str, e: &Entry) -> Result<Record, SecretsError> {
-    serde_json::from_slice(&e.value).map_err(|err| SecretsError::Corrupt {
-        name: name.to_owned(),
-        // serde's message can quote the input: say where, not what.
-        why: format!(
-            "not a secret record (line {}, column {})",
-            err.line(),
-            err.column()
-        ),
-    })
+    Record::from_bytes(name, &e.value)
+}
+
+/// A record as the snapshot holds it. One this node cannot read or open is
+/// logged as it lands (by name, never its value); lookups answer it as
+/// unavailable.
+fn held(name: &str, e: &Entry, keyring: &RwLock<Keyring>) -> Held {
+    let held = decode(name, e)
+        .map(|r| r.envelope)
+        .map_err(|err| err.to_string());
+    let problem = match &held {
+        Err(why) => Some(why.clone()),
+        Ok(env) => keyring
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .open_envelope(name, env)
+            .err()
+            .map(|e| e.to_string()),
+    };
+    if let Some(why) = problem {
+        warn!(subsystem = "secrets", secret = name, error = %why, "secret unavailable on this node");
+    }
+    held
 }
 
 fn unavailable(e: impl std::fmt::Display) -> SecretsError {
@@ -158,7 +138,8 @@ fn unavailable(e: impl std::fmt::Display) -> SecretsError {
 /// This node's view of the secrets bucket. Cheap to share behind an `Arc`;
 /// stop it with [`Secrets::stop`].
 pub struct Secrets {
-    kv: Option<Arc<dyn Kv>>,
+    pub(crate) kv: Option<Arc<dyn Kv>>,
+    pub(crate) keyring: Option<Arc<RwLock<Keyring>>>,
     snapshot: Arc<Snapshot>,
     stop: watch::Sender<bool>,
     task: std::sync::Mutex<Option<JoinHandle<()>>>,
@@ -170,6 +151,7 @@ impl Secrets {
     pub async fn open(
         client: async_nats::Client,
         coord: &crewlet_coord::Coord,
+        keyring: Keyring,
     ) -> Result<Secrets, SecretsError> {
         let opts = coord.options();
         let retentions = crewlet_coord::bucket::Retentions {
@@ -187,19 +169,26 @@ impl Secrets {
         )
         .await
         .map_err(unavailable)?;
-        Ok(Secrets::start(Arc::new(kv)).await)
+        Ok(Secrets::start(Arc::new(kv), keyring).await)
     }
 
     /// Starts mirroring the secrets bucket of `kv`: waits up to
     /// [`FIRST_LISTING`] for the first certified listing, then keeps the
     /// snapshot current until [`Secrets::stop`].
-    pub async fn start(kv: Arc<dyn Kv>) -> Secrets {
+    pub async fn start(kv: Arc<dyn Kv>, keyring: Keyring) -> Secrets {
         let snapshot = Arc::new(Snapshot::default());
+        let keyring = Arc::new(RwLock::new(keyring));
         let (stop, stop_rx) = watch::channel(false);
         let (first_tx, mut first_rx) = watch::channel(false);
         let task = tokio::spawn(
-            mirror(kv.clone(), snapshot.clone(), stop_rx, first_tx)
-                .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
+            mirror(
+                kv.clone(),
+                keyring.clone(),
+                snapshot.clone(),
+                stop_rx,
+                first_tx,
+            )
+            .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
         );
         let first = tokio::time::timeout(FIRST_LISTING, first_rx.wait_for(|ready| *ready)).await;
         if !matches!(first, Ok(Ok(_))) {
@@ -210,6 +199,7 @@ impl Secrets {
         }
         Secrets {
             kv: Some(kv),
+            keyring: Some(keyring),
             snapshot,
             stop,
             task: std::sync::Mutex::new(Some(task)),
@@ -221,6 +211,7 @@ impl Secrets {
         let (stop, _) = watch::channel(false);
         Secrets {
             kv: None,
+            keyring: None,
             snapshot: Arc::default(),
             stop,
             task: std::sync::Mutex::new(None),
@@ -229,14 +220,15 @@ impl Secrets {
 
     /// The value of `name`: the bucket's, else this node's environment
     /// variable `name` (see the module docs for why in that order).
-    pub fn get(&self, name: &str) -> Option<String> {
-        lookup(&self.snapshot, name)
+    pub fn get(&self, name: &str) -> Lookup {
+        lookup(&self.snapshot, self.keyring.as_deref(), name)
     }
 
-    /// A resolver for code that must not hold `Secrets` itself.
+    /// The resolver every reader of secrets on this node holds.
     pub fn resolver(&self) -> Resolver {
         let snapshot = self.snapshot.clone();
-        Arc::new(move |name: &str| lookup(&snapshot, name))
+        let keyring = self.keyring.clone();
+        Resolver::new(move |name: &str| lookup(&snapshot, keyring.as_deref(), name))
     }
 
     /// How many secrets the snapshot holds (never which values).
@@ -244,7 +236,7 @@ impl Secrets {
         self.snapshot.len()
     }
 
-    fn kv(&self) -> Result<&Arc<dyn Kv>, SecretsError> {
+    pub(crate) fn kv(&self) -> Result<&Arc<dyn Kv>, SecretsError> {
         self.kv
             .as_ref()
             .ok_or_else(|| unavailable("this node has no secrets bucket open"))
@@ -252,27 +244,48 @@ impl Secrets {
 
     /// Sets `name` in the bucket (and in this node's snapshot at once).
     pub async fn set(&self, name: &str, value: &str) -> Result<u64, SecretsError> {
-        check_name(name)?;
-        if value.len() > MAX_SECRET_BYTES {
-            return Err(SecretsError::TooLarge {
-                name: name.to_owned(),
-                len: value.len(),
-            });
-        }
-        let record = Record {
-            value: value.to_owned(),
-            updated_ms: crewlet_os::now_ms() as u64,
+        check_value(name, value)?;
+        let record = {
+            let keyring = self
+                .keyring
+                .as_ref()
+                .ok_or_else(|| SecretsError::NoKeyring(name.to_owned()))?
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            Record::seal(&keyring, name, value)?
         };
-        let body = Bytes::from(serde_json::to_vec(&record).expect("a record serialises"));
+        self.put_record(name, &record, Expect::Any).await
+    }
+
+    /// Writes an already sealed record (a stopped node's pending row, a
+    /// re-sealed value) to the bucket and this node's snapshot.
+    pub async fn put_record(
+        &self,
+        name: &str,
+        record: &Record,
+        expect: Expect,
+    ) -> Result<u64, SecretsError> {
+        check_name(name)?;
         let kv = self.kv()?;
         let revision = kv
-            .put(Bucket::Secrets, &key_of(name), body, Expect::Any)
+            .put(Bucket::Secrets, &key_of(name), record.to_bytes(), expect)
             .await
             .map_err(|u| unavailable(u.0))?
-            .map_err(|_| unavailable("a blind write was refused as a conflict"))?;
+            .map_err(|_| unavailable(format!("{name} changed while it was being written")))?;
         self.snapshot
-            .apply(name.to_owned(), Some(record.value), revision);
+            .apply(name.to_owned(), Some(Ok(record.envelope.clone())), revision);
         Ok(revision)
+    }
+
+    /// The record the bucket holds for `name` now (leader read) and its
+    /// revision; `None` when unset.
+    pub async fn record(&self, name: &str) -> Result<Option<(Record, u64)>, SecretsError> {
+        check_name(name)?;
+        match self.kv()?.get(Bucket::Secrets, &key_of(name)).await {
+            Ok(Some(e)) if !e.removed => Ok(Some((decode(name, &e)?, e.revision))),
+            Ok(_) => Ok(None),
+            Err(u) => Err(unavailable(u.0)),
+        }
     }
 
     /// Removes `name`. Answers whether it was set.
@@ -312,15 +325,35 @@ impl Secrets {
             .list(Bucket::Secrets, Some(SECRET_CLASS))
             .await
             .map_err(|u| unavailable(u.0))?;
+        let keyring = self
+            .keyring
+            .as_ref()
+            .map(|k| k.read().unwrap_or_else(|p| p.into_inner()));
         let mut out = Vec::new();
         for e in entries.iter().filter(|e| !e.removed) {
-            if let Some(name) = name_of(&e.key) {
-                let rec = decode(&name, e)?;
-                out.push(Listed {
+            let Some(name) = name_of(&e.key) else {
+                continue;
+            };
+            out.push(match decode(&name, e) {
+                Ok(rec) => Listed {
+                    problem: match &keyring {
+                        Some(k) => k
+                            .open_envelope(&name, &rec.envelope)
+                            .err()
+                            .map(|e| e.to_string()),
+                        None => Some("this node has no keyring open".into()),
+                    },
                     name,
                     updated_ms: rec.updated_ms,
-                });
-            }
+                    key: Some(rec.envelope.key),
+                },
+                Err(err) => Listed {
+                    name,
+                    updated_ms: 0,
+                    key: None,
+                    problem: Some(err.to_string()),
+                },
+            });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
@@ -336,14 +369,35 @@ impl Secrets {
     }
 }
 
-fn lookup(snapshot: &Snapshot, name: &str) -> Option<String> {
-    snapshot.get(name).or_else(|| std::env::var(name).ok())
+fn lookup(snapshot: &Snapshot, keyring: Option<&RwLock<Keyring>>, name: &str) -> Lookup {
+    match snapshot.get(name) {
+        None => match std::env::var(name) {
+            Ok(v) => Lookup::Found(v),
+            Err(_) => Lookup::Unset,
+        },
+        Some(Err(why)) => Lookup::Unavailable(why),
+        Some(Ok(envelope)) => {
+            let Some(keyring) = keyring else {
+                return Lookup::Unavailable(format!(
+                    "secret {name} is sealed and this node has no keyring open"
+                ));
+            };
+            let keyring = keyring.read().unwrap_or_else(|p| p.into_inner());
+            match keyring.open_envelope(name, &envelope) {
+                Ok(v) => Lookup::Found(v),
+                Err(e @ (OpenError::NoKey { .. } | OpenError::Corrupt { .. })) => {
+                    Lookup::Unavailable(e.to_string())
+                }
+            }
+        }
+    }
 }
 
 /// The mirror loop: watch, load the listing, follow changes; on a failure
 /// or an end, back off and watch again. Ends when `stop` is set.
 async fn mirror(
     kv: Arc<dyn Kv>,
+    keyring: Arc<RwLock<Keyring>>,
     snapshot: Arc<Snapshot>,
     mut stop: watch::Receiver<bool>,
     first: watch::Sender<bool>,
@@ -361,7 +415,7 @@ async fn mirror(
                 if std::mem::take(&mut down) {
                     info!(subsystem = "secrets", "secrets bucket readable again");
                 }
-                let why = follow(w, &snapshot, &first, &mut stop).await;
+                let why = follow(w, &keyring, &snapshot, &first, &mut stop).await;
                 match why {
                     None => return,
                     Some(why) => {
@@ -390,6 +444,7 @@ async fn mirror(
 /// `Some(why)`: the watch failed or ended.
 async fn follow(
     w: Watch,
+    keyring: &RwLock<Keyring>,
     snapshot: &Snapshot,
     first: &watch::Sender<bool>,
     stop: &mut watch::Receiver<bool>,
@@ -399,18 +454,14 @@ async fn follow(
         let Some(name) = name_of(&e.key) else {
             continue;
         };
-        match decode(&name, e) {
-            Ok(rec) => {
-                listed.insert(
-                    name,
-                    Slot {
-                        value: Some(rec.value),
-                        revision: e.revision,
-                    },
-                );
-            }
-            Err(err) => warn!(subsystem = "secrets", error = %err, "secret skipped"),
-        }
+        let value = Some(held(&name, e, keyring));
+        listed.insert(
+            name,
+            Slot {
+                value,
+                revision: e.revision,
+            },
+        );
     }
     snapshot.replace(listed);
     first.send_replace(true);
@@ -427,10 +478,8 @@ async fn follow(
                 let Some(name) = name_of(&e.key) else {
                     continue;
                 };
-                match decode(&name, &e) {
-                    Ok(rec) => snapshot.apply(name, Some(rec.value), e.revision),
-                    Err(err) => warn!(subsystem = "secrets", error = %err, "secret skipped"),
-                }
+                let value = held(&name, &e, keyring);
+                snapshot.apply(name, Some(value), e.revision);
             }
             Some(Ok(Change::Removed { key, revision })) => {
                 if let Some(name) = name_of(&key) {
@@ -442,12 +491,30 @@ async fn follow(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use bytes::Bytes;
+
     use super::*;
     use crewlet_coord::bucket::Retentions;
     use crewlet_coord::{Faulty, MemoryKv, SystemClock};
 
-    fn kv() -> (Arc<Faulty>, Arc<dyn Kv>) {
+    /// A keyring file in its own directory; opening it again gives another
+    /// node of the same fleet the same keys.
+    pub(crate) struct Ring(tempfile::TempDir);
+
+    impl Ring {
+        pub(crate) fn new() -> Ring {
+            let dir = tempfile::tempdir().unwrap();
+            Keyring::open_or_create(&dir.path().join("keyring")).unwrap();
+            Ring(dir)
+        }
+
+        pub(crate) fn open(&self) -> Keyring {
+            Keyring::open(&self.0.path().join("keyring")).unwrap()
+        }
+    }
+
+    pub(crate) fn kv() -> (Arc<Faulty>, Arc<dyn Kv>) {
         let ret = Retentions {
             lease_ttl: Duration::from_secs(45),
             status: Duration::from_secs(60),
@@ -469,16 +536,20 @@ mod tests {
     #[tokio::test]
     async fn a_secret_set_anywhere_reaches_every_snapshot_and_removal_too() {
         let (_f, kv) = kv();
-        let a = Secrets::start(kv.clone()).await;
-        let b = Secrets::start(kv.clone()).await;
+        let ring = Ring::new();
+        let a = Secrets::start(kv.clone(), ring.open()).await;
+        let b = Secrets::start(kv.clone(), ring.open()).await;
         a.set("CREWLET_TEST_ONE", "s3cret").await.unwrap();
-        assert_eq!(a.get("CREWLET_TEST_ONE").as_deref(), Some("s3cret"));
+        assert_eq!(a.get("CREWLET_TEST_ONE").found().as_deref(), Some("s3cret"));
         eventually("b sees the set", || {
-            b.get("CREWLET_TEST_ONE").as_deref() == Some("s3cret")
+            b.get("CREWLET_TEST_ONE").found().as_deref() == Some("s3cret")
         })
         .await;
         let resolve = b.resolver();
-        assert_eq!(resolve("CREWLET_TEST_ONE").as_deref(), Some("s3cret"));
+        assert_eq!(
+            resolve.lookup("CREWLET_TEST_ONE").found().as_deref(),
+            Some("s3cret")
+        );
         let listed = b.list().await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].name, "CREWLET_TEST_ONE");
@@ -489,7 +560,10 @@ mod tests {
 
         assert!(b.remove("CREWLET_TEST_ONE").await.unwrap());
         assert!(!b.remove("CREWLET_TEST_ONE").await.unwrap(), "already gone");
-        eventually("a sees the removal", || a.get("CREWLET_TEST_ONE").is_none()).await;
+        eventually("a sees the removal", || {
+            a.get("CREWLET_TEST_ONE") == Lookup::Unset
+        })
+        .await;
         a.stop().await;
         b.stop().await;
     }
@@ -499,23 +573,29 @@ mod tests {
         let (_f, kv) = kv();
         // SAFETY: this test alone uses this variable name.
         unsafe { std::env::set_var("CREWLET_TEST_FALLBACK", "from-env") };
-        let s = Secrets::start(kv).await;
-        assert_eq!(s.get("CREWLET_TEST_FALLBACK").as_deref(), Some("from-env"));
+        let s = Secrets::start(kv, Ring::new().open()).await;
+        assert_eq!(
+            s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
+            Some("from-env")
+        );
         s.set("CREWLET_TEST_FALLBACK", "from-bucket").await.unwrap();
         assert_eq!(
-            s.get("CREWLET_TEST_FALLBACK").as_deref(),
+            s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
             Some("from-bucket")
         );
         s.remove("CREWLET_TEST_FALLBACK").await.unwrap();
-        assert_eq!(s.get("CREWLET_TEST_FALLBACK").as_deref(), Some("from-env"));
-        assert_eq!(s.get("CREWLET_TEST_NOWHERE"), None);
+        assert_eq!(
+            s.get("CREWLET_TEST_FALLBACK").found().as_deref(),
+            Some("from-env")
+        );
+        assert_eq!(s.get("CREWLET_TEST_NOWHERE"), Lookup::Unset);
         s.stop().await;
     }
 
     #[tokio::test]
     async fn bad_names_and_oversized_values_are_refused_and_change_nothing() {
         let (_f, kv) = kv();
-        let s = Secrets::start(kv).await;
+        let s = Secrets::start(kv, Ring::new().open()).await;
         for bad in ["", "1ABC", "A-B", "A.B", "A B", &"A".repeat(129)] {
             assert!(
                 matches!(s.set(bad, "v").await, Err(SecretsError::BadName(_))),
@@ -536,7 +616,7 @@ mod tests {
     #[tokio::test]
     async fn an_unreachable_bucket_keeps_the_snapshot_and_is_unavailable_for_writes() {
         let (f, kv) = kv();
-        let s = Secrets::start(kv).await;
+        let s = Secrets::start(kv, Ring::new().open()).await;
         s.set("KEPT", "v1").await.unwrap();
         f.break_store();
         assert!(matches!(
@@ -544,21 +624,81 @@ mod tests {
             Err(SecretsError::Unavailable(_))
         ));
         assert!(matches!(s.list().await, Err(SecretsError::Unavailable(_))));
-        assert_eq!(s.get("KEPT").as_deref(), Some("v1"), "the snapshot stays");
+        assert_eq!(
+            s.get("KEPT").found().as_deref(),
+            Some("v1"),
+            "the snapshot stays"
+        );
         f.heal();
         s.set("KEPT", "v3").await.unwrap();
-        assert_eq!(s.get("KEPT").as_deref(), Some("v3"));
+        assert_eq!(s.get("KEPT").found().as_deref(), Some("v3"));
         s.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_value_without_its_key_or_with_a_corrupt_envelope_is_unavailable_and_the_rest_served()
+    {
+        let (_f, kv) = kv();
+        let fleet = Ring::new();
+        let a = Secrets::start(kv.clone(), fleet.open()).await;
+        a.set("SHARED", "shared-value").await.unwrap();
+        // Another node whose keyring is not the fleet's.
+        let stranger = Secrets::start(kv.clone(), Ring::new().open()).await;
+        eventually("the stranger sees SHARED", || {
+            stranger.get("SHARED") != Lookup::Unset
+        })
+        .await;
+        match stranger.get("SHARED") {
+            Lookup::Unavailable(why) => {
+                assert!(why.contains("SHARED") && why.contains("keyring"), "{why}");
+                assert!(!why.contains("shared-value"), "{why}");
+            }
+            other => panic!("a value without its key is unavailable, not {other:?}"),
+        }
+        // A corrupt envelope: the record parses, the ciphertext is altered.
+        let (mut rec, _) = a.record("SHARED").await.unwrap().unwrap();
+        rec.envelope.sealed.replace_range(0..4, "AAAA");
+        a.put_record("BENT", &rec, Expect::Any).await.unwrap();
+        kv.put(
+            Bucket::Secrets,
+            &key_of("JUNK"),
+            Bytes::from_static(b"{not json"),
+            Expect::Any,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        a.set("FINE", "fine-value").await.unwrap();
+        let b = Secrets::start(kv.clone(), fleet.open()).await;
+        for name in ["BENT", "JUNK"] {
+            match b.get(name) {
+                Lookup::Unavailable(why) => assert!(why.contains(name), "{why}"),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+        assert_eq!(b.get("FINE").found().as_deref(), Some("fine-value"));
+        assert_eq!(b.get("SHARED").found().as_deref(), Some("shared-value"));
+        let listed = b.list().await.unwrap();
+        let problems: Vec<_> = listed
+            .iter()
+            .filter(|l| l.problem.is_some())
+            .map(|l| l.name.as_str())
+            .collect();
+        assert_eq!(problems, ["BENT", "JUNK"]);
+        assert!(!format!("{listed:?}").contains("value"), "{listed:?}");
+        for s in [a, b, stranger] {
+            s.stop().await;
+        }
     }
 
     #[test]
     fn an_older_change_never_overwrites_a_newer_one() {
         let snap = Snapshot::default();
-        snap.apply("A".into(), Some("new".into()), 5);
-        snap.apply("A".into(), Some("old".into()), 4);
-        assert_eq!(snap.get("A").as_deref(), Some("new"));
+        snap.apply("A".into(), Some(Err("new".into())), 5);
+        snap.apply("A".into(), Some(Err("old".into())), 4);
+        assert_eq!(snap.get("A"), Some(Err("new".into())));
         snap.apply("A".into(), None, 6);
-        snap.apply("A".into(), Some("new".into()), 5);
+        snap.apply("A".into(), Some(Err("new".into())), 5);
         assert_eq!(snap.get("A"), None);
     }
 }

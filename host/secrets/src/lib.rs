@@ -1,0 +1,31 @@
+//! The company's secrets: where they live, how they are sealed, and the one
+//! way the node reads them.
+//!
+//! - [`Secrets`] mirrors the fleet's secrets bucket in memory (a watch keeps
+//!   it current) and writes it; values are [`Record`]s holding an
+//!   [`Envelope`] sealed by this node's [`Keyring`] — plaintext never
+//!   reaches the broker, its files or its history.
+//! - [`Keyring`] is the node's Tier A key file (default
+//!   `<data dir>/keyring`, mode 0600 or the node refuses to start).
+//! - [`Resolver`] is what the webhook edge, MCP launch templates and model
+//!   credentials hold: a name answers [`Lookup::Found`], [`Lookup::Unset`] or
+//!   [`Lookup::Unavailable`] (set but not openable here: a 503, never an
+//!   empty value).
+//! - `rotate` re-seals every value under a new key and retires the keys no
+//!   envelope names any more.
+//!
+//! No wasmtime, no axum: the crate sits below every reader.
+
+pub mod keyring;
+pub mod mirror;
+pub mod record;
+pub mod resolver;
+mod rotate;
+
+pub use keyring::{Envelope, Keyring, KeyringError, OpenError};
+pub use mirror::{
+    FIRST_LISTING, Listed, MAX_SECRET_BYTES, Record, SECRET_CLASS, Secrets, SecretsError,
+    check_name,
+};
+pub use resolver::{Lookup, Resolver};
+pub use rotate::Rotation;
