@@ -370,13 +370,13 @@ fn inspect(w: &World, token: Option<&str>, args: &[&str]) -> Value {
     let mut cmd = std::process::Command::new(inspector());
     cmd.arg("--cli")
         .arg(format!("http://{}/operator/mcp", w.node.api))
-        .args(["--transport", "http"])
-        .args(args)
-        .env("MCP_CATALOG_PATH", w.sb.path("inspector-catalog.json"));
+        .args(["--transport", "http"]);
     if let Some(t) = token {
         cmd.arg("--header")
             .arg(format!("Authorization: Bearer {t}"));
     }
+    cmd.args(args)
+        .env("MCP_CATALOG_PATH", w.sb.path("inspector-catalog.json"));
     let out = cmd.output().expect("run the inspector");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -404,7 +404,7 @@ fn the_official_inspector_lists_and_calls_the_tools() {
     );
     let answer = inspect(
         &w,
-        None,
+        Some(OPERATOR_TOKEN),
         &[
             "--method",
             "tools/call",

@@ -42,6 +42,7 @@ fn secrets_cli(args: &[&str], value: &str) -> (i32, String) {
         .arg("secrets")
         .args(args)
         .env_remove("CREWLET_DATA_DIR")
+        .env("CREWLET_TOKEN", crewlet_testkit::http::OPERATOR_TOKEN)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -36,7 +36,11 @@
 //! attempt (compare-and-delete at its revision), so a late release never
 //! takes a peer's claim on the retry. A publish that timed out may also
 //! land late: the retry's publish carries the same `Nats-Msg-Id`, so the
-//! stream keeps one copy (its duplicate window is 2 minutes).
+//! stream keeps one copy (its duplicate window is 2 minutes). And a claim
+//! write whose answer was unknown can land *after* its release found
+//! nothing: the edge remembers the claims of its attempts that never
+//! published (until they would lapse), and a retry that meets one releases
+//! it and claims afresh rather than answering `duplicate`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -94,6 +98,11 @@ pub struct Edge {
     js: jetstream::Context,
     /// Claims this node took and has not released yet: key → claimant.
     unreleased: Arc<Mutex<HashMap<String, String>>>,
+    /// Claims of this node's attempts that never reached the stream, kept
+    /// until they would lapse: key → (claimant, lapse). A claim write whose
+    /// answer was unknown may land after its release found nothing, and
+    /// the sender's retry must not take it for a peer's delivery.
+    abandoned: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
     releaser: Releaser,
 }
 
@@ -207,6 +216,7 @@ impl Edge {
             js,
             cfg,
             unreleased: Arc::default(),
+            abandoned: Mutex::default(),
         }
     }
 
@@ -470,12 +480,27 @@ impl Edge {
             }
             forget(&self.unreleased, &key, &stale);
         }
-        let claimed = match self
+        let mut claim = self
             .cfg
             .coord
             .claim_delivery(&key, &claimant, CLAIM_TTL)
-            .await
+            .await;
+        if let Ok(Answer::No(held)) = &claim
+            && self.was_abandoned(&key, &held.claimant)
         {
+            // Our own earlier attempt's claim, landed late: it published
+            // nothing, so it is released and this attempt claims afresh.
+            info!(subsystem = "ingress", %key, trace_id, "a claim of an earlier attempt that never published landed late; releasing it");
+            if let Err(e) = self.releaser.release(&key, &held.claimant).await {
+                return Err(format!("a claim on {key} could not be released yet: {e}"));
+            }
+            claim = self
+                .cfg
+                .coord
+                .claim_delivery(&key, &claimant, CLAIM_TTL)
+                .await;
+        }
+        let claimed = match claim {
             Ok(Answer::Yes(_)) => true,
             Ok(Answer::No(_)) => return Ok(None),
             Err(e) => {
@@ -509,11 +534,30 @@ impl Edge {
                 .lock()
                 .expect("lock")
                 .insert(key.clone(), claimant.clone());
+            self.abandon(key, &claimant);
             self.releaser
                 .spawn(key.clone(), claimant, self.unreleased.clone());
             return Err(format!("the stream did not take the delivery: {e}"));
         }
         Ok(Some(Published { inbound, claimed }))
+    }
+
+    /// Remembers that `claimant`'s claim on `key` published nothing.
+    fn abandon(&self, key: &str, claimant: &str) {
+        let now = tokio::time::Instant::now();
+        let mut map = self.abandoned.lock().expect("lock");
+        map.retain(|_, (_, lapse)| *lapse > now);
+        map.insert(key.to_owned(), (claimant.to_owned(), now + CLAIM_TTL));
+    }
+
+    /// Whether `claimant`'s claim on `key` is one this node abandoned.
+    fn was_abandoned(&self, key: &str, claimant: &str) -> bool {
+        let now = tokio::time::Instant::now();
+        self.abandoned
+            .lock()
+            .expect("lock")
+            .get(key)
+            .is_some_and(|(c, lapse)| c == claimant && *lapse > now)
     }
 
     /// Step 6: the `webhook_received` row, written inline, and its
