@@ -36,6 +36,11 @@ const SCENARIOS: &[Scenario] = &[
         env: &[],
     },
     Scenario {
+        name: "control: 16 clients on an unserved route (404)",
+        attack: Some("@unserved"),
+        env: &[],
+    },
+    Scenario {
         name: "verify loops (production: breaker on)",
         attack: Some("verify-loop"),
         env: &[],
@@ -220,7 +225,7 @@ struct Figures {
     accepted: u64,
 }
 
-fn run(node: &Node, attack: Option<&'static str>, seconds: u64) -> Figures {
+fn run(node: &Node, scenario: usize, attack: Option<&'static str>, seconds: u64) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let mut github = Vec::new();
@@ -234,7 +239,9 @@ fn run(node: &Node, attack: Option<&'static str>, seconds: u64) -> Figures {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 i += 1;
-                let id = format!("bench-{c}-{i}");
+                // Unique across scenarios: they share one broker, and its
+                // claims bucket remembers every id for five minutes.
+                let id = format!("bench-{scenario}-{c}-{i}");
                 let t = Instant::now();
                 let status = conn.send(
                     "POST",
@@ -261,10 +268,16 @@ fn run(node: &Node, attack: Option<&'static str>, seconds: u64) -> Figures {
             let (addr, stop) = (node.addr.clone(), stop.clone());
             hostile.push(std::thread::spawn(move || {
                 let mut conn = Conn::new(&addr);
+                // `@unserved`: the attack's HTTP traffic alone, no plugin.
+                let route = if what == "@unserved" {
+                    "/webhooks/unserved"
+                } else {
+                    "/webhooks/hostile"
+                };
                 while !stop.load(Ordering::Relaxed) {
                     let status = conn.send(
                         "POST",
-                        "/webhooks/hostile",
+                        route,
                         &[("Content-Type", "text/plain")],
                         what.as_bytes(),
                     );
@@ -339,7 +352,7 @@ fn main() {
         let dir = tmp.path().join(format!("s{i}"));
         std::fs::create_dir_all(&dir).unwrap();
         let node = start(&server, &dir, plugins.path(), s.env);
-        let f = run(&node, s.attack, seconds);
+        let f = run(&node, i, s.attack, seconds);
         drop(node);
         let ratio = baseline
             .as_ref()

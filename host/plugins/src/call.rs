@@ -62,6 +62,11 @@ impl Guests {
                 tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(n.max(1))
                     .thread_name("plugin-guest")
+                    // Every call arrives from outside this runtime (the
+                    // injection queue); checking it on every scheduling
+                    // step makes a new call wait for at most the tick of a
+                    // spinning guest, not for dozens of them.
+                    .global_queue_interval(1)
                     .on_thread_start(|| {
                         if let Err(e) = crewlet_os::lower_thread_priority(GUEST_NICE) {
                             tracing::debug!("guest thread keeps its priority: {e}");

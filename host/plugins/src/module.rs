@@ -19,7 +19,10 @@
 //!   steps queue in a channel of [`WATCH_QUEUE`] per module. A full queue
 //!   stops the watch reading (the stream's flow control holds the rest on
 //!   the server), so a slow `on-state` slows its own watch, never the
-//!   node's memory.
+//!   node's memory. A watch lists its bucket's current values in a task of
+//!   its own, after `watch` returns, and a module's watches list one at a
+//!   time (the next once the last one's current values were handed on):
+//!   eight watches of a full bucket hold one listing, not eight.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -114,6 +117,8 @@ pub(crate) struct ModuleCtx {
     grants: Arc<HashMap<String, Grant>>,
     backend: Arc<dyn StateBackend>,
     events: tokio::sync::mpsc::Sender<Queued>,
+    /// One listing of this module's watches at a time.
+    listing: Arc<tokio::sync::Semaphore>,
     watches: Vec<AbortOnDrop>,
     next_watch: u64,
     logs: Arc<Mutex<Vec<String>>>,
@@ -219,17 +224,27 @@ impl state::Host for Sandbox<ModuleCtx> {
                 "a module instance may hold at most {MAX_WATCHES} watches"
             )));
         }
-        let mut stream = ctx
-            .backend
-            .watch(&grant.bucket)
-            .await
-            .map_err(backend_error)?;
         ctx.next_watch += 1;
         let watch_id = ctx.next_watch;
         let generation = ctx.generation;
         let events = ctx.events.clone();
         let plugin = ctx.plugin.clone();
+        let backend = ctx.backend.clone();
+        let listing = ctx.listing.clone();
         let task = tokio::spawn(async move {
+            // One listing of this module in memory at a time: the next
+            // watch lists only once this one's current values were taken.
+            let Ok(permit) = listing.acquire_owned().await else {
+                return;
+            };
+            let mut permit = Some(permit);
+            let mut stream = match backend.watch(&grant.bucket).await {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::warn!(plugin, bucket, "a state watch could not start: {e}");
+                    return;
+                }
+            };
             while let Some(item) = stream.next().await {
                 let change = match item {
                     Ok(WatchItem::Current(e)) => StateChange::Current(entry(e)),
@@ -241,6 +256,7 @@ impl state::Host for Sandbox<ModuleCtx> {
                         return;
                     }
                 };
+                let listed = matches!(change, StateChange::EndOfCurrent);
                 let queued = Queued {
                     generation,
                     event: StateEvent {
@@ -252,6 +268,9 @@ impl state::Host for Sandbox<ModuleCtx> {
                 // Waits while the module's queue is full: backpressure.
                 if events.send(queued).await.is_err() {
                     return;
+                }
+                if listed {
+                    permit.take();
                 }
             }
         });
@@ -304,6 +323,7 @@ pub struct ModulePlugin {
     live: tokio::sync::Mutex<Option<Live>>,
     generation: Mutex<u64>,
     events: tokio::sync::mpsc::Sender<Queued>,
+    listing: Arc<tokio::sync::Semaphore>,
     guard: Guard,
     logs: Arc<Mutex<Vec<String>>>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
@@ -369,6 +389,7 @@ impl ModulePlugin {
             live: tokio::sync::Mutex::new(None),
             generation: Mutex::new(0),
             events: tx,
+            listing: Arc::new(tokio::sync::Semaphore::new(1)),
             logs: Arc::default(),
             dispatcher: Mutex::new(None),
         });
@@ -432,6 +453,7 @@ impl ModulePlugin {
             grants: self.grants.clone(),
             backend: self.backend.clone(),
             events: self.events.clone(),
+            listing: self.listing.clone(),
             watches: Vec::new(),
             next_watch: 0,
             logs: self.logs.clone(),

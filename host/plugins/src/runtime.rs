@@ -37,8 +37,9 @@ use crate::call::{GuestThreads, Guests};
 use crate::manifest::{Kind, Manifest};
 use crate::sandbox::{Sandbox, ZeroClock};
 
-/// How often the epoch advances; a deadline is rounded up to this.
-pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// How often the epoch advances: a guest yields its thread at least this
+/// often, and a deadline is rounded up to it.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements.
