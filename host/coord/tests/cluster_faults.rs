@@ -208,8 +208,7 @@ async fn a_listing_without_a_stream_leader_is_refused_not_short() {
     eprintln!("listing without a leader answered: {refusal}");
     // Restarted on this thread, which outlives the check (a member dies
     // with the thread that spawned it).
-    cluster.restart(1);
-    cluster.restart(2);
+    cluster.restart_all(&[1, 2]);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
         match c0.list_records(Bucket::Positions, "pos").await {

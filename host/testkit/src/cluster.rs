@@ -252,7 +252,21 @@ impl Cluster {
     /// Restarts a stopped member with its store and waits for the cluster.
     /// The member dies with the calling thread (see [`Cluster::leak_on_keeper_thread`]).
     pub fn restart(&mut self, i: usize) {
-        self.members[i].restart();
+        self.restart_all(&[i]);
+    }
+
+    /// Restarts every member in `ids`, then waits for the cluster once.
+    ///
+    /// Restarting stopped members one at a time waits, after the first, for
+    /// a cluster with a member still down: every replicated stream must be
+    /// current on the two that run while one of them catches up, which on
+    /// a loaded 2-core machine once took longer than the wait (CI,
+    /// 2026-12-01). Bringing them all back first waits for the ordinary
+    /// full-membership recovery instead.
+    pub fn restart_all(&mut self, ids: &[usize]) {
+        for &i in ids {
+            self.members[i].restart();
+        }
         self.wait_ready(Duration::from_secs(60));
     }
 
@@ -297,9 +311,11 @@ impl Cluster {
             // that run, not for the ones still down.
             let running: Vec<&NatsServer> =
                 self.members.iter().filter(|m| m.pid().is_some()).collect();
-            let healthy = running
+            let health: Vec<Option<u16>> = running
                 .iter()
-                .all(|m| healthz(m.spec().monitor_port) == Some(200));
+                .map(|m| healthz(m.spec().monitor_port))
+                .collect();
+            let healthy = health.iter().all(|h| *h == Some(200));
             let leaders: Vec<Option<String>> = running
                 .iter()
                 .map(|m| meta_leader(m.spec().monitor_port))
@@ -309,7 +325,9 @@ impl Cluster {
                 return;
             }
             if Instant::now() > deadline {
-                panic!("cluster not ready within {within:?}: meta leaders {leaders:?}");
+                panic!(
+                    "cluster not ready within {within:?}: meta leaders {leaders:?}, /healthz {health:?}"
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
