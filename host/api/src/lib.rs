@@ -41,8 +41,15 @@ pub use hosts::AllowedHosts;
 pub use retry::retry_later;
 pub use stream::{EventFilter, EventSource};
 
-/// Seconds a sender refused by a draining node is told to wait before retrying.
+/// Seconds a webhook sender (or any caller of a draining node) is told to
+/// wait before retrying: senders retry on schedules of their own, and a
+/// node that is starting, draining or cannot reach its store is rarely
+/// back within less.
 pub const RETRY_AFTER_SECONDS: u64 = 5;
+/// Seconds an operator's request (config, secrets, budgets) is told to
+/// wait: the engine comes up, or coordination answers again, within
+/// seconds, and a person is waiting.
+pub const OPERATOR_RETRY_SECONDS: u64 = 2;
 
 /// What the node tells its probes. Implemented by the node, read per request.
 pub trait Probe: Send + Sync + 'static {

@@ -314,6 +314,12 @@ impl Active {
             company: std::sync::Arc::new(company),
         }
     }
+
+    /// The pointer epoch this company was applied at; `None` for a
+    /// document served as given.
+    pub fn applied_epoch(&self) -> Option<u64> {
+        (self.epoch > 0).then_some(self.epoch)
+    }
 }
 
 /// The company a node serves now; readers take it by value at the start of
@@ -333,6 +339,12 @@ impl ActiveCompany {
     /// The company now, if any.
     pub fn current(&self) -> Option<Active> {
         self.tx.borrow().clone()
+    }
+
+    /// The pointer epoch of the company served now (see
+    /// [`Active::applied_epoch`]).
+    pub fn applied_epoch(&self) -> Option<u64> {
+        self.tx.borrow().as_ref().and_then(Active::applied_epoch)
     }
 
     /// Replaces the company; watchers see the change.

@@ -33,6 +33,7 @@ pub mod memory;
 pub mod named;
 pub mod names;
 pub mod nats;
+pub mod open;
 pub mod reach;
 pub mod records;
 pub mod sweep;
@@ -55,11 +56,12 @@ pub use named::{
     BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedSpec, NamedWrite, Refused,
 };
 pub use names::ResourceName;
-pub use nats::{NatsKv, OpenError};
+pub use nats::NatsKv;
+pub use open::OpenError;
 pub use reach::{REACH_WITHIN, Unreachable, until_writable};
 pub use records::{
-    Claimed, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, Unreleased,
-    key_hint, merge_cooldowns,
+    Claimed, ClassWatch, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses,
+    Unreleased, key_hint, merge_cooldowns,
 };
 pub use sweep::SweepReport;
 pub use tokens::{TokenRecord, TokenWatch};

@@ -27,7 +27,7 @@ use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watc
 use crate::named::{
     BucketName, Existing, NamedError, NamedKv, NamedResult, NamedSpec, NamedWrite, Refused,
 };
-use crate::nats::OpenError;
+use crate::open::OpenError;
 
 /// A source of wall-clock time.
 pub trait Clock: Send + Sync + 'static {

@@ -34,7 +34,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use crate::kv::{Entry, Expect, Unavailable, Watch};
-use crate::nats::OpenError;
+use crate::open::OpenError;
 
 /// The name of a bucket outside the coordination set: 1–255 of
 /// `A-Z a-z 0-9 _ -` (what the broker accepts as a bucket name, and a

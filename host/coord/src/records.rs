@@ -101,13 +101,16 @@ struct PointerRecord {
     revision: String,
 }
 
-/// The seat-pause watch: a certified first answer, then changes.
-pub struct SeatPauses {
-    /// Paused seats (handle → pause record) as of the certified listing.
-    pub initial: BTreeMap<String, serde_json::Value>,
-    /// Later changes: `(handle, Some(record))` paused, `(handle, None)` resumed.
-    pub changes: BoxStream<'static, Result<(String, Option<serde_json::Value>), CoordError>>,
+/// The records of one class, watched: every record (id → record) as of the
+/// certified listing, then each change — `(id, Some(record))` written,
+/// `(id, None)` removed — from the same consumer, so none falls between.
+pub struct ClassWatch<T> {
+    pub initial: BTreeMap<String, T>,
+    pub changes: BoxStream<'static, Result<(String, Option<T>), CoordError>>,
 }
+
+/// Paused seats: handle → pause record.
+pub type SeatPauses = ClassWatch<serde_json::Value>;
 
 const POINTER_KEY: &str = "active";
 const SEAT_PAUSE: &str = "seat_pause";
@@ -524,12 +527,25 @@ impl Coord {
 
     /// The one watch: seat pauses, starting with the certified listing.
     pub async fn watch_seat_pauses(&self) -> Result<SeatPauses, CoordError> {
-        let b = Bucket::Positions;
-        let w = self.kv(b).watch(b, Some(SEAT_PAUSE)).await?;
+        self.watch_class(Bucket::Positions, SEAT_PAUSE).await
+    }
+
+    /// The one watch on a class of records (keys `CLASS.ID`), starting
+    /// with the certified listing; a record that does not decode is an
+    /// error naming its key, never skipped.
+    pub(crate) async fn watch_class<T>(
+        &self,
+        b: Bucket,
+        class: &'static str,
+    ) -> Result<ClassWatch<T>, CoordError>
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+    {
+        let w = self.kv(b).watch(b, Some(class)).await?;
         let mut initial = BTreeMap::new();
         for e in &w.initial {
-            if let Some(h) = pause_handle(&e.key) {
-                initial.insert(h, decode(b, e)?);
+            if let Some(id) = record_id(class, &e.key) {
+                initial.insert(id, decode(b, e)?);
             }
         }
         let changes = w
@@ -538,13 +554,15 @@ impl Coord {
                 futures::future::ready(match c {
                     Err(u) => Some(Err(CoordError::from(u))),
                     Ok(Change::Put(e)) => {
-                        pause_handle(&e.key).map(|h| decode(b, &e).map(|v| (h, Some(v))))
+                        record_id(class, &e.key).map(|id| decode(b, &e).map(|v| (id, Some(v))))
                     }
-                    Ok(Change::Removed { key, .. }) => pause_handle(&key).map(|h| Ok((h, None))),
+                    Ok(Change::Removed { key, .. }) => {
+                        record_id(class, &key).map(|id| Ok((id, None)))
+                    }
                 })
             })
             .boxed();
-        Ok(SeatPauses { initial, changes })
+        Ok(ClassWatch { initial, changes })
     }
 
     // ---- plain records (fires, secrets, mailboxes, positions, ...) -----------
@@ -627,8 +645,12 @@ impl Coord {
     }
 }
 
-fn pause_handle(key: &str) -> Option<String> {
-    key.strip_prefix("seat_pause.").and_then(decode_token)
+/// The id of a record of `class` from its key (`CLASS.ID`, the id
+/// token-encoded).
+fn record_id(class: &str, key: &str) -> Option<String> {
+    key.strip_prefix(class)?
+        .strip_prefix('.')
+        .and_then(decode_token)
 }
 
 /// Merges a pull into a local bench: extends, never shortens; an

@@ -16,14 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
-use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::Bucket;
-use crate::kv::{Change, Expect};
-use crate::names::decode_token;
+use crate::kv::Expect;
 use crate::{CAS_ATTEMPTS, Coord, backoff, decode, encode};
 
 /// The record class of a token in the tokens bucket (`token.ID`).
@@ -55,19 +52,8 @@ impl TokenRecord {
     }
 }
 
-/// The tokens watch: a certified first answer, then changes.
-pub struct TokenWatch {
-    /// Every token (id → record) as of the certified listing.
-    pub initial: BTreeMap<String, TokenRecord>,
-    /// Later changes: `(id, Some(record))` written, `(id, None)` removed.
-    pub changes: BoxStream<'static, Result<(String, Option<TokenRecord>), CoordError>>,
-}
-
-fn token_id(key: &str) -> Option<String> {
-    key.strip_prefix(TOKEN_CLASS)?
-        .strip_prefix('.')
-        .and_then(decode_token)
-}
+/// The tokens bucket, watched: id → record.
+pub type TokenWatch = crate::records::ClassWatch<TokenRecord>;
 
 fn record(v: serde_json::Value, id: &str) -> Result<TokenRecord, CoordError> {
     serde_json::from_value(v).map_err(|e| CoordError::Corrupt {
@@ -138,26 +124,6 @@ impl Coord {
     /// The one watch on the tokens bucket, starting with the certified
     /// listing.
     pub async fn watch_tokens(&self) -> Result<TokenWatch, CoordError> {
-        let b = Bucket::Tokens;
-        let w = self.kv(b).watch(b, Some(TOKEN_CLASS)).await?;
-        let mut initial = BTreeMap::new();
-        for e in &w.initial {
-            if let Some(id) = token_id(&e.key) {
-                initial.insert(id, decode(b, e)?);
-            }
-        }
-        let changes = w
-            .changes
-            .filter_map(move |c| {
-                futures::future::ready(match c {
-                    Err(u) => Some(Err(CoordError::from(u))),
-                    Ok(Change::Put(e)) => {
-                        token_id(&e.key).map(|id| decode(b, &e).map(|r| (id, Some(r))))
-                    }
-                    Ok(Change::Removed { key, .. }) => token_id(&key).map(|id| Ok((id, None))),
-                })
-            })
-            .boxed();
-        Ok(TokenWatch { initial, changes })
+        self.watch_class(Bucket::Tokens, TOKEN_CLASS).await
     }
 }

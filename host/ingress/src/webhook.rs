@@ -74,8 +74,6 @@ pub const MAX_BODY: usize = 1024 * 1024;
 pub const CLAIM_TTL: Duration = Duration::from_secs(5 * 60);
 /// How long the edge waits for the stream's ack.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(5);
-/// Retry-After on every 503, in seconds.
-pub const RETRY_AFTER_SECS: u64 = 5;
 /// The longest `{handle}` of `/webhooks/{source}/{handle}` (a seat handle).
 pub const MAX_ROUTE_HANDLE: usize = 64;
 
@@ -171,14 +169,7 @@ impl IntoResponse for Outcome {
             Outcome::NotRun {
                 reason,
                 retry_after,
-            } => {
-                let mut r = unavailable(&reason);
-                r.headers_mut().insert(
-                    header::RETRY_AFTER,
-                    HeaderValue::from(retry_after.as_secs().max(1)),
-                );
-                r
-            }
+            } => crewlet_api::retry_later(retry_after.as_secs().max(1), "not_run", reason),
             Outcome::Fault { plugin } => body(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 json!({ "status": "error", "error": format!("webhook plugin {plugin} failed") }),
@@ -187,16 +178,9 @@ impl IntoResponse for Outcome {
     }
 }
 
-/// 503 + Retry-After with a reason.
+/// 503 + Retry-After with a reason: the node cannot take the delivery now.
 pub fn unavailable(reason: &str) -> Response {
-    let mut r = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        axum::Json(json!({ "status": "unavailable", "error": reason })),
-    )
-        .into_response();
-    r.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-    r
+    crewlet_api::retry_later(crewlet_api::RETRY_AFTER_SECONDS, "unavailable", reason)
 }
 
 fn refused(status: StatusCode, reason: impl Into<String>) -> Outcome {

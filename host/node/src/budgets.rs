@@ -22,11 +22,8 @@ pub fn routes(late: Late) -> Router {
         .with_state(late)
 }
 
-/// Seconds a caller is told to wait when the engine or the store is not there.
-const RETRY_AFTER_SECONDS: u64 = 2;
-
 fn unavailable(error: &str, detail: String) -> Response {
-    retry_later(RETRY_AFTER_SECONDS, error, detail)
+    retry_later(crewlet_api::OPERATOR_RETRY_SECONDS, error, detail)
 }
 
 async fn get_budgets(State(late): State<Late>) -> Response {

@@ -97,7 +97,7 @@ enum ConfigCmd {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
         api: String,
         /// A node's data dir: used directly when no node holds it.
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
@@ -119,7 +119,7 @@ enum SecretsCmd {
         #[arg(value_name = "NAME")]
         name: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
         api: String,
         /// A node's data dir: used directly when no node holds it.
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
@@ -134,13 +134,13 @@ enum SecretsCmd {
     /// every node of the fleet.
     RotateKey {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// List the secrets' names and when each was last set (never values).
     List {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// Remove NAME.
@@ -148,7 +148,7 @@ enum SecretsCmd {
         #[arg(value_name = "NAME")]
         name: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::configplane::DEFAULT_API)]
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
 }
@@ -340,8 +340,19 @@ fn secrets(cmd: SecretsCmd) -> i32 {
     }
 }
 
+/// `crewlet tokens …` over the API: answers what to print, or an error line.
+fn tokens_request(api: &str, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
+    let headers = [("content-type", "application/json")];
+    match crate::client::request(api, method, path, &headers, body) {
+        Ok((200 | 201, body)) => Ok(body),
+        Ok((status, body)) => Err(format!("the node answered {status}: {}", body.trim())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn tokens(cmd: TokensCmd) -> i32 {
-    use crate::tokens::{cli, parse_ttl};
+    use crate::tokens::parse_ttl;
+    let cli = tokens_request;
     let done = match cmd {
         TokensCmd::Create {
             scope,

@@ -24,6 +24,19 @@ pub enum ClientError {
     },
 }
 
+impl ClientError {
+    /// For a command that can also write into a stopped node's store: the
+    /// way out when no node answers.
+    pub fn offline_hint(&self) -> &'static str {
+        match self {
+            ClientError::Unreachable { .. } => {
+                "; or pass --data-dir to write into a stopped node's store"
+            }
+            ClientError::BadApi(_) => "",
+        }
+    }
+}
+
 /// One request; answers (status, body).
 pub fn request(
     api: &str,

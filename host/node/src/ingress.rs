@@ -8,37 +8,24 @@
 //! engine's [`crate::secrets::Secrets`] — the fleet's secrets bucket, then
 //! this node's environment — by the name the company gives them.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use crewlet_api::retry_later;
-use crewlet_ingress::webhook::RETRY_AFTER_SECS;
 use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
 
-#[derive(Clone)]
-struct Routes {
-    late: Late,
-    edge: Arc<OnceLock<Arc<Edge>>>,
-}
-
-impl Routes {
-    fn edge(&self) -> Option<Arc<Edge>> {
-        let ctx = self.late.get()?;
-        Some(self.edge.get_or_init(|| Arc::new(edge_for(ctx))).clone())
-    }
-}
-
-/// A webhook edge over the node's context (the operator catalogue builds one too).
-pub(crate) fn edge_for(ctx: &EngineContext) -> Edge {
+/// A webhook edge over the node's context: one per node, built once the
+/// notification consumer exists.
+fn edge_for(ctx: &EngineContext) -> Edge {
     let webhooks = ctx
-        .state
-        .loaded_plugins()
+        .plugins
+        .as_ref()
         .map(|p| p.webhooks.clone())
         .unwrap_or_default();
     Edge::new(EdgeConfig {
@@ -52,10 +39,10 @@ pub(crate) fn edge_for(ctx: &EngineContext) -> Edge {
     })
 }
 
-async fn serve(r: &Routes, source: &str, handle: Option<&str>, req: Request) -> Response {
-    let Some(edge) = r.edge() else {
+async fn serve(late: &Late, source: &str, handle: Option<&str>, req: Request) -> Response {
+    let Some(edge) = late.edge() else {
         return retry_later(
-            RETRY_AFTER_SECS,
+            crewlet_api::RETRY_AFTER_SECONDS,
             "starting",
             "the node is starting; retry in a few seconds",
         );
@@ -68,25 +55,21 @@ async fn serve(r: &Routes, source: &str, handle: Option<&str>, req: Request) -> 
 
 /// Routes bound with the HTTP surface, before the engine is up.
 pub fn routes(late: Late) -> Router {
-    let r = Routes {
-        late,
-        edge: Arc::default(),
-    };
-    let r2 = r.clone();
+    let r2 = late.clone();
     Router::new()
         .route(
             "/webhooks/{source}",
             post(move |Path(source): Path<String>, req: Request| {
-                let r = r.clone();
-                async move { serve(&r, &source, None, req).await }
+                let late = late.clone();
+                async move { serve(&late, &source, None, req).await }
             }),
         )
         .route(
             "/webhooks/{source}/{handle}",
             post(
                 move |Path((source, handle)): Path<(String, String)>, req: Request| {
-                    let r = r2.clone();
-                    async move { serve(&r, &source, Some(&handle), req).await }
+                    let late = r2.clone();
+                    async move { serve(&late, &source, Some(&handle), req).await }
                 },
             ),
         )
@@ -94,8 +77,9 @@ pub fn routes(late: Late) -> Router {
 
 /// Starts the ingress subsystems once the engine is up: every seat's
 /// mailbox (and again whenever the company changes), then the notification
-/// service.
-pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), String> {
+/// service; answers the node's webhook edge, which may accept deliveries
+/// from then on.
+pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
     let js = async_nats::jetstream::new(ctx.client.clone());
     if let Some(active) = ctx.active.current() {
         ensure_mailboxes(&js, &ctx.coord, &active.company)
@@ -144,5 +128,5 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
             let _ = follower.await;
         })
     });
-    Ok(())
+    Ok(Arc::new(edge_for(ctx)))
 }

@@ -15,13 +15,12 @@
 //! - Turns are read from this node's event log, which holds the events of
 //!   the turns this node ran.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use crewlet_company::{Active, Company};
 use crewlet_coord::{Answer, Bucket};
-use crewlet_ingress::Edge;
 use crewlet_plugins::webhook::{Addressed, Delivery};
 use crewlet_store::{EventQuery, EventRecord};
 use futures::StreamExt;
@@ -118,22 +117,15 @@ pub struct PauseSeat {
 #[derive(Clone)]
 pub struct Operator {
     late: Late,
-    edge: Arc<OnceLock<Arc<Edge>>>,
 }
 
 /// The route, served by rmcp's streamable HTTP transport.
 pub fn routes(late: Late) -> Router {
-    let edge: Arc<OnceLock<Arc<Edge>>> = Arc::default();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true);
     let service = StreamableHttpService::new(
-        move || {
-            Ok(Operator {
-                late: late.clone(),
-                edge: edge.clone(),
-            })
-        },
+        move || Ok(Operator { late: late.clone() }),
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -348,10 +340,7 @@ impl Operator {
             payload: m.text.as_bytes().to_vec(),
             text: Some(m.text),
         };
-        let edge = self
-            .edge
-            .get_or_init(|| Arc::new(crate::ingress::edge_for(ctx)))
-            .clone();
+        let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
         let published = match edge.dispatch(SOURCE, Some(&handle), delivery).await {
             Ok(Some(p)) => p,
             Ok(None) => {

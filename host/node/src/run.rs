@@ -234,8 +234,9 @@ async fn lifecycle(
         node_id.clone(),
         &config,
         company.clone(),
-        plugins,
+        plugins.clone(),
         store.clone(),
+        active.clone(),
     ));
     info!(
         subsystem = "node",
@@ -261,248 +262,48 @@ async fn lifecycle(
     // The guard reads the token mirror from the first request; it answers
     // unknown (503) until coordination has listed the fleet's tokens.
     let tokens = Arc::new(crate::tokens::Tokens::default());
+    let within = config.shutdown.drain_timeout;
+    let mut started = Started::default();
 
-    // The HTTP surface binds before the engine starts.
-    let (http_stop_tx, http_stop_rx) = watch::channel(false);
-    let mut bound = None;
-    let http = if config.api.port == 0 {
-        info!(subsystem = "api", "api.port = 0: serving no HTTP");
-        None
-    } else {
-        let addr = SocketAddr::new(config.api.host, config.api.port);
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| NodeError::Bind { addr, source })?;
-        let router = crewlet_api::router(crewlet_api::Surface {
-            probe: state.clone(),
-            events: state.clone(),
-            catalog: state.clone(),
-            closing: http_stop_rx.clone(),
-            routes: crate::ingress::routes(late.clone())
-                .merge(crate::configplane::routes(late.clone()))
-                .merge(crate::secrets::routes(late.clone()))
-                .merge(crate::budgets::routes(late.clone()))
-                .merge(crate::tokens::routes(tokens.clone()))
-                .merge(crate::operator::routes(late.clone())),
-            authority: tokens.clone(),
-            allowed_hosts: crewlet_api::AllowedHosts::new(
-                config.api.host,
-                &config.api.allowed_hosts,
-            ),
-        });
-        let limits = crewlet_api::EdgeLimits {
-            max_connections: crate::descriptors::connection_cap(
-                config.api.max_connections,
-                descriptors,
-            ),
-            header_timeout: config.api.header_timeout,
-            body_timeout: config.api.body_timeout,
-        };
-        let addr = listener.local_addr().unwrap_or(addr);
-        bound = Some(addr);
-        let mut stop = http_stop_rx.clone();
-        let task = tokio::spawn(
-            async move {
-                let shutdown = async move {
-                    let _ = stop.wait_for(|s| *s).await;
-                };
-                if let Err(e) = crewlet_api::serve(listener, router, limits, shutdown).await {
-                    error!(subsystem = "api", error = %e, "HTTP surface failed");
-                }
-            }
-            .in_current_span(),
-        );
-        info!(subsystem = "api", %addr, max_connections = limits.max_connections, "HTTP surface listening");
-        Some(task)
+    let parts = Parts {
+        config: &config,
+        state: &state,
+        late: &late,
+        tokens: &tokens,
+        active: &active,
+        company: &company,
+        plugins: plugins.as_deref(),
+        store: &store,
+        node_id: &node_id,
     };
-
-    // The engine: the stream first, then (in later stages) everything that
-    // rides it.
-    let broker = match Broker::start(&config.stream, &node_id, shutdown_rx.clone())
-        .instrument(info_span!("stream", subsystem = "stream"))
-        .await
+    let publisher = match start(
+        parts,
+        descriptors,
+        keyring,
+        shutdown_rx.clone(),
+        &mut started,
+    )
+    .await
     {
-        Ok(b) => Some(b),
-        Err(StreamError::Interrupted) => None,
+        Ok(publisher) => publisher,
         Err(e) => {
-            stop_http(http, http_stop_tx).await;
-            return Err(e.into());
+            started.stop_all(within).await;
+            return Err(e);
         }
     };
-    if let Some(b) = &broker
-        && let Err(e) =
-            crewlet_stream::streams::ensure_streams(&b.jetstream(), config.stream.replicas)
-                .instrument(info_span!("streams", subsystem = "stream"))
-                .await
-    {
-        stop_http(http, http_stop_tx).await;
-        if let Some(b) = broker {
-            b.stop().await;
-        }
-        return Err(e.into());
-    }
-    let mut engine = Started::default();
-    let mut publisher = None;
-    let mut presence: Option<crate::presence::Presence> = None;
-    if let Some(b) = &broker {
-        // The observability edge: rows written inline by this node's
-        // publisher, the live view fed from the fleet's broadcast.
-        let (live_stop_tx, live_stop) = watch::channel(false);
-        match crewlet_observe::LiveFeed::start(b.client(), live_stop).await {
-            Ok(feed) => {
-                state.attach_live(feed);
-                engine.push("observe", move || {
-                    Box::pin(async move {
-                        let _ = live_stop_tx.send(true);
-                    })
-                });
-            }
-            Err(e) => {
-                warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
-            }
-        }
-        publisher = Some(crewlet_observe::Publisher::new(
-            &node_id,
-            store.clone(),
-            b.jetstream(),
-        ));
-
-        // Coordination rides the stream's connection: never a second dial.
-        let owner = crewlet_coord::Owner::incarnation(&node_id);
-        let mut opts = crewlet_coord::CoordOptions::new(owner.clone());
-        opts.kind = match config.coordination.kind {
-            crewlet_config::CoordinationType::Nats => crewlet_coord::CoordKind::Nats,
-            crewlet_config::CoordinationType::Local => crewlet_coord::CoordKind::Local,
-        };
-        opts.replicas = config.stream.replicas;
-        opts.lease_ttl = config.coordination.lease_ttl;
-        opts.heartbeat = config.coordination.heartbeat;
-        let opened = crewlet_coord::Coord::open(b.client(), opts)
-            .instrument(info_span!("coordination", subsystem = "coordination"))
-            .await
-            .map_err(NodeError::Coordination);
-        // Plugins: the catalogue, its module buckets, every plugin loaded.
-        let plugins = match (&opened, &state.plugins_dir) {
-            (Ok(_), Some(dir)) => Some(
-                crate::plugins::load(dir, &config.data_dir, b.client())
-                    .instrument(info_span!("plugins", subsystem = "plugins"))
-                    .await
-                    .map_err(NodeError::Plugins),
-            ),
-            _ => None,
-        };
-        let started = opened.and_then(|coord| plugins.transpose().map(|loaded| (coord, loaded)));
-        let (coord, loaded) = match started {
-            Ok(ok) => ok,
-            Err(e) => {
-                engine.stop_all(config.shutdown.drain_timeout).await;
-                stop_http(http, http_stop_tx).await;
-                if let Some(b) = broker {
-                    b.stop().await;
-                }
-                return Err(e);
-            }
-        };
-        info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
-        let (tokens_stop_tx, tokens_stop) = watch::channel(false);
-        tokens
-            .start(coord.clone(), tokens_stop, Duration::from_secs(5))
-            .await;
-        engine.push("tokens", move || {
-            Box::pin(async move {
-                let _ = tokens_stop_tx.send(true);
-            })
-        });
-        match tokens.bootstrap(&config.data_dir).await {
-            Ok(Some((token, seeded))) => {
-                let banner = !seeded && config.logging.format == LogFormat::Text;
-                announce_login(bound, &token, &config.data_dir, banner)
-            }
-            Ok(None) => {}
-            Err(e) => warn!(subsystem = "tokens", error = %e, "no first-start admin token made"),
-        }
-        if let Some(loaded) = loaded {
-            info!(
-                subsystem = "plugins",
-                loaded = loaded.webhooks.len() + loaded.providers.len() + loaded.modules.len(),
-                failed = loaded.failed.len(),
-                "plugins loaded"
-            );
-            state.attach_plugins(Arc::new(loaded));
-        }
-        let status_of = state.clone();
-        let p =
-            crate::presence::Presence::start(coord.clone(), node_id.clone(), owner, move || {
-                status_of.node_status()
-            });
-        state.attach_presence(p.view_handle());
-        presence = Some(p);
-
-        // The company's secrets: the bucket mirrored by a watch, stopped
-        // with the engine; what was set while this node was stopped joins
-        // the fleet before anything reads it.
-        info!(subsystem = "secrets", keyring = %config.secrets.keyring.display(),
-            keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
-        let secrets = match crate::secrets::Secrets::open(b.client(), &coord, keyring).await {
-            Ok(s) => {
-                crate::secrets::adopt_pending(&store, &s).await;
-                Arc::new(s)
-            }
-            Err(e) => {
-                warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
-                Arc::new(crate::secrets::Secrets::environment_only())
-            }
-        };
-        let stopping = secrets.clone();
-        engine.push("secrets", move || {
-            Box::pin(async move { stopping.stop().await })
-        });
-        let ctx = EngineContext {
-            node_id: node_id.clone(),
-            config: Arc::new(config.clone()),
-            client: b.client(),
-            coord,
-            store: store.clone(),
-            publisher: publisher.clone().expect("publisher is set above"),
-            state: state.clone(),
-            active: active.clone(),
-            secrets,
-        };
-        let hooked = async {
-            crate::configplane::start(&ctx, &mut engine).await?;
-            crate::ingress::start(&ctx, &mut engine).await?;
-            crate::seats::start(&ctx, &mut engine).await
-        }
-        .await;
-        if let Err(e) = hooked {
-            engine.stop_all(config.shutdown.drain_timeout).await;
-            stop_http(http, http_stop_tx).await;
-            if let Some(b) = broker {
-                b.stop().await;
-            }
-            return Err(NodeError::Engine(e));
-        }
-        late.set(ctx);
-        state.attach_stream(b.monitor());
-        state.advance(Phase::Running);
-        info!(subsystem = "node", stream = %b.health().urls.join(","), "node running");
-    }
-
     if let Some(p) = &publisher {
         announce(p, "node_started", &state).await;
     }
 
     // Serve until a signal.
-    let mut wait = shutdown_rx.clone();
+    let mut wait = shutdown_rx;
     let _ = wait.wait_for(|s| *s).await;
     info!(
         subsystem = "node",
         "draining: /ready is 503 and new work is refused"
     );
     // Leaving the fleet's membership is the first thing a drain does.
-    if let Some(p) = presence.take() {
-        p.stop().await;
-    }
+    started.stop_now("presence", within).await;
     let notice = config.shutdown.drain_notice;
     if !notice.is_zero() {
         tokio::select! {
@@ -511,13 +312,259 @@ async fn lifecycle(
         }
     }
     state.advance(Phase::Stopping);
-    engine.stop_all(config.shutdown.drain_timeout).await;
-    stop_http(http, http_stop_tx).await;
-    if let Some(b) = broker {
-        b.stop().await;
-    }
+    started.stop_all(within).await;
     info!(subsystem = "node", "node stopped");
     Ok(())
+}
+
+/// What the start borrows from the lifecycle.
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    config: &'a NodeConfig,
+    state: &'a Arc<NodeState>,
+    late: &'a Late,
+    tokens: &'a Arc<crate::tokens::Tokens>,
+    active: &'a crewlet_company::ActiveCompany,
+    company: &'a Option<CompanyFile>,
+    plugins: Option<&'a std::path::Path>,
+    store: &'a Arc<crewlet_store::Store>,
+    node_id: &'a str,
+}
+
+/// Starts every part in order, each pushed on `started` as it comes up:
+/// the HTTP surface, the stream, then the engine. Answers the publisher
+/// (none when a signal interrupted the stream's start). On an error the
+/// caller unwinds `started`.
+async fn start(
+    p: Parts<'_>,
+    descriptors: u64,
+    keyring: crewlet_secrets::Keyring,
+    shutdown: watch::Receiver<bool>,
+    started: &mut Started,
+) -> Result<Option<crewlet_observe::Publisher>, NodeError> {
+    let bound = serve_http(p, descriptors, started).await?;
+    let broker = match Broker::start(&p.config.stream, p.node_id, shutdown)
+        .instrument(info_span!("stream", subsystem = "stream"))
+        .await
+    {
+        Ok(b) => b,
+        Err(StreamError::Interrupted) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    let (client, monitor) = (broker.client(), broker.monitor());
+    let urls = broker.health().urls.join(",");
+    started.push_base("stream", move || Box::pin(broker.stop()));
+    let jetstream = async_nats::jetstream::new(client.clone());
+    crewlet_stream::streams::ensure_streams(&jetstream, p.config.stream.replicas)
+        .instrument(info_span!("streams", subsystem = "stream"))
+        .await?;
+
+    // The observability edge: rows written inline by this node's
+    // publisher, the live view fed from the fleet's broadcast.
+    let (live_stop_tx, live_stop) = watch::channel(false);
+    match crewlet_observe::LiveFeed::start(client.clone(), live_stop).await {
+        Ok(feed) => {
+            p.state.attach_live(feed);
+            started.push("observe", move || {
+                Box::pin(async move {
+                    let _ = live_stop_tx.send(true);
+                })
+            });
+        }
+        Err(e) => {
+            warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
+        }
+    }
+    let publisher = crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream);
+
+    // Coordination rides the stream's connection: never a second dial.
+    let owner = crewlet_coord::Owner::incarnation(p.node_id);
+    let coord = open_coordination(p.config, client.clone(), owner.clone()).await?;
+    info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
+    // Plugins: the catalogue, its module buckets, every plugin loaded.
+    let loaded = match p.plugins {
+        Some(dir) => Some(Arc::new(
+            crate::plugins::load(dir, &p.config.data_dir, client.clone())
+                .instrument(info_span!("plugins", subsystem = "plugins"))
+                .await
+                .map_err(NodeError::Plugins)?,
+        )),
+        None => None,
+    };
+    start_tokens(p, &coord, bound, started).await;
+    if let Some(loaded) = &loaded {
+        info!(
+            subsystem = "plugins",
+            loaded = loaded.webhooks.len() + loaded.providers.len() + loaded.modules.len(),
+            failed = loaded.failed.len(),
+            "plugins loaded"
+        );
+        p.state.attach_plugins(loaded.clone());
+    }
+    let status_of = p.state.clone();
+    let presence =
+        crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
+            status_of.node_status()
+        });
+    p.state.attach_presence(presence.view_handle());
+    started.push("presence", move || Box::pin(presence.stop()));
+    let secrets = open_secrets(p, &client, &coord, keyring, started).await;
+
+    let ctx = EngineContext {
+        node_id: p.node_id.to_owned(),
+        config: Arc::new(p.config.clone()),
+        client,
+        coord,
+        store: p.store.clone(),
+        publisher: publisher.clone(),
+        state: p.state.clone(),
+        active: p.active.clone(),
+        company_file: p.company.clone(),
+        plugins: loaded,
+        secrets,
+    };
+    crate::configplane::start(&ctx, started)
+        .await
+        .map_err(NodeError::Engine)?;
+    let edge = crate::ingress::start(&ctx, started)
+        .await
+        .map_err(NodeError::Engine)?;
+    crate::seats::start(&ctx, started)
+        .await
+        .map_err(NodeError::Engine)?;
+    p.late.set(ctx, edge);
+    p.state.attach_stream(monitor);
+    p.state.advance(Phase::Running);
+    info!(subsystem = "node", stream = %urls, "node running");
+    Ok(Some(publisher))
+}
+
+/// Binds the HTTP surface (before the engine starts, so probes answer
+/// from the first instant) and pushes its stop; answers where it listens.
+async fn serve_http(
+    p: Parts<'_>,
+    descriptors: u64,
+    started: &mut Started,
+) -> Result<Option<SocketAddr>, NodeError> {
+    let api = &p.config.api;
+    if api.port == 0 {
+        info!(subsystem = "api", "api.port = 0: serving no HTTP");
+        return Ok(None);
+    }
+    let addr = SocketAddr::new(api.host, api.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| NodeError::Bind { addr, source })?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let router = crewlet_api::router(crewlet_api::Surface {
+        probe: p.state.clone(),
+        events: p.state.clone(),
+        catalog: p.state.clone(),
+        closing: stop_rx.clone(),
+        routes: crate::ingress::routes(p.late.clone())
+            .merge(crate::configplane::routes(p.late.clone()))
+            .merge(crate::secrets::routes(p.late.clone()))
+            .merge(crate::budgets::routes(p.late.clone()))
+            .merge(crate::tokens::routes(p.tokens.clone()))
+            .merge(crate::operator::routes(p.late.clone())),
+        authority: p.tokens.clone(),
+        allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
+    });
+    let limits = crewlet_api::EdgeLimits {
+        max_connections: crate::descriptors::connection_cap(api.max_connections, descriptors),
+        header_timeout: api.header_timeout,
+        body_timeout: api.body_timeout,
+    };
+    let addr = listener.local_addr().unwrap_or(addr);
+    let mut stop = stop_rx;
+    let task = tokio::spawn(
+        async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = crewlet_api::serve(listener, router, limits, shutdown).await {
+                error!(subsystem = "api", error = %e, "HTTP surface failed");
+            }
+        }
+        .in_current_span(),
+    );
+    info!(subsystem = "api", %addr, max_connections = limits.max_connections, "HTTP surface listening");
+    started.push("api", move || Box::pin(stop_http(task, stop_tx)));
+    Ok(Some(addr))
+}
+
+async fn open_coordination(
+    config: &NodeConfig,
+    client: async_nats::Client,
+    owner: crewlet_coord::Owner,
+) -> Result<crewlet_coord::Coord, NodeError> {
+    let mut opts = crewlet_coord::CoordOptions::new(owner);
+    opts.kind = match config.coordination.kind {
+        crewlet_config::CoordinationType::Nats => crewlet_coord::CoordKind::Nats,
+        crewlet_config::CoordinationType::Local => crewlet_coord::CoordKind::Local,
+    };
+    opts.replicas = config.stream.replicas;
+    opts.lease_ttl = config.coordination.lease_ttl;
+    opts.heartbeat = config.coordination.heartbeat;
+    crewlet_coord::Coord::open(client, opts)
+        .instrument(info_span!("coordination", subsystem = "coordination"))
+        .await
+        .map_err(NodeError::Coordination)
+}
+
+/// The token mirror, and on a fleet's first start its admin token.
+async fn start_tokens(
+    p: Parts<'_>,
+    coord: &crewlet_coord::Coord,
+    bound: Option<SocketAddr>,
+    started: &mut Started,
+) {
+    let (stop_tx, stop) = watch::channel(false);
+    p.tokens
+        .start(coord.clone(), stop, Duration::from_secs(5))
+        .await;
+    started.push("tokens", move || {
+        Box::pin(async move {
+            let _ = stop_tx.send(true);
+        })
+    });
+    match p.tokens.bootstrap(&p.config.data_dir).await {
+        Ok(Some((token, seeded))) => {
+            let banner = !seeded && p.config.logging.format == LogFormat::Text;
+            announce_login(bound, &token, &p.config.data_dir, banner)
+        }
+        Ok(None) => {}
+        Err(e) => warn!(subsystem = "tokens", error = %e, "no first-start admin token made"),
+    }
+}
+
+/// The company's secrets: the bucket mirrored by a watch, stopped with the
+/// engine; what was set while this node was stopped joins the fleet before
+/// anything reads it.
+async fn open_secrets(
+    p: Parts<'_>,
+    client: &async_nats::Client,
+    coord: &crewlet_coord::Coord,
+    keyring: crewlet_secrets::Keyring,
+    started: &mut Started,
+) -> Arc<crewlet_secrets::Secrets> {
+    info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
+        keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
+    let secrets = match crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await {
+        Ok(s) => {
+            crate::secrets::adopt_pending(p.store, &s).await;
+            Arc::new(s)
+        }
+        Err(e) => {
+            warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
+            Arc::new(crewlet_secrets::Secrets::environment_only())
+        }
+    };
+    let stopping = secrets.clone();
+    started.push("secrets", move || {
+        Box::pin(async move { stopping.stop().await })
+    });
+    secrets
 }
 
 /// Prints, once, the dashboard login URL for a generated first-start admin
@@ -575,17 +622,15 @@ async fn announce(publisher: &crewlet_observe::Publisher, kind: &str, state: &No
     }
 }
 
-async fn stop_http(task: Option<tokio::task::JoinHandle<()>>, stop: watch::Sender<bool>) {
+async fn stop_http(task: tokio::task::JoinHandle<()>, stop: watch::Sender<bool>) {
     let _ = stop.send(true);
-    if let Some(task) = task {
-        if tokio::time::timeout(Duration::from_secs(10), task)
-            .await
-            .is_err()
-        {
-            warn!(subsystem = "api", "HTTP surface did not close within 10 s");
-        } else {
-            info!(subsystem = "api", "HTTP surface closed");
-        }
+    if tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .is_err()
+    {
+        warn!(subsystem = "api", "HTTP surface did not close within 10 s");
+    } else {
+        info!(subsystem = "api", "HTTP surface closed");
     }
 }
 

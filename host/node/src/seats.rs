@@ -412,13 +412,7 @@ impl SeatHost for NodeSeats {
     }
 }
 
-/// What the node shows of its seats.
-pub trait SeatsView: Send + Sync {
-    fn held(&self) -> usize;
-    fn in_flight(&self) -> usize;
-    fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow>;
-}
-
+/// The running seats subsystem, and what the node shows of it.
 struct Running {
     /// Taken out when the node stops.
     seats: std::sync::Mutex<Option<crewlet_seats::Seats<NodeSeats>>>,
@@ -432,7 +426,7 @@ impl Running {
     }
 }
 
-impl SeatsView for Running {
+impl crate::state::SeatsView for Running {
     fn held(&self) -> usize {
         self.with(|s| s.held().len())
     }
@@ -461,8 +455,8 @@ pub async fn start(
         return Ok(());
     }
     let providers = ctx
-        .state
-        .loaded_plugins()
+        .plugins
+        .as_ref()
         .map(|p| p.providers.clone())
         .unwrap_or_default();
     let resolve = ctx.secrets.resolver();

@@ -33,9 +33,6 @@ pub use crewlet_secrets::{
 
 use crate::engine::Late;
 
-/// Seconds a caller is told to wait when the bucket cannot be reached.
-const RETRY_AFTER_SECONDS: u64 = 2;
-
 /// The secrets routes, bound with the HTTP surface (503 until the engine is up).
 pub fn routes(late: Late) -> Router {
     Router::new()
@@ -50,7 +47,7 @@ pub fn routes(late: Late) -> Router {
 
 fn error(status: StatusCode, kind: &str, detail: String) -> Response {
     if status == StatusCode::SERVICE_UNAVAILABLE {
-        return retry_later(RETRY_AFTER_SECONDS, kind, detail);
+        return retry_later(crewlet_api::OPERATOR_RETRY_SECONDS, kind, detail);
     }
     (status, Json(json!({ "error": kind, "detail": detail }))).into_response()
 }
@@ -220,8 +217,8 @@ pub enum SecretsCliError {
         "the value on stdin is empty; pipe the secret in, e.g. `printf %s \"$VALUE\" | crewlet secrets set NAME`"
     )]
     Empty,
-    #[error(transparent)]
-    Http(#[from] crate::configplane::ImportError),
+    #[error("{0}{hint}", hint = .0.offline_hint())]
+    Http(#[from] crate::client::ClientError),
     #[error("the node at {api} answered {status}: {body}")]
     Refused {
         api: String,
@@ -300,10 +297,11 @@ pub fn cli_set(
     }
     expect_ok(
         api,
-        crate::configplane::http_request(
+        crate::client::request(
             api,
             "PUT",
             &format!("/secrets/{name}"),
+            &[],
             value.as_bytes(),
         )?,
     )?;
@@ -353,7 +351,7 @@ fn set_offline(
 pub fn cli_rotate(api: &str) -> Result<String, SecretsCliError> {
     let body = expect_ok(
         api,
-        crate::configplane::http_request(api, "POST", "/secrets/rotate-key", b"")?,
+        crate::client::request(api, "POST", "/secrets/rotate-key", &[], b"")?,
     )?;
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let r = &answer["rotation"];
@@ -391,7 +389,7 @@ pub fn cli_remove(api: &str, name: &str) -> Result<String, SecretsCliError> {
     check_name(name).map_err(SecretsCliError::BadName)?;
     expect_ok(
         api,
-        crate::configplane::http_request(api, "DELETE", &format!("/secrets/{name}"), b"")?,
+        crate::client::request(api, "DELETE", &format!("/secrets/{name}"), &[], b"")?,
     )?;
     Ok(format!("removed {name} through {api}"))
 }
@@ -400,7 +398,7 @@ pub fn cli_remove(api: &str, name: &str) -> Result<String, SecretsCliError> {
 pub fn cli_list(api: &str) -> Result<String, SecretsCliError> {
     let body = expect_ok(
         api,
-        crate::configplane::http_request(api, "GET", "/secrets", b"")?,
+        crate::client::request(api, "GET", "/secrets", &[], b"")?,
     )?;
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
     let mut out = String::new();

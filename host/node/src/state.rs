@@ -13,6 +13,8 @@ use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::configplane::posture::{Posture, PostureReport};
+
 /// Where a node is in its life. Moves forward only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 #[repr(u8)]
@@ -47,49 +49,17 @@ impl Phase {
     }
 }
 
-/// The node's config posture: what it does about the fleet's active epoch
-/// (see `configplane` for the rules that pick it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Posture {
-    /// Applied the pointer's epoch (or nothing is activated yet).
-    Serve,
-    /// Behind, but no peer has the epoch either (or not for long): ready.
-    Wait,
-    /// Behind while peers serve the epoch: not ready, consumes nothing.
-    Shed,
-    /// The pointer cannot be read: keeps serving the last applied epoch.
-    Isolated,
-    /// Failed to apply the pointer's revision for too long: not ready.
-    Stuck,
+/// What the seats subsystem shows of itself on `/health` and the presence
+/// lease (implemented by `crate::seats`, attached once it runs).
+pub trait SeatsView: Send + Sync {
+    fn held(&self) -> usize;
+    fn in_flight(&self) -> usize;
+    fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow>;
 }
 
-impl Posture {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Posture::Serve => "serve",
-            Posture::Wait => "wait",
-            Posture::Shed => "shed",
-            Posture::Isolated => "isolated",
-            Posture::Stuck => "stuck",
-        }
-    }
-
-    /// Whether this node takes triggers off the stream (everything but shed).
-    pub fn admits(self) -> bool {
-        self != Posture::Shed
-    }
-}
-
-/// The posture with why, as `/health` shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PostureReport {
-    pub posture: Posture,
-    pub reason: String,
-    /// The epoch the pointer named when the posture was picked.
-    pub pointer_epoch: Option<u64>,
-}
-
+/// What the probes, `/health`, `/org` and the presence lease read of the
+/// node. Subsystems get their parts from [`crate::engine::EngineContext`];
+/// this is the node's view of itself, written by the lifecycle.
 pub struct NodeState {
     pub node_id: String,
     pub roles: Vec<Role>,
@@ -106,9 +76,9 @@ pub struct NodeState {
     live: OnceLock<LiveFeed>,
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
-    seats: OnceLock<std::sync::Arc<dyn crate::seats::SeatsView>>,
-    /// The company revision applied through the config pointer, and its epoch.
-    applied: std::sync::Mutex<Option<(u64, std::sync::Arc<crewlet_company::Company>)>>,
+    seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
+    /// The company served now; its epoch is the applied one.
+    active: crewlet_company::ActiveCompany,
     /// Set by the config reconciler; `wait` until its first poll.
     posture: tokio::sync::watch::Sender<PostureReport>,
 }
@@ -120,6 +90,7 @@ impl NodeState {
         company: Option<crate::company::CompanyFile>,
         plugins_dir: Option<PathBuf>,
         store: std::sync::Arc<crewlet_store::Store>,
+        active: crewlet_company::ActiveCompany,
     ) -> NodeState {
         NodeState {
             node_id,
@@ -138,7 +109,7 @@ impl NodeState {
             presence: OnceLock::new(),
             plugins: OnceLock::new(),
             seats: OnceLock::new(),
-            applied: std::sync::Mutex::new(None),
+            active,
             posture: tokio::sync::watch::Sender::new(PostureReport {
                 posture: Posture::Wait,
                 reason: "the config reconciler has not polled yet".into(),
@@ -171,7 +142,7 @@ impl NodeState {
         let _ = self.presence.set(view);
     }
 
-    pub fn attach_seats(&self, seats: std::sync::Arc<dyn crate::seats::SeatsView>) {
+    pub fn attach_seats(&self, seats: std::sync::Arc<dyn SeatsView>) {
         let _ = self.seats.set(seats);
     }
 
@@ -205,19 +176,9 @@ impl NodeState {
         let _ = self.plugins.set(loaded);
     }
 
-    /// The plugins this node loaded, once they are.
-    pub fn loaded_plugins(&self) -> Option<std::sync::Arc<crate::plugins::Loaded>> {
-        self.plugins.get().cloned()
-    }
-
-    /// Records the revision the config reconciler applied.
-    pub fn set_applied(&self, epoch: u64, company: std::sync::Arc<crewlet_company::Company>) {
-        *self.applied.lock().unwrap_or_else(|p| p.into_inner()) = Some((epoch, company));
-    }
-
     /// The epoch of the revision applied through the pointer, if any.
     pub fn applied_epoch(&self) -> Option<u64> {
-        self.applied_company().map(|(epoch, _)| epoch)
+        self.active.applied_epoch()
     }
 
     /// What `/health` shows of the company: the revision this node serves
@@ -242,10 +203,8 @@ impl NodeState {
     }
 
     fn applied_company(&self) -> Option<(u64, std::sync::Arc<crewlet_company::Company>)> {
-        self.applied
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        let active = self.active.current()?;
+        Some((active.applied_epoch()?, active.company))
     }
 
     /// What this node says about itself on its presence lease.

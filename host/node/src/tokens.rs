@@ -517,16 +517,6 @@ pub fn parse_ttl(s: &str) -> Result<u64, String> {
     }
 }
 
-/// `crewlet tokens …` over the API: answers what to print, or an error line.
-pub fn cli(api: &str, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
-    let headers = [("content-type", "application/json")];
-    match crate::client::request(api, method, path, &headers, body) {
-        Ok((200 | 201, body)) => Ok(body),
-        Ok((status, body)) => Err(format!("the node answered {status}: {}", body.trim())),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

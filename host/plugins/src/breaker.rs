@@ -25,7 +25,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::runtime::Fault;
+use crate::fault::Fault;
 
 /// The shortest gap between two fault lines of one plugin.
 pub const FAULT_LOG_INTERVAL: Duration = Duration::from_secs(1);

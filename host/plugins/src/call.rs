@@ -21,7 +21,8 @@ use tokio::sync::Semaphore;
 use wasmtime::Store;
 
 use crate::breaker::{Admission, BreakerPolicy, Health};
-use crate::runtime::{CallError, Fault};
+use crate::fault::{CallError, Fault};
+use crate::manifest::MAX_CONCURRENCY;
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
 
@@ -102,9 +103,6 @@ impl Drop for Guests {
         }
     }
 }
-
-/// The most calls of one plugin that run at once, whatever its manifest says.
-pub const MAX_CONCURRENCY: u32 = 16;
 
 /// A plugin's way in: its health and breaker, its concurrency bound and
 /// the guest threads.

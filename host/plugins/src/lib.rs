@@ -19,6 +19,7 @@ pub mod call;
 pub mod catalogue;
 pub mod cli;
 pub mod crypto;
+pub mod fault;
 pub mod manifest;
 pub mod module;
 pub mod outbound;

@@ -34,6 +34,8 @@ pub const DEFAULT_PROVIDER_DEADLINE_MS: u64 = 120_000;
 pub const MAX_DEADLINE_MS: u64 = 600_000;
 /// Calls of one plugin at once when `limits.concurrency` is absent.
 pub const DEFAULT_CONCURRENCY: u32 = 4;
+/// The most calls of one plugin that run at once, whatever its manifest says.
+pub const MAX_CONCURRENCY: u32 = 16;
 
 /// What the host lets one world's manifest ask for: the host's policy,
 /// whatever a plugin's author would like.
@@ -127,7 +129,7 @@ pub struct Limits {
     /// The most one call may take, host calls included.
     pub deadline: std::time::Duration,
     /// The most calls that run at once (capped by
-    /// [`crate::call::MAX_CONCURRENCY`]).
+    /// [`MAX_CONCURRENCY`]).
     pub concurrency: u32,
 }
 
@@ -407,7 +409,7 @@ impl Manifest {
             ));
         }
         let concurrency = raw.limits.concurrency.unwrap_or(DEFAULT_CONCURRENCY);
-        let max_concurrency = crate::call::MAX_CONCURRENCY;
+        let max_concurrency = MAX_CONCURRENCY;
         if !(1..=max_concurrency).contains(&concurrency) {
             return Err(err(
                 "limits.concurrency",

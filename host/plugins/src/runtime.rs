@@ -25,7 +25,6 @@ use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -34,12 +33,10 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx};
 
 use crate::call::{GuestThreads, Guests};
+pub use crate::fault::{CallError, Fault};
 use crate::manifest::{Kind, Manifest};
-use crate::sandbox::{Sandbox, ZeroClock};
+use crate::sandbox::{EPOCH_TICK, Sandbox, ZeroClock};
 
-/// How often the epoch advances: a guest yields its thread at least this
-/// often, and a deadline is rounded up to it.
-pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements.
@@ -85,71 +82,6 @@ pub enum LoadError {
     InitFault { plugin: String, fault: Fault },
     #[error("the plugin engine could not start: {0}")]
     Engine(String),
-}
-
-/// How a call failed inside the sandbox. The host survives every one.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Fault {
-    #[error("ran past its deadline of {} ms; make the call cheaper or raise limits.deadline_ms", deadline.as_millis())]
-    Timeout { deadline: Duration },
-    #[error(
-        "tried to grow memory to {requested} bytes past its cap of {limit} bytes; raise limits.memory_mib or allocate less"
-    )]
-    OutOfMemory { limit: u64, requested: u64 },
-    #[error("exhausted its stack (unbounded recursion?)")]
-    StackOverflow,
-    #[error("trapped: {reason}")]
-    Trap { reason: String },
-}
-
-impl Fault {
-    /// A short name for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Fault::Timeout { .. } => "timeout",
-            Fault::OutOfMemory { .. } => "out-of-memory",
-            Fault::StackOverflow => "stack-overflow",
-            Fault::Trap { .. } => "trap",
-        }
-    }
-}
-
-/// Why a call did not return a value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CallError {
-    #[error("plugin `{plugin}` faulted: {fault}")]
-    Fault { plugin: String, fault: Fault },
-    #[error("plugin `{plugin}` could not be instantiated: {reason}")]
-    Instantiate { plugin: String, reason: String },
-    #[error("plugin `{plugin}` is quarantined after repeated faults; its next probe is in {} s", retry_after.as_secs().max(1))]
-    Quarantined {
-        plugin: String,
-        retry_after: Duration,
-    },
-    #[error(
-        "plugin `{plugin}` is at its concurrency bound ({concurrency} calls at once); retry shortly"
-    )]
-    Busy { plugin: String, concurrency: u32 },
-}
-
-impl CallError {
-    /// The fault, if the call faulted.
-    pub fn fault(&self) -> Option<&Fault> {
-        match self {
-            CallError::Fault { fault, .. } => Some(fault),
-            _ => None,
-        }
-    }
-
-    /// Whether the plugin was not run at all (quarantined or busy), and
-    /// when to come back.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            CallError::Quarantined { retry_after, .. } => Some(*retry_after),
-            CallError::Busy { .. } => Some(Duration::from_secs(1)),
-            _ => None,
-        }
-    }
 }
 
 /// Where an artifact came from.

@@ -12,7 +12,7 @@
 //!   lookups or preopened directories; both clocks read zero. A manifest's
 //!   `scratch = true` preopens `/scratch`, a directory private to it.
 //! - **A guest yields every tick**: the epoch callback hands the thread
-//!   back to the scheduler every [`crate::runtime::EPOCH_TICK`] and counts
+//!   back to the scheduler every [`EPOCH_TICK`] and counts
 //!   the ticks the call has left; at zero it interrupts (a timeout). A
 //!   spinning guest can therefore never hold a thread for more than a tick.
 //! - **Memory cap per instance**: the limiter refuses growth past the cap
@@ -27,9 +27,13 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
-use crate::runtime::{EPOCH_TICK, Fault};
 use crate::scrub::Scrub;
+
+/// How often the epoch advances: a guest yields its thread at least this
+/// often, and a deadline is rounded up to it.
+pub const EPOCH_TICK: Duration = Duration::from_millis(1);
 
 /// Frames at the top of a trap's backtrace that, all from one or two
 /// functions, mark an out-of-bounds access as the guest's own stack running

@@ -11,6 +11,7 @@
 pub mod cluster;
 pub mod github;
 pub mod http;
+pub mod layout;
 pub mod nats;
 pub mod openai;
 pub mod plugins;

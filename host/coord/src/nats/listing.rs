@@ -1,0 +1,335 @@
+//! The certified listing and the watch that goes on from it (the rules are
+//! in [`super`]'s docs): one ordered pass, certified against the stream
+//! leader's per-subject index, the leader asked for every key the pass
+//! missed.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use async_nats::jetstream::consumer;
+use futures::{StreamExt, TryStreamExt};
+use serde::{Deserialize, Serialize};
+
+use super::*;
+
+#[derive(Serialize)]
+struct InfoRequest<'a> {
+    subjects_filter: &'a str,
+    offset: usize,
+}
+
+#[derive(Deserialize)]
+struct InfoPage {
+    state: InfoState,
+    #[serde(default)]
+    cluster: Option<InfoCluster>,
+    #[serde(default)]
+    total: usize,
+    #[serde(default)]
+    limit: usize,
+}
+
+impl InfoPage {
+    /// Whether the page was answered while the stream had a leader. During
+    /// an election any member answers from its own store, and one that is
+    /// behind names fewer keys than the quorum holds.
+    fn led(&self) -> bool {
+        self.cluster
+            .as_ref()
+            .and_then(|c| c.leader.as_deref())
+            .is_some_and(|l| !l.is_empty())
+    }
+}
+
+#[derive(Deserialize)]
+struct InfoState {
+    #[serde(default)]
+    subjects: Option<HashMap<String, u64>>,
+}
+
+#[derive(Deserialize)]
+struct InfoCluster {
+    #[serde(default)]
+    leader: Option<String>,
+}
+
+impl NatsKv {
+    /// The leader's per-subject index under `filter`: the keys it names.
+    /// Refused (unavailable) when any page comes from a stream with no leader.
+    async fn index(&self, o: &Opened, filter: &str) -> KvResult<HashSet<String>> {
+        let mut keys = HashSet::new();
+        let mut offset = 0usize;
+        loop {
+            let req = InfoRequest {
+                subjects_filter: filter,
+                offset,
+            };
+            let resp: jetstream::response::Response<InfoPage> = self
+                .js
+                .request(format!("STREAM.INFO.KV_{}", o.name), &req)
+                .await
+                .map_err(|e| unavailable("stream index", e))?;
+            let page = match resp {
+                jetstream::response::Response::Ok(p) => p,
+                jetstream::response::Response::Err { error } => {
+                    return Err(unavailable("stream index", error));
+                }
+            };
+            if !page.led() {
+                return Err(Unavailable(format!(
+                    "bucket {} has no stream leader; its index is not trusted during an election",
+                    o.name
+                )));
+            }
+            let subjects = page.state.subjects.unwrap_or_default();
+            let n = subjects.len();
+            for s in subjects.into_keys() {
+                if let Some(k) = s.strip_prefix(&o.prefix) {
+                    keys.insert(k.to_owned());
+                }
+            }
+            offset += n;
+            if n == 0 || page.limit == 0 || offset >= page.total {
+                return Ok(keys);
+            }
+        }
+    }
+
+    pub(super) async fn leader_get(&self, o: &Opened, key: &str) -> KvResult<Option<Entry>> {
+        let subject = format!("{}{key}", o.prefix);
+        match o.stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(m) => Ok(Some(Entry {
+                key: key.to_owned(),
+                removed: is_marker(&m.headers),
+                value: m.payload,
+                revision: m.sequence,
+                written_at: SystemTime::from(m.time),
+            })),
+            Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(unavailable("leader read", e)),
+        }
+    }
+
+    pub(super) async fn ordered_pass(
+        &self,
+        o: &Opened,
+        filter_subject: &str,
+        headers_only: bool,
+    ) -> KvResult<(consumer::push::Ordered, u64, String)> {
+        let c = o
+            .stream
+            .create_consumer(consumer::push::OrderedConfig {
+                deliver_subject: self.js.client().new_inbox(),
+                filter_subject: filter_subject.to_owned(),
+                headers_only,
+                replay_policy: consumer::ReplayPolicy::Instant,
+                deliver_policy: consumer::DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("listing consumer", e))?;
+        let pending = c.cached_info().num_pending;
+        let name = c.cached_info().name.clone();
+        let msgs = c
+            .messages()
+            .await
+            .map_err(|e| unavailable("listing consumer", e))?;
+        Ok((msgs, pending, name))
+    }
+
+    /// The certified listing. Returns every key it answered with (live
+    /// records and markers, at the newest revision read) and the consumer,
+    /// for a watch to go on with.
+    async fn certified(
+        &self,
+        o: Arc<Opened>,
+        filter: Option<&str>,
+    ) -> KvResult<(HashMap<String, Entry>, Pass, Arc<Opened>)> {
+        let filter_subject = match filter {
+            Some(f) => format!("{}{f}.>", o.prefix),
+            None => format!("{}>", o.prefix),
+        };
+        // The index request runs beside the pass so their round trips overlap.
+        let index_fut = self.index(&o, &filter_subject);
+        let pass_fut = self.ordered_pass(&o, &filter_subject, false);
+        // The consumer is asked for first, so its deliveries start while the
+        // broker builds the index answer.
+        let (pass, index) = futures::join!(pass_fut, index_fut);
+        let index = index?;
+        let (mut msgs, pending, consumer_name) = pass?;
+        if let Ok(hook) = PASS_STARTED.try_with(Arc::clone) {
+            hook().await;
+        }
+        let mut delivered: HashMap<String, Entry> = HashMap::new();
+        let mut pass_done = pending == 0;
+        // Index keys the pass has not delivered yet: once none is left the
+        // pass has nothing more to certify and ends without waiting for the
+        // client's end-of-pass guess (which keys renewed in a tight loop can
+        // postpone for ever).
+        let mut undelivered = index.len();
+        while !pass_done && undelivered > 0 {
+            match tokio::time::timeout(QUIET, msgs.next()).await {
+                Err(_quiet) => pass_done = true,
+                Ok(None) => return Err(Unavailable("listing pass ended early".into())),
+                Ok(Some(Err(e))) => return Err(unavailable("listing pass", e)),
+                Ok(Some(Ok(m))) => {
+                    let info = m.info().map_err(|e| unavailable("listing pass", e))?;
+                    let (rev, pending, at) = (info.stream_sequence, info.pending, info.published);
+                    if let Some(key) = m.subject.strip_prefix(&o.prefix) {
+                        let entry = Entry {
+                            key: key.to_owned(),
+                            removed: m.headers.as_ref().is_some_and(is_marker),
+                            value: m.payload.clone(),
+                            revision: rev,
+                            written_at: SystemTime::from(at),
+                        };
+                        match delivered.get(key) {
+                            Some(prev) if prev.revision >= rev => {}
+                            Some(_) => {
+                                delivered.insert(key.to_owned(), entry);
+                            }
+                            None => {
+                                if index.contains(key) {
+                                    undelivered -= 1;
+                                }
+                                delivered.insert(key.to_owned(), entry);
+                            }
+                        }
+                    }
+                    if pending == 0 {
+                        pass_done = true;
+                    }
+                }
+            }
+        }
+        // Every key the index names that the pass lost or delivered as a
+        // marker is the leader's to answer.
+        let reread: Vec<String> = index
+            .iter()
+            .filter(|k| delivered.get(*k).is_none_or(|e| e.removed))
+            .cloned()
+            .collect();
+        let read: Vec<(String, Option<Entry>)> = futures::stream::iter(reread)
+            .map(|k| {
+                let o = o.clone();
+                async move {
+                    let e = self.leader_get(&o, &k).await?;
+                    Ok::<_, Unavailable>((k, e))
+                }
+            })
+            .buffer_unordered(READ_FANOUT)
+            .try_collect()
+            .await?;
+        for (k, e) in read {
+            match e {
+                Some(e) => {
+                    delivered.insert(k, e);
+                }
+                None => {
+                    delivered.remove(&k);
+                }
+            }
+        }
+        Ok((
+            delivered,
+            Pass {
+                msgs,
+                consumer_name,
+            },
+            o,
+        ))
+    }
+
+    /// The certified listing's live records.
+    pub(super) async fn list_in(
+        &self,
+        o: Arc<Opened>,
+        filter: Option<&str>,
+    ) -> KvResult<Vec<Entry>> {
+        let (answered, pass, o) = self.certified(o, filter).await?;
+        self.retire(&o, pass);
+        Ok(answered.into_values().filter(|e| !e.removed).collect())
+    }
+
+    /// The certified listing, then the changes after it from the same consumer.
+    pub(super) async fn watch_in(&self, o: Arc<Opened>, filter: Option<&str>) -> KvResult<Watch> {
+        let (answered, pass, o) = self.certified(o, filter).await?;
+        let msgs = pass.msgs;
+        let seen: HashMap<String, u64> = answered
+            .iter()
+            .map(|(k, e)| (k.clone(), e.revision))
+            .collect();
+        let mut initial: Vec<Entry> = answered.into_values().filter(|e| !e.removed).collect();
+        initial.sort_by(|a, b| a.key.cmp(&b.key));
+        // Changes come from the same consumer, so none falls between the
+        // answer and the first change; a revision no newer than the one
+        // the answer holds is not passed on.
+        let changes = msgs.filter_map(move |m| {
+            let out = match m {
+                Err(e) => Some(Err(unavailable("watch", e))),
+                Ok(m) => match m.info() {
+                    Err(e) => Some(Err(unavailable("watch", e))),
+                    Ok(info) => {
+                        let rev = info.stream_sequence;
+                        let at = SystemTime::from(info.published);
+                        m.subject.strip_prefix(&o.prefix).and_then(|key| {
+                            if seen.get(key).is_some_and(|r| rev <= *r) {
+                                return None;
+                            }
+                            Some(Ok(if m.headers.as_ref().is_some_and(is_marker) {
+                                Change::Removed {
+                                    key: key.to_owned(),
+                                    revision: rev,
+                                }
+                            } else {
+                                Change::Put(Entry {
+                                    key: key.to_owned(),
+                                    value: m.payload.clone(),
+                                    revision: rev,
+                                    written_at: at,
+                                    removed: false,
+                                })
+                            }))
+                        })
+                    }
+                },
+            };
+            futures::future::ready(out)
+        });
+        Ok(Watch {
+            initial,
+            changes: changes.boxed(),
+        })
+    }
+
+    /// Deletes a pass's consumer without waiting (the broker would reap it
+    /// after its inactivity threshold, but thousands of listings a second
+    /// would hit the consumer limit first).
+    pub(super) fn retire(&self, o: &Arc<Opened>, pass: Pass) {
+        drop(pass.msgs);
+        let stream = o.stream.clone();
+        tokio::spawn(async move {
+            let _ = stream.delete_consumer(&pass.consumer_name).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_index_page_without_a_stream_leader_is_not_trusted() {
+        let page = |cluster: &str| -> InfoPage {
+            serde_json::from_str(&format!(
+                r#"{{"state":{{"subjects":{{"$KV.b.seat.a":1}}}},{cluster}"total":1,"offset":0,"limit":100000}}"#
+            ))
+            .unwrap()
+        };
+        assert!(page(r#""cluster":{"name":"c","leader":"n1"},"#).led());
+        assert!(!page(r#""cluster":{"name":"c"},"#).led());
+        assert!(!page(r#""cluster":{"name":"c","leader":""},"#).led());
+        assert!(!page("").led());
+    }
+}
