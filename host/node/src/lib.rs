@@ -23,6 +23,7 @@ pub mod run;
 pub mod sample;
 pub mod seats;
 pub mod secrets;
+pub mod start;
 pub mod state;
 pub mod tokens;
 

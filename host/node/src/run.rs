@@ -13,19 +13,18 @@
 //! last, since everything before it may still be flushing to it. A second
 //! signal skips the notice. Exit status 0.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crewlet_config::{LogFormat, NodeConfig, Overrides};
-use crewlet_stream::{Broker, DirLock, StreamError};
+use crewlet_stream::DirLock;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::watch;
 use tracing::{Instrument, error, info, info_span, warn};
 
 use crate::company::CompanyFile;
-use crate::engine::{EngineContext, Late, Started};
+use crate::engine::{Late, Started};
+use crate::start::{NodeError, Parts, start};
 use crate::state::{NodeState, Phase};
 
 /// Exit status for a configuration the node refused.
@@ -138,45 +137,6 @@ async fn node_main(
             EXIT_FAILURE
         }
     }
-}
-
-/// A failure that stops the node, with what to do about it.
-#[derive(Debug, thiserror::Error)]
-enum NodeError {
-    #[error("cannot create the data dir {dir}: {source}")]
-    DataDir {
-        dir: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Locked(#[from] crewlet_stream::LockError),
-    #[error("cannot establish the node id: {0}")]
-    Identity(std::io::Error),
-    #[error(
-        "cannot listen on {addr}: {source}; set api.port to a free port (or 0 to serve no HTTP)"
-    )]
-    Bind {
-        addr: SocketAddr,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot install signal handlers: {0}")]
-    Signals(std::io::Error),
-    #[error(transparent)]
-    Stream(#[from] StreamError),
-    #[error(transparent)]
-    Store(#[from] crewlet_store::StoreError),
-    #[error(transparent)]
-    Streams(#[from] crewlet_stream::streams::StreamsError),
-    #[error("{0}")]
-    Engine(String),
-    #[error("coordination: {0}")]
-    Coordination(crewlet_coord::OpenError),
-    #[error("plugins: {0}")]
-    Plugins(crate::plugins::StartError),
-    #[error(transparent)]
-    Keyring(#[from] crewlet_secrets::KeyringError),
 }
 
 async fn start_and_serve(
@@ -317,295 +277,6 @@ async fn lifecycle(
     Ok(())
 }
 
-/// What the start borrows from the lifecycle.
-#[derive(Clone, Copy)]
-struct Parts<'a> {
-    config: &'a NodeConfig,
-    state: &'a Arc<NodeState>,
-    late: &'a Late,
-    tokens: &'a Arc<crate::tokens::Tokens>,
-    active: &'a crewlet_company::ActiveCompany,
-    company: &'a Option<CompanyFile>,
-    plugins: Option<&'a std::path::Path>,
-    store: &'a Arc<crewlet_store::Store>,
-    node_id: &'a str,
-}
-
-/// Starts every part in order, each pushed on `started` as it comes up:
-/// the HTTP surface, the stream, then the engine. Answers the publisher
-/// (none when a signal interrupted the stream's start). On an error the
-/// caller unwinds `started`.
-async fn start(
-    p: Parts<'_>,
-    descriptors: u64,
-    keyring: crewlet_secrets::Keyring,
-    shutdown: watch::Receiver<bool>,
-    started: &mut Started,
-) -> Result<Option<crewlet_observe::Publisher>, NodeError> {
-    let bound = serve_http(p, descriptors, started).await?;
-    let broker = match Broker::start(&p.config.stream, p.node_id, shutdown)
-        .instrument(info_span!("stream", subsystem = "stream"))
-        .await
-    {
-        Ok(b) => b,
-        Err(StreamError::Interrupted) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    let (client, monitor) = (broker.client(), broker.monitor());
-    let urls = broker.health().urls.join(",");
-    started.push_base("stream", move || Box::pin(broker.stop()));
-    let jetstream = async_nats::jetstream::new(client.clone());
-    crewlet_stream::streams::ensure_streams(&jetstream, p.config.stream.replicas)
-        .instrument(info_span!("streams", subsystem = "stream"))
-        .await?;
-
-    // The observability edge: rows written inline by this node's
-    // publisher, the live view fed from the fleet's broadcast.
-    let (live_stop_tx, live_stop) = watch::channel(false);
-    match crewlet_observe::LiveFeed::start(client.clone(), live_stop).await {
-        Ok(feed) => {
-            p.state.attach_live(feed);
-            started.push("observe", move || {
-                Box::pin(async move {
-                    let _ = live_stop_tx.send(true);
-                })
-            });
-        }
-        Err(e) => {
-            warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
-        }
-    }
-    let publisher = crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream);
-
-    // Coordination rides the stream's connection: never a second dial.
-    let owner = crewlet_coord::Owner::incarnation(p.node_id);
-    let coord = open_coordination(p.config, client.clone(), owner.clone()).await?;
-    info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
-    // Plugins: the catalogue, its module buckets, every plugin loaded.
-    let loaded = match p.plugins {
-        Some(dir) => Some(Arc::new(
-            crate::plugins::load(dir, &p.config.data_dir, client.clone())
-                .instrument(info_span!("plugins", subsystem = "plugins"))
-                .await
-                .map_err(NodeError::Plugins)?,
-        )),
-        None => None,
-    };
-    start_tokens(p, &coord, bound, started).await;
-    if let Some(loaded) = &loaded {
-        info!(
-            subsystem = "plugins",
-            loaded = loaded.webhooks.len() + loaded.providers.len() + loaded.modules.len(),
-            failed = loaded.failed.len(),
-            "plugins loaded"
-        );
-        p.state.attach_plugins(loaded.clone());
-    }
-    let status_of = p.state.clone();
-    let presence =
-        crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
-            status_of.node_status()
-        });
-    p.state.attach_presence(presence.view_handle());
-    started.push("presence", move || Box::pin(presence.stop()));
-    let secrets = open_secrets(p, &client, &coord, keyring, started).await;
-
-    let ctx = EngineContext {
-        node_id: p.node_id.to_owned(),
-        config: Arc::new(p.config.clone()),
-        client,
-        coord,
-        store: p.store.clone(),
-        publisher: publisher.clone(),
-        state: p.state.clone(),
-        active: p.active.clone(),
-        company_file: p.company.clone(),
-        plugins: loaded,
-        secrets,
-    };
-    crate::configplane::start(&ctx, started)
-        .await
-        .map_err(NodeError::Engine)?;
-    let edge = crate::ingress::start(&ctx, started)
-        .await
-        .map_err(NodeError::Engine)?;
-    crate::seats::start(&ctx, started)
-        .await
-        .map_err(NodeError::Engine)?;
-    p.late.set(ctx, edge);
-    p.state.attach_stream(monitor);
-    p.state.advance(Phase::Running);
-    info!(subsystem = "node", stream = %urls, "node running");
-    Ok(Some(publisher))
-}
-
-/// Binds the HTTP surface (before the engine starts, so probes answer
-/// from the first instant) and pushes its stop; answers where it listens.
-async fn serve_http(
-    p: Parts<'_>,
-    descriptors: u64,
-    started: &mut Started,
-) -> Result<Option<SocketAddr>, NodeError> {
-    let api = &p.config.api;
-    if api.port == 0 {
-        info!(subsystem = "api", "api.port = 0: serving no HTTP");
-        return Ok(None);
-    }
-    let addr = SocketAddr::new(api.host, api.port);
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|source| NodeError::Bind { addr, source })?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let router = crewlet_api::router(crewlet_api::Surface {
-        probe: p.state.clone(),
-        events: p.state.clone(),
-        catalog: p.state.clone(),
-        closing: stop_rx.clone(),
-        routes: crate::ingress::routes(p.late.clone())
-            .merge(crate::configplane::routes(p.late.clone()))
-            .merge(crate::secrets::routes(p.late.clone()))
-            .merge(crate::budgets::routes(p.late.clone()))
-            .merge(crate::tokens::routes(p.tokens.clone()))
-            .merge(crate::operator::routes(p.late.clone())),
-        authority: p.tokens.clone(),
-        allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
-    });
-    let limits = crewlet_api::EdgeLimits {
-        max_connections: crate::descriptors::connection_cap(api.max_connections, descriptors),
-        header_timeout: api.header_timeout,
-        body_timeout: api.body_timeout,
-    };
-    let addr = listener.local_addr().unwrap_or(addr);
-    let mut stop = stop_rx;
-    let task = tokio::spawn(
-        async move {
-            let shutdown = async move {
-                let _ = stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = crewlet_api::serve(listener, router, limits, shutdown).await {
-                error!(subsystem = "api", error = %e, "HTTP surface failed");
-            }
-        }
-        .in_current_span(),
-    );
-    info!(subsystem = "api", %addr, max_connections = limits.max_connections, "HTTP surface listening");
-    started.push("api", move || Box::pin(stop_http(task, stop_tx)));
-    Ok(Some(addr))
-}
-
-async fn open_coordination(
-    config: &NodeConfig,
-    client: async_nats::Client,
-    owner: crewlet_coord::Owner,
-) -> Result<crewlet_coord::Coord, NodeError> {
-    let mut opts = crewlet_coord::CoordOptions::new(owner);
-    opts.kind = match config.coordination.kind {
-        crewlet_config::CoordinationType::Nats => crewlet_coord::CoordKind::Nats,
-        crewlet_config::CoordinationType::Local => crewlet_coord::CoordKind::Local,
-    };
-    opts.replicas = config.stream.replicas;
-    opts.lease_ttl = config.coordination.lease_ttl;
-    opts.heartbeat = config.coordination.heartbeat;
-    crewlet_coord::Coord::open(client, opts)
-        .instrument(info_span!("coordination", subsystem = "coordination"))
-        .await
-        .map_err(NodeError::Coordination)
-}
-
-/// The token mirror, and on a fleet's first start its admin token.
-async fn start_tokens(
-    p: Parts<'_>,
-    coord: &crewlet_coord::Coord,
-    bound: Option<SocketAddr>,
-    started: &mut Started,
-) {
-    let (stop_tx, stop) = watch::channel(false);
-    p.tokens
-        .start(coord.clone(), stop, Duration::from_secs(5))
-        .await;
-    started.push("tokens", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(true);
-        })
-    });
-    match p.tokens.bootstrap(&p.config.data_dir).await {
-        Ok(Some((token, seeded))) => {
-            let banner = !seeded && p.config.logging.format == LogFormat::Text;
-            announce_login(bound, &token, &p.config.data_dir, banner)
-        }
-        Ok(None) => {}
-        Err(e) => warn!(subsystem = "tokens", error = %e, "no first-start admin token made"),
-    }
-}
-
-/// The company's secrets: the bucket mirrored by a watch, stopped with the
-/// engine; what was set while this node was stopped joins the fleet before
-/// anything reads it.
-async fn open_secrets(
-    p: Parts<'_>,
-    client: &async_nats::Client,
-    coord: &crewlet_coord::Coord,
-    keyring: crewlet_secrets::Keyring,
-    started: &mut Started,
-) -> Arc<crewlet_secrets::Secrets> {
-    info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
-        keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
-    let secrets = match crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await {
-        Ok(s) => {
-            crate::secrets::adopt_pending(p.store, &s).await;
-            Arc::new(s)
-        }
-        Err(e) => {
-            warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
-            Arc::new(crewlet_secrets::Secrets::environment_only())
-        }
-    };
-    let stopping = secrets.clone();
-    started.push("secrets", move || {
-        Box::pin(async move { stopping.stop().await })
-    });
-    secrets
-}
-
-/// Prints, once, the dashboard login URL for a generated first-start admin
-/// token: straight to stderr, never through the log events (a JSON log
-/// stream gets only the token file's path), the token in the URL fragment
-/// (a browser never sends it, so no server log ever holds it).
-fn announce_login(
-    bound: Option<SocketAddr>,
-    token: &str,
-    data_dir: &std::path::Path,
-    banner: bool,
-) {
-    let file = data_dir.join(crate::tokens::TOKEN_FILE);
-    info!(subsystem = "tokens", file = %file.display(), "first start: an admin operator token was made");
-    if !banner {
-        return;
-    }
-    let Some(addr) = bound else {
-        eprintln!(
-            "crewlet: first start: an admin token is in {}",
-            file.display()
-        );
-        return;
-    };
-    let host = if addr.ip().is_unspecified() {
-        "127.0.0.1".to_owned()
-    } else {
-        addr.ip().to_string()
-    };
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host
-    };
-    eprintln!(
-        "\ncrewlet: first start — log in to the dashboard (shown once):\n\n    http://{host}:{}/#token={token}\n\n  The same admin token is in {} (0600); the CLI reads it from there.\n",
-        addr.port(),
-        file.display()
-    );
-}
-
 /// Publishes a node lifecycle event; a failure is logged, never fatal.
 async fn announce(publisher: &crewlet_observe::Publisher, kind: &str, state: &NodeState) {
     use crewlet_api::Probe;
@@ -619,18 +290,6 @@ async fn announce(publisher: &crewlet_observe::Publisher, kind: &str, state: &No
     }];
     if let Err(e) = publisher.publish(event).await {
         warn!(subsystem = "observe", error = %e, event = kind, "could not publish a node event");
-    }
-}
-
-async fn stop_http(task: tokio::task::JoinHandle<()>, stop: watch::Sender<bool>) {
-    let _ = stop.send(true);
-    if tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .is_err()
-    {
-        warn!(subsystem = "api", "HTTP surface did not close within 10 s");
-    } else {
-        info!(subsystem = "api", "HTTP surface closed");
     }
 }
 
