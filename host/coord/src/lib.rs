@@ -25,6 +25,7 @@
 pub mod answer;
 pub mod bucket;
 pub mod budget;
+pub mod claims;
 pub mod faulty;
 pub mod holder;
 pub mod kv;
@@ -47,6 +48,7 @@ use bytes::Bytes;
 pub use answer::{Answer, CoordError, Reply};
 pub use bucket::{Bucket, MARKER_RETENTION, MAX_DUTY_TTL};
 pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, Windows};
+pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use faulty::Faulty;
 pub use holder::{Holder, HolderState};
 pub use kv::{Change, Kv};
@@ -60,8 +62,8 @@ pub use nats::NatsKv;
 pub use open::OpenError;
 pub use reach::{REACH_WITHIN, Unreachable, until_writable};
 pub use records::{
-    Claimed, ClassWatch, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses,
-    Unreleased, key_hint, merge_cooldowns,
+    ClassWatch, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, key_hint,
+    merge_cooldowns,
 };
 pub use sweep::SweepReport;
 pub use tokens::{TokenRecord, TokenWatch};
