@@ -27,25 +27,24 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use futures::StreamExt;
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
 use crate::HealthReport;
-use crate::bindings::module::crewlet::plugin::log::{self, Level};
-use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
-use crate::bindings::module::exports::crewlet::plugin::handlers::{Event, StateChange, StateEvent};
+use crate::bindings::module::exports::crewlet::plugin::handlers::Event;
 use crate::bindings::module::{Module, ModulePre};
 use crate::call::Guard;
 use crate::catalogue::{Catalogue, CatalogueError};
-use crate::manifest::{Manifest, Permissions, bucket_name};
+use crate::manifest::Manifest;
 use crate::runtime::{CallError, LoadError, Runtime};
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
-use crate::state::{
-    BackendError, MAX_VALUE_BYTES, StateBackend, StoredEntry, WatchItem, credential_field,
-    valid_key,
-};
+use crate::state::{BackendError, StateBackend};
+
+mod ctx;
+
+use ctx::{AbortOnDrop, ModuleCtx, Queued};
+pub use ctx::{Grant, grants};
 
 /// Log lines kept per module for [`ModulePlugin::logs`].
 const KEEP_LOG_LINES: usize = 1000;
@@ -55,255 +54,6 @@ const MAX_LOG_LINE: usize = 4096;
 pub const WATCH_QUEUE: usize = 64;
 /// Watches one module instance may hold.
 pub const MAX_WATCHES: usize = 8;
-
-/// What a state call wants of a bucket.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Access {
-    Read,
-    Write,
-}
-
-/// One bucket issued to a module.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
-    /// The mesh-wide bucket name.
-    pub bucket: String,
-    pub writable: bool,
-}
-
-/// The grants of `manifest`, by the name the module uses.
-pub fn grants(manifest: &Manifest) -> HashMap<String, Grant> {
-    let mut out = HashMap::new();
-    if let Permissions::Module { state, reads } = &manifest.permissions {
-        for b in state {
-            out.insert(
-                b.local.clone(),
-                Grant {
-                    bucket: bucket_name(&manifest.name, &b.local),
-                    writable: true,
-                },
-            );
-        }
-        for r in reads {
-            out.insert(
-                r.to_string(),
-                Grant {
-                    bucket: bucket_name(&r.module, &r.bucket),
-                    writable: false,
-                },
-            );
-        }
-    }
-    out
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-struct Queued {
-    generation: u64,
-    event: StateEvent,
-}
-
-/// The module world's part of an instance's store.
-pub(crate) struct ModuleCtx {
-    plugin: String,
-    generation: u64,
-    grants: Arc<HashMap<String, Grant>>,
-    backend: Arc<dyn StateBackend>,
-    events: tokio::sync::mpsc::Sender<Queued>,
-    /// One listing of this module's watches at a time.
-    listing: Arc<tokio::sync::Semaphore>,
-    watches: Vec<AbortOnDrop>,
-    next_watch: u64,
-    logs: Arc<Mutex<Vec<String>>>,
-}
-
-impl ModuleCtx {
-    /// The one choke point of every state call: the bucket must be issued
-    /// to this module, and writable for a write. Each refusal is logged
-    /// with its reason and returned as a value the guest can handle.
-    fn authorize(&self, name: &str, access: Access) -> Result<&Grant, StateError> {
-        let Some(grant) = self.grants.get(name) else {
-            tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: the bucket is not issued to this module (declare it in `state` or `reads`)");
-            return Err(StateError::NotIssued(name.to_string()));
-        };
-        if access == Access::Write && !grant.writable {
-            tracing::warn!(plugin = %self.plugin, bucket = name, "state refused: a write to a bucket this module only reads");
-            return Err(StateError::ReadOnly(name.to_string()));
-        }
-        Ok(grant)
-    }
-
-    fn key(key: &str) -> Result<(), StateError> {
-        if valid_key(key) {
-            Ok(())
-        } else {
-            Err(StateError::InvalidKey(key.to_string()))
-        }
-    }
-}
-
-fn backend_error(e: BackendError) -> StateError {
-    match e {
-        BackendError::Full(b) => StateError::BucketFull(b),
-        other => StateError::Unavailable(other.to_string()),
-    }
-}
-
-fn entry(e: StoredEntry) -> Entry {
-    Entry {
-        key: e.key,
-        value: e.value,
-        revision: e.revision,
-    }
-}
-
-impl state::Host for Sandbox<ModuleCtx> {
-    async fn get(&mut self, bucket: String, key: String) -> Result<Option<Entry>, StateError> {
-        let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?;
-        ModuleCtx::key(&key)?;
-        let found = ctx
-            .backend
-            .get(&grant.bucket, &key)
-            .await
-            .map_err(backend_error)?;
-        Ok(found.map(entry))
-    }
-
-    async fn put(
-        &mut self,
-        bucket: String,
-        key: String,
-        value: Vec<u8>,
-    ) -> Result<u64, StateError> {
-        let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Write)?;
-        ModuleCtx::key(&key)?;
-        if value.len() > MAX_VALUE_BYTES {
-            return Err(StateError::ValueTooLarge(value.len() as u64));
-        }
-        if let Some(path) = credential_field(&value) {
-            tracing::warn!(plugin = %ctx.plugin, bucket, field = %path, "state refused: a credential field");
-            return Err(StateError::CredentialField(path));
-        }
-        ctx.backend
-            .put(&grant.bucket, &key, value)
-            .await
-            .map_err(backend_error)
-    }
-
-    async fn delete(&mut self, bucket: String, key: String) -> Result<(), StateError> {
-        let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Write)?;
-        ModuleCtx::key(&key)?;
-        ctx.backend
-            .delete(&grant.bucket, &key)
-            .await
-            .map_err(backend_error)
-    }
-
-    async fn keys(&mut self, bucket: String) -> Result<Vec<String>, StateError> {
-        let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?;
-        ctx.backend.keys(&grant.bucket).await.map_err(backend_error)
-    }
-
-    async fn watch(&mut self, bucket: String) -> Result<u64, StateError> {
-        let ctx = &mut self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?.clone();
-        if ctx.watches.len() >= MAX_WATCHES {
-            tracing::warn!(plugin = %ctx.plugin, bucket, "state refused: the module holds {MAX_WATCHES} watches already");
-            return Err(StateError::Unavailable(format!(
-                "a module instance may hold at most {MAX_WATCHES} watches"
-            )));
-        }
-        ctx.next_watch += 1;
-        let watch_id = ctx.next_watch;
-        let generation = ctx.generation;
-        let events = ctx.events.clone();
-        let plugin = ctx.plugin.clone();
-        let backend = ctx.backend.clone();
-        let listing = ctx.listing.clone();
-        let task = tokio::spawn(async move {
-            // One listing of this module in memory at a time: the next
-            // watch lists only once this one's current values were taken.
-            let Ok(permit) = listing.acquire_owned().await else {
-                return;
-            };
-            let mut permit = Some(permit);
-            let mut stream = match backend.watch(&grant.bucket).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::warn!(plugin, bucket, "a state watch could not start: {e}");
-                    return;
-                }
-            };
-            while let Some(item) = stream.next().await {
-                let change = match item {
-                    Ok(WatchItem::Current(e)) => StateChange::Current(entry(e)),
-                    Ok(WatchItem::EndOfCurrent) => StateChange::EndOfCurrent,
-                    Ok(WatchItem::Put(e)) => StateChange::Put(entry(e)),
-                    Ok(WatchItem::Deleted(k)) => StateChange::Deleted(k),
-                    Err(e) => {
-                        tracing::warn!(plugin, bucket, "a state watch ended: {e}");
-                        return;
-                    }
-                };
-                let listed = matches!(change, StateChange::EndOfCurrent);
-                let queued = Queued {
-                    generation,
-                    event: StateEvent {
-                        watch_id,
-                        bucket: bucket.clone(),
-                        change,
-                    },
-                };
-                // Waits while the module's queue is full: backpressure.
-                if events.send(queued).await.is_err() {
-                    return;
-                }
-                if listed {
-                    permit.take();
-                }
-            }
-        });
-        ctx.watches.push(AbortOnDrop(task));
-        Ok(watch_id)
-    }
-}
-
-impl log::Host for Sandbox<ModuleCtx> {
-    async fn write(&mut self, level: Level, message: String) {
-        let ctx = &self.world;
-        let mut line = message;
-        if line.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-        }
-        let plugin = ctx.plugin.as_str();
-        match level {
-            Level::Debug => tracing::debug!(plugin, "{line}"),
-            Level::Info => tracing::info!(plugin, "{line}"),
-            Level::Warn => tracing::warn!(plugin, "{line}"),
-            Level::Error => tracing::error!(plugin, "{line}"),
-        }
-        let mut logs = ctx.logs.lock().unwrap_or_else(|p| p.into_inner());
-        if logs.len() >= KEEP_LOG_LINES {
-            logs.remove(0);
-        }
-        logs.push(line);
-    }
-}
 
 type ModuleStore = Store<Sandbox<ModuleCtx>>;
 
