@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{Node, Sandbox, broker_login};
+use common::{Node, Sandbox, broker_login, eventually};
 use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
@@ -591,4 +591,66 @@ fn the_sample_webhook_command_is_answered_and_budgets_show_the_spend() {
     );
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("NO_SUCH_SECRET_VAR"), "{out}");
+}
+
+#[test]
+fn a_paused_seat_keeps_its_wakes_in_its_mailbox_until_resumed() {
+    let company = SCRIPTED_COMPANY.replace(
+        "ada = { role = \"support\" }",
+        "ada = { role = \"support\" }\nbob = { role = \"support\" }",
+    );
+    let w = start(&company, None, &[]);
+    let api = format!("http://{}", w.node.api);
+    let paused = |w: &World| w.node.health()["paused_seats"].clone();
+    assert!(eventually(Duration::from_secs(10), || paused(&w) == json!([])));
+
+    let (status, out) = common::run_to_exit(
+        &[
+            "agents",
+            "pause",
+            "ada",
+            "--reason",
+            "maintenance",
+            "--api",
+            &api,
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    let said: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (said["paused"].clone(), said["record"]["reason"].clone()),
+        (json!(true), json!("maintenance"))
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || paused(&w) == json!(["ada"])),
+        "{}",
+        w.node.health()
+    );
+
+    // Ada's mention waits; Bob's, sent after it, is answered.
+    w.mention("ada", "Ev70", "C7", "7.1", "<@ada> are you there?");
+    w.mention("bob", "Ev71", "C7", "7.2", "<@bob> are you there?");
+    w.wait_events("turn_ended", 1);
+    let started = w.events("turn_started");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0]["seat"], "bob");
+    assert!(
+        w.posts().iter().all(|p| p["as"] != "ada"),
+        "{:?}",
+        w.posts()
+    );
+
+    // Unknown seats are named, nothing written.
+    let r = crewlet_testkit::http::post(&w.node.api, "/agents/nobody/pause", &[], b"").unwrap();
+    assert_eq!(r.status, 404, "{}", r.text());
+
+    let (status, out) = common::run_to_exit(&["agents", "resume", "ada", "--api", &api], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("\"was_paused\":true"), "{out}");
+    w.wait_events("turn_ended", 2);
+    assert_eq!(outcomes(&w), ["delivered", "delivered"]);
+    let ada: Vec<Value> = w.posts().into_iter().filter(|p| p["as"] == "ada").collect();
+    assert_eq!(ada.len(), 1, "answered once, after the resume: {ada:?}");
+    assert_eq!(ada[0]["thread"], "7.1");
 }

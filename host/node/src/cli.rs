@@ -44,6 +44,9 @@ enum Command {
     /// in the data dir (CREWLET_DATA_DIR, else ./crewlet-data).
     #[command(subcommand)]
     Tokens(TokensCmd),
+    /// The company's seats, through a running node's API (write scope).
+    #[command(subcommand)]
+    Agents(AgentsCmd),
     /// Send a signed sample delivery to a running node.
     #[command(subcommand)]
     Webhook(WebhookCmd),
@@ -168,6 +171,30 @@ enum BudgetsCmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum AgentsCmd {
+    /// Pause HANDLE fleet-wide: its wakes wait in its mailbox and its
+    /// running turn stops before its next model call.
+    Pause {
+        #[arg(value_name = "HANDLE")]
+        handle: String,
+        /// Why, for whoever looks at the seat next.
+        #[arg(long, value_name = "TEXT")]
+        reason: Option<String>,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+    /// Resume HANDLE: what waited in its mailbox runs.
+    Resume {
+        #[arg(value_name = "HANDLE")]
+        handle: String,
+        /// The running node's HTTP API.
+        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        api: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum TokensCmd {
     /// Make a token and print its value once (only its hash is kept).
     Create {
@@ -287,6 +314,7 @@ pub fn main() -> i32 {
         Command::Secrets(cmd) => secrets(cmd),
         Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
         Command::Tokens(cmd) => tokens(cmd),
+        Command::Agents(cmd) => agents(cmd),
         Command::Webhook(WebhookCmd::Sample {
             to,
             channel,
@@ -340,8 +368,9 @@ fn secrets(cmd: SecretsCmd) -> i32 {
     }
 }
 
-/// `crewlet tokens …` over the API: answers what to print, or an error line.
-fn tokens_request(api: &str, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
+/// A JSON command over the API (`crewlet tokens …`, `crewlet agents …`):
+/// answers what to print, or an error line.
+fn api_request(api: &str, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
     let headers = [("content-type", "application/json")];
     match crate::client::request(api, method, path, &headers, body) {
         Ok((200 | 201, body)) => Ok(body),
@@ -350,9 +379,41 @@ fn tokens_request(api: &str, method: &str, path: &str, body: &[u8]) -> Result<St
     }
 }
 
+fn agents(cmd: AgentsCmd) -> i32 {
+    let done = match cmd {
+        AgentsCmd::Pause {
+            handle,
+            reason,
+            api,
+        } => {
+            let body = serde_json::json!({ "reason": reason });
+            let path = format!("/agents/{handle}/pause");
+            api_request(&api, "POST", &path, body.to_string().as_bytes())
+        }
+        AgentsCmd::Resume { handle, api } => {
+            api_request(&api, "POST", &format!("/agents/{handle}/resume"), b"")
+        }
+    };
+    printed(done)
+}
+
+/// Prints a command's answer; answers its exit status.
+fn printed(done: Result<String, String>) -> i32 {
+    match done {
+        Ok(out) => {
+            println!("{}", out.trim_end());
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}
+
 fn tokens(cmd: TokensCmd) -> i32 {
     use crate::tokens::parse_ttl;
-    let cli = tokens_request;
+    let cli = api_request;
     let done = match cmd {
         TokensCmd::Create {
             scope,
@@ -373,16 +434,7 @@ fn tokens(cmd: TokensCmd) -> i32 {
         TokensCmd::List { api } => cli(&api, "GET", "/tokens", b""),
         TokensCmd::Revoke { id, api } => cli(&api, "DELETE", &format!("/tokens/{id}"), b""),
     };
-    match done {
-        Ok(out) => {
-            println!("{}", out.trim_end());
-            0
-        }
-        Err(e) => {
-            eprintln!("crewlet: {e}");
-            1
-        }
-    }
+    printed(done)
 }
 
 fn budgets(api: &str, json: bool) -> i32 {

@@ -107,6 +107,8 @@ pub struct EngineContext {
     pub plugins: Option<Arc<crate::plugins::Loaded>>,
     /// The company's secrets: the fleet's bucket, then this node's env.
     pub secrets: Arc<crewlet_secrets::Secrets>,
+    /// The fleet's paused seats, mirrored (`None` until first listed).
+    pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
 }
 
 /// The engine for routes bound before it started: empty until it is up.

@@ -17,6 +17,7 @@ pub mod identity;
 pub mod ingress;
 pub mod logging;
 pub mod operator;
+pub mod pauses;
 pub mod plugins;
 pub mod presence;
 pub mod run;

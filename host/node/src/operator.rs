@@ -470,37 +470,30 @@ impl Operator {
     async fn pause(&self, p: PauseSeat) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &p.seat)?.handle.to_string();
-        let record = json!({
-            "by": "operator-mcp",
-            "node": ctx.node_id,
-            "reason": p.reason,
-            "at_ms": crewlet_os::now_ms(),
-        });
-        ctx.coord
-            .pause_seat(&handle, &record)
+        crate::pauses::pause(ctx, &handle, "operator-mcp", p.reason)
             .await
-            .map_err(|e| OperatorError::Unavailable {
-                what: "whether the pause was written",
-                why: e.to_string(),
-            })?;
-        info!(subsystem = "operator", seat = %handle, "seat paused");
-        Ok(json!({"seat": handle, "paused": true, "record": record}))
+            .map_err(paused_not)
     }
 
     async fn resume(&self, s: SeatArg) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &s.seat)?.handle.to_string();
-        let was = match ctx.coord.resume_seat(&handle).await {
-            Ok(Answer::Yes(())) => true,
-            Ok(Answer::No(())) => false,
-            Err(e) => {
-                return Err(OperatorError::Unavailable {
-                    what: "whether the seat was resumed",
-                    why: e.to_string(),
-                });
-            }
-        };
-        info!(subsystem = "operator", seat = %handle, was_paused = was, "seat resumed");
-        Ok(json!({"seat": handle, "paused": false, "was_paused": was}))
+        crate::pauses::resume(ctx, &handle, "operator-mcp")
+            .await
+            .map_err(paused_not)
+    }
+}
+
+/// A pause or resume not done, as the catalogue says it.
+fn paused_not(e: crate::pauses::PauseError) -> OperatorError {
+    use crate::pauses::PauseError;
+    match e {
+        PauseError::Starting => OperatorError::Starting,
+        PauseError::NoCompany => OperatorError::NoCompany,
+        PauseError::NoSeat(seat) => OperatorError::UnknownSeat {
+            seat,
+            known: String::new(),
+        },
+        PauseError::Unavailable { what, why } => OperatorError::Unavailable { what, why },
     }
 }

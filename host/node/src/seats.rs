@@ -24,8 +24,9 @@ use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
 use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
-    Brain, Call, EventSink, Prompt, Said, ServerInfo, SessionError, Sessions, Speaker, Thought,
-    ToolDef, ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unavailable, Unpublished,
+    Act, Brain, Call, EventSink, Prompt, Said, ServerInfo, SessionError, Sessions, Speaker,
+    Thought, ToolDef, ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unavailable,
+    Unpublished,
 };
 use futures::future::BoxFuture;
 use tracing::{info, warn};
@@ -265,6 +266,9 @@ pub struct NodeSeats {
     pub exe: Option<PathBuf>,
     /// Every equipped seat's registry status, for the node's presence row.
     pub registries: std::sync::Mutex<BTreeMap<String, Vec<crewlet_mcp::McpStatusRow>>>,
+    /// The fleet's paused seats: a paused seat's turn stops before its
+    /// next model call.
+    pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
 }
 
 impl NodeSeats {
@@ -387,7 +391,17 @@ impl SeatHost for NodeSeats {
             };
         };
         let fence = batch.fence.clone();
-        let may_act = move || fence.state() != HolderState::GiveUp;
+        let pauses = self.pauses.clone();
+        let handle = spec.handle.as_str().to_owned();
+        let may_act = move || {
+            if fence.state() == HolderState::GiveUp {
+                Act::FenceLost
+            } else if !crewlet_seats::admits(&pauses.borrow(), &handle) {
+                Act::Paused
+            } else {
+                Act::Go
+            }
+        };
         let end = self
             .engine
             .run(Turn {
@@ -407,6 +421,12 @@ impl SeatHost for NodeSeats {
             TurnEnd::FenceLost { turn_id } => TurnVerdict::Retry {
                 after: Duration::ZERO,
                 reason: format!("turn {turn_id}: this node no longer holds the seat"),
+            },
+            // Handed back at once: the paused mailbox takes nothing, so
+            // the wakes wait in it until the seat is resumed.
+            TurnEnd::Paused { turn_id } => TurnVerdict::Retry {
+                after: Duration::ZERO,
+                reason: format!("turn {turn_id}: the seat was paused"),
             },
         }
     }
@@ -500,6 +520,7 @@ pub async fn start(
         mcp,
         exe: std::env::current_exe().ok(),
         registries: std::sync::Mutex::default(),
+        pauses: ctx.pauses.clone(),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),
@@ -513,6 +534,7 @@ pub async fn start(
     // A shedding node takes nothing off its seats' mailboxes either.
     let (admission, follower) = ctx.state.watch_admission();
     cfg.admission = admission;
+    cfg.pauses = ctx.pauses.clone();
     let seats = match crewlet_seats::Seats::start(cfg) {
         Ok(s) => s,
         Err(e) => {

@@ -1,6 +1,6 @@
 //! The node's start, part by part, each pushed on the one teardown stack
 //! ([`Started`]) as it comes up: the HTTP surface, the stream, then the
-//! engine — coordination, plugins, tokens, presence, secrets, the config
+//! engine — coordination, plugins, tokens, presence, secrets, pauses, the config
 //! plane, ingress and the seats. A failure stops the start; the caller
 //! unwinds what was started.
 
@@ -148,6 +148,8 @@ pub async fn start(
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;
+    let pauses = crate::pauses::start(coord.clone(), started);
+    p.state.attach_pauses(pauses.clone());
 
     let ctx = EngineContext {
         node_id: p.node_id.to_owned(),
@@ -161,6 +163,7 @@ pub async fn start(
         company_file: p.company.clone(),
         plugins: loaded,
         secrets,
+        pauses,
     };
     crate::configplane::start(&ctx, started)
         .await
@@ -204,6 +207,7 @@ async fn serve_http(
             .merge(crate::configplane::routes(p.late.clone()))
             .merge(crate::secrets::routes(p.late.clone()))
             .merge(crate::budgets::routes(p.late.clone()))
+            .merge(crate::pauses::routes(p.late.clone()))
             .merge(crate::tokens::routes(p.tokens.clone()))
             .merge(crate::operator::routes(p.late.clone())),
         authority: p.tokens.clone(),

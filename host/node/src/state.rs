@@ -77,6 +77,7 @@ pub struct NodeState {
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
+    pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
     /// The company served now; its epoch is the applied one.
     active: crewlet_company::ActiveCompany,
     /// Set by the config reconciler; `wait` until its first poll.
@@ -109,6 +110,7 @@ impl NodeState {
             presence: OnceLock::new(),
             plugins: OnceLock::new(),
             seats: OnceLock::new(),
+            pauses: OnceLock::new(),
             active,
             posture: tokio::sync::watch::Sender::new(PostureReport {
                 posture: Posture::Wait,
@@ -140,6 +142,23 @@ impl NodeState {
         view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
     ) {
         let _ = self.presence.set(view);
+    }
+
+    pub fn attach_pauses(
+        &self,
+        pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
+    ) {
+        let _ = self.pauses.set(pauses);
+    }
+
+    /// The paused seats this node follows: a list, or "unknown" before the
+    /// first listing.
+    fn pauses_view(&self) -> Option<serde_json::Value> {
+        let pauses = self.pauses.get()?.borrow().clone();
+        Some(match pauses {
+            Some(p) => json!(p.iter().collect::<Vec<_>>()),
+            None => json!("unknown"),
+        })
     }
 
     pub fn attach_seats(&self, seats: std::sync::Arc<dyn SeatsView>) {
@@ -288,6 +307,7 @@ impl Probe for NodeState {
             "turns_in_flight": self.turns_in_flight(),
             "max_concurrent": self.max_concurrent,
             "seats_held": self.seats_held(),
+            "paused_seats": self.pauses_view(),
             "mcp": self.mcp_rows(),
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),

@@ -85,6 +85,20 @@ pub struct SeatsConfig<H: SeatHost> {
     /// while it sheds (its config posture), so the work waits for a peer
     /// or for this node to catch up. Default: always true.
     pub admission: watch::Receiver<bool>,
+    /// The fleet's paused seats: a paused seat takes nothing off its
+    /// mailbox (its wakes wait there) and launches no turn. `None` is
+    /// unknown — the pauses were never read — and admits nothing: a seat
+    /// an operator paused must not run because a read failed. Default:
+    /// known, none paused.
+    pub pauses: watch::Receiver<Option<Pauses>>,
+}
+
+/// The handles of the paused seats, as the fleet's pause records say.
+pub type Pauses = Arc<std::collections::BTreeSet<String>>;
+
+/// Whether `handle` may take work under `pauses`: known and not paused.
+pub fn admits(pauses: &Option<Pauses>, handle: &str) -> bool {
+    pauses.as_ref().is_some_and(|p| !p.contains(handle))
 }
 
 impl<H: SeatHost> SeatsConfig<H> {
@@ -113,6 +127,7 @@ impl<H: SeatHost> SeatsConfig<H> {
             unequip_timeout: Duration::from_secs(30),
             max_outstanding: 256,
             admission: watch::channel(true).1,
+            pauses: watch::channel(Some(Pauses::default())).1,
         }
     }
 }
@@ -189,6 +204,7 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) turns: Arc<Semaphore>,
     pub(crate) in_flight: Arc<AtomicUsize>,
     pub(crate) admission: watch::Receiver<bool>,
+    pub(crate) pauses: watch::Receiver<Option<Pauses>>,
     slots: Mutex<BTreeMap<Handle, Slot>>,
     backoff: Mutex<BTreeMap<Handle, Backoff>>,
     held_tx: watch::Sender<usize>,
@@ -262,6 +278,7 @@ impl<H: SeatHost> Seats<H> {
             turns: Arc::new(Semaphore::new(cfg.max_concurrent_turns)),
             in_flight: Arc::new(AtomicUsize::new(0)),
             admission: cfg.admission,
+            pauses: cfg.pauses,
             slots: Mutex::new(BTreeMap::new()),
             backoff: Mutex::new(BTreeMap::new()),
             held_tx: watch::channel(0).0,

@@ -56,6 +56,15 @@ pub(crate) struct SeatCtx<H: SeatHost> {
     pub in_flight: Arc<AtomicUsize>,
     /// False while the node sheds: nothing new is taken off the mailbox.
     pub admission: watch::Receiver<bool>,
+    /// The fleet's paused seats (see [`crate::SeatsConfig::pauses`]).
+    pub pauses: watch::Receiver<Option<crate::Pauses>>,
+}
+
+impl<H: SeatHost> SeatCtx<H> {
+    /// Whether this seat is paused now, or its pauses unknown.
+    pub fn paused(&self) -> bool {
+        !crate::admits(&self.pauses.borrow(), self.spec.handle.as_str())
+    }
 }
 
 /// How the mailbox paces itself.
@@ -129,12 +138,15 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut fetch_paused_until: Option<Instant> = None;
     let mut detaching = *detach.borrow();
     let mut admission = mb.ctx.admission.clone();
+    let mut pauses = mb.ctx.pauses.clone();
     let mut progress =
         tokio::time::interval_at(Instant::now() + mb.progress_every, mb.progress_every);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let admitting =
-            !detaching && *state.borrow() == HolderState::Admitting && *admission.borrow();
+        let admitting = !detaching
+            && *state.borrow() == HolderState::Admitting
+            && *admission.borrow()
+            && !mb.ctx.paused();
         if admitting {
             mb.launch_due();
         }
@@ -171,11 +183,13 @@ pub(crate) async fn serve<H: SeatHost>(
             }
             // A dropped gate leaves the last word standing.
             Ok(()) = admission.changed(), if !detaching => {}
+            Ok(()) = pauses.changed(), if !detaching => {}
             item = next_message(&mut batch) => match item {
                 Some(Ok(msg)) => {
                     let admitting = !detaching
                         && *state.borrow() == HolderState::Admitting
-                        && *admission.borrow();
+                        && *admission.borrow()
+                        && !mb.ctx.paused();
                     pulled_any = true;
                     mb.on_message(msg, admitting).await;
                 }
@@ -438,6 +452,12 @@ async fn run_turn<H: SeatHost>(
             return TurnVerdict::Retry {
                 after: Duration::ZERO,
                 reason: "the seat stopped admitting before the turn started".into(),
+            };
+        }
+        if ctx.paused() {
+            return TurnVerdict::Retry {
+                after: Duration::ZERO,
+                reason: "the seat was paused before the turn started".into(),
             };
         }
         let Some(active) = ctx.active.current() else {

@@ -162,6 +162,7 @@ pub(crate) async fn run<H: SeatHost>(
                         turns: shared.turns.clone(),
                         in_flight: shared.in_flight.clone(),
                         admission: shared.admission.clone(),
+                        pauses: shared.pauses.clone(),
                     });
                     let (detach, detach_rx) = watch::channel(false);
                     let mut mb = tokio::spawn(mailbox::serve(

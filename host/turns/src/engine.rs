@@ -99,8 +99,20 @@ pub struct Turn<'a, T> {
     pub wakes: &'a [Wake],
     /// The seat's own tools.
     pub tools: &'a T,
-    /// Whether this node may still act for the seat (its lease fence).
-    pub may_act: &'a (dyn Fn() -> bool + Send + Sync),
+    /// Whether this node may still act for the seat: asked before every
+    /// model call.
+    pub may_act: &'a (dyn Fn() -> Act + Send + Sync),
+}
+
+/// Whether a turn may go on, asked before each of its model calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Act {
+    Go,
+    /// This node no longer holds the seat's lease: a peer runs the turn.
+    FenceLost,
+    /// An operator paused the seat: the turn stops, not done, and runs
+    /// again once the seat is resumed.
+    Paused,
 }
 
 /// How a turn that ran ended.
@@ -151,6 +163,9 @@ pub enum TurnEnd {
     Outage { turn_id: String, reason: String },
     /// This node may no longer act for the seat; a peer will run it.
     FenceLost { turn_id: String },
+    /// The seat was paused before a model call: not done, not recorded —
+    /// it runs again when the seat is resumed.
+    Paused { turn_id: String },
 }
 
 /// Why a phase stopped the turn early.
@@ -159,12 +174,14 @@ enum Stop {
     Unavailable(String),
     Outage(String),
     Fence,
+    Paused,
 }
 
 /// How a turn that started stopped without an outcome: not done.
 enum Halt {
     Outage(String),
     Fence,
+    Paused,
 }
 
 impl<B: Brain> TurnEngine<B> {
@@ -235,6 +252,7 @@ impl<B: Brain> TurnEngine<B> {
             Ok(o) => (o.label(), o.detail().map(str::to_owned)),
             Err(Halt::Outage(r)) => ("outage", Some(r.clone())),
             Err(Halt::Fence) => ("fence_lost", None),
+            Err(Halt::Paused) => ("paused", None),
         };
         run.emit(
             "turn_ended",
@@ -261,6 +279,9 @@ impl<B: Brain> TurnEngine<B> {
                 }
             }
             Err(Halt::Fence) => TurnEnd::FenceLost {
+                turn_id: run.turn_id,
+            },
+            Err(Halt::Paused) => TurnEnd::Paused {
                 turn_id: run.turn_id,
             },
             Err(Halt::Outage(reason)) => TurnEnd::Outage {
@@ -296,7 +317,7 @@ struct Run<'a, B, T> {
     company: Arc<Company>,
     wakes: Vec<Wake>,
     tools: &'a T,
-    may_act: &'a (dyn Fn() -> bool + Send + Sync),
+    may_act: &'a (dyn Fn() -> Act + Send + Sync),
     record: Vec<Ran>,
     activated: BTreeSet<(String, String)>,
     said: Vec<Said>,
@@ -326,6 +347,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Stop::Unavailable(reason) => Ok(Outcome::LlmUnavailable(reason)),
             Stop::Outage(reason) => Err(Halt::Outage(reason)),
             Stop::Fence => Err(Halt::Fence),
+            Stop::Paused => Err(Halt::Paused),
         }
     }
 

@@ -21,7 +21,7 @@ use crewlet_company::ModelRef;
 use serde_json::json;
 
 use super::prompts::{self, assistant};
-use super::{Brain, Outcome, Run, Stop};
+use super::{Act, Brain, Outcome, Run, Stop};
 use crate::builtins::{self, Claimed, SubmitReview, SubmitWork, Verdict};
 use crate::ports::{CallSite, Msg, Phase, Prompt, Thought, ToolDef, Toolbox};
 use crate::trigger;
@@ -191,8 +191,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         iteration: u32,
         round: u32,
     ) -> Result<Thought, Stop> {
-        if !(self.may_act)() {
-            return Err(Stop::Fence);
+        match (self.may_act)() {
+            Act::Go => {}
+            Act::FenceLost => return Err(Stop::Fence),
+            Act::Paused => return Err(Stop::Paused),
         }
         let site = CallSite {
             turn_id: self.turn_id.clone(),

@@ -1,6 +1,9 @@
-//! The loop's bounds: `max_tool_rounds`, `max_iterations`, the fence.
+//! The loop's bounds: `max_tool_rounds`, `max_iterations`, the fence, a
+//! pause.
 
-use crewlet_turns::{Outcome, Phase, TurnEnd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crewlet_turns::{Act, Outcome, Phase, TurnEnd};
 
 use crate::harness::{Doc, Fixture, Step, assignment, list_tools, outcome, review, submit};
 
@@ -83,8 +86,32 @@ async fn max_iterations_bounds_the_reviewed_attempts() {
 async fn a_lost_fence_stops_before_the_next_call() {
     let f = Fixture::new(Doc::default());
     f.script([Step::calls(vec![submit("no_action", "x")])]);
-    let end = f.run_fenced(&[assignment("d1")], &|| false).await;
+    let end = f.run_fenced(&[assignment("d1")], &|| Act::FenceLost).await;
     assert!(matches!(end, TurnEnd::FenceLost { .. }), "{end:?}");
     assert!(f.brain.asked().is_empty());
     assert_eq!(f.of_kind("turn_ended").await[0]["outcome"], "fence_lost");
+}
+
+#[tokio::test]
+async fn a_pause_stops_the_turn_before_its_next_model_call_not_done() {
+    let f = Fixture::new(Doc::default());
+    f.script([
+        Step::calls(vec![list_tools()]),
+        Step::calls(vec![submit("no_action", "x")]),
+    ]);
+    // The operator pauses the seat while its first model call is answered.
+    let asked = AtomicUsize::new(0);
+    let may_act = || match asked.fetch_add(1, Ordering::SeqCst) {
+        0 => Act::Go,
+        _ => Act::Paused,
+    };
+    let end = f.run_fenced(&[assignment("d1")], &may_act).await;
+    assert!(matches!(end, TurnEnd::Paused { .. }), "{end:?}");
+    assert_eq!(f.brain.asked().len(), 1, "no model call after the pause");
+    assert_eq!(f.brain.unused(), 1);
+    assert_eq!(f.of_kind("turn_ended").await[0]["outcome"], "paused");
+    // Not done: the same trigger runs again once the seat is resumed.
+    f.script([Step::calls(vec![submit("no_action", "x")])]);
+    let again = f.run(&[assignment("d1")]).await;
+    assert!(matches!(again, TurnEnd::Ended { .. }), "{again:?}");
 }

@@ -15,8 +15,8 @@ use crewlet_coord::kv::{Entry, Expect, KvResult, Unavailable, Watch, WriteResult
 use crewlet_coord::{Bucket, Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, Owner};
 use crewlet_ingress::Wake;
 use crewlet_turns::{
-    Clock, EventSink, Limits, Ports, Said, ServerInfo, SessionError, Sessions, ToolDef, ToolOutput,
-    Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished,
+    Act, Clock, EventSink, Limits, Ports, Said, ServerInfo, SessionError, Sessions, ToolDef,
+    ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished,
 };
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
@@ -321,13 +321,13 @@ impl Fixture {
     }
 
     pub async fn run(&self, wakes: &[Wake]) -> TurnEnd {
-        self.run_fenced(wakes, &|| true).await
+        self.run_fenced(wakes, &|| Act::Go).await
     }
 
     pub async fn run_fenced(
         &self,
         wakes: &[Wake],
-        may_act: &(dyn Fn() -> bool + Send + Sync),
+        may_act: &(dyn Fn() -> Act + Send + Sync),
     ) -> TurnEnd {
         let seat = self.active.company.seat("ada").expect("ada");
         self.engine
