@@ -4,7 +4,8 @@
 //! for a literal `$`; any other `$` is kept as it is. The same forms as the
 //! node configuration's, read by the same scanner ([`crewlet_config::scan`]);
 //! no `:-fallback` here, since a credential that is missing must say so.
-//! Every value that was substituted is remembered in a [`Redactor`] so that
+//! Every value that was substituted is remembered in a [`Redactor`], with its
+//! hex and base64 forms ([`crewlet_secrets::forms`]), so that
 //! failure reasons can be scrubbed of it before they are recorded.
 
 use crewlet_config::scan::{Segment, Unclosed, is_name, segments};
@@ -101,11 +102,19 @@ pub(crate) struct Redactor {
 }
 
 impl Redactor {
+    /// Learns `value` in every form it may be repeated in (raw, hex,
+    /// base64): a child that prints its credential encoded leaks it too.
     fn remember(&mut self, value: String) {
         // Very short values would scrub ordinary words; they are no secret.
-        if value.len() >= 4 && !self.secrets.contains(&value) {
-            self.secrets.push(value);
+        if value.len() < 4 {
+            return;
         }
+        for form in crewlet_secrets::forms::forms(value.as_bytes()) {
+            if !self.secrets.contains(&form) {
+                self.secrets.push(form);
+            }
+        }
+        self.secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
     }
 
     pub(crate) fn scrub(&self, text: &str) -> String {
@@ -191,6 +200,19 @@ mod tests {
         assert_eq!(
             red.scrub("child said: bad token s3cret-token!"),
             "child said: bad token [redacted]!"
+        );
+        // "s3cret-token" in base64 and hex, as a child might dump it.
+        assert_eq!(
+            red.scrub("b64 czNjcmV0LXRva2Vu hex 733363726574"),
+            "b64 [redacted] hex 733363726574"
+        );
+        assert_eq!(
+            red.scrub("hex 733363726574 2d746f6b656e"),
+            "hex 733363726574 2d746f6b656e"
+        );
+        assert_eq!(
+            red.scrub("733363726574 2d746f6b656e".replace(' ', "").as_str()),
+            "[redacted]"
         );
     }
 }
