@@ -7,7 +7,6 @@
 //! hex and base64 forms, is replaced by `[redacted]`, and the text is cut
 //! to a bound.
 
-use base64::Engine as _;
 
 /// The longest plugin text the host repeats.
 pub const MAX_PLUGIN_TEXT: usize = 240;
@@ -35,17 +34,7 @@ impl Scrub {
             if value.len() < MIN_NEEDLE {
                 continue;
             }
-            let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
-            needles.push(hex.to_ascii_uppercase());
-            needles.push(hex);
-            let b64 = base64::engine::general_purpose::STANDARD;
-            let url = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-            needles.push(b64.encode(value));
-            needles.push(url.encode(value));
-            needles.push(b64.encode(value).trim_end_matches('=').to_string());
-            if let Ok(text) = std::str::from_utf8(value) {
-                needles.push(text.to_string());
-            }
+            needles.extend(crewlet_secrets::forms(value));
         }
         // Longest first, so a form is not half-replaced by a shorter one.
         needles.sort_by_key(|n| std::cmp::Reverse(n.len()));
@@ -101,6 +90,8 @@ pub fn bound(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    use base64::Engine as _;
+
     use super::*;
 
     #[test]
