@@ -80,7 +80,7 @@ ada = {{ role = "r" }}
         let js = async_nats::jetstream::new(client.clone());
         let floor_js = jetstream_floor(&js).await;
         let floor_http = http_floor(&ai);
-        let agent = js.get_stream("CREWLET_AGENT").await.unwrap();
+        let agent = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
         let (mut wake, mut builtin, mut mcp) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..TURNS {
             let before = ai.request_count();
@@ -116,9 +116,12 @@ ada = {{ role = "r" }}
                 "channel": null, "thread": null,
             });
             let t0 = Instant::now();
-            js.publish("crewlet.agent.ada.inbox", payload.to_string().into())
-                .await
-                .unwrap();
+            js.publish(
+                crewlet_bus::inbox_subject("ada"),
+                payload.to_string().into(),
+            )
+            .await
+            .unwrap();
             while ai.request_count() < before + 4 {
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
@@ -127,7 +130,10 @@ ada = {{ role = "r" }}
             builtin.push(r[1].at - r[0].at);
             mcp.push(r[2].at - r[1].at);
             loop {
-                let info = agent.consumer_info("inbox-ada").await.unwrap();
+                let info = agent
+                    .consumer_info(crewlet_bus::mailbox_durable("ada"))
+                    .await
+                    .unwrap();
                 if info.num_pending == 0 && info.num_ack_pending == 0 {
                     break;
                 }

@@ -475,7 +475,7 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
     assert_eq!(org_name(&node), "Acme Robotics", "serves what it applied");
 
     // A delivery arriving now is not worked here.
-    let inbound = crewlet_ingress::Inbound {
+    let inbound = crewlet_bus::Inbound {
         trace_id: "t-shed".into(),
         key: "test:shed-1".into(),
         delivery_id: "shed-1".into(),
@@ -494,7 +494,7 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
     rt.block_on(async {
         let js = async_nats::jetstream::new(client.clone());
         js.publish(
-            "crewlet.notifications.inbound",
+            crewlet_bus::INBOUND_SUBJECT,
             serde_json::to_vec(&inbound).unwrap().into(),
         )
         .await

@@ -183,9 +183,9 @@ fn rt() -> tokio::runtime::Runtime {
 
 async fn pending(client: &async_nats::Client, handle: &str) -> u64 {
     let js = async_nats::jetstream::new(client.clone());
-    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+    let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
     let info = stream
-        .consumer_info(format!("inbox-{handle}"))
+        .consumer_info(crewlet_bus::mailbox_durable(handle))
         .await
         .unwrap();
     info.num_pending
@@ -808,8 +808,14 @@ fn a_stalled_embedded_broker_is_503_leaves_no_claim_and_the_retry_is_delivered_o
     assert!(eventually(Duration::from_secs(30), || {
         rt.block_on(async {
             let js = async_nats::jetstream::new(client.clone());
-            let stream = js.get_stream("CREWLET_NOTIFICATIONS").await.unwrap();
-            let info = stream.consumer_info("notify-inbound").await.unwrap();
+            let stream = js
+                .get_stream(crewlet_bus::NOTIFICATIONS_STREAM)
+                .await
+                .unwrap();
+            let info = stream
+                .consumer_info(crewlet_bus::NOTIFY_DURABLE)
+                .await
+                .unwrap();
             info.num_pending == 0 && info.num_ack_pending == 0
         })
     }));
@@ -922,7 +928,7 @@ fn a_poisoned_inbound_message_is_dead_lettered_with_its_reason() {
     let js = rt.block_on(async { async_nats::jetstream::new(client.clone()) });
     // Not a delivery the edge would ever publish: it can never succeed.
     rt.block_on(async {
-        js.publish("crewlet.notifications.inbound", "this is not JSON".into())
+        js.publish(crewlet_bus::INBOUND_SUBJECT, "this is not JSON".into())
             .await
             .unwrap()
             .await
@@ -937,9 +943,9 @@ fn a_poisoned_inbound_message_is_dead_lettered_with_its_reason() {
         "{dead:?}"
     );
     let letter = rt.block_on(async {
-        let stream = js.get_stream("CREWLET_DLQ").await.unwrap();
+        let stream = js.get_stream(crewlet_bus::DLQ_STREAM).await.unwrap();
         stream
-            .get_last_raw_message_by_subject("dlq.notify-inbound")
+            .get_last_raw_message_by_subject(crewlet_bus::NOTIFY_DLQ_SUBJECT)
             .await
             .expect("the dead letter is on the DLQ stream")
     });
@@ -953,10 +959,10 @@ fn a_poisoned_inbound_message_is_dead_lettered_with_its_reason() {
     );
     // Dead-lettered, not retried: the group has nothing left.
     let info = rt.block_on(async {
-        js.get_stream("CREWLET_NOTIFICATIONS")
+        js.get_stream(crewlet_bus::NOTIFICATIONS_STREAM)
             .await
             .unwrap()
-            .consumer_info("notify-inbound")
+            .consumer_info(crewlet_bus::NOTIFY_DURABLE)
             .await
             .unwrap()
     });

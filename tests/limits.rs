@@ -400,16 +400,19 @@ fn api_port_zero_serves_no_http_and_the_node_still_works() {
             panic!("node exited ({status}); log:\n{}", node.log_text());
         }
         rt.block_on(async {
-            let Ok(stream) = js.get_stream("CREWLET_NOTIFICATIONS").await else {
+            let Ok(stream) = js.get_stream(crewlet_bus::NOTIFICATIONS_STREAM).await else {
                 return false;
             };
-            stream.consumer_info("notify-inbound").await.is_ok()
+            stream
+                .consumer_info(crewlet_bus::NOTIFY_DURABLE)
+                .await
+                .is_ok()
         })
     });
     assert!(up, "the node never came up; log:\n{}", node.log_text());
 
     // And it works: a delivery on the stream becomes ada's wake.
-    let inbound = crewlet_ingress::Inbound {
+    let inbound = crewlet_bus::Inbound {
         trace_id: "trace-no-api".into(),
         key: "github:no-api-1".into(),
         delivery_id: "no-api-1".into(),
@@ -427,9 +430,9 @@ fn api_port_zero_serves_no_http_and_the_node_still_works() {
     };
     rt.block_on(async {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", inbound.key.as_str());
+        headers.insert(crewlet_bus::MSG_ID_HEADER, inbound.key.as_str());
         js.publish_with_headers(
-            "crewlet.notifications.inbound",
+            crewlet_bus::INBOUND_SUBJECT,
             headers,
             serde_json::to_vec(&inbound).unwrap().into(),
         )
@@ -440,9 +443,9 @@ fn api_port_zero_serves_no_http_and_the_node_still_works() {
     });
     let woken = eventually(Duration::from_secs(20), || {
         rt.block_on(async {
-            let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+            let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
             stream
-                .consumer_info("inbox-ada")
+                .consumer_info(crewlet_bus::mailbox_durable("ada"))
                 .await
                 .is_ok_and(|i| i.num_pending == 1)
         })

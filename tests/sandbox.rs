@@ -102,7 +102,10 @@ fn published(w: &World) -> u64 {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let js = async_nats::jetstream::new(async_nats::connect(w.server.url()).await.unwrap());
-        let mut stream = js.get_stream("CREWLET_NOTIFICATIONS").await.unwrap();
+        let mut stream = js
+            .get_stream(crewlet_bus::NOTIFICATIONS_STREAM)
+            .await
+            .unwrap();
         stream.info().await.unwrap().state.last_sequence
     })
 }

@@ -277,15 +277,15 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
             "text": "<@ada> can you help?", "conversation": "C1#17.1",
             "channel": "C1", "thread": "17.1",
         });
-        js.publish("crewlet.agent.ada.inbox", payload.to_string().into())
+        js.publish(crewlet_bus::inbox_subject("ada"), payload.to_string().into())
             .await
             .unwrap()
             .await
             .unwrap();
-        let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+        let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
         let drained = async {
             loop {
-                let info = stream.consumer_info("inbox-ada").await.unwrap();
+                let info = stream.consumer_info(crewlet_bus::mailbox_durable("ada")).await.unwrap();
                 if info.num_pending == 0 && info.num_ack_pending == 0 {
                     break;
                 }

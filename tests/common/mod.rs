@@ -306,9 +306,9 @@ pub fn dir_is_absent_or_empty(p: &Path) -> bool {
 pub async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serde_json::Value> {
     use futures::StreamExt;
     let js = async_nats::jetstream::new(client.clone());
-    let stream = js.get_stream("CREWLET_AGENT").await.unwrap();
+    let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
     let consumer: async_nats::jetstream::consumer::PullConsumer = stream
-        .get_consumer(&format!("inbox-{handle}"))
+        .get_consumer(&crewlet_bus::mailbox_durable(handle))
         .await
         .expect("the mailbox exists");
     let mut batch = consumer

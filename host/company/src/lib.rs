@@ -53,11 +53,6 @@ impl Handle {
     pub fn as_str(&self) -> &str {
         &self.0
     }
-
-    /// The subject a seat's wakes are published to.
-    pub fn inbox_subject(&self) -> String {
-        format!("crewlet.agent.{}.inbox", self.0)
-    }
 }
 
 impl fmt::Display for Handle {

@@ -117,10 +117,6 @@ fn credentials_accept_one_reference_or_a_pool() {
     assert_eq!(r.max_iterations, 3);
     assert_eq!(c.timezone, "UTC");
     assert_eq!(c.seat("a").unwrap().group.as_deref(), Some("gpu"));
-    assert_eq!(
-        Handle::parse("a").unwrap().inbox_subject(),
-        "crewlet.agent.a.inbox"
-    );
 }
 
 #[test]

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv, stream};
 use axum::http::HeaderMap;
+use crewlet_bus::{EVENTS_STREAM, EVENTS_SUBJECTS, NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS};
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Coord, CoordOptions, Owner};
 use crewlet_ingress::sign::github_signature;
@@ -151,8 +152,8 @@ async fn main() {
     let client = async_nats::connect(server.url()).await.unwrap();
     let js = jetstream::new(client.clone());
     for (name, subject) in [
-        ("CREWLET_NOTIFICATIONS", "crewlet.notifications.>"),
-        ("CREWLET_EVENTS", "crewlet.events.>"),
+        (NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS),
+        (EVENTS_STREAM, EVENTS_SUBJECTS),
         ("BENCH_FLOOR", "bench.floor.>"),
     ] {
         js.get_or_create_stream(stream::Config {

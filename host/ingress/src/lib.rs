@@ -17,10 +17,13 @@
 //!   fails closed by delaying (nak with delay), and a message that keeps
 //!   failing goes to `dlq.notify-inbound` after [`notify::MAX_DELIVER`]
 //!   real failures (a delay never counts), with the reason.
-//! - **Every seat has a mailbox**, whether or not it runs anywhere: a durable
-//!   consumer on `crewlet.agent.HANDLE.inbox`, recorded in the mailboxes
-//!   bucket before it is created, so the interest-retention stream keeps a
-//!   wake for a seat that is not attached yet.
+//! - **Every seat has a mailbox**, whether or not it runs anywhere
+//!   (`crewlet_stream::ensure_mailboxes`, called by the node), so the
+//!   interest-retention stream keeps a wake for a seat that is not attached
+//!   yet.
+//!
+//! Every subject, stream and header named here, and the messages
+//! ([`crewlet_bus::Inbound`], [`crewlet_bus::Wake`]), come from `crewlet-bus`.
 //!
 //! Secrets: the company names a secret per integration
 //! (`[integrations.SOURCE] secret = "NAME"`); its value is resolved through
@@ -28,24 +31,9 @@
 //! environment variable `NAME`. The plugin receives it under the name its
 //! manifest declares.
 
-pub mod mailbox;
-pub mod message;
 pub mod notify;
 pub mod sign;
 pub mod webhook;
 
-pub use mailbox::{MailboxError, ensure_mailboxes};
-pub use message::{Inbound, Wake};
 pub use notify::{NotifyError, NotifyService};
 pub use webhook::{Edge, EdgeConfig, Outcome};
-
-/// The subject every verified delivery is published to.
-pub const INBOUND_SUBJECT: &str = "crewlet.notifications.inbound";
-/// The stream holding mailboxes.
-pub const AGENT_STREAM: &str = "CREWLET_AGENT";
-/// The stream holding inbound notifications.
-pub const NOTIFICATIONS_STREAM: &str = "CREWLET_NOTIFICATIONS";
-/// The dead-letter subject of the notification service.
-pub const DLQ_SUBJECT: &str = "dlq.notify-inbound";
-/// Header carrying the trace id on every message ingress publishes.
-pub const TRACE_HEADER: &str = "Crewlet-Trace-Id";

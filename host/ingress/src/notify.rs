@@ -2,7 +2,7 @@
 //!
 //! Rules, and why:
 //! - **One group, fleet-wide.** Every node pulls from the one durable
-//!   consumer [`DURABLE`], so each delivery is worked by one node at a time.
+//!   consumer [`NOTIFY_DURABLE`], so each delivery is worked by one node at a time.
 //!   The consumer is created before the edge answers anything: the stream
 //!   has interest retention and would drop a delivery nobody is subscribed
 //!   to.
@@ -18,12 +18,12 @@
 //!   cannot tell a busy seat from a bad message, and no node may keep a
 //!   count of its own: any node may pull the next delivery. A real failure
 //!   (a wake that could not be published) passes the delivery on: a copy is
-//!   published to [`crate::INBOUND_SUBJECT`] carrying the failures so far
+//!   published to [`INBOUND_SUBJECT`] carrying the failures so far
 //!   ([`FAILURES_HEADER`]) and the instant it is due ([`NOT_BEFORE_HEADER`],
 //!   [`RETRY_DELAY`] on), then the original is acked. A copy that arrives
 //!   early is naked with what remains of its wait: a delay, uncounted. The
 //!   failure that brings the count to [`MAX_DELIVER`] dead-letters instead
-//!   (publish to [`crate::DLQ_SUBJECT`] with the reason, then ack; a DLQ
+//!   (publish to [`NOTIFY_DLQ_SUBJECT`] with the reason, then ack; a DLQ
 //!   publish that fails naks, so the message never vanishes at the limit).
 //! - **A pass-on is stored once, or not at all.** Its message id is the
 //!   delivery's key with its failures and the seats it owes: every pass-on
@@ -70,23 +70,17 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{debug, info, warn};
 
-use crate::message::{Inbound, Wake, now_ms};
-use crate::{DLQ_SUBJECT, INBOUND_SUBJECT, NOTIFICATIONS_STREAM, TRACE_HEADER};
-
-/// The fleet-wide durable consumer (and queue group) name.
-pub const DURABLE: &str = "notify-inbound";
+use crewlet_bus::{
+    DeadLetter, FAILURES_HEADER, INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, NOT_BEFORE_HEADER,
+    NOTIFICATIONS_STREAM, NOTIFY_DLQ_SUBJECT, NOTIFY_DURABLE, OWED_HEADER, TRACE_HEADER, Wake,
+    inbox_subject,
+};
+use crewlet_os::now_ms;
 /// The real failure on which a delivery is dead-lettered (delays do not
 /// count; see the module docs).
 pub const MAX_DELIVER: i64 = 5;
 /// How long a refused or failed delivery waits before it comes back.
 pub const RETRY_DELAY: Duration = Duration::from_secs(2);
-/// Header of a passed-on delivery: its real failures so far.
-pub const FAILURES_HEADER: &str = "Crewlet-Failures";
-/// Header of a passed-on delivery: when it is due, in ms since the epoch.
-pub const NOT_BEFORE_HEADER: &str = "Crewlet-Not-Before";
-/// Header of a passed-on delivery: the handles still owed a wake,
-/// comma-separated (absent: every seat the delivery resolves to).
-pub const OWED_HEADER: &str = "Crewlet-Owed";
 /// Wakes per seat per [`VALVE_WINDOW`], fleet-wide.
 pub const VALVE_LIMIT: u64 = 30;
 /// The valve's window (at most half the rate bucket's 60 s age).
@@ -106,7 +100,7 @@ pub const HAND_BACK_DELAY: Duration = Duration::from_secs(1);
 pub enum NotifyError {
     #[error("cannot open stream {NOTIFICATIONS_STREAM}: {0}")]
     Stream(String),
-    #[error("cannot create the {DURABLE} consumer: {0}")]
+    #[error("cannot create the {NOTIFY_DURABLE} consumer: {0}")]
     Consumer(String),
 }
 
@@ -202,9 +196,9 @@ impl NotifyService {
             .map_err(|e| NotifyError::Stream(e.to_string()))?;
         let consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
-                DURABLE,
+                NOTIFY_DURABLE,
                 consumer::pull::Config {
-                    durable_name: Some(DURABLE.into()),
+                    durable_name: Some(NOTIFY_DURABLE.into()),
                     filter_subject: INBOUND_SUBJECT.into(),
                     ack_policy: consumer::AckPolicy::Explicit,
                     ack_wait: ACK_WAIT,
@@ -221,11 +215,14 @@ impl NotifyService {
             loop {
                 let admits = *admitting.borrow_and_update();
                 if !admits {
-                    info!(subsystem = "notify", "shedding: not consuming {DURABLE}");
+                    info!(
+                        subsystem = "notify",
+                        "shedding: not consuming {NOTIFY_DURABLE}"
+                    );
                     tokio::select! {
                         _ = stopped.changed() => return,
                         _ = until_admitting(&mut admitting, true) => {
-                            info!(subsystem = "notify", "admitting again: consuming {DURABLE}");
+                            info!(subsystem = "notify", "admitting again: consuming {NOTIFY_DURABLE}");
                             continue;
                         }
                     }
@@ -271,7 +268,7 @@ impl NotifyService {
         });
         info!(
             subsystem = "notify",
-            durable = DURABLE,
+            durable = NOTIFY_DURABLE,
             "notification service pulling"
         );
         Ok(NotifyService { stop, task })
@@ -512,7 +509,7 @@ impl Worker {
             };
             let msg_id = format!("{}:{h}", inbound.key);
             self.publish(
-                handle.inbox_subject(),
+                inbox_subject(h),
                 &msg_id,
                 &inbound.trace_id,
                 &[],
@@ -557,19 +554,19 @@ impl Worker {
         let info = msg.info().ok();
         let delivered = info.as_ref().map_or(1, |i| i.delivered);
         let failures = carried.failures;
-        let body = json!({
-            "reason": reason,
-            "failures": failures,
-            "delivered": delivered,
-            "owed": carried.owed,
-            "subject": msg.subject.as_str(),
-            "trace_id": trace,
-            "original": String::from_utf8_lossy(&msg.payload),
-        });
+        let body = DeadLetter {
+            reason: reason.to_owned(),
+            failures,
+            delivered,
+            owed: carried.owed.clone(),
+            subject: msg.subject.as_str().to_owned(),
+            trace_id: trace.clone(),
+            original: String::from_utf8_lossy(&msg.payload).into_owned(),
+        };
         let id = format!("dlq:{}", info.as_ref().map_or(0, |i| i.stream_sequence));
         if let Err(e) = self
             .publish(
-                DLQ_SUBJECT.into(),
+                NOTIFY_DLQ_SUBJECT.into(),
                 &id,
                 trace.as_deref().unwrap_or(""),
                 &[],
@@ -590,7 +587,7 @@ impl Worker {
             "delivery_dead_lettered",
             json!({
                 "reason": reason, "failures": failures, "delivered": delivered,
-                "dlq_subject": DLQ_SUBJECT,
+                "dlq_subject": NOTIFY_DLQ_SUBJECT,
             }),
         );
         ev.trace_id = trace;
@@ -607,7 +604,7 @@ impl Worker {
         body: Vec<u8>,
     ) -> Result<(), AckError> {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", msg_id);
+        headers.insert(MSG_ID_HEADER, msg_id);
         headers.insert(TRACE_HEADER, trace);
         for (name, value) in extra {
             headers.insert(*name, value.as_str());

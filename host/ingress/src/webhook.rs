@@ -18,7 +18,7 @@
 //!    refusal's body is the host's sentence around it;
 //! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (another live claim →
 //!    200 `duplicate`, nothing published; unknown fails open);
-//! 5. publish to [`crate::INBOUND_SUBJECT`] with the claim key as the
+//! 5. publish to [`INBOUND_SUBJECT`] with the claim key as the
 //!    stream's message id and wait for the ack — a failure releases the
 //!    claim and answers 503 + Retry-After;
 //! 6. only then the `webhook_received` row (written inline) and its
@@ -62,8 +62,8 @@ use crewlet_store::Party;
 use serde_json::json;
 use tracing::{Instrument, debug, info, warn};
 
-use crate::message::{Inbound, now_ms};
-use crate::{INBOUND_SUBJECT, TRACE_HEADER};
+use crewlet_bus::{INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, TRACE_HEADER};
+use crewlet_os::now_ms;
 use crewlet_secrets::{Lookup, Resolver};
 
 /// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
@@ -581,7 +581,7 @@ impl Edge {
 
     async fn publish(&self, inbound: &Inbound) -> Result<(), String> {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", inbound.key.as_str());
+        headers.insert(MSG_ID_HEADER, inbound.key.as_str());
         headers.insert(TRACE_HEADER, inbound.trace_id.as_str());
         let body = serde_json::to_vec(inbound).expect("inbound serialises");
         let ack = self

@@ -88,7 +88,7 @@ async fn max_deliver_real_failures_dead_letter_with_the_reason() {
     );
     assert_eq!(letter["failures"], MAX_DELIVER, "{letter}");
     assert_eq!(letter["trace_id"], sent.trace_id.as_str());
-    let original: crewlet_ingress::Inbound =
+    let original: crewlet_bus::Inbound =
         serde_json::from_str(letter["original"].as_str().unwrap()).unwrap();
     assert_eq!(original, sent);
     let dead = w.events("delivery_dead_lettered");

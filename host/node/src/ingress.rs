@@ -1,6 +1,6 @@
 //! Ingress glue: the webhook routes and the ingress subsystems, wired from
-//! the engine. The logic is in `crewlet-ingress`; this file only builds it
-//! from the node's context.
+//! the engine. The logic is in `crewlet-ingress` (and the mailboxes in
+//! `crewlet-stream`); this file only builds it from the node's context.
 //!
 //! Rules: the routes answer 503 + Retry-After until the engine is up (the
 //! notification consumer must exist before a delivery is accepted: its
@@ -15,7 +15,9 @@ use axum::extract::{Path, Request};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use crewlet_api::retry_later;
-use crewlet_ingress::{Edge, EdgeConfig, NotifyService, ensure_mailboxes};
+use crewlet_company::Handle;
+use crewlet_ingress::{Edge, EdgeConfig, NotifyService};
+use crewlet_stream::ensure_mailboxes;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
@@ -82,9 +84,13 @@ pub fn routes(late: Late) -> Router {
 pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
     let js = async_nats::jetstream::new(ctx.client.clone());
     if let Some(active) = ctx.active.current() {
-        ensure_mailboxes(&js, &ctx.coord, &active.company)
-            .await
-            .map_err(|e| e.to_string())?;
+        ensure_mailboxes(
+            &js,
+            &ctx.coord,
+            active.company.handles().map(Handle::as_str),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
     }
     let mut changes = ctx.active.subscribe();
     let (coord, js2) = (ctx.coord.clone(), js.clone());
@@ -92,7 +98,9 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edg
         while changes.changed().await.is_ok() {
             let next = changes.borrow_and_update().clone();
             if let Some(active) = next
-                && let Err(e) = ensure_mailboxes(&js2, &coord, &active.company).await
+                && let Err(e) =
+                    ensure_mailboxes(&js2, &coord, active.company.handles().map(Handle::as_str))
+                        .await
             {
                 warn!(subsystem = "ingress", error = %e, "mailboxes for the new company not all created");
             }

@@ -320,7 +320,7 @@ impl Operator {
         };
         let mut events = ctx
             .client
-            .subscribe(format!("{}.>", crewlet_observe::EVENTS_PREFIX))
+            .subscribe(crewlet_bus::EVENTS_SUBJECTS)
             .await
             .map_err(|e| unavailable(&e))?;
         ctx.client.flush().await.map_err(|e| unavailable(&e))?;

@@ -2,9 +2,9 @@
 //!
 //! A published event is written to this node's event log inline, by the
 //! publisher itself — no consumer group, so no two nodes can ever write one
-//! row — and broadcast on `crewlet.events.TYPE`. The live view reads the
-//! broadcast back through an ephemeral subscription, so a dashboard on node B
-//! shows turns that ran on node A. Swapping either mechanism for the other
+//! row — and broadcast on `crewlet.events.TYPE` (`crewlet_bus::event_subject`).
+//! The live view reads the broadcast back through an ephemeral subscription,
+//! so a dashboard on node B shows turns that ran on node A. Swapping either mechanism for the other
 //! loses the guarantee the other provides: a group would scatter rows across
 //! nodes, and reading the log would show only this node's work.
 //!
@@ -31,13 +31,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_nats::{HeaderMap, jetstream};
+use crewlet_bus::{EVENTS_SUBJECTS, event_subject};
 use crewlet_store::{EventRecord, Store};
 use futures::StreamExt;
 use tokio::sync::{broadcast, oneshot, watch};
 use tracing::{Instrument, debug, warn};
 
-/// Subject prefix of the broadcast.
-pub const EVENTS_PREFIX: &str = "crewlet.events";
 /// Live events a slow reader may fall behind by before it is told it lagged.
 pub const LIVE_BUFFER: usize = 1024;
 pub use ack::{ACK_TIMEOUT, AckError, await_ack, publish_acked};
@@ -122,7 +121,7 @@ impl Publisher {
     /// own, which logs the first failure of a run of them and the recovery.
     async fn broadcast_detached(&self, event: &EventRecord) -> Result<(), PublishError> {
         let body = serde_json::to_vec(event).expect("event serialises");
-        let subject = format!("{EVENTS_PREFIX}.{}", event.kind);
+        let subject = event_subject(&event.kind);
         let ack =
             self.js
                 .publish(subject, body.into())
@@ -162,7 +161,7 @@ impl Publisher {
 
     async fn broadcast(&self, event: &EventRecord) -> Result<(), PublishError> {
         let body = serde_json::to_vec(event).expect("event serialises");
-        let subject = format!("{EVENTS_PREFIX}.{}", event.kind);
+        let subject = event_subject(&event.kind);
         publish_acked(&self.js, subject, HeaderMap::new(), body, ACK_TIMEOUT)
             .await
             .map(drop)
@@ -267,7 +266,7 @@ impl LiveFeed {
         mut stop: watch::Receiver<bool>,
     ) -> Result<LiveFeed, LiveFeedError> {
         let mut sub = client
-            .subscribe(format!("{EVENTS_PREFIX}.>"))
+            .subscribe(EVENTS_SUBJECTS)
             .await
             .map_err(|e| LiveFeedError(e.to_string()))?;
         client
@@ -318,8 +317,8 @@ mod tests {
         let client = async_nats::connect(url).await.unwrap();
         let js = jetstream::new(client.clone());
         js.create_stream(jetstream::stream::Config {
-            name: "CREWLET_EVENTS".into(),
-            subjects: vec!["crewlet.events.>".into()],
+            name: crewlet_bus::EVENTS_STREAM.into(),
+            subjects: vec![EVENTS_SUBJECTS.into()],
             ..Default::default()
         })
         .await
@@ -408,7 +407,7 @@ mod tests {
         assert!(text.contains(&sent.event_id));
         // The broadcast also lands on the events stream (acknowledged off the
         // caller's path).
-        let mut stream = js.get_stream("CREWLET_EVENTS").await.unwrap();
+        let mut stream = js.get_stream(crewlet_bus::EVENTS_STREAM).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while stream.info().await.unwrap().state.messages < 1 {
             assert!(tokio::time::Instant::now() < deadline, "never stored");

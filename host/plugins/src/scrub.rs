@@ -7,7 +7,6 @@
 //! hex and base64 forms, is replaced by `[redacted]`, and the text is cut
 //! to a bound.
 
-
 /// The longest plugin text the host repeats.
 pub const MAX_PLUGIN_TEXT: usize = 240;
 /// Secrets shorter than this are not searched for: a 1–3 byte needle would

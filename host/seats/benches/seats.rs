@@ -66,7 +66,7 @@ fn main() {
         let coord = Coord::open(client.clone(), opts).await.expect("coord");
         let company = company(n);
         let t = Instant::now();
-        crewlet_ingress::ensure_mailboxes(&js, &coord, &company)
+        crewlet_stream::ensure_mailboxes(&js, &coord, company.handles().map(|h| h.as_str()))
             .await
             .expect("mailboxes");
         let mailboxes = t.elapsed();

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crewlet_bus::Wake;
 use crewlet_company::{Active, Handle};
 use crewlet_coord::{Holder, HolderState};
-use crewlet_ingress::Wake;
 
 /// The seat a host equips and runs: what the company says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]

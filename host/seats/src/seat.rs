@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crewlet_bus::{AGENT_STREAM, mailbox_durable};
 use crewlet_coord::{Answer, Coord, HolderState, Lease};
-use crewlet_ingress::{AGENT_STREAM, mailbox::durable_name};
 use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{debug, error, info, warn};
@@ -138,7 +138,7 @@ pub(crate) async fn run<H: SeatHost>(
     if let Some(equipped) = &equipped {
         let given_up = *state_rx.borrow() == HolderState::GiveUp;
         if !*release.borrow() && !given_up {
-            let durable = durable_name(handle.as_str());
+            let durable = mailbox_durable(handle.as_str());
             match shared
                 .js
                 .get_consumer_from_stream::<async_nats::jetstream::consumer::pull::Config, _, _>(

@@ -398,12 +398,15 @@ async fn retry_is_delivered_again_and_poison_is_not() {
 async fn a_long_turn_is_kept_in_progress_past_the_ack_wait() {
     let env = Env::start(company(&[("ada", None)])).await;
     // This mailbox forgets an unacked delivery after 1 s.
-    let stream = env.js.get_stream("CREWLET_AGENT").await.unwrap();
-    stream.delete_consumer("inbox-ada").await.unwrap();
+    let stream = env.js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
+    stream
+        .delete_consumer(&crewlet_bus::mailbox_durable("ada"))
+        .await
+        .unwrap();
     stream
         .create_consumer(consumer::pull::Config {
-            durable_name: Some("inbox-ada".into()),
-            filter_subject: "crewlet.agent.ada.inbox".into(),
+            durable_name: Some(crewlet_bus::mailbox_durable("ada")),
+            filter_subject: crewlet_bus::inbox_subject("ada"),
             ack_policy: consumer::AckPolicy::Explicit,
             ack_wait: Duration::from_secs(1),
             ..Default::default()

@@ -11,6 +11,7 @@ pub mod credential;
 pub mod embedded;
 pub mod locate;
 pub mod lock;
+pub mod mailboxes;
 pub mod streams;
 
 use std::sync::Arc;
@@ -25,6 +26,7 @@ pub use credential::BrokerCredential;
 pub use embedded::{BrokerStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
+pub use mailboxes::{MailboxError, ensure_mailboxes};
 
 /// Why the broker could not be started or reached.
 #[derive(Debug, thiserror::Error)]

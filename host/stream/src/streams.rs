@@ -1,4 +1,5 @@
-//! The event streams, created at start or adopted as they are.
+//! The event streams, created at start or adopted as they are. Their names
+//! and subjects are `crewlet-bus`'s.
 //!
 //! | stream | subjects | retention | why |
 //! | --- | --- | --- | --- |
@@ -26,13 +27,12 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, context::GetStreamErrorKind};
+use crewlet_bus::{
+    AGENT_STREAM, AGENT_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS,
+    NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS,
+};
 use crewlet_coord::REACH_WITHIN;
 use tracing::{info, warn};
-
-/// Subject of inbound deliveries, consumed by `notify-inbound`.
-pub const SUBJECT_INBOUND: &str = "crewlet.notifications.inbound";
-/// Prefix of the live event broadcast.
-pub const SUBJECT_EVENTS_PREFIX: &str = "crewlet.events";
 
 /// One stream the node needs.
 #[derive(Debug, Clone)]
@@ -59,29 +59,29 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 pub fn specs() -> [StreamSpec; 4] {
     [
         StreamSpec {
-            name: "CREWLET_AGENT",
-            subjects: &["crewlet.agent.>"],
+            name: AGENT_STREAM,
+            subjects: &[AGENT_SUBJECTS],
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
             description: "seat mailboxes: crewlet.agent.HANDLE.inbox",
         },
         StreamSpec {
-            name: "CREWLET_NOTIFICATIONS",
-            subjects: &["crewlet.notifications.>"],
+            name: NOTIFICATIONS_STREAM,
+            subjects: &[NOTIFICATIONS_SUBJECTS],
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
             description: "inbound deliveries awaiting the notify-inbound group",
         },
         StreamSpec {
-            name: "CREWLET_EVENTS",
-            subjects: &["crewlet.events.>"],
+            name: EVENTS_STREAM,
+            subjects: &[EVENTS_SUBJECTS],
             retention: RetentionPolicy::Limits,
             max_age: 7 * DAY,
             description: "the live event broadcast",
         },
         StreamSpec {
-            name: "CREWLET_DLQ",
-            subjects: &["dlq.>"],
+            name: DLQ_STREAM,
+            subjects: &[DLQ_SUBJECTS],
             retention: RetentionPolicy::Limits,
             max_age: 30 * DAY,
             description: "dead letters, with the reason",
@@ -216,7 +216,7 @@ mod tests {
         }
         // Someone changed a retention by hand: adopted, not rewritten.
         let mut events = js
-            .get_stream("CREWLET_EVENTS")
+            .get_stream(EVENTS_STREAM)
             .await
             .unwrap()
             .cached_info()
@@ -226,7 +226,7 @@ mod tests {
         js.update_stream(events).await.unwrap();
         ensure_streams(&js, 1).await.unwrap();
         let info = js
-            .get_stream("CREWLET_EVENTS")
+            .get_stream(EVENTS_STREAM)
             .await
             .unwrap()
             .cached_info()

@@ -40,9 +40,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crewlet_bus::Wake;
 use crewlet_company::{Active, Company, Role, Seat};
 use crewlet_coord::{Caps, Coord};
-use crewlet_ingress::Wake;
 use serde_json::json;
 use tracing::warn;
 

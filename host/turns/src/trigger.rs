@@ -6,7 +6,7 @@
 //! answer there; a seat assigned an issue or asked for a review owes the
 //! work, not a message.
 
-use crewlet_ingress::Wake;
+use crewlet_bus::Wake;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 

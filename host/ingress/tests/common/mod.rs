@@ -3,8 +3,9 @@
 //! what the edge and the notification service run on in a node, without
 //! the node.
 //!
-//! The streams are created here rather than by the node's stream crate
-//! (which this crate does not depend on) with the retentions that crate
+//! The streams are created here, one at a time, rather than all at once by
+//! the node's stream crate (a test opens the mailboxes stream only when it
+//! wants wakes to land), with the names, subjects and retentions that crate
 //! gives them: interest for mailboxes and inbound deliveries, limits for
 //! events and dead letters; the duplicate window is the server's default
 //! (2 minutes), as in a node.
@@ -16,18 +17,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream};
+use crewlet_bus::{
+    AGENT_STREAM, AGENT_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS,
+    INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS,
+    NOTIFY_DLQ_SUBJECT, NOTIFY_DURABLE, TRACE_HEADER, Wake, mailbox_durable,
+};
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::bucket::Retentions;
 use crewlet_coord::{Bucket, Coord, CoordOptions, Faulty, Kv, NatsKv, Owner};
 use crewlet_ingress::notify::{NotifyConfig, NotifyService};
-use crewlet_ingress::{AGENT_STREAM, DLQ_SUBJECT, INBOUND_SUBJECT, Inbound, NOTIFICATIONS_STREAM};
 use crewlet_observe::Publisher;
 use crewlet_store::{EventQuery, EventRecord, Store};
 use crewlet_testkit::NatsServer;
 use futures::StreamExt;
 use tokio::sync::watch;
-
-pub const DLQ_STREAM: &str = "CREWLET_DLQ";
 
 pub struct World {
     /// Kept for the test's length: dropping it stops the server.
@@ -61,15 +64,15 @@ impl World {
         for (name, subject, retention) in [
             (
                 NOTIFICATIONS_STREAM,
-                "crewlet.notifications.>",
+                NOTIFICATIONS_SUBJECTS,
                 stream::RetentionPolicy::Interest,
             ),
             (
-                "CREWLET_EVENTS",
-                "crewlet.events.>",
+                EVENTS_STREAM,
+                EVENTS_SUBJECTS,
                 stream::RetentionPolicy::Limits,
             ),
-            (DLQ_STREAM, "dlq.>", stream::RetentionPolicy::Limits),
+            (DLQ_STREAM, DLQ_SUBJECTS, stream::RetentionPolicy::Limits),
         ] {
             js.create_stream(stream::Config {
                 name: name.into(),
@@ -123,15 +126,19 @@ impl World {
         self.js
             .create_stream(stream::Config {
                 name: AGENT_STREAM.into(),
-                subjects: vec!["crewlet.agent.>".into()],
+                subjects: vec![AGENT_SUBJECTS.into()],
                 retention: stream::RetentionPolicy::Interest,
                 ..Default::default()
             })
             .await
             .unwrap();
-        crewlet_ingress::ensure_mailboxes(&self.js, &self.coord, &self.company)
-            .await
-            .unwrap();
+        crewlet_stream::ensure_mailboxes(
+            &self.js,
+            &self.coord,
+            self.company.handles().map(|h| h.as_str()),
+        )
+        .await
+        .unwrap();
     }
 
     pub async fn notify(&self) -> NotifyService {
@@ -149,8 +156,8 @@ impl World {
     /// Publishes `inbound` as the edge does (its key as the message id).
     pub async fn publish_inbound(&self, inbound: &Inbound) {
         let mut headers = async_nats::HeaderMap::new();
-        headers.insert("Nats-Msg-Id", inbound.key.as_str());
-        headers.insert(crewlet_ingress::TRACE_HEADER, inbound.trace_id.as_str());
+        headers.insert(MSG_ID_HEADER, inbound.key.as_str());
+        headers.insert(TRACE_HEADER, inbound.trace_id.as_str());
         self.js
             .publish_with_headers(
                 INBOUND_SUBJECT,
@@ -169,7 +176,7 @@ impl World {
             .get_stream(NOTIFICATIONS_STREAM)
             .await
             .unwrap()
-            .consumer_info(crewlet_ingress::notify::DURABLE)
+            .consumer_info(NOTIFY_DURABLE)
             .await
             .unwrap()
     }
@@ -187,7 +194,7 @@ impl World {
         let mut out = Vec::new();
         for seq in 1..=last {
             if let Ok(m) = s.get_raw_message(seq).await
-                && m.subject.as_str() == DLQ_SUBJECT
+                && m.subject.as_str() == NOTIFY_DLQ_SUBJECT
             {
                 out.push(serde_json::from_slice(&m.payload).unwrap());
             }
@@ -198,14 +205,14 @@ impl World {
     /// Wakes waiting in `handle`'s mailbox, not acknowledged by anyone.
     pub async fn pending_wakes(&self, handle: &str) -> u64 {
         let s = self.js.get_stream(AGENT_STREAM).await.unwrap();
-        let info = s.consumer_info(format!("inbox-{handle}")).await.unwrap();
+        let info = s.consumer_info(mailbox_durable(handle)).await.unwrap();
         info.num_pending + info.num_ack_pending as u64
     }
 
     /// Takes (and acks) every wake in `handle`'s mailbox.
-    pub async fn take_wakes(&self, handle: &str) -> Vec<crewlet_ingress::Wake> {
+    pub async fn take_wakes(&self, handle: &str) -> Vec<Wake> {
         let s = self.js.get_stream(AGENT_STREAM).await.unwrap();
-        let c: consumer::PullConsumer = s.get_consumer(&format!("inbox-{handle}")).await.unwrap();
+        let c: consumer::PullConsumer = s.get_consumer(&mailbox_durable(handle)).await.unwrap();
         let mut batch = c
             .fetch()
             .max_messages(100)

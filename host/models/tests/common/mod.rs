@@ -110,8 +110,8 @@ impl Node {
         let client = async_nats::connect(server.url()).await.unwrap();
         let js = jetstream::new(client.clone());
         js.get_or_create_stream(jetstream::stream::Config {
-            name: "CREWLET_EVENTS".into(),
-            subjects: vec!["crewlet.events.>".into()],
+            name: crewlet_bus::EVENTS_STREAM.into(),
+            subjects: vec![crewlet_bus::EVENTS_SUBJECTS.into()],
             ..Default::default()
         })
         .await

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream;
+use crewlet_bus::Wake;
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Answer, Coord, CoordOptions, NodeStatus, Owner, ResourceName};
-use crewlet_ingress::Wake;
 use crewlet_seats::{Batch, SeatHost, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 use tokio::sync::watch;
@@ -87,7 +87,7 @@ impl Env {
         let coord = Coord::open(client.clone(), coord_options(&Owner("observer".into())))
             .await
             .unwrap();
-        crewlet_ingress::ensure_mailboxes(&js, &coord, &company)
+        crewlet_stream::ensure_mailboxes(&js, &coord, company.handles().map(|h| h.as_str()))
             .await
             .unwrap();
         Env {
@@ -120,7 +120,7 @@ impl Env {
 
     pub async fn publish_raw(&self, handle: &str, body: Vec<u8>) {
         self.js
-            .publish(format!("crewlet.agent.{handle}.inbox"), body.into())
+            .publish(crewlet_bus::inbox_subject(handle), body.into())
             .await
             .unwrap()
             .await
@@ -134,7 +134,7 @@ impl Env {
 
     /// Messages left in the agent stream.
     pub async fn agent_messages(&self) -> u64 {
-        let mut s = self.js.get_stream("CREWLET_AGENT").await.unwrap();
+        let mut s = self.js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
         s.info().await.unwrap().state.messages
     }
 
@@ -201,7 +201,10 @@ impl Env {
 
 pub async fn mailbox_info(js: &jetstream::Context, handle: &str) -> (u64, usize, usize) {
     let mut c: jetstream::consumer::PullConsumer = js
-        .get_consumer_from_stream(format!("inbox-{handle}"), "CREWLET_AGENT")
+        .get_consumer_from_stream(
+            crewlet_bus::mailbox_durable(handle),
+            crewlet_bus::AGENT_STREAM,
+        )
         .await
         .unwrap();
     let i = c.info().await.unwrap();

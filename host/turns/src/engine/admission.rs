@@ -12,9 +12,9 @@
 //!   call; [`Coord::refuse`] records the refusal without a charge. The read
 //!   may be stale: when the store finds room after all, the turn runs.
 
+use crewlet_bus::Wake;
 use crewlet_company::{Company, Role};
 use crewlet_coord::{Answer, CoordError, Scope, Windows};
-use crewlet_ingress::Wake;
 use tracing::warn;
 
 use super::budget::{caps, has_room, windows_at};

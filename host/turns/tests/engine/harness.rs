@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use crewlet_bus::Wake;
 use crewlet_company::{Active, Company};
 use crewlet_coord::bucket::Retentions;
 use crewlet_coord::kv::{Entry, Expect, KvResult, Unavailable, Watch, WriteResult};
 use crewlet_coord::{Bucket, Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, Owner};
-use crewlet_ingress::Wake;
 use crewlet_turns::{
     Act, Clock, EventSink, Limits, Ports, Said, ServerInfo, SessionError, Sessions, ToolDef,
     ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished,

@@ -1,9 +1,10 @@
-//! The messages ingress puts on the stream. Both carry the trace id started
-//! at the webhook edge, so every event of one delivery can be found by it.
+//! The messages that cross a subject. Inbound deliveries and wakes carry
+//! the trace id started at the webhook edge, so every event of one delivery
+//! can be found by it.
 
 use serde::{Deserialize, Serialize};
 
-/// A verified, claimed delivery on `crewlet.notifications.inbound`.
+/// A verified, claimed delivery on [`crate::INBOUND_SUBJECT`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inbound {
     pub trace_id: String,
@@ -25,7 +26,7 @@ pub struct Inbound {
     pub received_at_ms: i64,
 }
 
-/// A wake on `crewlet.agent.HANDLE.inbox`.
+/// A wake on a seat's [`crate::inbox_subject`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Wake {
     pub trace_id: String,
@@ -43,4 +44,20 @@ pub struct Wake {
     pub thread: Option<String>,
 }
 
-pub(crate) use crewlet_os::now_ms;
+/// A delivery `notify-inbound` gave up on, on [`crate::NOTIFY_DLQ_SUBJECT`]:
+/// why, and what it still owed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub reason: String,
+    /// Real failures counted (delays never count).
+    pub failures: i64,
+    /// How many times the server delivered this copy.
+    pub delivered: i64,
+    /// The handles still owed a wake; `None`: every seat it resolves to.
+    pub owed: Option<Vec<String>>,
+    /// The subject the delivery arrived on.
+    pub subject: String,
+    pub trace_id: Option<String>,
+    /// The delivery's body as it arrived (lossy UTF-8: it may not parse).
+    pub original: String,
+}

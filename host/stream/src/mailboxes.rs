@@ -1,4 +1,5 @@
-//! Mailboxes: a durable consumer per seat on `crewlet.agent.HANDLE.inbox`.
+//! Mailboxes: a durable consumer per seat on its inbox subject
+//! (`crewlet_bus::inbox_subject`) in `CREWLET_AGENT`.
 //!
 //! Every node creates one for every seat of the active company, whether or
 //! not the seat runs anywhere: `CREWLET_AGENT` has interest retention, so a
@@ -7,11 +8,9 @@
 //! the fleet does not know about never exists. Both steps are idempotent.
 
 use async_nats::jetstream::{self, consumer};
-use crewlet_company::Company;
+use crewlet_bus::{AGENT_STREAM, inbox_subject, mailbox_durable};
 use crewlet_coord::{Bucket, Coord};
 use serde_json::json;
-
-use crate::AGENT_STREAM;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailboxError {
@@ -23,25 +22,21 @@ pub enum MailboxError {
     Consumer { durable: String, detail: String },
 }
 
-/// The durable name of `handle`'s mailbox.
-pub fn durable_name(handle: &str) -> String {
-    format!("inbox-{handle}")
-}
-
-/// Records and creates every seat's mailbox; answers how many there are.
-pub async fn ensure_mailboxes(
+/// Records and creates the mailbox of every seat in `handles` (a company's
+/// handles); answers how many there are.
+pub async fn ensure_mailboxes<'a>(
     js: &jetstream::Context,
     coord: &Coord,
-    company: &Company,
+    handles: impl IntoIterator<Item = &'a str>,
 ) -> Result<usize, MailboxError> {
     let stream = js
         .get_stream(AGENT_STREAM)
         .await
         .map_err(|e| MailboxError::Stream(e.to_string()))?;
-    for handle in company.handles() {
-        let h = handle.as_str();
-        let durable = durable_name(h);
-        let subject = handle.inbox_subject();
+    let mut count = 0;
+    for h in handles {
+        let durable = mailbox_durable(h);
+        let subject = inbox_subject(h);
         coord
             .put_record(
                 Bucket::Mailboxes,
@@ -70,6 +65,7 @@ pub async fn ensure_mailboxes(
                 durable: durable.clone(),
                 detail: e.to_string(),
             })?;
+        count += 1;
     }
-    Ok(company.seats.len())
+    Ok(count)
 }

@@ -1,0 +1,112 @@
+//! The bus vocabulary: every subject, stream name, durable name and header
+//! name the node's crates publish or consume on, and the messages that
+//! cross a subject.
+//!
+//! The rule: **one home for the wire**. A crate that publishes or consumes
+//! on the bus names the subject, stream, durable or header from here and
+//! never spells it itself, so the publisher and its consumers cannot drift
+//! apart, and a crate that only reads a message (seats and turns read
+//! [`Wake`]) depends on this crate alone, not on the one that publishes it.
+//! This crate holds names and plain serde types only: no I/O, no wasmtime,
+//! no axum, no SQLite.
+//!
+//! | subject | stream | published by | consumed by |
+//! | --- | --- | --- | --- |
+//! | [`INBOUND_SUBJECT`] ([`Inbound`]) | [`NOTIFICATIONS_STREAM`] | the webhook edge; `notify-inbound` passing a delivery on | `notify-inbound` ([`NOTIFY_DURABLE`]) |
+//! | [`inbox_subject`] ([`Wake`]) | [`AGENT_STREAM`] | `notify-inbound` | the seat's mailbox ([`mailbox_durable`]), in `crewlet-seats` |
+//! | [`event_subject`] (an event row) | [`EVENTS_STREAM`] | `crewlet-observe`'s publisher | every node's live feed, the operator MCP |
+//! | [`NOTIFY_DLQ_SUBJECT`] ([`DeadLetter`]) | [`DLQ_STREAM`] | `notify-inbound` | operators |
+//!
+//! Every message the ingress publishes carries [`TRACE_HEADER`] and a
+//! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
+//! passes on also carries [`FAILURES_HEADER`], [`NOT_BEFORE_HEADER`] and
+//! [`OWED_HEADER`].
+
+mod message;
+
+pub use message::{DeadLetter, Inbound, Wake};
+
+/// Stream of seat mailboxes (interest retention).
+pub const AGENT_STREAM: &str = "CREWLET_AGENT";
+/// The subjects [`AGENT_STREAM`] holds.
+pub const AGENT_SUBJECTS: &str = "crewlet.agent.>";
+/// Stream of inbound deliveries awaiting `notify-inbound` (interest retention).
+pub const NOTIFICATIONS_STREAM: &str = "CREWLET_NOTIFICATIONS";
+/// The subjects [`NOTIFICATIONS_STREAM`] holds.
+pub const NOTIFICATIONS_SUBJECTS: &str = "crewlet.notifications.>";
+/// Stream of the live event broadcast (limits retention).
+pub const EVENTS_STREAM: &str = "CREWLET_EVENTS";
+/// The subjects [`EVENTS_STREAM`] holds.
+pub const EVENTS_SUBJECTS: &str = "crewlet.events.>";
+/// Stream of dead letters, deliberately outside `crewlet.*` (limits retention).
+pub const DLQ_STREAM: &str = "CREWLET_DLQ";
+/// The subjects [`DLQ_STREAM`] holds.
+pub const DLQ_SUBJECTS: &str = "dlq.>";
+
+/// The subject every verified delivery is published to.
+pub const INBOUND_SUBJECT: &str = "crewlet.notifications.inbound";
+/// The dead-letter subject of the notification service.
+pub const NOTIFY_DLQ_SUBJECT: &str = "dlq.notify-inbound";
+/// Subject prefix of the event broadcast: an event of type `T` is on
+/// `crewlet.events.T` ([`event_subject`]).
+pub const EVENTS_PREFIX: &str = "crewlet.events";
+
+/// The fleet-wide durable consumer (and queue group) of [`INBOUND_SUBJECT`].
+pub const NOTIFY_DURABLE: &str = "notify-inbound";
+
+/// JetStream's deduplication header: a second publish with the same id
+/// inside the stream's duplicate window is acknowledged and dropped.
+pub const MSG_ID_HEADER: &str = "Nats-Msg-Id";
+/// The trace id started at the webhook edge, on every message ingress publishes.
+pub const TRACE_HEADER: &str = "Crewlet-Trace-Id";
+/// A passed-on delivery's real failures so far.
+pub const FAILURES_HEADER: &str = "Crewlet-Failures";
+/// When a passed-on delivery is due, in ms since the epoch.
+pub const NOT_BEFORE_HEADER: &str = "Crewlet-Not-Before";
+/// The handles a passed-on delivery still owes a wake, comma-separated
+/// (absent: every seat the delivery resolves to).
+pub const OWED_HEADER: &str = "Crewlet-Owed";
+
+/// The subject a seat's wakes are published to. `handle` is a company
+/// handle (`crewlet_company::Handle`), which is a valid subject token.
+pub fn inbox_subject(handle: &str) -> String {
+    format!("crewlet.agent.{handle}.inbox")
+}
+
+/// The durable name of `handle`'s mailbox on [`AGENT_STREAM`].
+pub fn mailbox_durable(handle: &str) -> String {
+    format!("inbox-{handle}")
+}
+
+/// The subject an event of type `kind` is broadcast on.
+pub fn event_subject(kind: &str) -> String {
+    format!("{EVENTS_PREFIX}.{kind}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_seat_names() {
+        assert_eq!(inbox_subject("a"), "crewlet.agent.a.inbox");
+        assert_eq!(mailbox_durable("ada"), "inbox-ada");
+        assert_eq!(
+            event_subject("turn_finished"),
+            "crewlet.events.turn_finished"
+        );
+    }
+
+    /// Each subject is held by the stream named beside it: a publish a
+    /// stream's filter misses is refused as "no stream found".
+    #[test]
+    fn every_subject_is_in_its_stream() {
+        let covered =
+            |filter: &str, subject: &str| subject.starts_with(filter.trim_end_matches('>'));
+        assert!(covered(AGENT_SUBJECTS, &inbox_subject("ada")));
+        assert!(covered(NOTIFICATIONS_SUBJECTS, INBOUND_SUBJECT));
+        assert!(covered(EVENTS_SUBJECTS, &event_subject("node_started")));
+        assert!(covered(DLQ_SUBJECTS, NOTIFY_DLQ_SUBJECT));
+        assert!(!covered(EVENTS_SUBJECTS, NOTIFY_DLQ_SUBJECT));
+    }
+}

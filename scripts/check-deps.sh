@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The dependency arrows ARCHITECTURE.md promises, checked on the build graph
+# rather than the source: a crate that never names wasmtime can still build
+# it through a dependency. Fails, naming the crate, the dependency and the
+# path to it, when a crate's normal (non-dev) dependencies reach something
+# it must stay free of. Reads Cargo.lock only: nothing is built.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# crate, then what it must never reach.
+rules=(
+    "crewlet-bus wasmtime axum rusqlite rmcp async-nats tokio"
+    "crewlet-coord wasmtime axum rusqlite"
+    "crewlet-seats wasmtime axum rusqlite rmcp"
+    "crewlet-turns wasmtime axum rusqlite rmcp"
+)
+
+failed=0
+for rule in "${rules[@]}"; do
+    read -r crate forbidden <<<"$rule"
+    tree="$(cargo tree --quiet -p "$crate" -e normal --target all --prefix none)"
+    for dep in $forbidden; do
+        if grep -q "^$dep v" <<<"$tree"; then
+            echo "check-deps: $crate reaches $dep through its normal dependencies, which ARCHITECTURE.md rules out; drop the dependency that brings it in (path below) or move what needs it to another crate:" >&2
+            cargo tree --quiet -p "$crate" -e normal --target all -i "$dep" >&2
+            failed=1
+        fi
+    done
+done
+if [[ $failed -ne 0 ]]; then
+    exit 1
+fi
+echo "check-deps: bus, coord, seats and turns stay free of what they must not reach"
