@@ -57,7 +57,11 @@ async fn follow(coord: Coord, tx: watch::Sender<Option<Pauses>>, mut stop: watch
         let run = async {
             let mut w = coord.watch_seat_pauses().await?;
             let mut paused: BTreeSet<String> = w.initial.keys().cloned().collect();
-            info!(paused = paused.len(), "seat pauses listed");
+            info!(
+                subsystem = "pauses",
+                paused = paused.len(),
+                "seat pauses listed"
+            );
             tx.send_replace(Some(Arc::new(paused.clone())));
             while let Some(change) = w.changes.next().await {
                 let (handle, record) = change?;
@@ -66,7 +70,7 @@ async fn follow(coord: Coord, tx: watch::Sender<Option<Pauses>>, mut stop: watch
                     None => paused.remove(&handle),
                 };
                 if changed {
-                    info!(seat = %handle, paused = paused.contains(&handle), "seat pause changed");
+                    info!(subsystem = "pauses", seat = %handle, paused = paused.contains(&handle), "seat pause changed");
                     tx.send_replace(Some(Arc::new(paused.clone())));
                 }
             }
@@ -79,7 +83,7 @@ async fn follow(coord: Coord, tx: watch::Sender<Option<Pauses>>, mut stop: watch
             },
             _ = stop.wait_for(|s| *s) => return,
         };
-        warn!(error = %why, retry_in = ?wait, "seat pauses watch lost; keeping the last known pauses");
+        warn!(subsystem = "pauses", error = %why, retry_in = ?wait, "seat pauses watch lost; keeping the last known pauses");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = stop.wait_for(|s| *s) => return,
