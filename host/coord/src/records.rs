@@ -399,6 +399,36 @@ impl Coord {
         }
     }
 
+    /// Replaces `class:id` by compare-and-set: only while its latest
+    /// revision is still `revision` (one a read answered). Yes: the new
+    /// revision; No: the record moved since, or is gone. Safe direction: on
+    /// unknown nothing is assumed written — read again before deciding.
+    pub async fn replace_record(
+        &self,
+        bucket: Bucket,
+        class: &str,
+        id: &str,
+        value: &serde_json::Value,
+        revision: u64,
+    ) -> Reply<u64, ()> {
+        let key = class_key(class, id)?;
+        if revision == 0 {
+            return Err(CoordError::Invalid(format!(
+                "replacing {key:?} at revision 0 would create it; create with `create_record`, replace at a revision a read answered"
+            )));
+        }
+        Ok(
+            match self
+                .kv(bucket)
+                .put(bucket, &key, encode(value), Expect::Revision(revision))
+                .await?
+            {
+                Ok(rev) => Answer::Yes(rev),
+                Err(_) => Answer::No(()),
+            },
+        )
+    }
+
     /// Reads `class:id`: Yes with (value, revision), or No.
     pub async fn get_record(
         &self,
@@ -435,11 +465,26 @@ impl Coord {
         bucket: Bucket,
         class: &str,
     ) -> Result<BTreeMap<String, serde_json::Value>, CoordError> {
+        Ok(self
+            .list_records_with_revisions(bucket, class)
+            .await?
+            .into_iter()
+            .map(|(id, (value, _))| (id, value))
+            .collect())
+    }
+
+    /// Every live record of one class (certified listing): id → (value,
+    /// revision), the revision to [`Coord::replace_record`] it at.
+    pub async fn list_records_with_revisions(
+        &self,
+        bucket: Bucket,
+        class: &str,
+    ) -> Result<BTreeMap<String, (serde_json::Value, u64)>, CoordError> {
         check_class(class)?;
         let mut out = BTreeMap::new();
         for e in self.kv(bucket).list(bucket, Some(class)).await? {
             if let Some(id) = e.key.split_once('.').and_then(|(_, id)| decode_token(id)) {
-                out.insert(id, decode(bucket, &e)?);
+                out.insert(id, (decode(bucket, &e)?, e.revision));
             }
         }
         Ok(out)

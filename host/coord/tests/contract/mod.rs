@@ -3,6 +3,9 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+mod records;
+
+pub use records::replace_record;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -1575,6 +1578,10 @@ macro_rules! contract_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn marker_sweep_changes_no_answer() {
             contract::marker_sweep_changes_no_answer(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn replace_record() {
+            contract::replace_record(&$fixture.await).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn winners_read_their_own_win() {
