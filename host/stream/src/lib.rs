@@ -26,7 +26,9 @@ pub use credential::BrokerCredential;
 pub use embedded::{BrokerStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
-pub use mailboxes::{MailboxError, ensure_mailboxes};
+pub use mailboxes::{
+    MAILBOX_CLASS, MailboxError, MailboxRecord, RetireReport, ensure_mailboxes, retire_mailboxes,
+};
 
 /// Why the broker could not be started or reached.
 #[derive(Debug, thiserror::Error)]

@@ -1,71 +1,347 @@
 //! Mailboxes: a durable consumer per seat on its inbox subject
-//! (`crewlet_bus::inbox_subject`) in `CREWLET_AGENT`.
+//! (`crewlet_bus::inbox_subject`) in `CREWLET_AGENT`, and its record
+//! ([`MailboxRecord`]) in the mailboxes bucket.
 //!
 //! Every node creates one for every seat of the active company, whether or
 //! not the seat runs anywhere: `CREWLET_AGENT` has interest retention, so a
 //! wake published before its mailbox exists would be dropped. Each is
-//! recorded in the mailboxes bucket *before* it is created, so a consumer
-//! the fleet does not know about never exists. Both steps are idempotent.
+//! recorded *before* it is created, so a consumer the fleet does not know
+//! about never exists. Both steps are idempotent.
+//!
+//! Every change to a mailbox record is a compare-and-set at the revision
+//! just read, never a blind put: two nodes (one ensuring a returning seat,
+//! the maintenance duty retiring it) must not overwrite each other's word.
+//! A seat gone from the company is first stamped absent, and only after a
+//! grace period retired: its consumer deleted, its record marked. A seat
+//! that returns is made active again by [`ensure_mailboxes`].
 
-use async_nats::jetstream::{self, consumer};
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, consumer, stream::ConsumerErrorKind};
 use crewlet_bus::{AGENT_STREAM, inbox_subject, mailbox_durable};
-use crewlet_coord::{Bucket, Coord};
-use serde_json::json;
+use crewlet_coord::{Answer, Bucket, Coord, CoordError};
+use serde::{Deserialize, Serialize};
+
+/// The record class of mailboxes in [`Bucket::Mailboxes`].
+pub const MAILBOX_CLASS: &str = "mailbox";
+
+/// Reads and compare-and-sets one ensure makes before it gives up on a
+/// record that keeps moving under it.
+pub const ENSURE_ATTEMPTS: u32 = 4;
+
+/// A seat's mailbox as the fleet records it. Keys this build does not know
+/// are ignored when read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MailboxRecord {
+    pub durable: String,
+    pub stream: String,
+    pub subject: String,
+    /// When the seat was first seen gone from the active company.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub absent_since_ms: Option<i64>,
+    /// When its consumer was deleted (the seat stayed gone past the grace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_at_ms: Option<i64>,
+}
+
+impl MailboxRecord {
+    /// The active mailbox of `handle`, as this build names it.
+    pub fn active(handle: &str) -> MailboxRecord {
+        MailboxRecord {
+            durable: mailbox_durable(handle),
+            stream: AGENT_STREAM.to_owned(),
+            subject: inbox_subject(handle),
+            absent_since_ms: None,
+            retired_at_ms: None,
+        }
+    }
+
+    /// Neither stamped absent nor retired.
+    pub fn is_active(&self) -> bool {
+        self.absent_since_ms.is_none() && self.retired_at_ms.is_none()
+    }
+
+    fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("a mailbox record serializes")
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum MailboxError {
     #[error("cannot record mailbox {handle} in the mailboxes bucket: {detail}")]
     Record { handle: String, detail: String },
-    #[error("cannot open stream {AGENT_STREAM}: {0}")]
-    Stream(String),
+    #[error(
+        "the mailbox record of {handle} moved under each of {attempts} compare-and-sets; another node is rewriting it — ensure again on the next company change or start"
+    )]
+    Contended { handle: String, attempts: u32 },
+    #[error("cannot open stream {stream}: {detail}")]
+    Stream { stream: String, detail: String },
     #[error("cannot create mailbox consumer {durable}: {detail}")]
     Consumer { durable: String, detail: String },
+    #[error(
+        "cannot list the mailbox records: {detail}; nothing was stamped or retired — the next maintenance tick tries again"
+    )]
+    List { detail: String },
+}
+
+/// What one retirement pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RetireReport {
+    /// Handles stamped absent this pass.
+    pub stamped: Vec<String>,
+    /// Handles whose consumer was deleted and record retired this pass.
+    pub retired: Vec<String>,
+    /// Handles left as they were (or half-way), with why; the next pass
+    /// looks at them again.
+    pub failed: Vec<(String, String)>,
 }
 
 /// Records and creates the mailbox of every seat in `handles` (a company's
-/// handles); answers how many there are.
+/// handles); answers how many there are. A record already active is left
+/// unwritten; one stamped absent, retired or named differently is made
+/// active by compare-and-set (and its consumer created again).
 pub async fn ensure_mailboxes<'a>(
     js: &jetstream::Context,
     coord: &Coord,
     handles: impl IntoIterator<Item = &'a str>,
 ) -> Result<usize, MailboxError> {
-    let stream = js
-        .get_stream(AGENT_STREAM)
-        .await
-        .map_err(|e| MailboxError::Stream(e.to_string()))?;
+    let stream = open_stream(js, AGENT_STREAM).await?;
     let mut count = 0;
     for h in handles {
-        let durable = mailbox_durable(h);
-        let subject = inbox_subject(h);
-        coord
-            .put_record(
-                Bucket::Mailboxes,
-                "mailbox",
-                h,
-                &json!({ "durable": durable, "stream": AGENT_STREAM, "subject": subject }),
-            )
-            .await
-            .map_err(|e| MailboxError::Record {
-                handle: h.to_owned(),
-                detail: e.to_string(),
-            })?;
-        stream
-            .get_or_create_consumer(
-                &durable,
-                consumer::pull::Config {
-                    durable_name: Some(durable.clone()),
-                    filter_subject: subject,
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    description: Some(format!("mailbox of seat {h}")),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| MailboxError::Consumer {
-                durable: durable.clone(),
-                detail: e.to_string(),
-            })?;
+        let want = MailboxRecord::active(h);
+        record_active(coord, h, &want).await?;
+        open_consumer(&stream, h, &want).await?;
         count += 1;
     }
     Ok(count)
+}
+
+/// Stamps absent every recorded mailbox whose handle is not in `active`,
+/// and retires each stamped more than `grace` before `now_ms`: deletes its
+/// durable consumer (one already gone is fine), then marks the record. One
+/// handle's failure never stops the others; a lost compare-and-set is
+/// reported, never retried in this pass. Err only when the records could
+/// not be listed (nothing was done).
+pub async fn retire_mailboxes(
+    js: &jetstream::Context,
+    coord: &Coord,
+    active: &BTreeSet<String>,
+    now_ms: i64,
+    grace: Duration,
+) -> Result<RetireReport, MailboxError> {
+    let records = coord
+        .list_records_with_revisions(Bucket::Mailboxes, MAILBOX_CLASS)
+        .await
+        .map_err(|e| MailboxError::List {
+            detail: e.to_string(),
+        })?;
+    let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+    let mut report = RetireReport::default();
+    for (handle, (value, revision)) in records {
+        if active.contains(&handle) {
+            continue;
+        }
+        let rec: MailboxRecord = match serde_json::from_value(value) {
+            Ok(r) => r,
+            Err(e) => {
+                report.failed.push((
+                    handle,
+                    format!("the record does not decode ({e}); left as it is"),
+                ));
+                continue;
+            }
+        };
+        if rec.retired_at_ms.is_some() {
+            continue;
+        }
+        match rec.absent_since_ms {
+            None => {
+                let stamped = MailboxRecord {
+                    absent_since_ms: Some(now_ms),
+                    ..rec
+                };
+                match replace(coord, &handle, &stamped, revision).await {
+                    Ok(()) => report.stamped.push(handle),
+                    Err(why) => report.failed.push((handle, why)),
+                }
+            }
+            Some(since) if now_ms.saturating_sub(since) > grace_ms => {
+                match retire(js, coord, &handle, rec, revision, now_ms).await {
+                    Ok(()) => report.retired.push(handle),
+                    Err(why) => report.failed.push((handle, why)),
+                }
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(report)
+}
+
+/// Deletes the consumer, then marks the record retired at the revision
+/// the listing answered. If the record moved meanwhile and now says the
+/// seat is back, the delete may have taken the returned seat's consumer:
+/// it is created again.
+async fn retire(
+    js: &jetstream::Context,
+    coord: &Coord,
+    handle: &str,
+    rec: MailboxRecord,
+    revision: u64,
+    now_ms: i64,
+) -> Result<(), String> {
+    match js
+        .delete_consumer_from_stream(&rec.durable, &rec.stream)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if consumer_gone(e.kind()) => {}
+        Err(e) => {
+            return Err(format!(
+                "cannot delete consumer {} on {}: {e}; the record stays stamped",
+                rec.durable, rec.stream
+            ));
+        }
+    }
+    let retired = MailboxRecord {
+        retired_at_ms: Some(now_ms),
+        ..rec
+    };
+    let lost = match replace(coord, handle, &retired, revision).await {
+        Ok(()) => return Ok(()),
+        Err(why) => why,
+    };
+    let current = coord
+        .get_record(Bucket::Mailboxes, MAILBOX_CLASS, handle)
+        .await
+        .map_err(|e| format!("{lost}; and reading it again failed: {e}"))?;
+    let Answer::Yes((value, _)) = current else {
+        return Err(lost);
+    };
+    match serde_json::from_value::<MailboxRecord>(value) {
+        Ok(back) if back.is_active() => {
+            let stream = open_stream(js, &back.stream)
+                .await
+                .map_err(|e| format!("{lost}; the seat is back but {e}"))?;
+            open_consumer(&stream, handle, &back)
+                .await
+                .map_err(|e| format!("{lost}; the seat is back but {e}"))?;
+            Err(format!(
+                "{lost}; the seat came back meanwhile, its consumer was created again"
+            ))
+        }
+        _ => Err(lost),
+    }
+}
+
+/// A compare-and-set whose No and unknown come back as the text a report
+/// carries.
+async fn replace(
+    coord: &Coord,
+    handle: &str,
+    rec: &MailboxRecord,
+    revision: u64,
+) -> Result<(), String> {
+    match coord
+        .replace_record(
+            Bucket::Mailboxes,
+            MAILBOX_CLASS,
+            handle,
+            &rec.to_value(),
+            revision,
+        )
+        .await
+    {
+        Ok(Answer::Yes(_)) => Ok(()),
+        Ok(Answer::No(())) => Err(format!(
+            "lost the compare-and-set: the record moved since revision {revision}"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Makes the record of `handle` equal to `want`: created when absent, left
+/// alone when already equal, otherwise replaced at the revision read.
+async fn record_active(
+    coord: &Coord,
+    handle: &str,
+    want: &MailboxRecord,
+) -> Result<(), MailboxError> {
+    let failed = |e: CoordError| MailboxError::Record {
+        handle: handle.to_owned(),
+        detail: e.to_string(),
+    };
+    let (b, class, value) = (Bucket::Mailboxes, MAILBOX_CLASS, want.to_value());
+    for _ in 0..ENSURE_ATTEMPTS {
+        match coord.get_record(b, class, handle).await.map_err(failed)? {
+            Answer::No(()) => {
+                if coord
+                    .create_record(b, class, handle, &value)
+                    .await
+                    .map_err(failed)?
+                    .is_yes()
+                {
+                    return Ok(());
+                }
+            }
+            Answer::Yes((current, revision)) => {
+                let current: Option<MailboxRecord> = serde_json::from_value(current).ok();
+                if current.as_ref() == Some(want) {
+                    return Ok(());
+                }
+                if coord
+                    .replace_record(b, class, handle, &value, revision)
+                    .await
+                    .map_err(failed)?
+                    .is_yes()
+                {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    Err(MailboxError::Contended {
+        handle: handle.to_owned(),
+        attempts: ENSURE_ATTEMPTS,
+    })
+}
+
+async fn open_stream(
+    js: &jetstream::Context,
+    name: &str,
+) -> Result<jetstream::stream::Stream, MailboxError> {
+    js.get_stream(name).await.map_err(|e| MailboxError::Stream {
+        stream: name.to_owned(),
+        detail: e.to_string(),
+    })
+}
+
+async fn open_consumer(
+    stream: &jetstream::stream::Stream,
+    handle: &str,
+    rec: &MailboxRecord,
+) -> Result<(), MailboxError> {
+    stream
+        .get_or_create_consumer(
+            &rec.durable,
+            consumer::pull::Config {
+                durable_name: Some(rec.durable.clone()),
+                filter_subject: rec.subject.clone(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                description: Some(format!("mailbox of seat {handle}")),
+                ..Default::default()
+            },
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| MailboxError::Consumer {
+            durable: rec.durable.clone(),
+            detail: e.to_string(),
+        })
+}
+
+fn consumer_gone(kind: ConsumerErrorKind) -> bool {
+    matches!(kind, ConsumerErrorKind::JetStream(e)
+        if e.error_code() == jetstream::ErrorCode::CONSUMER_NOT_FOUND
+            || e.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND)
 }
