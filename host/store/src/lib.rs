@@ -16,7 +16,9 @@
 
 mod events;
 mod pending_secrets;
+mod retention;
 mod revisions;
+mod scheduled_runs;
 mod sessions;
 
 use std::path::{Path, PathBuf};
@@ -27,7 +29,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
 pub use pending_secrets::PendingSecret;
+pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
+pub use scheduled_runs::{RunStatus, ScheduledRun};
 pub use sessions::{SESSION_KEEP, Said, Session};
 
 /// The file name of the store inside the data dir.
