@@ -27,7 +27,8 @@ pub use embedded::{BrokerStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
 pub use mailboxes::{
-    MAILBOX_CLASS, MailboxError, MailboxRecord, RetireReport, ensure_mailboxes, retire_mailboxes,
+    MAILBOX_CLASS, MailboxError, MailboxRecord, RetireError, RetireReport, ensure_mailboxes,
+    retire_mailbox, retire_mailboxes,
 };
 
 /// Why the broker could not be started or reached.

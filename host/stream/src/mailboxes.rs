@@ -92,9 +92,40 @@ pub struct RetireReport {
     pub stamped: Vec<String>,
     /// Handles whose consumer was deleted and record retired this pass.
     pub retired: Vec<String>,
-    /// Handles left as they were (or half-way), with why; the next pass
-    /// looks at them again.
+    /// Handles left as they were (or half-way), with why ([`RetireError`]);
+    /// the next pass looks at them again.
     pub failed: Vec<(String, String)>,
+}
+
+/// Why one handle was not stamped or retired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RetireError {
+    #[error(
+        "lost the compare-and-set: the mailbox record moved since revision {revision}; the next pass reads it again"
+    )]
+    Moved { revision: u64 },
+    #[error(
+        "the coordination store did not answer ({0}); the record may or may not have changed — the next pass reads it again"
+    )]
+    Store(String),
+    #[error("the record does not decode ({0}); it is left as it is")]
+    Undecodable(String),
+    #[error(
+        "cannot delete consumer {durable} on {stream}: {detail}; the record stays stamped and the next pass tries again"
+    )]
+    DeleteConsumer {
+        durable: String,
+        stream: String,
+        detail: String,
+    },
+    #[error(
+        "the seat came back while it was retired (the record moved since revision {revision}); its consumer was created again"
+    )]
+    CameBack { revision: u64 },
+    #[error(
+        "the seat may have come back while it was retired (the record moved since revision {revision}) and its consumer could not be checked or created again ({detail}); ensure the company's mailboxes again"
+    )]
+    CameBackUnrestored { revision: u64, detail: String },
 }
 
 /// Records and creates the mailbox of every seat in `handles` (a company's
@@ -145,10 +176,8 @@ pub async fn retire_mailboxes(
         let rec: MailboxRecord = match serde_json::from_value(value) {
             Ok(r) => r,
             Err(e) => {
-                report.failed.push((
-                    handle,
-                    format!("the record does not decode ({e}); left as it is"),
-                ));
+                let why = RetireError::Undecodable(e.to_string());
+                report.failed.push((handle, why.to_string()));
                 continue;
             }
         };
@@ -163,13 +192,13 @@ pub async fn retire_mailboxes(
                 };
                 match replace(coord, &handle, &stamped, revision).await {
                     Ok(()) => report.stamped.push(handle),
-                    Err(why) => report.failed.push((handle, why)),
+                    Err(why) => report.failed.push((handle, why.to_string())),
                 }
             }
             Some(since) if now_ms.saturating_sub(since) > grace_ms => {
-                match retire(js, coord, &handle, rec, revision, now_ms).await {
+                match retire_mailbox(js, coord, &handle, &rec, revision, now_ms).await {
                     Ok(()) => report.retired.push(handle),
-                    Err(why) => report.failed.push((handle, why)),
+                    Err(why) => report.failed.push((handle, why.to_string())),
                 }
             }
             Some(_) => {}
@@ -178,18 +207,20 @@ pub async fn retire_mailboxes(
     Ok(report)
 }
 
-/// Deletes the consumer, then marks the record retired at the revision
-/// the listing answered. If the record moved meanwhile and now says the
-/// seat is back, the delete may have taken the returned seat's consumer:
-/// it is created again.
-async fn retire(
+/// Retires one mailbox read as `rec` at `revision` (what
+/// [`retire_mailboxes`] does past the grace): deletes its consumer, then
+/// marks the record retired by compare-and-set at that revision. If the
+/// record moved meanwhile and now says the seat is back, the delete may
+/// have taken the returned seat's consumer: it is created again, and the
+/// answer says so ([`RetireError::CameBack`]).
+pub async fn retire_mailbox(
     js: &jetstream::Context,
     coord: &Coord,
     handle: &str,
-    rec: MailboxRecord,
+    rec: &MailboxRecord,
     revision: u64,
     now_ms: i64,
-) -> Result<(), String> {
+) -> Result<(), RetireError> {
     match js
         .delete_consumer_from_stream(&rec.durable, &rec.stream)
         .await
@@ -197,51 +228,51 @@ async fn retire(
         Ok(_) => {}
         Err(e) if consumer_gone(e.kind()) => {}
         Err(e) => {
-            return Err(format!(
-                "cannot delete consumer {} on {}: {e}; the record stays stamped",
-                rec.durable, rec.stream
-            ));
+            return Err(RetireError::DeleteConsumer {
+                durable: rec.durable.clone(),
+                stream: rec.stream.clone(),
+                detail: e.to_string(),
+            });
         }
     }
     let retired = MailboxRecord {
         retired_at_ms: Some(now_ms),
-        ..rec
+        ..rec.clone()
     };
-    let lost = match replace(coord, handle, &retired, revision).await {
-        Ok(()) => return Ok(()),
-        Err(why) => why,
-    };
+    match replace(coord, handle, &retired, revision).await {
+        Err(RetireError::Moved { .. }) => {}
+        done => return done,
+    }
+    let unrestored = |detail: String| RetireError::CameBackUnrestored { revision, detail };
     let current = coord
         .get_record(Bucket::Mailboxes, MAILBOX_CLASS, handle)
         .await
-        .map_err(|e| format!("{lost}; and reading it again failed: {e}"))?;
+        .map_err(|e| unrestored(e.to_string()))?;
+    let moved = RetireError::Moved { revision };
     let Answer::Yes((value, _)) = current else {
-        return Err(lost);
+        return Err(moved);
     };
     match serde_json::from_value::<MailboxRecord>(value) {
         Ok(back) if back.is_active() => {
             let stream = open_stream(js, &back.stream)
                 .await
-                .map_err(|e| format!("{lost}; the seat is back but {e}"))?;
+                .map_err(|e| unrestored(e.to_string()))?;
             open_consumer(&stream, handle, &back)
                 .await
-                .map_err(|e| format!("{lost}; the seat is back but {e}"))?;
-            Err(format!(
-                "{lost}; the seat came back meanwhile, its consumer was created again"
-            ))
+                .map_err(|e| unrestored(e.to_string()))?;
+            Err(RetireError::CameBack { revision })
         }
-        _ => Err(lost),
+        _ => Err(moved),
     }
 }
 
-/// A compare-and-set whose No and unknown come back as the text a report
-/// carries.
+/// One compare-and-set of a mailbox record.
 async fn replace(
     coord: &Coord,
     handle: &str,
     rec: &MailboxRecord,
     revision: u64,
-) -> Result<(), String> {
+) -> Result<(), RetireError> {
     match coord
         .replace_record(
             Bucket::Mailboxes,
@@ -253,10 +284,8 @@ async fn replace(
         .await
     {
         Ok(Answer::Yes(_)) => Ok(()),
-        Ok(Answer::No(())) => Err(format!(
-            "lost the compare-and-set: the record moved since revision {revision}"
-        )),
-        Err(e) => Err(e.to_string()),
+        Ok(Answer::No(())) => Err(RetireError::Moved { revision }),
+        Err(e) => Err(RetireError::Store(e.to_string())),
     }
 }
 

@@ -10,7 +10,8 @@ use crewlet_bus::{AGENT_STREAM, inbox_subject, mailbox_durable};
 use crewlet_coord::{Answer, Bucket, Coord, CoordOptions, Owner};
 use crewlet_stream::streams::ensure_streams;
 use crewlet_stream::{
-    MAILBOX_CLASS, MailboxRecord, RetireReport, ensure_mailboxes, retire_mailboxes,
+    MAILBOX_CLASS, MailboxRecord, RetireError, RetireReport, ensure_mailboxes, retire_mailbox,
+    retire_mailboxes,
 };
 use crewlet_testkit::NatsServer;
 use futures::StreamExt;
@@ -228,4 +229,33 @@ async fn one_bad_record_does_not_stop_the_pass() {
             .1,
         bad
     );
+}
+
+/// The race a retirement can lose: the seat comes back (ensure clears the
+/// stamp and finds its consumer) after the retirer read the record. The
+/// retirer's delete takes the consumer, its compare-and-set loses, and it
+/// creates the consumer again instead of leaving an active seat deaf.
+#[tokio::test]
+async fn a_seat_that_returns_mid_retirement_keeps_its_consumer() {
+    let server = NatsServer::start();
+    let (js, coord) = setup(&server).await;
+    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
+    retire_mailboxes(&js, &coord, &BTreeSet::new(), T0, GRACE)
+        .await
+        .unwrap();
+    let (stamped, read_at) = record(&coord, "gus").await;
+    assert_eq!(stamped.absent_since_ms, Some(T0));
+
+    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
+    let (back, back_at) = record(&coord, "gus").await;
+    assert!(back.is_active() && back_at > read_at);
+
+    let past = T0 + GRACE.as_millis() as i64 + 1;
+    let answer = retire_mailbox(&js, &coord, "gus", &stamped, read_at, past).await;
+    assert_eq!(answer, Err(RetireError::CameBack { revision: read_at }));
+    assert!(
+        consumer_exists(&js, "gus").await,
+        "the returned seat is deaf"
+    );
+    assert_eq!(record(&coord, "gus").await, (back, back_at));
 }
