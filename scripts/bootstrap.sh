@@ -12,7 +12,7 @@
 #   - with --browser (the test command): Debian's chromium, the npm
 #     packages of tests/browser (playwright-core, from its lock file) and the
 #     official MCP inspector (pinned) into .tools/npm/inspector, which
-#     tests/operator_mcp.rs drives in its `--cli` mode.
+#     tests/e2e/operator_mcp.rs drives in its `--cli` mode.
 set -euo pipefail
 
 browser=0

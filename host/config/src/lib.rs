@@ -10,6 +10,7 @@
 //! paths given on the command line resolve against the working directory.
 
 mod credentials;
+pub mod duties;
 mod interpolate;
 pub mod mcp;
 pub mod scan;
@@ -22,6 +23,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use duties::DutiesConfig;
 pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
 pub use interpolate::{InterpolateError, interpolate_str};
 pub use mcp::{AllowedCommand, McpConfig};
@@ -98,6 +100,8 @@ pub struct NodeConfig {
     /// What the company document may make this node run (`[mcp]`).
     pub mcp: McpConfig,
     pub secrets: SecretsConfig,
+    /// `[duties]`: the singleton duties' cadence and this node's horizons.
+    pub duties: DutiesConfig,
 }
 
 /// Where the keys that seal the secrets bucket live (see `credentials`).

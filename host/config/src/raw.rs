@@ -16,6 +16,7 @@ pub struct File {
     pub models: Models,
     pub mcp: crate::mcp::raw::Mcp,
     pub secrets: Secrets,
+    pub duties: crate::duties::raw::Duties,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -352,6 +353,11 @@ impl File {
             .validate(base)
             .map_err(|(key, message)| invalid(&key, message))?;
 
+        let duties = self
+            .duties
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+
         let keyring = self
             .secrets
             .keyring
@@ -378,6 +384,7 @@ impl File {
             },
             mcp,
             secrets: SecretsConfig { keyring },
+            duties,
         })
     }
 }

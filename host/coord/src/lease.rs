@@ -69,6 +69,18 @@ pub struct NodeStatus {
     pub seats_held: u32,
     /// One row per MCP server this node runs children of.
     pub mcp: Vec<ServerRow>,
+    /// The singleton duties this node holds now.
+    pub duties: Vec<DutyRow>,
+}
+
+/// A singleton duty a node holds: its `worker:` lease's epoch, and since
+/// when (Unix milliseconds) this node has held it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DutyRow {
+    pub duty: String,
+    pub epoch: u64,
+    pub since_ms: i64,
 }
 
 /// One MCP server on a node: children started and failed (over its seats,

@@ -12,6 +12,7 @@ pub mod client;
 pub mod company;
 pub mod configplane;
 pub mod descriptors;
+pub mod duties;
 pub mod engine;
 pub mod identity;
 pub mod ingress;

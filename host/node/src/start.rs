@@ -1,7 +1,7 @@
 //! The node's start, part by part, each pushed on the one teardown stack
 //! ([`Started`]) as it comes up: the HTTP surface, the stream, then the
 //! engine — coordination, plugins, tokens, presence, secrets, pauses, the config
-//! plane, ingress and the seats. A failure stops the start; the caller
+//! plane, ingress, the seats and the duties. A failure stops the start; the caller
 //! unwinds what was started.
 
 use std::net::SocketAddr;
@@ -174,6 +174,7 @@ pub async fn start(
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
+    crate::duties::start(&ctx, &p.state.duties, started);
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);

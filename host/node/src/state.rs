@@ -69,6 +69,8 @@ pub struct NodeState {
     pub company: Option<crate::company::CompanyFile>,
     pub plugins_dir: Option<PathBuf>,
     pub store: std::sync::Arc<crewlet_store::Store>,
+    /// Who holds the duties, here and in the fleet.
+    pub duties: crate::duties::DutiesView,
     started_at: OffsetDateTime,
     started: Instant,
     phase: AtomicU8,
@@ -102,6 +104,10 @@ impl NodeState {
             company,
             plugins_dir,
             store,
+            duties: crate::duties::DutiesView {
+                workers: config.roles.contains(&Role::Workers),
+                ..crate::duties::DutiesView::default()
+            },
             started_at: OffsetDateTime::now_utc(),
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
@@ -238,6 +244,7 @@ impl NodeState {
             started_at_ms: (self.started_at.unix_timestamp_nanos() / 1_000_000) as i64,
             seats_held: self.seats_held(),
             mcp: self.mcp_rows(),
+            duties: self.duties.board.rows(),
         }
     }
 
@@ -309,6 +316,7 @@ impl Probe for NodeState {
             "seats_held": self.seats_held(),
             "paused_seats": self.pauses_view(),
             "mcp": self.mcp_rows(),
+            "duties": self.duties.health(),
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
             "plugins": self.plugins.get().map(|p| json!({

@@ -75,6 +75,13 @@ fn conversational(source: &str, event_type: &str) -> bool {
 /// The reply a wake is owed, if any: a conversational trigger that reached
 /// the seat by a mention or its own route, in a known channel.
 pub fn owed(wake: &Wake) -> Option<Target> {
+    // A schedule's result is owed where the schedule delivers it, if anywhere.
+    if wake.source == "schedule" && wake.reason == "schedule" {
+        return Some(Target {
+            channel: wake.channel.clone()?,
+            thread: wake.thread.clone(),
+        });
+    }
     let asked = matches!(wake.reason.as_str(), "mention" | "route");
     if !asked || !conversational(&wake.source, &wake.event_type) {
         return None;
@@ -160,6 +167,14 @@ mod tests {
         assert!(owed(&wake("github", "issues.assigned", "assignee")).is_none());
         assert!(owed(&wake("github", "issue_comment.created", "assignee")).is_none());
         assert!(owed(&wake("datadog", "triggered", "route")).is_none());
+        let fired = wake("schedule", "schedule.fired", "schedule");
+        assert_eq!(owed(&fired).unwrap().to_string(), "C1#17.1");
+        let nowhere = Wake {
+            channel: None,
+            thread: None,
+            ..fired
+        };
+        assert!(owed(&nowhere).is_none(), "a schedule delivered nowhere owes nothing");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! streamable HTTP client and by the official MCP inspector CLI (installed
 //! into `.tools/npm/inspector` by `scripts/bootstrap.sh --browser`).
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::net::TcpListener;

@@ -1,6 +1,6 @@
 //! A node in the fleet: its presence lease (membership), its plugins.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The node's lifecycle, end to end: the real binary, a real nats-server.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! local server that speaks the OpenAI wire format), and a real MCP child
 //! per seat (`crewlet mcp chat`, recording every post to a file).
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! real plugins, claims, the notification service, mailboxes, the event
 //! log and the live view.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! secret repeated, quarantined after repeated faults — while the GitHub
 //! route and the probes keep answering.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};

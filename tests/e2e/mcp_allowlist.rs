@@ -2,7 +2,7 @@
 //! does not allow: refused at `PUT /config`, at `--company`, at `crewlet
 //! config import`, and again at spawn for a revision accepted before.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

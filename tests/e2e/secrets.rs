@@ -3,7 +3,7 @@
 //! a stopped node, rotation, a key the node lacks, a corrupt envelope, and
 //! no plaintext in the stream's files after set and rm.
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

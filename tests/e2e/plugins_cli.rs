@@ -1,6 +1,6 @@
 //! `crewlet plugins …` through the real binary, on the repository's plugins.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

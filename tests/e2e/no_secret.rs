@@ -6,7 +6,7 @@
 //! event row, stream message, bucket key, API answer and file the node
 //! wrote is searched for each value in every form (`forms.rs`): zero hits.
 
-mod common;
+use crate::common;
 #[path = "no_secret/drive.rs"]
 mod drive;
 #[path = "no_secret/forms.rs"]

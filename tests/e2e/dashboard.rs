@@ -1,7 +1,7 @@
 //! The dashboard in a real browser: headless Chromium (Debian's) driven by
 //! playwright-core, against the real binary.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

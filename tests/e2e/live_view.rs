@@ -1,7 +1,7 @@
 //! The observability edge across two nodes: rows where an event was
 //! published, live pushes everywhere, queries on the same socket.
 
-mod common;
+use crate::common;
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

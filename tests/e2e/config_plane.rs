@@ -2,7 +2,7 @@
 //! node, `crewlet config import` against a running and a stopped node, and
 //! the pointer answering unknown.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! runs at once (`node.max_concurrent`), and a node that serves no HTTP at
 //! all (`api.port = 0`).
 
-mod common;
+use crate::common;
 
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};

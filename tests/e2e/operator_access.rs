@@ -2,7 +2,7 @@
 //! guarded bind, and an HTTP edge that holds under abuse — all against the
 //! real binary.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

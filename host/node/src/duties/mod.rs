@@ -1,0 +1,254 @@
+//! The company's own duties: fleet-wide singletons, each on its own
+//! `worker:DUTY` lease in the duties bucket.
+//!
+//! | duty | lease TTL | work |
+//! |---|---|---|
+//! | `scheduler` | `duties.scheduler_lease_seconds` (30 s) | [`scheduler`]: the company's schedules |
+//! | `maintenance` | three ticks (45 min) | [`maintenance`]: markers, mailboxes |
+//!
+//! Rules:
+//! - Only a node with the `workers` role competes for a duty; every node,
+//!   whatever its roles, reads who holds which (every few seconds) and shows
+//!   it in `/health` — and says so when no live node has `workers`, so an
+//!   unheld duty is never silent.
+//! - A duty's TTL comes from its own cadence (never the seat lease TTL) and
+//!   is at most the store's ceiling for any duty, [`MAX_DUTY_TTL`]: the
+//!   longest maintenance tick allowed makes the ceiling exactly.
+//! - Every node trims its own event log and dispatch history on the
+//!   maintenance tick (they are node-local), holder or not.
+
+pub mod maintenance;
+pub mod scheduler;
+pub mod tenure;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crewlet_config::{DutiesConfig, Role};
+use crewlet_coord::{Coord, MAX_DUTY_TTL};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::{Instrument, info, info_span, warn};
+
+use crate::engine::{EngineContext, Started};
+pub use tenure::Board;
+use tenure::{DutyLease, Spec};
+
+/// Every duty this build runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Duty {
+    Scheduler,
+    Maintenance,
+}
+
+impl Duty {
+    pub const ALL: [Duty; 2] = [Duty::Scheduler, Duty::Maintenance];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Duty::Scheduler => "scheduler",
+            Duty::Maintenance => "maintenance",
+        }
+    }
+
+    /// The lease TTL, from the duty's own cadence.
+    pub fn ttl(self, config: &DutiesConfig) -> Duration {
+        match self {
+            Duty::Scheduler => config.scheduler_lease,
+            Duty::Maintenance => config.maintenance_tick * 3,
+        }
+    }
+}
+
+/// How often every node reads who holds the duties.
+const VIEW_EVERY: Duration = Duration::from_secs(5);
+
+/// What `/health` shows of the duties.
+#[derive(Clone, Default)]
+pub struct DutiesView {
+    pub board: Board,
+    /// The fleet's duty holders as last read (`None`: not yet read).
+    pub fleet: Arc<Mutex<Option<Value>>>,
+    pub maintenance: Arc<Mutex<Option<maintenance::LastTick>>>,
+    pub workers: bool,
+}
+
+impl DutiesView {
+    pub fn health(&self) -> Value {
+        json!({
+            "workers_role": self.workers,
+            "held_here": self.board.rows(),
+            "fleet": self.fleet.lock().expect("duties view").clone(),
+            "maintenance_last_tick": self.maintenance.lock().expect("duties view").clone(),
+        })
+    }
+}
+
+/// Starts the duties this node competes for (with `workers`), its own
+/// retention and the fleet view; each pushed on `started`.
+pub fn start(ctx: &EngineContext, view: &DutiesView, started: &mut Started) {
+    let config = ctx.config.duties.clone();
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    let workers = ctx.config.roles.contains(&Role::Workers);
+    let (eligible, follower) = ctx.state.watch_admission();
+    let lease = |duty: Duty| {
+        DutyLease::start(
+            Spec {
+                coord: ctx.coord.clone(),
+                owner: ctx.coord.options().owner.clone(),
+                duty: duty.name(),
+                ttl: duty.ttl(&config),
+            },
+            view.board.clone(),
+            eligible.clone(),
+        )
+    };
+    let (stop_tx, stop) = watch::channel(false);
+    let mut tasks = Vec::new();
+    let mut leases = Vec::new();
+    let mut maintenance_tenure = None;
+    if workers {
+        let scheduler = lease(Duty::Scheduler);
+        let work = scheduler::Scheduler {
+            node_id: ctx.node_id.clone(),
+            coord: ctx.coord.clone(),
+            js: js.clone(),
+            store: ctx.store.clone(),
+            publisher: ctx.publisher.clone(),
+            active: ctx.active.clone(),
+        };
+        tasks.push(tokio::spawn(
+            work.run(scheduler.tenure(), stop.clone())
+                .instrument(info_span!("scheduler", subsystem = "scheduler")),
+        ));
+        let maintenance = lease(Duty::Maintenance);
+        maintenance_tenure = Some(maintenance.tenure());
+        leases.push(scheduler);
+        leases.push(maintenance);
+    } else {
+        info!(
+            subsystem = "duties",
+            "this node has no `workers` role: it takes no duty"
+        );
+    }
+    let upkeep = maintenance::Maintenance {
+        coord: ctx.coord.clone(),
+        js,
+        store: ctx.store.clone(),
+        publisher: ctx.publisher.clone(),
+        active: ctx.active.clone(),
+        config,
+        last: view.maintenance.clone(),
+    };
+    tasks.push(tokio::spawn(
+        upkeep
+            .run(maintenance_tenure, stop.clone())
+            .instrument(info_span!("maintenance", subsystem = "maintenance")),
+    ));
+    tasks.push(tokio::spawn(
+        watch_fleet(ctx.coord.clone(), view.fleet.clone(), stop)
+            .instrument(info_span!("duties", subsystem = "duties")),
+    ));
+    started.push("duties", move || {
+        Box::pin(async move {
+            let _ = stop_tx.send(true);
+            for t in tasks {
+                let _ = t.await;
+            }
+            for l in leases {
+                l.stop().await;
+            }
+            follower.abort();
+        })
+    });
+}
+
+/// Reads who holds each duty and which live nodes could, every
+/// [`VIEW_EVERY`]; an unreadable store leaves `unknown`, never "unheld".
+async fn watch_fleet(coord: Coord, out: Arc<Mutex<Option<Value>>>, mut stop: watch::Receiver<bool>) {
+    let mut warned = false;
+    loop {
+        let view = match fleet_view(&coord).await {
+            Ok((v, workers_nodes)) => {
+                if workers_nodes == 0 && !warned {
+                    warn!(subsystem = "duties", "no live node has the `workers` role: no duty runs (no schedule fires, nothing is swept)");
+                }
+                warned = workers_nodes == 0;
+                v
+            }
+            Err(e) => json!({ "state": "unknown", "error": e.to_string(), "as_of": jiff::Timestamp::now().to_string() }),
+        };
+        *out.lock().expect("duties view") = Some(view);
+        tokio::select! {
+            _ = tokio::time::sleep(VIEW_EVERY) => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+}
+
+async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::CoordError> {
+    let (workers, nodes) = futures::join!(coord.list_live("worker"), coord.list_live("node"));
+    let (workers, nodes) = (workers?, nodes?);
+    let workers_nodes = nodes
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .is_some_and(|s| s.roles.iter().any(|r| r == "workers"))
+        })
+        .count();
+    let mut duties = serde_json::Map::new();
+    for duty in Duty::ALL {
+        let held = workers.iter().find(|l| l.name.id() == duty.name());
+        let row = match held {
+            None => json!({ "state": "unheld" }),
+            Some(l) => {
+                let node = l.owner.as_str().split('/').next().unwrap_or_default();
+                let since = nodes
+                    .iter()
+                    .filter_map(|n| n.status.as_ref().filter(|_| n.owner == l.owner))
+                    .flat_map(|s| s.duties.iter())
+                    .find(|r| r.duty == duty.name() && r.epoch == l.epoch)
+                    .and_then(|r| jiff::Timestamp::from_millisecond(r.since_ms).ok())
+                    .map(|t| t.to_string());
+                json!({
+                    "state": "held", "node": node, "epoch": l.epoch, "since": since,
+                    "ttl_seconds": l.ttl.as_secs_f64(),
+                })
+            }
+        };
+        duties.insert(duty.name().to_owned(), row);
+    }
+    let warning = (workers_nodes == 0)
+        .then_some("no live node has the `workers` role: no duty runs; give a node `workers` in node.roles");
+    Ok((
+        json!({
+            "duties": duties,
+            "workers_nodes": workers_nodes,
+            "warning": warning,
+            "as_of": jiff::Timestamp::now().to_string(),
+        }),
+        workers_nodes,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store's ceiling for any duty is the longest TTL a duty can ask
+    /// for: neither moves without the other.
+    #[test]
+    fn the_longest_duty_ttl_is_the_ceiling() {
+        let longest = DutiesConfig {
+            maintenance_tick: Duration::from_secs(crewlet_config::duties::MAX_MAINTENANCE_TICK_SECONDS),
+            scheduler_lease: Duration::from_secs(600),
+            ..DutiesConfig::default()
+        };
+        let max = Duty::ALL.iter().map(|d| d.ttl(&longest)).max().unwrap();
+        assert_eq!(max, MAX_DUTY_TTL);
+        let defaults = DutiesConfig::default();
+        assert_eq!(Duty::Scheduler.ttl(&defaults), Duration::from_secs(30));
+        assert_eq!(Duty::Maintenance.ttl(&defaults), Duration::from_secs(45 * 60));
+    }
+}

@@ -1,0 +1,24 @@
+//! End-to-end tests of the real `crewlet` binary against real nats-servers:
+//! one module per capability, all in one test binary (one build and link
+//! instead of one per file, and the test threads pack every module's slow
+//! cases together).
+
+mod common;
+
+mod config_plane;
+mod dashboard;
+mod duties;
+mod fleet;
+mod ingress;
+mod layout;
+mod limits;
+mod live_view;
+mod mcp_allowlist;
+mod no_secret;
+mod node_lifecycle;
+mod operator_access;
+mod operator_mcp;
+mod plugins_cli;
+mod sandbox;
+mod secrets;
+mod turns;
