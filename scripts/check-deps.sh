@@ -13,6 +13,7 @@ rules=(
     "crewlet-coord wasmtime axum rusqlite"
     "crewlet-seats wasmtime axum rusqlite rmcp"
     "crewlet-turns wasmtime axum rusqlite rmcp"
+    "crewlet-schedule wasmtime axum rusqlite rmcp async-nats tokio"
 )
 
 failed=0
@@ -30,4 +31,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats and turns stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns and schedule stay free of what they must not reach"

@@ -13,14 +13,24 @@
 //!
 //! Seat ids are UUIDv5 over the org name and the handle, so every node
 //! computes the same id with no database and no running instance.
+//!
+//! Schedules (`[schedules.NAME]`) are validated here, their cron
+//! expressions and time zones included; when they fire is
+//! `crewlet-schedule`'s.
 
 mod raw;
+mod schedules;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+
+pub use crewlet_schedule::{CatchUp, Cron, DEFAULT_CATCH_UP_LIMIT, MAX_CATCH_UP_LIMIT};
+
+/// The largest prompt a schedule may carry, in bytes (8 KiB).
+pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
 
 /// The namespace of seat ids (a fixed, random UUID).
 pub const SEAT_NAMESPACE: uuid::Uuid = uuid::uuid!("8d6f3a52-1c4e-4b8e-9a57-2f0c6d9e4b13");
@@ -191,6 +201,42 @@ pub struct Integration {
     pub secret: SecretRef,
 }
 
+/// A prompt sent on a clock: to one seat, or to every seat of a role.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Schedule {
+    /// Its key in `[schedules]`, a handle-like name.
+    pub name: String,
+    /// Read on the wall clock of `tz` (see `crewlet-schedule` for DST).
+    pub cron: Cron,
+    /// The IANA name of `tz`: the schedule's own `timezone`, or `org.timezone`.
+    pub timezone: String,
+    #[serde(skip)]
+    pub tz: jiff::tz::TimeZone,
+    /// What the document named.
+    pub target: ScheduleTarget,
+    /// The seats each fire wakes, sorted: the seat, or every seat of the
+    /// role in this document (at least one).
+    pub seats: Vec<Handle>,
+    pub prompt: String,
+    /// Where the result is posted; `None`: nowhere.
+    pub deliver: Option<Delivery>,
+    pub catch_up: CatchUp,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleTarget {
+    Seat(Handle),
+    Role(String),
+}
+
+/// A channel, and optionally a thread in it, on the chat surface.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delivery {
+    pub channel: String,
+    pub thread: Option<String>,
+}
+
 /// A validated company document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Company {
@@ -200,6 +246,7 @@ pub struct Company {
     pub roles: BTreeMap<String, Role>,
     pub seats: BTreeMap<Handle, Seat>,
     pub integrations: BTreeMap<String, Integration>,
+    pub schedules: BTreeMap<String, Schedule>,
     /// SHA-256 of the document text, hex: names a revision's content.
     pub digest: String,
 }

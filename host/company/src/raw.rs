@@ -6,7 +6,7 @@ use serde::Deserialize;
 
 use crate::{
     Ceilings, Company, DocError, Handle, Integration, Invalid, McpServer, McpTransport, ModelRef,
-    Role, Seat, SecretRef, seat_id,
+    Role, Seat, SecretRef, schedules::RawSchedule, seat_id,
 };
 
 /// Default bound on executor ↔ reviewer iterations.
@@ -24,6 +24,8 @@ pub struct Document {
     seats: BTreeMap<String, RawSeat>,
     #[serde(default)]
     integrations: BTreeMap<String, RawIntegration>,
+    #[serde(default)]
+    schedules: BTreeMap<String, RawSchedule>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -115,17 +117,17 @@ struct RawIntegration {
 
 /// Collects errors with their paths.
 #[derive(Default)]
-struct Errors(Vec<DocError>);
+pub(crate) struct Errors(Vec<DocError>);
 
 impl Errors {
-    fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
+    pub(crate) fn add(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.0.push(DocError {
             path: path.into(),
             message: message.into(),
         });
     }
 
-    fn check<T>(&mut self, path: impl Into<String>, r: Result<T, String>) -> Option<T> {
+    pub(crate) fn check<T>(&mut self, path: impl Into<String>, r: Result<T, String>) -> Option<T> {
         r.map_err(|m| self.add(path, m)).ok()
     }
 }
@@ -144,7 +146,7 @@ fn token(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn non_empty(s: &str, what: &str) -> Result<(), String> {
+pub(crate) fn non_empty(s: &str, what: &str) -> Result<(), String> {
     if s.trim().is_empty() {
         Err(format!("expected {what}, found an empty string"))
     } else {
@@ -290,7 +292,21 @@ impl RawMcp {
     }
 }
 
-fn bounded(path: String, v: Option<i64>, default: u32, max: u32, errors: &mut Errors) -> u32 {
+pub(crate) fn time_zone(name: &str) -> Result<jiff::tz::TimeZone, String> {
+    jiff::tz::TimeZone::get(name).map_err(|_| {
+        format!(
+            "{name:?} is not an IANA time zone (e.g. \"Europe/Berlin\", \"America/New_York\", \"UTC\")"
+        )
+    })
+}
+
+pub(crate) fn bounded(
+    path: String,
+    v: Option<i64>,
+    default: u32,
+    max: u32,
+    errors: &mut Errors,
+) -> u32 {
     match v {
         None => default,
         Some(n) if n >= 1 && n <= max as i64 => n as u32,
@@ -308,15 +324,7 @@ impl Document {
             "org.name",
             non_empty(&self.org.name, "the organisation's name"),
         );
-        if jiff::tz::TimeZone::get(&self.org.timezone).is_err() {
-            errors.add(
-                "org.timezone",
-                format!(
-                    "{:?} is not an IANA time zone (e.g. \"Europe/Berlin\", \"America/New_York\", \"UTC\")",
-                    self.org.timezone
-                ),
-            );
-        }
+        let org_tz = errors.check("org.timezone", time_zone(&self.org.timezone));
         let budget = self.org.budget.validate("org.budget", &mut errors);
 
         let mut roles = BTreeMap::new();
@@ -442,6 +450,14 @@ impl Document {
             );
         }
 
+        let schedules = crate::schedules::validate(
+            self.schedules,
+            (&self.org.timezone, org_tz.as_ref()),
+            &roles,
+            &seats,
+            &mut errors,
+        );
+
         if errors.0.is_empty() {
             Ok(Company {
                 org: self.org.name,
@@ -450,6 +466,7 @@ impl Document {
                 roles,
                 seats,
                 integrations,
+                schedules,
                 digest,
             })
         } else {

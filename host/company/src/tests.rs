@@ -21,6 +21,10 @@ fn the_example_companies_are_valid_and_alike() {
     assert_eq!(parsed[0].roles["engineer"].executor[0].provider, "scripted");
     assert_eq!(parsed[1].roles["engineer"].executor[0].provider, "openai");
     assert_eq!(parsed[2].roles["support"].reviewer.provider, "anthropic");
+    let standup = &parsed[0].schedules["standup"];
+    assert_eq!(standup.seats, [Handle::parse("ada").unwrap()]);
+    assert_eq!(standup.timezone, "Europe/Berlin");
+    assert_eq!(standup.deliver.as_ref().unwrap().channel, "#standup");
 }
 
 #[test]
@@ -183,4 +187,229 @@ ada = {{ role = "dev" }}
     let err = Company::parse(&doc("url = \"http://127.0.0.1:1/mcp\"\ncwd = \"/srv\"")).unwrap_err();
     assert_eq!(err.errors[0].path, "roles.dev.mcp.tool");
     assert!(err.errors[0].message.contains("`cwd`"), "{err}");
+}
+
+/// A company of two engineers and a support seat with `schedules` appended.
+fn with_schedules(schedules: &str) -> String {
+    format!(
+        r#"
+[org]
+name = "Acme"
+timezone = "Europe/Berlin"
+[roles.engineer]
+system_prompt = "x"
+executor = [{{ provider = "scripted", model = "m" }}]
+reviewer = {{ provider = "scripted", model = "r" }}
+[roles.support]
+system_prompt = "y"
+executor = [{{ provider = "scripted", model = "m" }}]
+reviewer = {{ provider = "scripted", model = "r" }}
+[roles.idle]
+system_prompt = "z"
+executor = [{{ provider = "scripted", model = "m" }}]
+reviewer = {{ provider = "scripted", model = "r" }}
+[seats]
+linus = {{ role = "engineer" }}
+ada = {{ role = "engineer" }}
+grace = {{ role = "support" }}
+{schedules}
+"#
+    )
+}
+
+#[test]
+fn schedules_name_a_seat_or_every_seat_of_a_role() {
+    let doc = with_schedules(
+        r##"
+[schedules.standup]
+cron = "0 9 * * mon-fri"
+role = "engineer"
+prompt = "Post today's stand-up."
+deliver = { channel = "#eng", thread = "standup" }
+catch_up = "all"
+[schedules.triage]
+cron = "30 0 8 * * *"
+seat = "grace"
+prompt = "Triage the queue."
+timezone = "America/New_York"
+catch_up = "none"
+[schedules.report]
+cron = "@weekly"
+seat = "ada"
+prompt = "Weekly report."
+catch_up = "all"
+catch_up_limit = 3
+"##,
+    );
+    let c = Company::parse(&doc).unwrap_or_else(|e| panic!("{e}"));
+    let standup = &c.schedules["standup"];
+    assert_eq!(standup.target, ScheduleTarget::Role("engineer".into()));
+    let handles: Vec<&str> = standup.seats.iter().map(Handle::as_str).collect();
+    assert_eq!(handles, ["ada", "linus"], "every engineer, sorted");
+    assert_eq!(standup.cron.as_str(), "0 9 * * mon-fri");
+    assert_eq!(standup.timezone, "Europe/Berlin", "org.timezone by default");
+    assert_eq!(
+        standup.deliver,
+        Some(Delivery {
+            channel: "#eng".into(),
+            thread: Some("standup".into())
+        })
+    );
+    assert_eq!(
+        standup.catch_up,
+        CatchUp::All {
+            limit: DEFAULT_CATCH_UP_LIMIT
+        }
+    );
+    // Tuesday 2026-12-01, 09:00 in Berlin is 08:00 UTC.
+    let next = standup
+        .cron
+        .next_after(&standup.tz, "2026-12-01T07:00:00Z".parse().unwrap());
+    assert_eq!(next, Some("2026-12-01T08:00:00Z".parse().unwrap()));
+
+    let triage = &c.schedules["triage"];
+    assert_eq!(triage.seats, [Handle::parse("grace").unwrap()]);
+    assert_eq!(triage.target, ScheduleTarget::Seat(triage.seats[0].clone()));
+    assert_eq!(triage.timezone, "America/New_York");
+    assert_eq!(
+        triage.tz,
+        jiff::tz::TimeZone::get("America/New_York").unwrap()
+    );
+    assert_eq!(triage.deliver, None, "the result goes nowhere");
+    assert_eq!(triage.catch_up, CatchUp::None);
+    assert_eq!(c.schedules["report"].catch_up, CatchUp::All { limit: 3 });
+
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["schedules"]["standup"]["cron"], "0 9 * * mon-fri");
+    assert_eq!(json["schedules"]["triage"]["target"]["seat"], "grace");
+    assert_eq!(json["schedules"]["report"]["catch_up"]["all"]["limit"], 3);
+    assert_eq!(c, Company::parse(&doc).unwrap());
+
+    let latest = Company::parse(&with_schedules(
+        "[schedules.a]\ncron = \"* * * * *\"\nseat = \"ada\"\nprompt = \"p\"\n",
+    ))
+    .unwrap();
+    assert_eq!(latest.schedules["a"].catch_up, CatchUp::Latest);
+}
+
+/// The paths of the errors `schedule` (one `[schedules.x]` table) draws.
+fn schedule_errors(schedule: &str) -> Vec<DocError> {
+    Company::parse(&with_schedules(&format!("[schedules.x]\n{schedule}")))
+        .unwrap_err()
+        .errors
+}
+
+#[test]
+fn each_bad_schedule_key_is_refused_at_its_path() {
+    let ok = "cron = \"0 9 * * *\"\nseat = \"ada\"\nprompt = \"p\"\n";
+    let limit = MAX_PROMPT_BYTES;
+    let cases = [
+        (
+            ok.replace("0 9 * * *", "0 9 * *"),
+            "schedules.x.cron",
+            "five fields",
+        ),
+        (
+            ok.replace("0 9 * * *", "0 0 30 2 *"),
+            "schedules.x.cron",
+            "never fire",
+        ),
+        (
+            format!("{ok}timezone = \"Mars/Olympus\""),
+            "schedules.x.timezone",
+            "IANA",
+        ),
+        (
+            ok.replace("ada", "nobody"),
+            "schedules.x.seat",
+            "known: ada, grace, linus",
+        ),
+        (ok.replace("ada", "Ada"), "schedules.x.seat", "not a handle"),
+        (
+            ok.replace("seat = \"ada\"", "role = \"nope\""),
+            "schedules.x.role",
+            "no role",
+        ),
+        (
+            ok.replace("seat = \"ada\"", "role = \"idle\""),
+            "schedules.x.role",
+            "no seat has",
+        ),
+        (
+            format!("{ok}role = \"engineer\""),
+            "schedules.x",
+            "not both",
+        ),
+        (
+            ok.replace("seat = \"ada\"", ""),
+            "schedules.x",
+            "expected `seat`",
+        ),
+        (ok.replace("\"p\"", "\" \""), "schedules.x.prompt", "empty"),
+        (
+            ok.replace("\"p\"", &format!("\"{}\"", "a".repeat(limit + 1))),
+            "schedules.x.prompt",
+            "8192",
+        ),
+        (
+            format!("{ok}catch_up = \"some\""),
+            "schedules.x.catch_up",
+            "\"latest\"",
+        ),
+        (
+            format!("{ok}catch_up_limit = 5"),
+            "schedules.x.catch_up_limit",
+            "applies to",
+        ),
+        (
+            format!("{ok}catch_up = \"all\"\ncatch_up_limit = 0"),
+            "schedules.x.catch_up_limit",
+            "1 to 100",
+        ),
+        (
+            format!("{ok}catch_up = \"all\"\ncatch_up_limit = 101"),
+            "schedules.x.catch_up_limit",
+            "1 to 100",
+        ),
+        (
+            format!("{ok}deliver = {{ channel = \"\" }}"),
+            "schedules.x.deliver.channel",
+            "channel",
+        ),
+        (
+            format!("{ok}deliver = {{ channel = \"#c\", thread = \"\" }}"),
+            "schedules.x.deliver.thread",
+            "thread",
+        ),
+    ];
+    for (schedule, path, says) in cases {
+        let errors = schedule_errors(&schedule);
+        assert_eq!(errors.len(), 1, "{schedule}: {errors:?}");
+        assert_eq!(errors[0].path, path, "{schedule}");
+        assert!(
+            errors[0].message.contains(says),
+            "{schedule}: {}",
+            errors[0]
+        );
+    }
+    let at_limit = ok.replace("\"p\"", &format!("\"{}\"", "a".repeat(limit)));
+    Company::parse(&with_schedules(&format!("[schedules.x]\n{at_limit}"))).unwrap();
+
+    let err =
+        Company::parse(&with_schedules(&format!("[schedules.\"Stand Up\"]\n{ok}"))).unwrap_err();
+    assert_eq!(err.errors[0].path, "schedules.Stand Up");
+    for unknown in [
+        "colour = \"red\"",
+        "deliver = { channel = \"#c\", surface = \"slack\" }",
+    ] {
+        let errors = schedule_errors(&format!("{ok}{unknown}"));
+        assert!(errors[0].path.starts_with("schedules.x."), "{errors:?}");
+        assert!(errors[0].message.contains("unknown field"), "{errors:?}");
+    }
+    let errors = schedule_errors("seat = \"ada\"\nprompt = \"p\"\n");
+    assert_eq!(errors[0].path, "schedules.x", "{errors:?}");
+    assert!(
+        errors[0].message.contains("missing field `cron`"),
+        "{errors:?}"
+    );
 }
