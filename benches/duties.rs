@@ -73,14 +73,18 @@ fn activate(node: &Node, doc: &str) {
     assert_eq!(put.status, 201, "{}", put.text());
     let epoch = put.json()["epoch"].as_u64().unwrap();
     let t = Instant::now();
-    while http::get(&node.addr, "/health").unwrap().json()["applied_epoch"].as_u64() != Some(epoch) {
+    while http::get(&node.addr, "/health").unwrap().json()["applied_epoch"].as_u64() != Some(epoch)
+    {
         assert!(t.elapsed() < Duration::from_secs(30), "never applied");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -177,14 +181,24 @@ fn main() {
         let b = start(&server, sub.path(), &format!("ho-b-{lease}"), lease);
         let t = Instant::now();
         while !(holds(&a, "scheduler") || holds(&b, "scheduler")) {
-            assert!(t.elapsed() < Duration::from_secs(2 * lease + 30), "nobody holds");
+            assert!(
+                t.elapsed() < Duration::from_secs(2 * lease + 30),
+                "nobody holds"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        let (holder, other) = if holds(&a, "scheduler") { (a, b) } else { (b, a) };
+        let (holder, other) = if holds(&a, "scheduler") {
+            (a, b)
+        } else {
+            (b, a)
+        };
         let killed = Instant::now();
         drop(holder);
         while !holds(&other, "scheduler") {
-            assert!(killed.elapsed() < Duration::from_secs(3 * lease + 10), "no hand-over");
+            assert!(
+                killed.elapsed() < Duration::from_secs(3 * lease + 10),
+                "no hand-over"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         handovers.push((lease, killed.elapsed().as_secs_f64()));

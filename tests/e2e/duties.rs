@@ -26,7 +26,14 @@ fn with_schedule(doc: &str, schedule: &str) -> String {
     format!("{doc}\n{schedule}\n")
 }
 
-fn node(sb: &Sandbox, server: &NatsServer, id: &str, roles: &str, duties: &str, envs: &[(&str, &str)]) -> Node {
+fn node(
+    sb: &Sandbox,
+    server: &NatsServer,
+    id: &str,
+    roles: &str,
+    duties: &str,
+    envs: &[(&str, &str)],
+) -> Node {
     let port = free_port();
     let toml = format!(
         "[node]\nid = \"{id}\"\nroles = {roles}\n[stream]\nurl = \"{}\"\n[coordination]\nlease_ttl_seconds = 6\nheartbeat_seconds = 2\n[duties]\n{duties}\n",
@@ -56,7 +63,8 @@ fn activate(nodes: &[&Node], doc: &str) -> u64 {
     let epoch = put.json()["epoch"].as_u64().unwrap();
     for n in nodes {
         assert!(
-            eventually(APPLY_WITHIN, || n.health()["applied_epoch"].as_u64() == Some(epoch)),
+            eventually(APPLY_WITHIN, || n.health()["applied_epoch"].as_u64()
+                == Some(epoch)),
             "epoch {epoch} not applied: {}",
             n.log_text()
         );
@@ -128,7 +136,16 @@ fn each_fire_instant_wakes_its_seat_once_across_a_frozen_and_a_killed_holder() {
     let mut nodes: Vec<Option<Node>> = sbs
         .iter()
         .enumerate()
-        .map(|(i, sb)| Some(node(sb, &server, &format!("duty-{i}"), NO_SEATS, lease, &[])))
+        .map(|(i, sb)| {
+            Some(node(
+                sb,
+                &server,
+                &format!("duty-{i}"),
+                NO_SEATS,
+                lease,
+                &[],
+            ))
+        })
         .collect();
     let doc = with_schedule(
         &example(),
@@ -177,10 +194,18 @@ catch_up_limit = 100"#,
     }
     let twice: Vec<_> = per_instant.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "instants woken twice: {twice:?}");
-    let instants: Vec<i64> = per_instant.keys().copied().filter(|t| *t <= cutoff_ms).collect();
+    let instants: Vec<i64> = per_instant
+        .keys()
+        .copied()
+        .filter(|t| *t <= cutoff_ms)
+        .collect();
     assert!(instants.len() >= 8, "fires seen: {instants:?}");
     for pair in instants.windows(2) {
-        assert_eq!(pair[1] - pair[0], 2_000, "an instant was skipped: {instants:?}");
+        assert_eq!(
+            pair[1] - pair[0],
+            2_000,
+            "an instant was skipped: {instants:?}"
+        );
     }
     // The successors caught up what no holder fired in time.
     let caught: usize = nodes
@@ -200,11 +225,9 @@ catch_up_limit = 100"#,
 fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mailbox() {
     let server = NatsServer::start();
     let (sb1, sb2) = (Sandbox::new(), Sandbox::new());
-    let duties = "maintenance_tick_seconds = 1\nmailbox_grace_seconds = 2\nevent_retention_days = 0.0001";
-    let knob = [(
-        "CREWLET_MARKER_RETENTION_SECONDS",
-        "0",
-    )];
+    let duties =
+        "maintenance_tick_seconds = 1\nmailbox_grace_seconds = 2\nevent_retention_days = 0.0001";
+    let knob = [("CREWLET_MARKER_RETENTION_SECONDS", "0")];
     let one = node(&sb1, &server, "keep-1", NO_SEATS, duties, &knob);
     let two = node(&sb2, &server, "keep-2", NO_SEATS, duties, &knob);
     activate(&[&one, &two], &example());
@@ -212,11 +235,19 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(async_nats::connect(server.url())).unwrap();
     let coord = rt
-        .block_on(Coord::open(client.clone(), CoordOptions::new(Owner::incarnation("test"))))
+        .block_on(Coord::open(
+            client.clone(),
+            CoordOptions::new(Owner::incarnation("test")),
+        ))
         .unwrap();
     // A removal marker in an ageless bucket.
-    rt.block_on(coord.put_record(Bucket::Config, "probe", "gone", &serde_json::json!({"x": 1})))
-        .unwrap();
+    rt.block_on(coord.put_record(
+        Bucket::Config,
+        "probe",
+        "gone",
+        &serde_json::json!({"x": 1}),
+    ))
+    .unwrap();
     assert!(matches!(
         rt.block_on(coord.remove_record(Bucket::Config, "probe", "gone")),
         Ok(Answer::Yes(()))
@@ -224,7 +255,11 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     let swept = |n: &Node| {
         events(n, "maintenance_pass")
             .iter()
-            .map(|e| e["payload"]["markers_swept"]["config"].as_u64().unwrap_or(0))
+            .map(|e| {
+                e["payload"]["markers_swept"]["config"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
             .sum::<u64>()
     };
     assert!(
@@ -247,11 +282,16 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     let without = example().replace("linus = { role = \"engineer\" }\n", "");
     assert_ne!(without, example());
     activate(&[&one, &two], &without);
-    let js = async_nats::jetstream::new(client.clone());
+    let js = {
+        let _inside = rt.enter();
+        async_nats::jetstream::new(client.clone())
+    };
     let consumer_exists = |h: &str| {
         rt.block_on(async {
             let s = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
-            s.consumer_info(crewlet_bus::mailbox_durable(h)).await.is_ok()
+            s.consumer_info(crewlet_bus::mailbox_durable(h))
+                .await
+                .is_ok()
         })
     };
     let record = |h: &str| match rt.block_on(coord.get_record(Bucket::Mailboxes, "mailbox", h)) {
@@ -263,14 +303,26 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
         "linus's mailbox was not retired: {}",
         record("linus")
     );
-    assert!(record("linus")["retired_at_ms"].as_i64().is_some(), "{}", record("linus"));
-    assert!(consumer_exists("ada"), "a seat still in the company keeps its mailbox");
+    assert!(
+        record("linus")["retired_at_ms"].as_i64().is_some(),
+        "{}",
+        record("linus")
+    );
+    assert!(
+        consumer_exists("ada"),
+        "a seat still in the company keeps its mailbox"
+    );
 
     // linus is back: a working mailbox again.
     activate(&[&one, &two], &example());
-    assert!(eventually(Duration::from_secs(10), || consumer_exists("linus")));
+    assert!(eventually(Duration::from_secs(10), || consumer_exists(
+        "linus"
+    )));
     let back = record("linus");
-    assert!(back["retired_at_ms"].is_null() && back["absent_since_ms"].is_null(), "{back}");
+    assert!(
+        back["retired_at_ms"].is_null() && back["absent_since_ms"].is_null(),
+        "{back}"
+    );
     rt.block_on(async {
         js.publish(crewlet_bus::inbox_subject("linus"), "{}".into())
             .await
@@ -280,7 +332,10 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     });
     let pending = rt.block_on(async {
         let s = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
-        s.consumer_info(crewlet_bus::mailbox_durable("linus")).await.unwrap().num_pending
+        s.consumer_info(crewlet_bus::mailbox_durable("linus"))
+            .await
+            .unwrap()
+            .num_pending
     });
     assert_eq!(pending, 1, "the returned seat's mailbox takes wakes");
 
@@ -289,7 +344,10 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     assert!(
         eventually(Duration::from_secs(20), || {
             let all = keeper.get("/events?limit=1000").unwrap().json();
-            !all.as_array().unwrap().iter().any(|e| e["event_id"] == oldest_id)
+            !all.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["event_id"] == oldest_id)
         }),
         "old event rows were never trimmed"
     );
@@ -301,18 +359,33 @@ fn bad_schedules_are_refused_with_their_path_and_a_fleet_without_workers_says_so
     let server = NatsServer::start();
     let sb = Sandbox::new();
     let n = node(&sb, &server, "lazy-1", r#"["data", "ingress"]"#, "", &[]);
-    let good = r#"[schedules.standup]
+    let good = r#"[schedules.nightly]
 cron = "0 9 * * mon-fri"
 seat = "ada"
 prompt = "Post the stand-up."
 "#;
     let big = "x".repeat(9 * 1024);
     for (bad, path) in [
-        (good.replace("0 9 * * mon-fri", "every day at nine"), "schedules.standup.cron"),
-        (format!("{good}timezone = \"Mars/Olympus\"\n"), "schedules.standup.timezone"),
-        (good.replace("seat = \"ada\"", "seat = \"nobody\""), "schedules.standup.seat"),
-        (good.replace("seat = \"ada\"", "role = \"chef\""), "schedules.standup.role"),
-        (good.replace("Post the stand-up.", &big), "schedules.standup.prompt"),
+        (
+            good.replace("0 9 * * mon-fri", "every day at nine"),
+            "schedules.nightly.cron",
+        ),
+        (
+            format!("{good}timezone = \"Mars/Olympus\"\n"),
+            "schedules.nightly.timezone",
+        ),
+        (
+            good.replace("seat = \"ada\"", "seat = \"nobody\""),
+            "schedules.nightly.seat",
+        ),
+        (
+            good.replace("seat = \"ada\"", "role = \"chef\""),
+            "schedules.nightly.role",
+        ),
+        (
+            good.replace("Post the stand-up.", &big),
+            "schedules.nightly.prompt",
+        ),
     ] {
         let put = put_config(&n, &with_schedule(&example(), &bad));
         assert_eq!(put.status, 400, "{path}: {}", put.text());
@@ -323,7 +396,9 @@ prompt = "Post the stand-up."
     let said = |n: &Node| {
         let h = n.health();
         let fleet = &h["duties"]["fleet"];
-        fleet["warning"].as_str().is_some_and(|w| w.contains("workers"))
+        fleet["warning"]
+            .as_str()
+            .is_some_and(|w| w.contains("workers"))
             && fleet["duties"]["scheduler"]["state"] == "unheld"
             && h["duties"]["workers_role"] == false
     };

@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-pub use duties::DutiesConfig;
 pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
+pub use duties::DutiesConfig;
 pub use interpolate::{InterpolateError, interpolate_str};
 pub use mcp::{AllowedCommand, McpConfig};
 

@@ -174,7 +174,10 @@ mod tests {
             thread: None,
             ..fired
         };
-        assert!(owed(&nowhere).is_none(), "a schedule delivered nowhere owes nothing");
+        assert!(
+            owed(&nowhere).is_none(),
+            "a schedule delivered nowhere owes nothing"
+        );
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use futures::StreamExt;
 
+use super::forms::{Hit, Needles};
 use crate::common::http;
-use crate::forms::{Hit, Needles};
 
 /// What was searched, and what was found.
 pub struct Sweep<'a> {

@@ -113,7 +113,9 @@ impl Maintenance {
                 )
                 .await;
                 match r {
-                    Ok(r) => json!({ "stamped": r.stamped, "retired": r.retired, "failed": r.failed }),
+                    Ok(r) => {
+                        json!({ "stamped": r.stamped, "retired": r.retired, "failed": r.failed })
+                    }
                     Err(e) => {
                         warn!(subsystem = "maintenance", error = %e, "mailboxes not listed; retiring none this tick");
                         json!({ "error": e.to_string() })
@@ -128,7 +130,12 @@ impl Maintenance {
             "markers_failed": sweep.failed.iter().map(|(b, e)| (b.short(), e.clone())).collect::<std::collections::BTreeMap<_, _>>(),
             "mailboxes": retire,
         });
-        info!(subsystem = "maintenance", epoch, markers = swept, "coordination_markers swept");
+        info!(
+            subsystem = "maintenance",
+            epoch,
+            markers = swept,
+            "coordination_markers swept"
+        );
         let ev = self.publisher.event("maintenance_pass", report.clone());
         let _ = self.publisher.record(ev).await;
         report
@@ -152,7 +159,12 @@ impl Maintenance {
         match done {
             Ok(Ok((events, runs))) => {
                 if events + runs > 0 {
-                    info!(subsystem = "maintenance", events, scheduled_runs = runs, "retention trimmed this node's tables");
+                    info!(
+                        subsystem = "maintenance",
+                        events,
+                        scheduled_runs = runs,
+                        "retention trimmed this node's tables"
+                    );
                 }
                 (events, runs, None)
             }

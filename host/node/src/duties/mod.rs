@@ -12,7 +12,7 @@
 //!   it in `/health` — and says so when no live node has `workers`, so an
 //!   unheld duty is never silent.
 //! - A duty's TTL comes from its own cadence (never the seat lease TTL) and
-//!   is at most the store's ceiling for any duty, [`MAX_DUTY_TTL`]: the
+//!   is at most the store's ceiling for any duty, `MAX_DUTY_TTL`: the
 //!   longest maintenance tick allowed makes the ceiling exactly.
 //! - Every node trims its own event log and dispatch history on the
 //!   maintenance tick (they are node-local), holder or not.
@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewlet_config::{DutiesConfig, Role};
-use crewlet_coord::{Coord, MAX_DUTY_TTL};
+use crewlet_coord::Coord;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -165,18 +165,27 @@ pub fn start(ctx: &EngineContext, view: &DutiesView, started: &mut Started) {
 
 /// Reads who holds each duty and which live nodes could, every
 /// [`VIEW_EVERY`]; an unreadable store leaves `unknown`, never "unheld".
-async fn watch_fleet(coord: Coord, out: Arc<Mutex<Option<Value>>>, mut stop: watch::Receiver<bool>) {
+async fn watch_fleet(
+    coord: Coord,
+    out: Arc<Mutex<Option<Value>>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut warned = false;
     loop {
         let view = match fleet_view(&coord).await {
             Ok((v, workers_nodes)) => {
                 if workers_nodes == 0 && !warned {
-                    warn!(subsystem = "duties", "no live node has the `workers` role: no duty runs (no schedule fires, nothing is swept)");
+                    warn!(
+                        subsystem = "duties",
+                        "no live node has the `workers` role: no duty runs (no schedule fires, nothing is swept)"
+                    );
                 }
                 warned = workers_nodes == 0;
                 v
             }
-            Err(e) => json!({ "state": "unknown", "error": e.to_string(), "as_of": jiff::Timestamp::now().to_string() }),
+            Err(e) => {
+                json!({ "state": "unknown", "error": e.to_string(), "as_of": jiff::Timestamp::now().to_string() })
+            }
         };
         *out.lock().expect("duties view") = Some(view);
         tokio::select! {
@@ -219,8 +228,9 @@ async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::Coor
         };
         duties.insert(duty.name().to_owned(), row);
     }
-    let warning = (workers_nodes == 0)
-        .then_some("no live node has the `workers` role: no duty runs; give a node `workers` in node.roles");
+    let warning = (workers_nodes == 0).then_some(
+        "no live node has the `workers` role: no duty runs; give a node `workers` in node.roles",
+    );
     Ok((
         json!({
             "duties": duties,
@@ -235,13 +245,16 @@ async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::Coor
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crewlet_coord::MAX_DUTY_TTL;
 
     /// The store's ceiling for any duty is the longest TTL a duty can ask
     /// for: neither moves without the other.
     #[test]
     fn the_longest_duty_ttl_is_the_ceiling() {
         let longest = DutiesConfig {
-            maintenance_tick: Duration::from_secs(crewlet_config::duties::MAX_MAINTENANCE_TICK_SECONDS),
+            maintenance_tick: Duration::from_secs(
+                crewlet_config::duties::MAX_MAINTENANCE_TICK_SECONDS,
+            ),
             scheduler_lease: Duration::from_secs(600),
             ..DutiesConfig::default()
         };
@@ -249,6 +262,9 @@ mod tests {
         assert_eq!(max, MAX_DUTY_TTL);
         let defaults = DutiesConfig::default();
         assert_eq!(Duty::Scheduler.ttl(&defaults), Duration::from_secs(30));
-        assert_eq!(Duty::Maintenance.ttl(&defaults), Duration::from_secs(45 * 60));
+        assert_eq!(
+            Duty::Maintenance.ttl(&defaults),
+            Duration::from_secs(45 * 60)
+        );
     }
 }

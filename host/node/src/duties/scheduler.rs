@@ -93,10 +93,7 @@ impl Scheduler {
                         cursors.clear();
                         epoch_seen = Some(epoch);
                     }
-                    let fence = Fence {
-                        rx: &tenure,
-                        epoch,
-                    };
+                    let fence = Fence { rx: &tenure, epoch };
                     match self.active.current() {
                         Some(active) => self.pass(&active.company, &fence, &mut cursors).await,
                         None => MAX_SLEEP,
@@ -122,7 +119,10 @@ impl Scheduler {
         let now = Timestamp::now();
         let mut next = now + MAX_SLEEP;
         for (name, schedule) in &company.schedules {
-            match self.schedule_pass(company, name, schedule, tenure, cursors, now).await {
+            match self
+                .schedule_pass(company, name, schedule, tenure, cursors, now)
+                .await
+            {
                 Ok(Some(at)) => next = next.min(at),
                 Ok(None) => {}
                 Err(Stop::Fenced) => return MAX_SLEEP,
@@ -149,7 +149,7 @@ impl Scheduler {
         cursors: &mut BTreeMap<String, Timestamp>,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, Stop> {
-        let tz = schedule.time_zone();
+        let tz = &schedule.tz;
         let through = match cursors.get(name) {
             Some(t) => *t,
             None => {
@@ -168,7 +168,7 @@ impl Scheduler {
         };
         let due: Vec<Timestamp> = schedule
             .cron
-            .fires(&tz, start)
+            .fires(tz, start)
             .take_while(|t| *t <= now)
             .take(MAX_PER_PASS)
             .collect();
@@ -176,19 +176,15 @@ impl Scheduler {
             if start != through {
                 self.save_cursor(name, start, tenure, cursors).await?;
             }
-            return Ok(schedule.cron.fires(&tz, now).next());
+            return Ok(schedule.cron.fires(tz, now).next());
         };
         // Instants still within their window fire as usual; the rest were
         // missed and go to the catch-up policy — except one a predecessor
         // already claimed (it crashed before moving the cursor).
         let window = |t: Timestamp| {
-            let to_next = schedule
-                .cron
-                .fires(&tz, t)
-                .next()
-                .map_or(MAX_WINDOW, |n| {
-                    Duration::try_from(n.duration_since(t)).unwrap_or(MAX_WINDOW)
-                });
+            let to_next = schedule.cron.fires(tz, t).next().map_or(MAX_WINDOW, |n| {
+                Duration::try_from(n.duration_since(t)).unwrap_or(MAX_WINDOW)
+            });
             to_next.min(MAX_WINDOW)
         };
         let late = |t: Timestamp| {
@@ -202,25 +198,45 @@ impl Scheduler {
             missed.remove(0);
             fire.push((first, false));
         }
-        let (catch_up, skipped) = schedule.catch_up.plan(&missed);
+        let crewlet_schedule::Plan {
+            fire: catch_up,
+            skip: skipped,
+        } = crewlet_schedule::plan(schedule.catch_up, &missed);
         if !skipped.is_empty() {
-            self.missed(name, &skipped, "no node held the scheduler at these instants")
-                .await;
+            self.missed(
+                name,
+                &skipped,
+                "no node held the scheduler at these instants",
+            )
+            .await;
         }
         fire.extend(catch_up.into_iter().map(|t| (t, true)));
-        fire.extend(due.iter().copied().filter(|t| !late(*t)).map(|t| (t, false)));
+        fire.extend(
+            due.iter()
+                .copied()
+                .filter(|t| !late(*t))
+                .map(|t| (t, false)),
+        );
         fire.sort();
         for (at, catching_up) in fire {
             for seat in &schedule.seats {
-                self.fire(company, name, schedule, seat.as_str(), at, catching_up, tenure)
-                    .await?;
+                self.fire(
+                    company,
+                    name,
+                    schedule,
+                    seat.as_str(),
+                    at,
+                    catching_up,
+                    tenure,
+                )
+                .await?;
             }
             self.save_cursor(name, at, tenure, cursors).await?;
         }
         if cursors.get(name).is_some_and(|c| *c < last) {
             self.save_cursor(name, last, tenure, cursors).await?;
         }
-        Ok(schedule.cron.fires(&tz, last.max(now)).next())
+        Ok(schedule.cron.fires(tz, last.max(now)).next())
     }
 
     /// Claims and publishes one fire for one seat.
@@ -301,7 +317,14 @@ impl Scheduler {
         Ok(())
     }
 
-    fn wake(&self, company: &Company, name: &str, schedule: &Schedule, seat: &str, at: Timestamp) -> Wake {
+    fn wake(
+        &self,
+        company: &Company,
+        name: &str,
+        schedule: &Schedule,
+        seat: &str,
+        at: Timestamp,
+    ) -> Wake {
         let handle = crewlet_company::Handle::parse(seat).expect("schedule seats are handles");
         let (channel, thread) = match &schedule.deliver {
             Some(d) => (Some(d.channel.clone()), d.thread.clone()),
@@ -341,7 +364,12 @@ impl Scheduler {
         .map_err(|e| format!("wake for {} not published: {e}", wake.handle))
     }
 
-    async fn claimed_any(&self, name: &str, schedule: &Schedule, at: Timestamp) -> Result<bool, Stop> {
+    async fn claimed_any(
+        &self,
+        name: &str,
+        schedule: &Schedule,
+        at: Timestamp,
+    ) -> Result<bool, Stop> {
         for seat in &schedule.seats {
             match self
                 .coord
@@ -357,7 +385,12 @@ impl Scheduler {
     }
 
     /// The schedule's cursor; a schedule seen for the first time starts now.
-    async fn load_cursor(&self, name: &str, tenure: &Fence<'_>, now: Timestamp) -> Result<Timestamp, Stop> {
+    async fn load_cursor(
+        &self,
+        name: &str,
+        tenure: &Fence<'_>,
+        now: Timestamp,
+    ) -> Result<Timestamp, Stop> {
         match self.coord.get_record(Bucket::Fires, "cursor", name).await {
             Ok(Answer::Yes((v, _))) => Ok(v["through_ms"]
                 .as_i64()
@@ -385,7 +418,8 @@ impl Scheduler {
         cursors: &mut BTreeMap<String, Timestamp>,
     ) -> Result<(), Stop> {
         let epoch = fenced(tenure)?;
-        let v = json!({ "through_ms": through.as_millisecond(), "epoch": epoch, "node": self.node_id });
+        let v =
+            json!({ "through_ms": through.as_millisecond(), "epoch": epoch, "node": self.node_id });
         self.coord
             .put_record(Bucket::Fires, "cursor", name, &v)
             .await
@@ -394,7 +428,14 @@ impl Scheduler {
         Ok(())
     }
 
-    async fn record_run(&self, id: &str, name: &str, seat: &str, at: Timestamp, started: Timestamp) {
+    async fn record_run(
+        &self,
+        id: &str,
+        name: &str,
+        seat: &str,
+        at: Timestamp,
+        started: Timestamp,
+    ) {
         let run = ScheduledRun {
             fire_key: id.to_owned(),
             schedule: name.to_owned(),
@@ -408,8 +449,12 @@ impl Scheduler {
         let store = self.store.clone();
         match tokio::task::spawn_blocking(move || store.record_run(&run)).await {
             Ok(Ok(_)) => {}
-            Ok(Err(e)) => warn!(subsystem = "scheduler", fire = %id, error = %e, "scheduled_runs row not written"),
-            Err(e) => warn!(subsystem = "scheduler", fire = %id, error = %e, "scheduled_runs writer failed"),
+            Ok(Err(e)) => {
+                warn!(subsystem = "scheduler", fire = %id, error = %e, "scheduled_runs row not written")
+            }
+            Err(e) => {
+                warn!(subsystem = "scheduler", fire = %id, error = %e, "scheduled_runs writer failed")
+            }
         }
     }
 

@@ -136,7 +136,10 @@ async fn hold(
         if !*eligible.borrow_and_update() {
             publish(None);
             if let Some((lease, _, _)) = held.take() {
-                info!(subsystem = "duties", duty, "this node sheds: giving the duty up");
+                info!(
+                    subsystem = "duties",
+                    duty, "this node sheds: giving the duty up"
+                );
                 release(&coord, duty, &lease).await;
             }
             tokio::select! {
@@ -150,7 +153,13 @@ async fn hold(
                 match coord.acquire(&name, &owner, Some(ttl)).await {
                     Ok(Answer::Yes(lease)) => {
                         let since = now_ms();
-                        info!(subsystem = "duties", duty, epoch = lease.epoch, ?ttl, "duty acquired");
+                        info!(
+                            subsystem = "duties",
+                            duty,
+                            epoch = lease.epoch,
+                            ?ttl,
+                            "duty acquired"
+                        );
                         let holder = crewlet_coord::Holder::new(sent, admit_window, ttl);
                         publish(Some(Tenure {
                             epoch: lease.epoch,
@@ -184,7 +193,12 @@ async fn hold(
                 }
                 match holder.state(Instant::now()) {
                     HolderState::GiveUp => {
-                        warn!(subsystem = "duties", duty, epoch = lease.epoch, "duty given up");
+                        warn!(
+                            subsystem = "duties",
+                            duty,
+                            epoch = lease.epoch,
+                            "duty given up"
+                        );
                         publish(None);
                         held = None;
                         Duration::ZERO
@@ -198,7 +212,9 @@ async fn hold(
                             }));
                         }
                         if state == HolderState::Admitting {
-                            holder.next_renew().saturating_duration_since(Instant::now())
+                            holder
+                                .next_renew()
+                                .saturating_duration_since(Instant::now())
                         } else {
                             ttl / 12
                         }
