@@ -100,7 +100,10 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(async_nats::connect(server.url())).unwrap();
-    let js = async_nats::jetstream::new(client.clone());
+    let js = {
+        let _inside = rt.enter();
+        async_nats::jetstream::new(client.clone())
+    };
 
     // Fire → wake: one schedule per second over every seat of the example.
     let one = start(&server, dir.path(), "bench-1", 30);
@@ -114,13 +117,14 @@ fn main() {
     let fire_lat: Vec<f64> = rt.block_on(async {
         let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut readers = Vec::new();
         for seat in seats {
             let c: async_nats::jetstream::consumer::PullConsumer = stream
                 .get_consumer(&crewlet_bus::mailbox_durable(seat))
                 .await
                 .unwrap();
             let tx = tx.clone();
-            tokio::spawn(async move {
+            readers.push(tokio::spawn(async move {
                 let mut msgs = c.messages().await.unwrap();
                 while let Some(Ok(m)) = msgs.next().await {
                     let at = now_ms();
@@ -133,7 +137,7 @@ fn main() {
                         .unwrap_or(at);
                     let _ = tx.send((at - due) as f64);
                 }
-            });
+            }));
         }
         let mut out = Vec::new();
         // The first second may be a partial one: skip three wakes.
@@ -146,21 +150,32 @@ fn main() {
                 out.push(l);
             }
         }
+        for r in readers {
+            r.abort();
+        }
         out
     });
     // The floor: the same broker, a publish straight to an inbox and its
     // consume, timed the same way.
     let base_lat: Vec<f64> = rt.block_on(async {
         let stream = js.get_stream(crewlet_bus::AGENT_STREAM).await.unwrap();
+        // A mailbox of its own: the scheduler keeps firing into the seats'.
         let c: async_nats::jetstream::consumer::PullConsumer = stream
-            .get_consumer(&crewlet_bus::mailbox_durable("ada"))
+            .get_or_create_consumer(
+                "bench-floor",
+                async_nats::jetstream::consumer::pull::Config {
+                    durable_name: Some("bench-floor".into()),
+                    filter_subject: crewlet_bus::inbox_subject("bench-floor"),
+                    ..Default::default()
+                },
+            )
             .await
             .unwrap();
         let mut msgs = c.messages().await.unwrap();
         let mut out = Vec::new();
         for _ in 0..fires {
             let sent = Instant::now();
-            js.publish(crewlet_bus::inbox_subject("ada"), "{}".into())
+            js.publish(crewlet_bus::inbox_subject("bench-floor"), "{}".into())
                 .await
                 .unwrap()
                 .await

@@ -231,6 +231,10 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     let one = node(&sb1, &server, "keep-1", NO_SEATS, duties, &knob);
     let two = node(&sb2, &server, "keep-2", NO_SEATS, duties, &knob);
     activate(&[&one, &two], &example());
+    // The example's stand-up, with its next fire, in the org view.
+    let org = one.get("/org").unwrap().json();
+    assert_eq!(org["schedules"][0]["name"], "standup", "{org}");
+    assert!(org["schedules"][0]["next"].is_string(), "{org}");
 
     let rt = tokio::runtime::Runtime::new().unwrap();
     let client = rt.block_on(async_nats::connect(server.url())).unwrap();

@@ -96,5 +96,14 @@ pub fn org_view(c: &Company) -> serde_json::Value {
             "plugin": i.plugin,
             "secret": i.secret.name_str(),
         })).collect::<Vec<_>>(),
+        "schedules": c.schedules.values().map(|s| serde_json::json!({
+            "name": s.name,
+            "cron": s.cron.as_str(),
+            "timezone": s.timezone,
+            "seats": s.seats,
+            "next": s.cron.next_after(&s.tz, jiff::Timestamp::now()).map(|t| t.to_string()),
+            "deliver": s.deliver,
+            "catch_up": s.catch_up,
+        })).collect::<Vec<_>>(),
     })
 }

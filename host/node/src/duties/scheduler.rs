@@ -191,52 +191,71 @@ impl Scheduler {
             Duration::try_from(now.duration_since(t)).unwrap_or(Duration::ZERO) > window(t)
         };
         let mut missed: Vec<Timestamp> = due.iter().copied().filter(|t| late(*t)).collect();
-        let mut fire: Vec<(Timestamp, bool)> = Vec::new();
+        let on_time: Vec<Timestamp> = due.iter().copied().filter(|t| !late(*t)).collect();
+        // The oldest may be one a predecessor published and crashed before
+        // moving the cursor past: finish it (its published seats are skipped).
         if let Some(&first) = missed.first()
-            && self.claimed_any(name, schedule, first).await?
+            && self.published_any(name, schedule, first).await?
         {
             missed.remove(0);
-            fire.push((first, false));
+            self.fire_all(company, name, schedule, first, false, tenure)
+                .await?;
+            self.save_cursor(name, first, tenure, cursors).await?;
         }
         let crewlet_schedule::Plan {
             fire: catch_up,
             skip: skipped,
         } = crewlet_schedule::plan(schedule.catch_up, &missed);
-        if !skipped.is_empty() {
+        if let Some(&newest) = skipped.last() {
             self.missed(
                 name,
                 &skipped,
-                "no node held the scheduler at these instants",
+                "past its window and not caught up (no node held the scheduler, or its publish kept failing)",
             )
             .await;
-        }
-        fire.extend(catch_up.into_iter().map(|t| (t, true)));
-        fire.extend(
-            due.iter()
-                .copied()
-                .filter(|t| !late(*t))
-                .map(|t| (t, false)),
-        );
-        fire.sort();
-        for (at, catching_up) in fire {
-            for seat in &schedule.seats {
-                self.fire(
-                    company,
-                    name,
-                    schedule,
-                    seat.as_str(),
-                    at,
-                    catching_up,
-                    tenure,
-                )
-                .await?;
+            // Skipped instants are older than every one still to fire.
+            if catch_up.first().is_none_or(|c| *c > newest) {
+                self.save_cursor(name, newest, tenure, cursors).await?;
             }
+        }
+        let fires = catch_up
+            .into_iter()
+            .map(|t| (t, true))
+            .chain(on_time.into_iter().map(|t| (t, false)));
+        for (at, catching_up) in fires {
+            self.fire_all(company, name, schedule, at, catching_up, tenure)
+                .await?;
             self.save_cursor(name, at, tenure, cursors).await?;
         }
         if cursors.get(name).is_some_and(|c| *c < last) {
             self.save_cursor(name, last, tenure, cursors).await?;
         }
         Ok(schedule.cron.fires(tz, last.max(now)).next())
+    }
+
+    /// Fires `at` for every seat of the schedule.
+    async fn fire_all(
+        &self,
+        company: &Company,
+        name: &str,
+        schedule: &Schedule,
+        at: Timestamp,
+        catching_up: bool,
+        tenure: &Fence<'_>,
+    ) -> Result<(), Stop> {
+        for seat in &schedule.seats {
+            self.fire(
+                company,
+                name,
+                schedule,
+                seat.as_str(),
+                at,
+                catching_up,
+                tenure,
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     /// Claims and publishes one fire for one seat.
@@ -364,7 +383,8 @@ impl Scheduler {
         .map_err(|e| format!("wake for {} not published: {e}", wake.handle))
     }
 
-    async fn claimed_any(
+    /// Whether any seat's fire at `at` was published.
+    async fn published_any(
         &self,
         name: &str,
         schedule: &Schedule,
@@ -376,8 +396,8 @@ impl Scheduler {
                 .get_record(Bucket::Fires, "fire", &fire_id(name, seat.as_str(), at))
                 .await
             {
-                Ok(Answer::Yes(_)) => return Ok(true),
-                Ok(Answer::No(())) => {}
+                Ok(Answer::Yes((v, _))) if v["state"] == "published" => return Ok(true),
+                Ok(_) => {}
                 Err(e) => return Err(Stop::Retry(e.to_string())),
             }
         }
