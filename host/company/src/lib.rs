@@ -19,7 +19,6 @@
 //! `crewlet-schedule`'s.
 
 mod raw;
-mod schedules;
 
 use std::collections::BTreeMap;
 use std::fmt;

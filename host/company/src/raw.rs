@@ -1,12 +1,14 @@
 //! The document as written, and its validation into a [`Company`].
 
+mod schedules;
+
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
 use crate::{
     Ceilings, Company, DocError, Handle, Integration, Invalid, McpServer, McpTransport, ModelRef,
-    Role, Seat, SecretRef, schedules::RawSchedule, seat_id,
+    Role, Seat, SecretRef, seat_id,
 };
 
 /// Default bound on executor ↔ reviewer iterations.
@@ -25,7 +27,7 @@ pub struct Document {
     #[serde(default)]
     integrations: BTreeMap<String, RawIntegration>,
     #[serde(default)]
-    schedules: BTreeMap<String, RawSchedule>,
+    schedules: BTreeMap<String, schedules::RawSchedule>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -450,7 +452,7 @@ impl Document {
             );
         }
 
-        let schedules = crate::schedules::validate(
+        let schedules = schedules::validate(
             self.schedules,
             (&self.org.timezone, org_tz.as_ref()),
             &roles,

@@ -174,12 +174,38 @@ pub async fn start(
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
-    crate::duties::start(&ctx, &p.state.duties, started);
+    start_duties(&ctx, started);
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);
     info!(subsystem = "node", stream = %urls, "node running");
     Ok(Some(publisher))
+}
+
+/// The company's duties (with `workers`), this node's retention and the
+/// fleet's duty view.
+fn start_duties(ctx: &EngineContext, started: &mut Started) {
+    let (eligible, follower) = ctx.state.watch_admission();
+    let running = crate::duties::start(
+        crate::duties::Parts {
+            node_id: ctx.node_id.clone(),
+            coord: ctx.coord.clone(),
+            js: async_nats::jetstream::new(ctx.client.clone()),
+            store: ctx.store.clone(),
+            publisher: ctx.publisher.clone(),
+            active: ctx.active.clone(),
+            config: ctx.config.duties.clone(),
+            workers: ctx.config.roles.contains(&crewlet_config::Role::Workers),
+            eligible,
+        },
+        &ctx.state.duties,
+    );
+    started.push("duties", move || {
+        Box::pin(async move {
+            running.stop().await;
+            follower.abort();
+        })
+    });
 }
 
 /// Binds the HTTP surface (before the engine starts, so probes answer

@@ -24,13 +24,12 @@ pub mod tenure;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crewlet_config::{DutiesConfig, Role};
+use crewlet_config::DutiesConfig;
 use crewlet_coord::Coord;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::engine::{EngineContext, Started};
 pub use tenure::Board;
 use tenure::{DutyLease, Spec};
 
@@ -84,38 +83,69 @@ impl DutiesView {
     }
 }
 
+/// What the duties are started with.
+pub struct Parts {
+    pub node_id: String,
+    pub coord: Coord,
+    pub js: async_nats::jetstream::Context,
+    pub store: std::sync::Arc<crewlet_store::Store>,
+    pub publisher: crewlet_observe::Publisher,
+    pub active: crewlet_company::ActiveCompany,
+    pub config: DutiesConfig,
+    /// Whether this node has the `workers` role.
+    pub workers: bool,
+    /// Whether the node admits triggers now (it does not while it sheds).
+    pub eligible: watch::Receiver<bool>,
+}
+
+/// The started duties; [`Running::stop`] ends their work, then releases
+/// their leases.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    leases: Vec<DutyLease>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        for l in self.leases {
+            l.stop().await;
+        }
+    }
+}
+
 /// Starts the duties this node competes for (with `workers`), its own
-/// retention and the fleet view; each pushed on `started`.
-pub fn start(ctx: &EngineContext, view: &DutiesView, started: &mut Started) {
-    let config = ctx.config.duties.clone();
-    let js = async_nats::jetstream::new(ctx.client.clone());
-    let workers = ctx.config.roles.contains(&Role::Workers);
-    let (eligible, follower) = ctx.state.watch_admission();
+/// retention and the fleet view.
+pub fn start(p: Parts, view: &DutiesView) -> Running {
     let lease = |duty: Duty| {
         DutyLease::start(
             Spec {
-                coord: ctx.coord.clone(),
-                owner: ctx.coord.options().owner.clone(),
+                coord: p.coord.clone(),
+                owner: p.coord.options().owner.clone(),
                 duty: duty.name(),
-                ttl: duty.ttl(&config),
+                ttl: duty.ttl(&p.config),
             },
             view.board.clone(),
-            eligible.clone(),
+            p.eligible.clone(),
         )
     };
     let (stop_tx, stop) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut leases = Vec::new();
     let mut maintenance_tenure = None;
-    if workers {
+    if p.workers {
         let scheduler = lease(Duty::Scheduler);
         let work = scheduler::Scheduler {
-            node_id: ctx.node_id.clone(),
-            coord: ctx.coord.clone(),
-            js: js.clone(),
-            store: ctx.store.clone(),
-            publisher: ctx.publisher.clone(),
-            active: ctx.active.clone(),
+            node_id: p.node_id.clone(),
+            coord: p.coord.clone(),
+            js: p.js.clone(),
+            store: p.store.clone(),
+            publisher: p.publisher.clone(),
+            active: p.active.clone(),
         };
         tasks.push(tokio::spawn(
             work.run(scheduler.tenure(), stop.clone())
@@ -132,12 +162,12 @@ pub fn start(ctx: &EngineContext, view: &DutiesView, started: &mut Started) {
         );
     }
     let upkeep = maintenance::Maintenance {
-        coord: ctx.coord.clone(),
-        js,
-        store: ctx.store.clone(),
-        publisher: ctx.publisher.clone(),
-        active: ctx.active.clone(),
-        config,
+        coord: p.coord.clone(),
+        js: p.js.clone(),
+        store: p.store.clone(),
+        publisher: p.publisher.clone(),
+        active: p.active.clone(),
+        config: p.config.clone(),
         last: view.maintenance.clone(),
     };
     tasks.push(tokio::spawn(
@@ -146,21 +176,14 @@ pub fn start(ctx: &EngineContext, view: &DutiesView, started: &mut Started) {
             .instrument(info_span!("maintenance", subsystem = "maintenance")),
     ));
     tasks.push(tokio::spawn(
-        watch_fleet(ctx.coord.clone(), view.fleet.clone(), stop)
+        watch_fleet(p.coord.clone(), view.fleet.clone(), stop)
             .instrument(info_span!("duties", subsystem = "duties")),
     ));
-    started.push("duties", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(true);
-            for t in tasks {
-                let _ = t.await;
-            }
-            for l in leases {
-                l.stop().await;
-            }
-            follower.abort();
-        })
-    });
+    Running {
+        stop: stop_tx,
+        tasks,
+        leases,
+    }
 }
 
 /// Reads who holds each duty and which live nodes could, every
