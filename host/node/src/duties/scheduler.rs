@@ -160,8 +160,13 @@ impl Scheduler {
         };
         let floor = now - signed(CATCHUP_CEILING);
         let start = if through < floor {
-            self.missed_summary(name, through, floor, "older than the catch-up ceiling")
-                .await;
+            self.missed(
+                name,
+                (through, floor),
+                None,
+                "older than the catch-up ceiling",
+            )
+            .await;
             floor
         } else {
             through
@@ -206,10 +211,11 @@ impl Scheduler {
             fire: catch_up,
             skip: skipped,
         } = crewlet_schedule::plan(schedule.catch_up, &missed);
-        if let Some(&newest) = skipped.last() {
+        if let (Some(&oldest), Some(&newest)) = (skipped.first(), skipped.last()) {
             self.missed(
                 name,
-                &skipped,
+                (oldest, newest),
+                Some(skipped.len()),
                 "past its window and not caught up (no node held the scheduler, or its publish kept failing)",
             )
             .await;
@@ -478,26 +484,22 @@ impl Scheduler {
         }
     }
 
-    async fn missed(&self, name: &str, instants: &[Timestamp], why: &str) {
-        let (Some(first), Some(last)) = (instants.first(), instants.last()) else {
-            return;
-        };
-        warn!(subsystem = "scheduler", schedule = %name, count = instants.len(), first = %first, last = %last, why, "fires missed");
+    /// Records fires missed from `first` to `last`: `count` of them, when
+    /// they were counted (a gap past the catch-up ceiling is not).
+    async fn missed(
+        &self,
+        name: &str,
+        (first, last): (Timestamp, Timestamp),
+        count: Option<usize>,
+        why: &str,
+    ) {
+        warn!(subsystem = "scheduler", schedule = %name, ?count, first = %first, last = %last, why, "fires missed");
         let ev = self.publisher.event(
             "schedule_missed",
             json!({
-                "schedule": name, "count": instants.len(),
+                "schedule": name, "count": count,
                 "first": first.to_string(), "last": last.to_string(), "reason": why,
             }),
-        );
-        let _ = self.publisher.record(ev).await;
-    }
-
-    async fn missed_summary(&self, name: &str, from: Timestamp, to: Timestamp, why: &str) {
-        warn!(subsystem = "scheduler", schedule = %name, from = %from, to = %to, why, "fires missed");
-        let ev = self.publisher.event(
-            "schedule_missed",
-            json!({ "schedule": name, "first": from.to_string(), "last": to.to_string(), "reason": why }),
         );
         let _ = self.publisher.record(ev).await;
     }
