@@ -4,9 +4,18 @@
 //! (release binary, one nats-server), all in one run so the ratios compare
 //! like with like.
 //!
+//! The table is measured twice, each pass with its own alone baseline:
+//! with the load generator's client threads at the node's own priority, and
+//! with them at nice 19. On one 2-core machine the attacking clients are
+//! themselves CPU the node has to share — an attacker on another machine
+//! costs the node only its requests — so the second pass approximates load
+//! generators off the node's cores: the node and its broker are served
+//! first, the clients get what is left. The `/health` poller keeps its
+//! priority in both.
+//!
 //! `cargo bench --bench sandbox` (set `SANDBOX_SECONDS` to change the 5 s
 //! per scenario). Printed per scenario: GitHub req/s and p50/p99, `/health`
-//! p50/p99, and the ratios against the alone baseline.
+//! p50/p99, and the ratios against the alone baseline of its pass.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -225,13 +234,23 @@ struct Figures {
     accepted: u64,
 }
 
-fn run(node: &Node, scenario: usize, attack: Option<&'static str>, seconds: u64) -> Figures {
+/// The client threads' niceness in each pass: the node's own, then last.
+const CLIENT_NICENESS: [i32; 2] = [0, 19];
+
+fn run(
+    node: &Node,
+    scenario: usize,
+    attack: Option<&'static str>,
+    seconds: u64,
+    nice: i32,
+) -> Figures {
     let stop = Arc::new(AtomicBool::new(false));
     let accepted = Arc::new(AtomicU64::new(0));
     let mut github = Vec::new();
     for c in 0..CLIENTS {
         let (addr, stop, accepted) = (node.addr.clone(), stop.clone(), accepted.clone());
         github.push(std::thread::spawn(move || {
+            crewlet_os::lower_thread_priority(nice).unwrap();
             let mut conn = Conn::new(&addr);
             let mut lat = Vec::new();
             let body = br#"{"action":"created","comment":{"body":"@ada hi"},"issue":{"number":1},"repository":{"full_name":"o/r"}}"#;
@@ -267,6 +286,7 @@ fn run(node: &Node, scenario: usize, attack: Option<&'static str>, seconds: u64)
         for _ in 0..CLIENTS {
             let (addr, stop) = (node.addr.clone(), stop.clone());
             hostile.push(std::thread::spawn(move || {
+                crewlet_os::lower_thread_priority(nice).unwrap();
                 let mut conn = Conn::new(&addr);
                 // `@unserved`: the attack's HTTP traffic alone, no plugin.
                 let route = if what == "@unserved" {
@@ -344,38 +364,43 @@ fn main() {
     plugins
         .add("github", "plugins/webhooks/github/plugin.toml")
         .add("hostile", "plugins/testdata/hostile-webhook/plugin.toml");
-    let mut baseline: Option<Figures> = None;
     println!(
         "sandbox: {CLIENTS} clients on /webhooks/github (+{CLIENTS} on /webhooks/hostile under attack), {seconds} s per scenario"
     );
-    for (i, s) in SCENARIOS.iter().enumerate() {
-        let dir = tmp.path().join(format!("s{i}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let node = start(&server, &dir, plugins.path(), s.env);
-        let f = run(&node, i, s.attack, seconds);
-        drop(node);
-        let ratio = baseline
-            .as_ref()
-            .map(|b| {
-                format!(
-                    "  throughput {:.0}% of alone, p99 {:.2}x alone",
-                    100.0 * f.rps / b.rps,
-                    ms(f.p99) / ms(b.p99)
-                )
-            })
-            .unwrap_or_default();
-        println!(
-            "{:<52} github {:>7.0} req/s ({:>6} accepted) p50 {:>6.2} ms p99 {:>7.2} ms | /health p50 {:>5.2} ms p99 {:>6.2} ms{ratio}",
-            s.name,
-            f.rps,
-            f.accepted,
-            ms(f.p50),
-            ms(f.p99),
-            ms(f.health_p50),
-            ms(f.health_p99),
-        );
-        if baseline.is_none() {
-            baseline = Some(f);
+    let mut scenario = 0;
+    for nice in CLIENT_NICENESS {
+        println!("-- client threads at nice {nice}");
+        let mut baseline: Option<Figures> = None;
+        for s in SCENARIOS {
+            scenario += 1;
+            let dir = tmp.path().join(format!("s{scenario}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            let node = start(&server, &dir, plugins.path(), s.env);
+            let f = run(&node, scenario, s.attack, seconds, nice);
+            drop(node);
+            let ratio = baseline
+                .as_ref()
+                .map(|b| {
+                    format!(
+                        "  throughput {:.0}% of alone, p99 {:.2}x alone",
+                        100.0 * f.rps / b.rps,
+                        ms(f.p99) / ms(b.p99)
+                    )
+                })
+                .unwrap_or_default();
+            println!(
+                "{:<52} github {:>7.0} req/s ({:>6} accepted) p50 {:>6.2} ms p99 {:>7.2} ms | /health p50 {:>5.2} ms p99 {:>6.2} ms{ratio}",
+                s.name,
+                f.rps,
+                f.accepted,
+                ms(f.p50),
+                ms(f.p99),
+                ms(f.health_p50),
+                ms(f.health_p99),
+            );
+            if baseline.is_none() {
+                baseline = Some(f);
+            }
         }
     }
 }

@@ -139,11 +139,19 @@ fn delivery_ids_and_parse_output_are_bounded_before_anything_is_claimed_or_publi
     assert_eq!(github(&w, "d-good-2").status, 202);
 
     // What parse returns: 20,000 deliveries (400), one of 8 MiB (413),
-    // an empty id (400) — none published.
+    // texts aliasing one buffer past the transfer bound (413, a fault), an
+    // empty id (400) — none published.
     let many = hostile(&w, "many");
     assert_eq!(many.status, 400, "{}", many.text());
     assert!(many.text().contains("20000 deliveries"), "{}", many.text());
     assert_eq!(hostile(&w, "huge").status, 413);
+    let alias = hostile(&w, "alias");
+    assert_eq!(alias.status, 413, "{}", alias.text());
+    assert!(alias.text().contains("transfer bound"), "{}", alias.text());
+    assert_eq!(
+        plugin(&w, "hostile-webhook")["last_fault_kind"],
+        "oversized"
+    );
     assert_eq!(hostile(&w, "empty-id").status, 400);
     assert_eq!(hostile(&w, "one").status, 202);
     assert_eq!(published(&w), before + 2, "only the two good deliveries");

@@ -418,6 +418,22 @@ impl Edge {
                 debug!(subsystem = "ingress", source, %reason, "delivery refused");
                 return Err(refused(StatusCode::BAD_REQUEST, reason));
             }
+            // An answer past the transfer bound is the plugin's fault, but
+            // the delivery is what expanded past the host's bounds: refused
+            // like one past them, so the sender does not retry it for ever.
+            Err(
+                e @ crewlet_plugins::CallError::Fault {
+                    fault: crewlet_plugins::Fault::Oversized { .. },
+                    ..
+                },
+            ) => {
+                // The plugin host has logged the fault (rate-limited).
+                debug!(subsystem = "ingress", source, error = %e, "delivery refused: past the host's transfer bound");
+                return Err(refused(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "not accepted: the plugin's answer is past the host's transfer bound",
+                ));
+            }
             Err(e) => return Err(fault(e, "parse")),
         };
         if let Err(e) = check_bounds(&parsed) {

@@ -15,6 +15,10 @@ pub enum Fault {
     OutOfMemory { limit: u64, requested: u64 },
     #[error("exhausted its stack (unbounded recursion?)")]
     StackOverflow,
+    #[error(
+        "handed the host more than its transfer bound of {limit} bytes in one call; return or pass less"
+    )]
+    Oversized { limit: u64 },
     #[error("trapped: {reason}")]
     Trap { reason: String },
 }
@@ -26,6 +30,7 @@ impl Fault {
             Fault::Timeout { .. } => "timeout",
             Fault::OutOfMemory { .. } => "out-of-memory",
             Fault::StackOverflow => "stack-overflow",
+            Fault::Oversized { .. } => "oversized",
             Fault::Trap { .. } => "trap",
         }
     }

@@ -43,8 +43,21 @@ pub const MAX_CONCURRENCY: u32 = 16;
 pub struct Ceiling {
     pub deadline_ms: u64,
     pub memory_mib: u64,
+    /// The most bytes the host copies out of the guest in one call: what
+    /// an export returns, or what the guest passes to one host function.
+    /// Wasmtime's hostcall fuel, so every string and list is weighed
+    /// before it is copied — an answer whose strings all point at the same
+    /// guest buffer cannot multiply into host memory.
+    pub transfer_mib: u64,
     /// Why the deadline is bounded, for the error that names the field.
     pub why: &'static str,
+}
+
+impl Ceiling {
+    /// [`Ceiling::transfer_mib`] in bytes.
+    pub fn transfer_bytes(&self) -> usize {
+        (self.transfer_mib as usize) << 20
+    }
 }
 
 impl Kind {
@@ -56,12 +69,16 @@ impl Kind {
             Kind::Webhook => Ceiling {
                 deadline_ms: 5_000,
                 memory_mib: 128,
+                // The most a well-formed answer holds: 100 deliveries of
+                // 512 KiB (`webhook::MAX_DELIVERIES`, `MAX_DELIVERY_BYTES`).
+                transfer_mib: 64,
                 why: "a sender waits for the answer (Slack gives up after 3 s, GitHub after 10 s)",
             },
             // A model call waits on a vendor.
             Kind::Provider => Ceiling {
                 deadline_ms: MAX_DEADLINE_MS,
                 memory_mib: 256,
+                transfer_mib: 64,
                 why: "a model call may wait on its vendor, but not for ever",
             },
             // A module step (init, an event, a state change) holds its
@@ -69,6 +86,7 @@ impl Kind {
             Kind::Module => Ceiling {
                 deadline_ms: 30_000,
                 memory_mib: 256,
+                transfer_mib: 16,
                 why: "a module step holds the module's one instance",
             },
         }

@@ -35,7 +35,7 @@ use wasmtime_wasi::{FsPerms, WasiCtx};
 use crate::call::{GuestThreads, Guests};
 pub use crate::fault::{CallError, Fault};
 use crate::manifest::{Kind, Manifest};
-use crate::sandbox::{EPOCH_TICK, Sandbox, ZeroClock};
+use crate::sandbox::{Bounds, EPOCH_TICK, Sandbox, ZeroClock};
 
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
@@ -331,12 +331,11 @@ impl Runtime {
                     source: std::io::Error::other(format!("{e:#}")),
                 })?;
         }
-        let sandbox = Sandbox::new(
-            wasi.build(),
-            stderr,
-            manifest.limits.memory_bytes as usize,
-            world,
-        );
+        let bounds = Bounds {
+            memory: manifest.limits.memory_bytes as usize,
+            transfer: manifest.kind.ceiling().transfer_bytes(),
+        };
+        let sandbox = Sandbox::new(wasi.build(), stderr, bounds, world);
         let mut store = Store::new(&self.engine, sandbox);
         Sandbox::install(&mut store);
         Ok(store)

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::{manifest, manifest_text, runtime};
 use crewlet_plugins::breaker::{BreakerPolicy, BreakerState};
-use crewlet_plugins::manifest::Manifest;
+use crewlet_plugins::manifest::{Kind, Manifest};
 use crewlet_plugins::runtime::{CacheOutcome, CallError, Fault, LoadError, Runtime, RuntimeConfig};
 use crewlet_plugins::webhook::{Request, Unbounded, WebhookPlugin, check_bounds};
 
@@ -241,6 +241,16 @@ async fn what_parse_returns_is_held_to_the_hosts_bounds() {
             bytes: 5000
         })
     );
+
+    // 12 texts aliasing one 8 MiB buffer would lift as 96 MiB (any count
+    // multiplies it): each copy is weighed against the webhook world's
+    // 64 MiB transfer bound before it is made.
+    let limit = Kind::Webhook.ceiling().transfer_bytes() as u64;
+    assert_eq!(
+        fault_of(hostile.parse(&misbehave(b"alias")).await),
+        Fault::Oversized { limit }
+    );
+    assert_eq!(bounds(b"one").await, Ok(()));
 }
 
 #[test]

@@ -8,7 +8,10 @@
 //! `panic-secret` panics with the secret in the message; `reply-secret`
 //! answers a reply carrying the secret (raw and hex); `many` returns 20,000
 //! deliveries; `huge` one delivery of 8 MiB; `empty-id` and `long-id`
-//! (5,000 bytes) deliveries with such ids; `one` a single good delivery;
+//! (5,000 bytes) deliveries with such ids; `alias` 12 deliveries whose
+//! texts all point at one 8 MiB buffer (8 MiB of guest memory that would
+//! lift as 96 MiB of host memory: past the webhook world's transfer bound,
+//! under wasmtime's default one); `one` a single good delivery;
 //! `ambient` reports what ambient authority it found (environment, root
 //! directory, clock) and `scratch` writes a file to `/scratch`, each as a
 //! parse error's text; anything else parses to zero deliveries.
@@ -50,6 +53,22 @@ fn delivery(id: String, text: Option<String>) -> Delivery {
         text,
         payload: Vec::new(),
     }
+}
+
+/// `count` deliveries whose texts are all the same `len`-byte buffer.
+fn aliased(count: usize, len: usize) -> Vec<Delivery> {
+    let mut one = std::mem::ManuallyDrop::new("x".repeat(len));
+    let ptr = one.as_mut_ptr();
+    (0..count)
+        .map(|i| {
+            // SAFETY: nothing in this guest drops or writes these strings:
+            // the bindings lower them by pointer and forget them, and the
+            // host refuses the answer before its post-return would free
+            // anything. Aliasing them is the whole point of the case.
+            let text = unsafe { String::from_raw_parts(ptr, len, len) };
+            delivery(format!("alias-{i}"), Some(text))
+        })
+        .collect()
 }
 
 #[inline(never)]
@@ -99,6 +118,10 @@ impl Guest for Plugin {
             }),
             b"long-id" => Ok(Parsed {
                 deliveries: vec![delivery("a".repeat(5000), None)],
+                reply: None,
+            }),
+            b"alias" => Ok(Parsed {
+                deliveries: aliased(12, 8 << 20),
                 reply: None,
             }),
             b"one" => Ok(Parsed {
