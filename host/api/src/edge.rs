@@ -17,6 +17,14 @@
 //!   idle sockets hoarding the cap); its body within
 //!   `body_timeout` of the request's start (the handler's read fails, and
 //!   the request is answered 400 without being acted on).
+//! - **Refusals are paced per connection.** A connection may draw
+//!   [`RefusalPace::burst`] refusals (any 4xx or 5xx answer) at once, then
+//!   [`RefusalPace::per_second`]; past that, each refusal is written only
+//!   when its token is due (at most a second late). A keep-alive client
+//!   that ignores `Retry-After` and hammers a quarantined route, an
+//!   unserved one or a bad signature gets what it asked for at the pace a
+//!   sender that honours refusals would, so its requests cannot crowd out
+//!   the connections that are being served; a refusal is never dropped.
 //! - **Graceful stop.** On shutdown the listener closes, every connection
 //!   finishes the request in flight and then closes; the call returns once
 //!   all have.
@@ -45,6 +53,7 @@ pub struct EdgeLimits {
     pub max_connections: usize,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    pub refusals: RefusalPace,
 }
 
 impl Default for EdgeLimits {
@@ -53,6 +62,59 @@ impl Default for EdgeLimits {
             max_connections: 512,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            refusals: RefusalPace::default(),
+        }
+    }
+}
+
+/// How many refusals one connection draws before they are paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RefusalPace {
+    pub burst: u32,
+    pub per_second: u32,
+}
+
+impl Default for RefusalPace {
+    fn default() -> Self {
+        RefusalPace {
+            burst: 32,
+            per_second: 16,
+        }
+    }
+}
+
+/// The longest a paced refusal waits.
+const MAX_PACE: Duration = Duration::from_secs(1);
+
+/// One connection's refusal tokens.
+struct Refusals {
+    pace: RefusalPace,
+    tokens: f64,
+    last: std::time::Instant,
+}
+
+impl Refusals {
+    fn new(pace: RefusalPace) -> Refusals {
+        Refusals {
+            pace,
+            tokens: f64::from(pace.burst),
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// Draws a token for one refusal; answers how long it must wait.
+    fn draw(&mut self, now: std::time::Instant) -> Duration {
+        let rate = f64::from(self.pace.per_second.max(1));
+        let elapsed = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.tokens = (self.tokens + elapsed * rate).min(f64::from(self.pace.burst));
+        // Owing more than the longest wait's worth would only lengthen
+        // waits past it: the debt is capped with the wait.
+        self.tokens = (self.tokens - 1.0).max(-rate * MAX_PACE.as_secs_f64());
+        if self.tokens >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.tokens / rate).min(MAX_PACE)
         }
     }
 }
@@ -140,12 +202,28 @@ async fn connection(
     permit: OwnedSemaphorePermit,
 ) {
     let slot = ConnectionSlot(Arc::new(permit));
+    let refusals = Arc::new(std::sync::Mutex::new(Refusals::new(limits.refusals)));
     let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
         let mut req =
             req.map(|body| axum::body::Body::new(Deadline::new(body, limits.body_timeout)));
         req.extensions_mut().insert(ConnectInfo(peer));
         req.extensions_mut().insert(slot.clone());
-        tower::ServiceExt::oneshot(router.clone(), req)
+        let answer = tower::ServiceExt::oneshot(router.clone(), req);
+        let refusals = refusals.clone();
+        async move {
+            let response = answer.await?;
+            let status = response.status();
+            if status.is_client_error() || status.is_server_error() {
+                let wait = refusals
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .draw(std::time::Instant::now());
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            Ok::<_, std::convert::Infallible>(response)
+        }
     });
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -295,6 +373,79 @@ mod tests {
         assert!(
             took >= Duration::from_millis(250) && took < Duration::from_secs(3),
             "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_connection_draws_its_burst_then_refusals_at_the_pace() {
+        let pace = RefusalPace {
+            burst: 3,
+            per_second: 10,
+        };
+        let mut r = Refusals::new(pace);
+        let t0 = r.last;
+        for _ in 0..3 {
+            assert_eq!(r.draw(t0), Duration::ZERO);
+        }
+        assert_eq!(r.draw(t0), Duration::from_millis(100));
+        assert_eq!(r.draw(t0), Duration::from_millis(200));
+        // Half a second later the debt is paid and two tokens are back.
+        let later = t0 + Duration::from_millis(500);
+        assert_eq!(r.draw(later), Duration::ZERO);
+        assert_eq!(r.draw(later), Duration::ZERO);
+        assert_eq!(r.draw(later), Duration::ZERO);
+        // However long the hammering, no refusal waits past the cap.
+        for _ in 0..1000 {
+            assert!(r.draw(later) <= MAX_PACE);
+        }
+        assert_eq!(r.draw(later), MAX_PACE);
+    }
+
+    #[tokio::test]
+    async fn refusals_past_the_burst_are_paced_and_answers_are_not() {
+        let limits = EdgeLimits {
+            refusals: RefusalPace {
+                burst: 4,
+                per_second: 20,
+            },
+            ..EdgeLimits::default()
+        };
+        let (addr, _stop) = started(limits).await;
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        let mut exchange = async |path: &str| {
+            let head = format!("PUT {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let mut buf = [0u8; 512];
+            let n = conn.read(&mut buf).await.unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        let t0 = std::time::Instant::now();
+        for _ in 0..4 {
+            assert!(exchange("/nowhere").await.starts_with("HTTP/1.1 404"));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(150),
+            "{:?}",
+            t0.elapsed()
+        );
+        for _ in 0..10 {
+            assert!(exchange("/echo").await.starts_with("HTTP/1.1 200"));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(300),
+            "{:?}",
+            t0.elapsed()
+        );
+        // Twelve more refusals: whatever refilled meanwhile, at most the
+        // burst of four is free, so the other eight take 20 a second.
+        let t1 = std::time::Instant::now();
+        for _ in 0..12 {
+            assert!(exchange("/nowhere").await.starts_with("HTTP/1.1 404"));
+        }
+        assert!(
+            t1.elapsed() >= Duration::from_millis(350),
+            "{:?}",
+            t1.elapsed()
         );
     }
 

@@ -36,7 +36,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use auth::{Authority, Refused, Scope, Verdict};
-pub use edge::EdgeLimits;
+pub use edge::{EdgeLimits, RefusalPace};
 pub use hosts::AllowedHosts;
 pub use retry::retry_later;
 pub use stream::{EventFilter, EventSource};

@@ -172,6 +172,9 @@ pub struct Role {
     pub executor: Vec<ModelRef>,
     pub reviewer: ModelRef,
     pub mcp: BTreeMap<String, McpServer>,
+    /// Modules whose tools this role's seats may call, as `MODULE__TOOL`
+    /// beside their MCP servers' tools.
+    pub modules: Vec<String>,
     pub max_iterations: u32,
     pub max_tool_rounds: u32,
     pub budget: Ceilings,

@@ -60,6 +60,8 @@ struct RawRole {
     reviewer: RawModel,
     #[serde(default)]
     mcp: BTreeMap<String, RawMcp>,
+    #[serde(default)]
+    modules: Vec<String>,
     max_iterations: Option<i64>,
     max_tool_rounds: Option<i64>,
     #[serde(default)]
@@ -360,12 +362,14 @@ impl Document {
                     mcp.insert(server, s);
                 }
             }
+            let modules = role_modules(&path, r.modules, &mcp, &mut errors);
             let role = Role {
                 name: name.clone(),
                 system_prompt: r.system_prompt,
                 executor,
                 reviewer,
                 mcp,
+                modules,
                 max_iterations: bounded(
                     format!("{path}.max_iterations"),
                     r.max_iterations,
@@ -475,4 +479,44 @@ impl Document {
             Err(Invalid { errors: errors.0 })
         }
     }
+}
+
+/// A role's `modules`: plugin names (`a-z 0-9 -`, starting with a letter),
+/// each once, none also the name of one of the role's MCP servers — both
+/// are offered to the model as `NAME__TOOL`, so a shared name would make a
+/// tool ambiguous.
+fn role_modules(
+    path: &str,
+    names: Vec<String>,
+    mcp: &BTreeMap<String, McpServer>,
+    errors: &mut Errors,
+) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (i, name) in names.into_iter().enumerate() {
+        let at = format!("{path}.modules[{i}]");
+        let b = name.as_bytes();
+        let valid = !b.is_empty()
+            && b.len() <= 63
+            && b[0].is_ascii_lowercase()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+        if !valid {
+            errors.add(
+                at,
+                format!("{name:?} is not a module name (a-z 0-9 -, starting with a letter)"),
+            );
+        } else if out.contains(&name) {
+            errors.add(at, format!("module {name:?} is listed twice"));
+        } else if mcp.contains_key(&name) {
+            errors.add(
+                at,
+                format!(
+                    "module {name:?} has the name of one of this role's MCP servers; both offer tools as {name}__TOOL, so rename one"
+                ),
+            );
+        } else {
+            out.push(name);
+        }
+    }
+    out
 }

@@ -50,6 +50,7 @@ fn every_error_is_reported_with_its_path() {
         executor = []
         reviewer = { provider = "openai", model = "m", credentials = "sk-live-123" }
         max_tool_rounds = 0
+        modules = ["Notebook", "wiki", "ok", "ok"]
         [roles.eng.mcp.chat]
         command = "srv"
         url = "http://x"
@@ -75,6 +76,9 @@ fn every_error_is_reported_with_its_path() {
         "roles.eng.max_tool_rounds",
         "roles.eng.mcp.chat",
         "roles.eng.mcp.wiki.url",
+        "roles.eng.modules[0]",
+        "roles.eng.modules[1]",
+        "roles.eng.modules[3]",
         "seats.Bad Handle",
         "seats.ada.role",
         "integrations.github.secret",

@@ -6,10 +6,14 @@
 //! 2. **the plugin's concurrency bound** (`limits.concurrency`, capped by
 //!    the host): a call waits at most its own deadline for a slot, else
 //!    [`CallError::Busy`] — one plugin can hold at most its share;
-//! 3. **the guest threads** ([`Guests`]): the call runs on the plugin
-//!    host's own threads, never on the node's I/O workers, under its
-//!    deadline's timer (which covers host calls; the tick budget covers
-//!    guest code, [`crate::sandbox`]);
+//! 3. **the guest threads** ([`Guests`]): a call starts on the caller's
+//!    thread and stays there only until it first waits — a tick's yield or
+//!    a host call's I/O — then the rest of it moves to the plugin host's own
+//!    threads, under its deadline's timer (which covers host calls; the
+//!    tick budget covers guest code, [`crate::sandbox`]). A verify or a
+//!    parse that is done within its first tick (every healthy one) costs
+//!    no hand-off and no lowered priority; a guest that spins holds an I/O
+//!    thread for at most one tick, then competes only on the guest threads;
 //! 4. **settling**: the result or a typed fault, recorded in the plugin's
 //!    health. A store whose call failed is dropped, never re-entered.
 
@@ -32,8 +36,9 @@ pub enum GuestThreads {
     /// On the caller's runtime (the node's I/O workers), yielding every
     /// tick. Kept for measurement (`BENCHMARKS.md`), not for production.
     Shared,
-    /// On a runtime of this many threads of its own, at a lowered
-    /// scheduling priority, yielding every tick.
+    /// Started on the caller's thread, moved at its first wait to a runtime
+    /// of this many threads of its own, at a lowered scheduling priority,
+    /// yielding every tick.
     Dedicated(usize),
 }
 
@@ -80,16 +85,25 @@ impl Guests {
         Ok(Guests { runtime })
     }
 
-    /// Runs `task` on the guest threads (or inline, when shared) and waits
-    /// for it. `Err` carries why it never finished (the runtime went away,
-    /// or host code panicked).
+    /// Runs `task` here until it first waits, then on the guest threads
+    /// (all of it here, when shared), and waits for it. `Err` carries why
+    /// it never finished (the runtime went away, or host code panicked).
     async fn run<T: Send + 'static>(
         &self,
         task: impl Future<Output = T> + Send + 'static,
     ) -> Result<T, String> {
-        match &self.runtime {
-            None => Ok(task.await),
-            Some(rt) => rt.spawn(task).await.map_err(|e| e.to_string()),
+        let Some(rt) = &self.runtime else {
+            return Ok(task.await);
+        };
+        let mut task = Box::pin(task);
+        let first = std::future::poll_fn(|cx| match task.as_mut().poll(cx) {
+            std::task::Poll::Ready(value) => std::task::Poll::Ready(Some(value)),
+            std::task::Poll::Pending => std::task::Poll::Ready(None),
+        })
+        .await;
+        match first {
+            Some(value) => Ok(value),
+            None => rt.spawn(task).await.map_err(|e| e.to_string()),
         }
     }
 }
