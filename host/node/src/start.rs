@@ -244,6 +244,7 @@ async fn serve_http(
         max_connections: crate::descriptors::connection_cap(api.max_connections, descriptors),
         header_timeout: api.header_timeout,
         body_timeout: api.body_timeout,
+        refusals: crewlet_api::RefusalPace::default(),
     };
     let addr = listener.local_addr().unwrap_or(addr);
     let mut stop = stop_rx;
