@@ -513,6 +513,27 @@ mod tests {
     }
 
     #[test]
+    fn two_replicas_and_local_leases_on_a_cluster_are_refused_by_key() {
+        let err = parse("[stream]\nurl = \"nats://a,nats://b,nats://c\"\nreplicas = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key `stream.replicas`"), "{err}");
+        assert!(err.contains("no quorum"), "{err}");
+        for stream in [
+            "url = \"nats://a, nats://b\"",
+            "url = [\"nats://a\", \"nats://b\"]",
+            "url = \"nats://a\"\nreplicas = 3",
+        ] {
+            let err = parse(&format!("[stream]\n{stream}\n[coordination]\ntype = \"local\"\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("key `coordination.type`"), "{stream}: {err}");
+        }
+        // One server, local leases: a single node, as documented.
+        parse("[stream]\nurl = \"nats://a\"\n[coordination]\ntype = \"local\"\n").unwrap();
+    }
+
+    #[test]
     fn embedded_broker_cannot_replicate() {
         let err = parse("[stream]\nreplicas = 3\n").unwrap_err().to_string();
         assert!(err.contains("need a NATS cluster"), "{err}");

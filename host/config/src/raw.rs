@@ -222,6 +222,24 @@ impl File {
                 format!("expected 1 to 5 replicas (JetStream's range), found {replicas}"),
             ));
         }
+        if replicas == 2 {
+            return Err(invalid(
+                "stream.replicas",
+                "2 replicas have no quorum: losing either server stops every write, as 1 would, at twice the cost; use 3 (or 1)".into(),
+            ));
+        }
+        let local = self.coordination.kind == Some(CoordinationType::Local);
+        let many_urls = match &self.stream.url {
+            Some(Urls::One(s)) => s.split(',').filter(|u| !u.trim().is_empty()).count() > 1,
+            Some(Urls::Many(v)) => v.len() > 1,
+            None => false,
+        };
+        if local && (many_urls || replicas > 1) {
+            return Err(invalid(
+                "coordination.type",
+                "`local` leases are held in this process and fence nothing on another node, so they cannot run on a NATS cluster (several `stream.url`s or `stream.replicas` > 1); use `nats`".into(),
+            ));
+        }
         let auth = self.stream.take_auth();
         let mode = match self.stream.url {
             Some(urls) => {
