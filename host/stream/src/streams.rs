@@ -108,8 +108,48 @@ pub enum StreamsError {
 }
 
 /// Creates each stream that is missing and adopts each that exists; returns
-/// once a write through `js` reaches every one of them.
+/// once a write through `js` reaches every one of them. A stream the server
+/// cannot read, create or reach yet is asked for again with backoff for up
+/// to [`START_WITHIN`]; too few replicas is final at once.
 pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
+    let started = std::time::Instant::now();
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match ensure_once(js, replicas).await {
+            Err(e) if e.transient() && started.elapsed() < START_WITHIN => {
+                warn!(subsystem = "stream", error = %e, retry_in = ?wait, "streams not ready yet (a cluster still electing its leaders?); retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            other => return other,
+        }
+    }
+}
+
+impl StreamsError {
+    /// Whether asking again may succeed: a server that timed out, had no
+    /// leader or did not answer, not one that refused the stream (too few
+    /// servers for its replicas, an account without room).
+    fn transient(&self) -> bool {
+        match self {
+            StreamsError::TooFewReplicas { .. } => false,
+            StreamsError::Unreachable(_) => true,
+            StreamsError::Unavailable { detail, .. } => {
+                let d = detail.to_ascii_lowercase();
+                !(d.contains("insufficient resources")
+                    || d.contains("non-clustered")
+                    || d.contains("replicas"))
+            }
+        }
+    }
+}
+
+/// How long a start keeps asking for streams the server cannot yet read or
+/// create (a cluster electing its stream leaders answers "timed out" for a
+/// few seconds) before it gives up; `/ready` answers 503 meanwhile.
+pub const START_WITHIN: Duration = Duration::from_secs(120);
+
+async fn ensure_once(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
     // Side by side: each creation is a stream the server creates and syncs.
     let specs = specs();
     futures::future::try_join_all(specs.iter().map(|spec| async move {
@@ -257,5 +297,18 @@ mod tests {
             msg.contains("1 replica") && msg.contains("configured for 3"),
             "{msg}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_stream_the_server_refuses_fails_the_start_at_once() {
+        let server = NatsServer::start();
+        let client = async_nats::connect(server.url()).await.unwrap();
+        let js = jetstream::new(client);
+        // Three replicas on one server: refused by the server, not retried
+        // for START_WITHIN as a leader election would be.
+        let t0 = std::time::Instant::now();
+        let err = ensure_streams(&js, 3).await.unwrap_err();
+        assert!(!err.transient(), "{err}");
+        assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     }
 }
