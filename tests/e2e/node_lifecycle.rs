@@ -405,6 +405,27 @@ fn example_company() -> std::path::PathBuf {
 }
 
 #[test]
+fn a_node_without_the_ingress_role_serves_only_its_probes() {
+    let sb = Sandbox::new();
+    let mut node = sb
+        .node("[node]\nroles = [\"data\", \"seats\", \"workers\"]\n")
+        .arg("--company")
+        .arg(example_company())
+        .spawn();
+    node.wait_ready(READY_WITHIN);
+    assert_eq!(node.get("/health").unwrap().status, 200);
+    for path in ["/org", "/plugins", "/events", "/webhooks/github", "/"] {
+        let r = node.get(path).unwrap();
+        assert_eq!(r.status, 404, "{path}: {}", r.text());
+        assert!(
+            r.text().contains("no `ingress` role"),
+            "{path}: {}",
+            r.text()
+        );
+    }
+}
+
+#[test]
 fn the_example_company_is_served_at_org() {
     let sb = Sandbox::new();
     let mut node = sb.node("").arg("--company").arg(example_company()).spawn();

@@ -82,42 +82,14 @@ fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &str)]) -> W
 impl World {
     /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.
     fn mention(&self, handle: &str, event_id: &str, channel: &str, ts: &str, text: &str) {
-        let body = json!({
-            "type": "event_callback",
-            "event_id": event_id,
-            "team_id": "T1",
-            "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
-        })
-        .to_string();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            .to_string();
-        let mut base = format!("v0:{now}:").into_bytes();
-        base.extend_from_slice(body.as_bytes());
-        let mac = crewlet_ingress::sign::hmac_sha256(SLACK_SECRET.as_bytes(), &base);
-        let sig = format!(
-            "v0={}",
-            mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-        );
-        let r = crewlet_testkit::http::post(
-            &self.node.api,
-            &format!("/webhooks/slack/{handle}"),
-            &[
-                ("Content-Type", "application/json"),
-                ("X-Slack-Request-Timestamp", &now),
-                ("X-Slack-Signature", &sig),
-            ],
-            body.as_bytes(),
-        )
-        .expect("POST webhook");
-        assert_eq!(
-            r.status,
-            202,
-            "{}\nnode log:\n{}",
-            r.text(),
-            self.node.log_text()
+        common::slack_mention(
+            &self.node,
+            SLACK_SECRET,
+            handle,
+            event_id,
+            channel,
+            ts,
+            text,
         );
     }
 

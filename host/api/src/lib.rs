@@ -149,6 +149,37 @@ pub fn router(surface: Surface) -> Router {
         .layer(middleware::from_fn_with_state(allowed_hosts, hosts::gate))
 }
 
+/// The router of a node without the `ingress` role: `/health` and
+/// `/ready` only (behind the `Host` allow-list); every other path answers
+/// 404 naming the reason, so an operator pointed at the wrong node learns
+/// it at once.
+pub fn probes_router(surface: Surface) -> Router {
+    let allowed_hosts = Arc::new(surface.allowed_hosts);
+    let shared = Shared {
+        probe: surface.probe,
+        events: surface.events,
+        catalog: surface.catalog,
+        closing: surface.closing,
+    };
+    Router::new()
+        .route("/health", get(health))
+        .route("/ready", get(ready))
+        .fallback(not_served)
+        .with_state(shared)
+        .layer(middleware::from_fn_with_state(allowed_hosts, hosts::gate))
+}
+
+async fn not_served() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(serde_json::json!({
+            "error": "no such route",
+            "detail": "this node has no `ingress` role (node.roles): it serves only /health and /ready; send webhooks and operator requests to an ingress node"
+        })),
+    )
+        .into_response()
+}
+
 /// Serves `router` on `listener` under `limits` until `shutdown`
 /// resolves, then finishes the requests in flight.
 pub async fn serve(

@@ -16,6 +16,8 @@
 //! | [`inbox_subject`] ([`Wake`]) | [`AGENT_STREAM`] | `notify-inbound` | the seat's mailbox ([`mailbox_durable`]), in `crewlet-seats` |
 //! | [`event_subject`] (an event row) | [`EVENTS_STREAM`] | `crewlet-observe`'s publisher | every node's live feed, the operator MCP |
 //! | [`NOTIFY_DLQ_SUBJECT`] ([`DeadLetter`]) | [`DLQ_STREAM`] | `notify-inbound` | operators |
+//! | [`event_subject`] of `module.NAME.TOPIC` | [`EVENTS_STREAM`] | a module's `publish`, as an event row | modules subscribed to it ([`module_durable`] for `once`, an ordered consumer per node for `each-node`) |
+//! | [`module_dlq_subject`] ([`DeadLetter`]) | [`DLQ_STREAM`] | a module's subscription, for an event it refused past its retries | operators |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -83,6 +85,19 @@ pub fn event_subject(kind: &str) -> String {
     format!("{EVENTS_PREFIX}.{kind}")
 }
 
+/// The fleet-wide durable on [`EVENTS_STREAM`] of `module`'s `once`
+/// subscription to events of `kind` (a module topic's dots become `_`:
+/// durable names have none).
+pub fn module_durable(module: &str, kind: &str) -> String {
+    format!("module-{module}-{}", kind.replace('.', "_"))
+}
+
+/// The dead-letter subject of `module`'s subscriptions: an event the module
+/// refused past its retries, with the reason ([`DeadLetter`]).
+pub fn module_dlq_subject(module: &str) -> String {
+    format!("dlq.module.{module}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +106,10 @@ mod tests {
     fn per_seat_names() {
         assert_eq!(inbox_subject("a"), "crewlet.agent.a.inbox");
         assert_eq!(mailbox_durable("ada"), "inbox-ada");
+        assert_eq!(
+            module_durable("notebook", "module.presence.seen"),
+            "module-notebook-module_presence_seen"
+        );
         assert_eq!(
             event_subject("turn_finished"),
             "crewlet.events.turn_finished"
@@ -107,6 +126,11 @@ mod tests {
         assert!(covered(NOTIFICATIONS_SUBJECTS, INBOUND_SUBJECT));
         assert!(covered(EVENTS_SUBJECTS, &event_subject("node_started")));
         assert!(covered(DLQ_SUBJECTS, NOTIFY_DLQ_SUBJECT));
+        assert!(covered(DLQ_SUBJECTS, &module_dlq_subject("notebook")));
+        assert!(covered(
+            EVENTS_SUBJECTS,
+            &event_subject("module.notebook.changed")
+        ));
         assert!(!covered(EVENTS_SUBJECTS, NOTIFY_DLQ_SUBJECT));
     }
 }

@@ -17,6 +17,7 @@ fn the_example_companies_are_valid_and_alike() {
         }
         assert_eq!(c.digest.len(), 64);
         assert_eq!(c.seats, parsed[0].seats, "one company, three models");
+        assert_eq!(c.roles["engineer"].modules, ["notebook"]);
     }
     assert_eq!(parsed[0].roles["engineer"].executor[0].provider, "scripted");
     assert_eq!(parsed[1].roles["engineer"].executor[0].provider, "openai");

@@ -524,9 +524,11 @@ mod tests {
             "url = [\"nats://a\", \"nats://b\"]",
             "url = \"nats://a\"\nreplicas = 3",
         ] {
-            let err = parse(&format!("[stream]\n{stream}\n[coordination]\ntype = \"local\"\n"))
-                .unwrap_err()
-                .to_string();
+            let err = parse(&format!(
+                "[stream]\n{stream}\n[coordination]\ntype = \"local\"\n"
+            ))
+            .unwrap_err()
+            .to_string();
             assert!(err.contains("key `coordination.type`"), "{stream}: {err}");
         }
         // One server, local leases: a single node, as documented.

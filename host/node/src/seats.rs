@@ -24,11 +24,12 @@ use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
 use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
-    Act, Brain, Call, EventSink, Prompt, Said, ServerInfo, SessionError, Sessions, Speaker,
-    Thought, ToolDef, ToolOutput, Toolbox, Turn, TurnEnd, TurnEngine, TurnEvent, Unavailable,
-    Unpublished,
+    Act, Brain, Call, EventSink, Prompt, Said, SessionError, Sessions, Speaker, Thought, Turn,
+    TurnEnd, TurnEngine, TurnEvent, Unavailable, Unpublished,
 };
 use futures::future::BoxFuture;
+
+pub use crate::seat_tools::Equipped;
 use tracing::{info, warn};
 
 /// `${CREWLET_SEAT}` in a server's template is the seat's handle.
@@ -124,69 +125,6 @@ impl Brain for ModelsBrain {
     }
 }
 
-/// A served seat: its own tool registry.
-pub struct Equipped {
-    tools: SeatTools,
-}
-
-impl Equipped {
-    pub fn tools(&self) -> &SeatTools {
-        &self.tools
-    }
-}
-
-impl Toolbox for Equipped {
-    fn servers(&self) -> Vec<ServerInfo> {
-        self.tools
-            .servers()
-            .into_iter()
-            .map(|s| {
-                let (tools, failed) = match s.state {
-                    ServerState::Started { tools } => (Some(tools as usize), None),
-                    ServerState::Failed { reason } => (None, Some(reason)),
-                };
-                ServerInfo {
-                    name: s.name,
-                    about: s.description.or(s.instructions),
-                    tools,
-                    failed,
-                }
-            })
-            .collect()
-    }
-
-    fn tools(&self, server: &str) -> Result<Vec<ToolDef>, String> {
-        self.tools
-            .tools(server)
-            .map(|list| {
-                list.into_iter()
-                    .map(|t| ToolDef {
-                        name: t.name,
-                        description: t.description.unwrap_or_default(),
-                        parameters: t.input_schema,
-                    })
-                    .collect()
-            })
-            .map_err(|e| e.to_string())
-    }
-
-    async fn call(
-        &self,
-        server: &str,
-        tool: &str,
-        arguments: serde_json::Value,
-    ) -> Result<ToolOutput, String> {
-        self.tools
-            .call(server, tool, arguments)
-            .await
-            .map(|r| ToolOutput {
-                text: r.text,
-                is_error: r.is_error,
-            })
-            .map_err(|e| e.to_string())
-    }
-}
-
 /// The node's event log as the turn engine's event sink: the row, then the
 /// broadcast; the seat named as `seat:HANDLE` in the party index, like the
 /// wake.
@@ -269,6 +207,8 @@ pub struct NodeSeats {
     /// The fleet's paused seats: a paused seat's turn stops before its
     /// next model call.
     pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
+    /// The modules this node runs; a seat gets those its role lists.
+    pub modules: Vec<Arc<crewlet_plugins::module::ModulePlugin>>,
 }
 
 impl NodeSeats {
@@ -369,7 +309,20 @@ impl SeatHost for NodeSeats {
             .unwrap_or_else(|p| p.into_inner())
             .insert(spec.handle.to_string(), tools.status());
         info!(subsystem = "seats", seat = %spec.handle, servers = servers.len(), "seat equipped");
-        Ok(Equipped { tools })
+        let mut modules = Vec::new();
+        for name in &role.modules {
+            match self.modules.iter().find(|m| &m.manifest().name == name) {
+                Some(m) => modules.push(m.clone()),
+                None => {
+                    warn!(subsystem = "seats", seat = %spec.handle, module = %name, "the role lists a module this node does not run; the seat runs without its tools")
+                }
+            }
+        }
+        Ok(Equipped {
+            tools,
+            modules,
+            seat: spec.handle.to_string(),
+        })
     }
 
     async fn unequip(&self, spec: &SeatSpec, equipped: Equipped) {
@@ -521,6 +474,11 @@ pub async fn start(
         exe: std::env::current_exe().ok(),
         registries: std::sync::Mutex::default(),
         pauses: ctx.pauses.clone(),
+        modules: ctx
+            .plugins
+            .as_ref()
+            .map(|p| p.modules.clone())
+            .unwrap_or_default(),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),

@@ -171,6 +171,8 @@ pub async fn start(
     let edge = crate::ingress::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
+    // Modules consume before the seats start, so a drain stops them after.
+    crate::modules::start(&ctx, started);
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
@@ -225,7 +227,13 @@ async fn serve_http(
         .await
         .map_err(|source| NodeError::Bind { addr, source })?;
     let (stop_tx, stop_rx) = watch::channel(false);
-    let router = crewlet_api::router(crewlet_api::Surface {
+    // Without `ingress` the node answers its probes and nothing else.
+    let serve = if p.config.roles.contains(&crewlet_config::Role::Ingress) {
+        crewlet_api::router
+    } else {
+        crewlet_api::probes_router
+    };
+    let router = serve(crewlet_api::Surface {
         probe: p.state.clone(),
         events: p.state.clone(),
         catalog: p.state.clone(),

@@ -170,13 +170,15 @@ pub trait Toolbox: Send + Sync {
     fn servers(&self) -> Vec<ServerInfo>;
     /// The tools of `server`, names as the server publishes them.
     fn tools(&self, server: &str) -> Result<Vec<ToolDef>, String>;
-    /// Calls a tool. `Err` is a failure to reach it (the call may or may
-    /// not have run); `Ok` with `is_error` is the tool's own refusal.
+    /// Calls a tool for turn `turn_id`. `Err` is a failure to reach it
+    /// (the call may or may not have run); `Ok` with `is_error` is the
+    /// tool's own refusal.
     fn call(
         &self,
         server: &str,
         tool: &str,
         arguments: serde_json::Value,
+        turn_id: &str,
     ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
 }
 

@@ -323,6 +323,56 @@ pub async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serd
     Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
 }
 
+/// Sends `node` a Slack `app_mention` signed with `secret`, in
+/// `channel`/`ts`, to seat `handle`; asserts it was accepted (202).
+pub fn slack_mention(
+    node: &Node,
+    secret: &str,
+    handle: &str,
+    event_id: &str,
+    channel: &str,
+    ts: &str,
+    text: &str,
+) {
+    let body = serde_json::json!({
+        "type": "event_callback",
+        "event_id": event_id,
+        "team_id": "T1",
+        "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
+    })
+    .to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let mut base = format!("v0:{now}:").into_bytes();
+    base.extend_from_slice(body.as_bytes());
+    let mac = crewlet_ingress::sign::hmac_sha256(secret.as_bytes(), &base);
+    let sig = format!(
+        "v0={}",
+        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    let r = crewlet_testkit::http::post(
+        &node.api,
+        &format!("/webhooks/slack/{handle}"),
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Slack-Request-Timestamp", &now),
+            ("X-Slack-Signature", &sig),
+        ],
+        body.as_bytes(),
+    )
+    .expect("POST webhook");
+    assert_eq!(
+        r.status,
+        202,
+        "{}\nnode log:\n{}",
+        r.text(),
+        node.log_text()
+    );
+}
+
 /// Events of `kind` in the node's log, newest first.
 pub fn events(node: &Node, kind: &str) -> Vec<serde_json::Value> {
     node.get(&format!("/events?type={kind}&limit=1000"))

@@ -92,7 +92,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         };
         self.emit(
             "tool_call",
-            json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": started.elapsed().as_millis() as u64}),
+            json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": started.elapsed().as_millis() as u64, "us": started.elapsed().as_micros() as u64}),
         )
         .await;
         self.record.push(Ran {
@@ -135,11 +135,13 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         if is_reply {
             return self.post_reply(server, tool, args).await;
         }
-        Ok(match self.tools.call(server, tool, args).await {
-            Ok(out) if out.is_error => Answered::error(out.text),
-            Ok(out) => Answered::ok(out.text),
-            Err(e) => Answered::error(format!("the tool could not be reached: {e}")),
-        })
+        Ok(
+            match self.tools.call(server, tool, args, &self.turn_id).await {
+                Ok(out) if out.is_error => Answered::error(out.text),
+                Ok(out) => Answered::ok(out.text),
+                Err(e) => Answered::error(format!("the tool could not be reached: {e}")),
+            },
+        )
     }
 
     /// The role's reply tools, as (server, tool).

@@ -110,7 +110,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        match self.tools.call(server, tool, args).await {
+        match self.tools.call(server, tool, args, &self.turn_id).await {
             Ok(out) if !out.is_error => {
                 self.said.push(Said {
                     turn_id: self.turn_id.clone(),

@@ -148,7 +148,13 @@ impl Toolbox for Chat {
             .collect())
     }
 
-    async fn call(&self, _server: &str, tool: &str, args: Value) -> Result<ToolOutput, String> {
+    async fn call(
+        &self,
+        _server: &str,
+        tool: &str,
+        args: Value,
+        _turn_id: &str,
+    ) -> Result<ToolOutput, String> {
         self.calls.lock().unwrap().push((tool.to_owned(), args));
         let refused = tool == "post_message"
             && self

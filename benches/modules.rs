@@ -1,0 +1,304 @@
+//! Modules on the bus, measured through the release binary on one
+//! nats-server, each figure beside its baseline in the same run:
+//!
+//! - **event → handler**: a `turn_ended` row published on the events
+//!   stream until the subscribed module (`plugins/testdata/tool-module`,
+//!   `once`) has handled it — seen as its write of the event into its
+//!   bucket `seen`, watched from here — against a plain NATS subscriber on
+//!   the same subject receiving the same publish. The module's figure
+//!   includes its state write and the watch's delivery of it.
+//! - **tool call from a turn**: one scripted turn calls the module tool
+//!   `tool-module__echo` and the MCP stdio tool `chat__read_thread` (a real
+//!   `crewlet mcp chat` child) alternately, `MODULES_CALLS` times each; the
+//!   figures are the turn engine's own timing of each call (`tool_call`
+//!   events, `us`). Goal: a module tool costs less than a tenth of an MCP
+//!   stdio call.
+//!
+//! `cargo bench --bench modules` (`MODULES_EVENTS`, default 200;
+//! `MODULES_CALLS`, default 40).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crewlet_testkit::{NatsServer, PluginsDir, free_port, http};
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+const SLACK_SECRET: &str = "bench-slack-secret";
+
+struct Node {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // SAFETY: our own child.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+fn company(calls: usize, chat_log: &Path) -> String {
+    let mut steps = String::new();
+    for i in 0..calls {
+        steps.push_str(&format!(
+            "  {{ call = \"tool-module__echo\", args = {{ text = \"call {i}\" }} }},\n  {{ call = \"chat__read_thread\", args = {{ channel = \"C1\", thread = \"1.1\" }} }},\n"
+        ));
+    }
+    format!(
+        r#"
+[org]
+name = "Bench"
+[roles.support]
+system_prompt = "bench"
+modules = ["tool-module"]
+max_tool_rounds = 100
+executor = [{{ provider = "scripted", model = "bench", options = {{ steps = [
+{steps}  {{ call = "submit_work", args = {{ outcome = "delivered", summary = "bench" }} }},
+] }} }}]
+reviewer = {{ provider = "scripted", model = "bench-review", options = {{ steps = [
+  {{ call = "submit_review", args = {{ verdict = "done" }} }},
+] }} }}
+[roles.support.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {log:?} }}
+[seats]
+ada = {{ role = "support" }}
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#,
+        log = chat_log.display().to_string()
+    )
+}
+
+fn start(server: &NatsServer, dir: &Path, calls: usize) -> Node {
+    let port = free_port();
+    let config = dir.join("node.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[api]\nport = {port}\n[stream]\nurl = \"{}\"\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("company.toml"),
+        company(calls, &dir.join("chat.jsonl")),
+    )
+    .unwrap();
+    let plugins = PluginsDir::new(dir.join("plugins"));
+    plugins
+        .add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml")
+        .add("tool-module", "plugins/testdata/tool-module/plugin.toml");
+    let child = Command::new(env!("CARGO_BIN_EXE_crewlet"))
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .arg("--company")
+        .arg(dir.join("company.toml"))
+        .arg("--plugins")
+        .arg(plugins.path())
+        .env("CREWLET_LOG", "error")
+        .env("CREWLET_BOOTSTRAP_TOKEN", http::OPERATOR_TOKEN)
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let node = Node {
+        child,
+        addr: format!("127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    while !http::get(&node.addr, "/ready").is_ok_and(|r| r.status == 200) {
+        assert!(started.elapsed() < Duration::from_secs(60), "never ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    node
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn line(what: &str, mut lat: Vec<Duration>) -> (Duration, Duration) {
+    lat.sort();
+    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
+    println!(
+        "{what:<58} n={:>4} p50 {:>8.3} ms p99 {:>8.3} ms",
+        lat.len(),
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3
+    );
+    (p50, p99)
+}
+
+/// Publishes `n` synthetic `turn_ended` rows, one at a time, and times each
+/// until the module has written it and until a raw subscriber received it.
+async fn events(server: &NatsServer, n: usize) {
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = async_nats::jetstream::new(client.clone());
+    let subject = crewlet_bus::event_subject("turn_ended");
+    let mut raw = client.subscribe(subject.clone()).await.unwrap();
+    let kv = js
+        .get_key_value("mod_tool-module_seen")
+        .await
+        .expect("the module's bucket");
+    let mut seen = kv.watch("last").await.unwrap();
+    // The durable is created when the module's consumer starts; the first
+    // event goes only once it exists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while js
+        .get_stream(crewlet_bus::EVENTS_STREAM)
+        .await
+        .unwrap()
+        .consumer_info(crewlet_bus::module_durable("tool-module", "turn_ended"))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "the module never subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (mut module, mut plain) = (Vec::new(), Vec::new());
+    for i in 0..n {
+        let row = json!({
+            "event_id": format!("bench-{i}"), "type": "turn_ended", "at_ms": 0,
+            "node_id": "bench", "trace_id": null, "seat": "bench", "conversation": null,
+            "payload": {"bench": i}, "parties": [],
+        });
+        let t0 = Instant::now();
+        js.publish(subject.clone(), row.to_string().into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        let got = raw.next().await.unwrap();
+        plain.push(t0.elapsed());
+        assert_eq!(
+            serde_json::from_slice::<Value>(&got.payload).unwrap()["payload"]["bench"],
+            i
+        );
+        loop {
+            let entry = seen.next().await.unwrap().unwrap();
+            let v: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
+            if v["payload"]["payload"]["bench"] == i {
+                break;
+            }
+        }
+        module.push(t0.elapsed());
+    }
+    println!("-- event published -> handled, {n} events");
+    let (m50, m99) = line("module handled it (its state write, watched)", module);
+    let (p50, p99) = line("baseline: a plain NATS subscriber received it", plain);
+    println!(
+        "module / baseline: p50 {:.1}x, p99 {:.1}x",
+        m50.as_secs_f64() / p50.as_secs_f64(),
+        m99.as_secs_f64() / p99.as_secs_f64()
+    );
+}
+
+/// One turn's tool calls, timed by the turn engine, by tool.
+fn tool_calls(node: &Node, calls: usize) {
+    let body = json!({
+        "type": "event_callback", "event_id": "EvBench", "team_id": "T1",
+        "event": {"type": "app_mention", "user": "U1", "text": "<@ada> bench", "channel": "C1", "ts": "1.1"},
+    })
+    .to_string();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let mut base = format!("v0:{now}:").into_bytes();
+    base.extend_from_slice(body.as_bytes());
+    let mac = crewlet_ingress::sign::hmac_sha256(SLACK_SECRET.as_bytes(), &base);
+    let sig = format!(
+        "v0={}",
+        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    );
+    let r = http::post(
+        &node.addr,
+        "/webhooks/slack/ada",
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Slack-Request-Timestamp", &now),
+            ("X-Slack-Signature", &sig),
+        ],
+        body.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 202, "{}", r.text());
+    let started = Instant::now();
+    let events = loop {
+        let ended = http::get(&node.addr, "/events?type=turn_ended&limit=10")
+            .unwrap()
+            .json();
+        if ended.as_array().is_some_and(|a| !a.is_empty()) {
+            break http::get(&node.addr, "/events?type=tool_call&limit=1000")
+                .unwrap()
+                .json();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the turn never ended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let of = |prefix: &str| -> Vec<Duration> {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| {
+                e["payload"]["tool"]
+                    .as_str()
+                    .is_some_and(|t| t.starts_with(prefix))
+            })
+            .filter(|e| e["payload"]["ok"] == true)
+            .map(|e| Duration::from_micros(e["payload"]["us"].as_u64().expect("`us` on tool_call")))
+            .collect()
+    };
+    let (module, mcp) = (of("tool-module__"), of("chat__"));
+    assert_eq!((module.len(), mcp.len()), (calls, calls), "{events}");
+    println!("-- tool calls from one turn, {calls} of each, timed by the turn engine");
+    let (m50, m99) = line("module tool (tool-module__echo)", module);
+    let (c50, c99) = line("baseline: MCP stdio tool (chat__read_thread)", mcp);
+    println!(
+        "module / MCP stdio: p50 {:.3}x, p99 {:.3}x (goal < 0.1)",
+        m50.as_secs_f64() / c50.as_secs_f64(),
+        m99.as_secs_f64() / c99.as_secs_f64()
+    );
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n: usize = std::env::var("MODULES_EVENTS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let calls: usize = std::env::var("MODULES_CALLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(40)
+        .min(49);
+    let server = NatsServer::start();
+    let tmp = tempfile::tempdir().unwrap();
+    let node = start(&server, tmp.path(), calls);
+    tool_calls(&node, calls);
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(events(&server, n));
+    drop(node);
+}

@@ -1,0 +1,174 @@
+//! Modules on the bus: every loaded module's subscriptions consumed on
+//! this node ([`consumer`]), its publications recorded as events of the
+//! company's log ([`bus`]), and what an operator sees of both.
+//!
+//! Every node runs an instance of every loaded module (`crate::plugins`);
+//! this part starts one consumer per subscription once the engine is up.
+//! A drain stops it after the seats (a turn's tool call may still reach a
+//! module) and before the stream: pulls stop, an event in hand finishes.
+
+pub mod bus;
+mod consumer;
+pub mod routes;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tracing::info;
+
+use crewlet_plugins::manifest::Delivery;
+use crewlet_plugins::module::ModulePlugin;
+
+use crate::engine::{EngineContext, Started};
+pub use consumer::MAX_REFUSALS;
+use consumer::Subscription;
+
+/// How one subscription is doing on this node.
+#[derive(Default)]
+pub struct Stats {
+    handled: AtomicU64,
+    refused: AtomicU64,
+    waited: AtomicU64,
+    dead_lettered: AtomicU64,
+    state: Mutex<(&'static str, Option<String>)>,
+}
+
+impl Stats {
+    fn handled(&self) {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+    }
+    fn refused(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+    fn waited(&self, why: &str) {
+        self.waited.fetch_add(1, Ordering::Relaxed);
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(why.to_string());
+    }
+    fn dead_lettered(&self) {
+        self.dead_lettered.fetch_add(1, Ordering::Relaxed);
+    }
+    fn set_state(&self, state: &'static str, error: Option<String>) {
+        *self.state.lock().unwrap_or_else(|p| p.into_inner()) = (state, error);
+    }
+
+    fn view(&self) -> Value {
+        let (state, last_error) = self.state.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        json!({
+            "state": state,
+            "handled": self.handled.load(Ordering::Relaxed),
+            "refused": self.refused.load(Ordering::Relaxed),
+            "waited": self.waited.load(Ordering::Relaxed),
+            "dead_lettered": self.dead_lettered.load(Ordering::Relaxed),
+            "last_error": last_error,
+        })
+    }
+}
+
+/// Every subscription's stats on this node, by module then event kind.
+#[derive(Default)]
+pub struct Board(Mutex<BTreeMap<String, BTreeMap<String, Arc<Stats>>>>);
+
+impl Board {
+    fn stats(&self, module: &str, kind: &str) -> Arc<Stats> {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.entry(module.to_string())
+            .or_default()
+            .entry(kind.to_string())
+            .or_insert_with(|| {
+                let s = Stats::default();
+                s.set_state("starting", None);
+                Arc::new(s)
+            })
+            .clone()
+    }
+
+    /// `module`'s subscriptions as `/plugins` shows them.
+    pub fn view(&self, module: &str) -> BTreeMap<String, Value> {
+        let all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        all.get(module)
+            .map(|subs| subs.iter().map(|(k, s)| (k.clone(), s.view())).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// What `/plugins` adds to a module's entry: each subscription (its
+/// delivery and, on this node, how it is doing), each tool (as seats see
+/// it), each publication (the event kind it is recorded as).
+pub fn view(module: &ModulePlugin, board: &Board) -> Value {
+    let name = &module.manifest().name;
+    let stats = board.view(name);
+    let subscriptions: BTreeMap<String, Value> = module
+        .subscriptions()
+        .iter()
+        .map(|s| {
+            let kind = s.source.subject_kind();
+            let mut v = stats.get(&kind).cloned().unwrap_or_else(|| json!({}));
+            v["delivery"] = json!(match s.delivery {
+                Delivery::Once => "once",
+                Delivery::EachNode => "each-node",
+            });
+            (kind, v)
+        })
+        .collect();
+    let tools: Vec<Value> = module
+        .tools()
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description,
+                "offered_as": format!("{name}__{}", t.name),
+                "arguments": t.arguments,
+            })
+        })
+        .collect();
+    let publishes: Vec<String> = module
+        .publishes()
+        .iter()
+        .map(|t| crewlet_bus::module_topic_kind(name, t))
+        .collect();
+    json!({
+        "subscriptions": subscriptions,
+        "tools": tools,
+        "publishes": publishes,
+    })
+}
+
+/// Starts a consumer for every subscription of every loaded module.
+pub fn start(ctx: &EngineContext, started: &mut Started) {
+    let Some(loaded) = &ctx.plugins else { return };
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    let (stop_tx, stop) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for module in &loaded.modules {
+        for sub in module.subscriptions() {
+            let kind = sub.source.subject_kind();
+            let subscription = Subscription {
+                module: module.clone(),
+                stats: loaded.board.stats(&module.manifest().name, &kind),
+                kind,
+                delivery: sub.delivery,
+            };
+            tasks.push(tokio::spawn(subscription.run(js.clone(), stop.clone())));
+        }
+    }
+    if tasks.is_empty() {
+        return;
+    }
+    info!(
+        subsystem = "modules",
+        subscriptions = tasks.len(),
+        "module subscriptions consuming"
+    );
+    started.push("modules", move || {
+        Box::pin(async move {
+            let _ = stop_tx.send(true);
+            for task in tasks {
+                let _ = task.await;
+            }
+        })
+    });
+}

@@ -1,0 +1,130 @@
+//! A served seat's tools: its own MCP children, and the tools of the
+//! modules its role lists (`[roles.X] modules = [...]`).
+//!
+//! Both are tool servers to the turn: a module is listed beside the MCP
+//! servers, `list_mcp_server_tools` shows its manifest's tools (the host
+//! knows them without running the module) and `activate_tool` makes one
+//! callable as `MODULE__TOOL`. A module tool's call runs under the module's
+//! deadline with the seat's handle and the turn's id; arguments that do
+//! not match the tool's schema are refused before the module runs, and a
+//! trap, a timeout or a refusal is a tool error the model reads — never a
+//! failed turn.
+
+use std::sync::Arc;
+
+use crewlet_mcp::{SeatTools, ServerState};
+use crewlet_plugins::module::{ModulePlugin, ToolCaller, ToolError};
+use crewlet_turns::{ServerInfo, ToolDef, ToolOutput, Toolbox};
+
+/// A served seat: its own tool registry and its role's modules.
+pub struct Equipped {
+    pub(crate) tools: SeatTools,
+    pub(crate) modules: Vec<Arc<ModulePlugin>>,
+    pub(crate) seat: String,
+}
+
+impl Equipped {
+    pub fn tools(&self) -> &SeatTools {
+        &self.tools
+    }
+
+    fn module(&self, name: &str) -> Option<&Arc<ModulePlugin>> {
+        self.modules.iter().find(|m| m.manifest().name == name)
+    }
+}
+
+impl Toolbox for Equipped {
+    fn servers(&self) -> Vec<ServerInfo> {
+        let mcp = self.tools.servers().into_iter().map(|s| {
+            let (tools, failed) = match s.state {
+                ServerState::Started { tools } => (Some(tools as usize), None),
+                ServerState::Failed { reason } => (None, Some(reason)),
+            };
+            ServerInfo {
+                name: s.name,
+                about: s.description.or(s.instructions),
+                tools,
+                failed,
+            }
+        });
+        let modules = self.modules.iter().map(|m| ServerInfo {
+            name: m.manifest().name.clone(),
+            about: Some(format!("the {} module", m.manifest().name)),
+            tools: Some(m.tools().len()),
+            failed: None,
+        });
+        mcp.chain(modules).collect()
+    }
+
+    fn tools(&self, server: &str) -> Result<Vec<ToolDef>, String> {
+        if let Some(module) = self.module(server) {
+            return Ok(module
+                .tools()
+                .iter()
+                .map(|t| ToolDef {
+                    name: t.name.clone(),
+                    description: t.description.clone(),
+                    parameters: t.arguments.clone(),
+                })
+                .collect());
+        }
+        self.tools
+            .tools(server)
+            .map(|list| {
+                list.into_iter()
+                    .map(|t| ToolDef {
+                        name: t.name,
+                        description: t.description.unwrap_or_default(),
+                        parameters: t.input_schema,
+                    })
+                    .collect()
+            })
+            .map_err(|e| e.to_string())
+    }
+
+    async fn call(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+        turn_id: &str,
+    ) -> Result<ToolOutput, String> {
+        if let Some(module) = self.module(server) {
+            let caller = ToolCaller {
+                seat: self.seat.clone(),
+                turn_id: turn_id.to_string(),
+            };
+            let answer = module
+                .call_tool(tool, &arguments.to_string(), &caller)
+                .await;
+            return Ok(match answer {
+                Ok(Ok(text)) => ToolOutput {
+                    text,
+                    is_error: false,
+                },
+                Ok(Err(refusal)) => ToolOutput {
+                    text: refusal,
+                    is_error: true,
+                },
+                Err(e @ (ToolError::Unknown { .. } | ToolError::BadArguments { .. })) => {
+                    ToolOutput {
+                        text: e.to_string(),
+                        is_error: true,
+                    }
+                }
+                Err(ToolError::Call(e)) => ToolOutput {
+                    text: format!("the module did not answer: {e}"),
+                    is_error: true,
+                },
+            });
+        }
+        self.tools
+            .call(server, tool, arguments)
+            .await
+            .map(|r| ToolOutput {
+                text: r.text,
+                is_error: r.is_error,
+            })
+            .map_err(|e| e.to_string())
+    }
+}

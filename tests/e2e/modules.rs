@@ -1,0 +1,226 @@
+//! Modules in the running node: a seat calls a module's tools, the module
+//! hears the company's events and publishes its own, and an operator sees
+//! all of it — the real binary, its embedded nats-server, real components
+//! (`plugins/modules/notebook`, `plugins/testdata/tool-module`), the
+//! scripted provider and a real chat MCP child per seat.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::{Node, Sandbox, eventually};
+use crewlet_testkit::PluginsDir;
+use serde_json::{Value, json};
+
+const SLACK_SECRET: &str = "slack-signing-secret";
+
+/// A company whose `support` seats may use `modules` and whose scripted
+/// model makes `steps` (a TOML array's items) before it posts and submits.
+fn company(modules: &str, steps: &str, chat_log: &std::path::Path) -> String {
+    format!(
+        r#"
+[org]
+name = "Acme"
+[roles.support]
+system_prompt = "You answer questions in chat."
+modules = [{modules}]
+executor = [{{ provider = "scripted", model = "demo", options = {{ steps = [
+  {steps}
+  {{ call = "chat__post_message", args = {{ channel = "{{{{wake.channel}}}}", thread = "{{{{wake.thread}}}}", text = "done: {{{{last_tool_result}}}}" }} }},
+  {{ call = "submit_work", args = {{ outcome = "delivered", summary = "replied" }} }},
+] }} }}]
+reviewer = {{ provider = "scripted", model = "demo-review", options = {{ steps = [
+  {{ call = "submit_review", args = {{ verdict = "done" }} }},
+] }} }}
+[roles.support.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {log:?} }}
+replies = ["post_message"]
+[seats]
+ada = {{ role = "support" }}
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#,
+        log = chat_log.display().to_string()
+    )
+}
+
+struct World {
+    _sb: Sandbox,
+    node: Node,
+}
+
+fn start(modules: &str, steps: &str) -> World {
+    let sb = Sandbox::new();
+    let doc = company(modules, steps, &sb.path("chat.jsonl"));
+    let company_file = sb.path("company.toml");
+    std::fs::write(&company_file, doc).unwrap();
+    let dir = PluginsDir::new(sb.path("plugins"));
+    dir.add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml")
+        .add("notebook", "plugins/modules/notebook/plugin.toml")
+        .add("tool-module", "plugins/testdata/tool-module/plugin.toml");
+    let mut node = sb
+        .node("[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n")
+        .arg("--company")
+        .arg(&company_file)
+        .arg("--plugins")
+        .arg(dir.path())
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    World { _sb: sb, node }
+}
+
+impl World {
+    fn mention(&self, event_id: &str, text: &str) {
+        common::slack_mention(&self.node, SLACK_SECRET, "ada", event_id, "C1", "1.1", text);
+    }
+
+    fn plugin(&self, name: &str) -> Value {
+        let view = self.node.get("/plugins").expect("GET /plugins").json();
+        view["plugins"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no plugin {name} in {view}"))
+    }
+
+    fn state(&self, module: &str, bucket: &str) -> Value {
+        let r = self
+            .node
+            .get(&format!("/plugins/{module}/state/{bucket}"))
+            .expect("GET state");
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    }
+
+    fn tool_calls(&self) -> Vec<Value> {
+        common::events(&self.node, "tool_call")
+    }
+}
+
+fn entry<'a>(state: &'a Value, key: &str) -> Option<&'a Value> {
+    state["entries"]
+        .as_array()?
+        .iter()
+        .find(|e| e["key"] == key)
+        .map(|e| &e["value"])
+}
+
+#[test]
+fn a_seat_writes_in_the_notebook_and_the_notebook_hears_the_turn_end() {
+    let w = start(
+        r#""notebook""#,
+        r#"{ call = "notebook__write", args = { title = "Asked by U1", text = "{{wake.text}}" } },"#,
+    );
+    let view = w.plugin("notebook");
+    assert_eq!(
+        view["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["read", "worked", "write"],
+        "{view}"
+    );
+    assert_eq!(view["subscriptions"]["turn_ended"]["delivery"], "once", "{view}");
+
+    w.mention("Ev1", "<@ada> please note the deploy window");
+    common::wait_events(&w.node, "turn_ended", 1);
+
+    // The tool ran as ada, in her turn, and the model read its answer.
+    let calls = w.tool_calls();
+    let write = calls
+        .iter()
+        .find(|c| c["payload"]["tool"] == "notebook__write")
+        .unwrap_or_else(|| panic!("{calls:?}"));
+    assert_eq!(write["payload"]["ok"], true, "{write}");
+    let notes = w.state("notebook", "notes");
+    let note = entry(&notes, "asked-by-u1").unwrap_or_else(|| panic!("{notes}"));
+    assert_eq!(note["by"], "ada");
+    assert_eq!(note["turn_id"], write["payload"]["turn_id"]);
+    assert!(
+        note["text"]
+            .as_str()
+            .unwrap()
+            .contains("please note the deploy window"),
+        "{note}"
+    );
+
+    // Its publication is an event of the log, and the turn's end reached
+    // its subscription: who worked on what, last.
+    let changed = common::wait_events(&w.node, "module.notebook.changed", 1);
+    assert_eq!(changed[0]["payload"]["key"], "asked-by-u1");
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            entry(&w.state("notebook", "worked"), "ada")
+                .is_some_and(|last| last["outcome"] == "delivered")
+        }),
+        "{}\n{}",
+        w.state("notebook", "worked"),
+        w.node.log_text()
+    );
+    let subs = &w.plugin("notebook")["subscriptions"]["turn_ended"];
+    assert_eq!(subs["handled"], 1, "{subs}");
+
+    // An unknown module, bucket or one the module only reads: 404.
+    for path in ["/plugins/nobody/state/notes", "/plugins/notebook/state/nope"] {
+        assert_eq!(w.node.get(path).unwrap().status, 404, "{path}");
+    }
+}
+
+#[test]
+fn a_module_tool_that_loops_traps_or_is_called_wrong_is_a_tool_error_and_the_turn_goes_on() {
+    let w = start(
+        r#""tool-module""#,
+        r#"{ call = "tool-module__loop", args = {} },
+  { call = "tool-module__trap", args = {} },
+  { call = "tool-module__echo", args = { nonsense = 1 } },
+  { call = "tool-module__echo", args = { text = "still here" } },"#,
+    );
+    let calls_before = w.plugin("tool-module")["calls"].as_u64().unwrap();
+    w.mention("Ev2", "<@ada> try the tools");
+    let t0 = Instant::now();
+    // The loop is stopped at the module's deadline, and /health answers
+    // meanwhile.
+    while t0.elapsed() < Duration::from_secs(2) {
+        let h = Instant::now();
+        assert_eq!(w.node.get("/health").unwrap().status, 200);
+        assert!(h.elapsed() < Duration::from_secs(1), "{:?}", h.elapsed());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let ended = common::wait_events(&w.node, "turn_ended", 1);
+    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    let mut calls = w.tool_calls();
+    calls.reverse();
+    let by_tool: Vec<(String, bool)> = calls
+        .iter()
+        .filter(|c| c["payload"]["tool"].as_str().unwrap().starts_with("tool-module__"))
+        .map(|c| {
+            (
+                c["payload"]["tool"].as_str().unwrap().to_owned(),
+                c["payload"]["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        by_tool,
+        [
+            ("tool-module__loop".to_owned(), false),
+            ("tool-module__trap".to_owned(), false),
+            ("tool-module__echo".to_owned(), false),
+            ("tool-module__echo".to_owned(), true),
+        ]
+    );
+    // Arguments against the schema were refused before the module ran:
+    // three calls reached it (loop, trap, the good echo), not four.
+    let view = w.plugin("tool-module");
+    assert_eq!(view["calls"].as_u64().unwrap() - calls_before, 3, "{view}");
+    assert_eq!(view["last_fault_kind"], "trap", "{view}");
+    let posts = std::fs::read_to_string(w._sb.path("chat.jsonl")).unwrap();
+    assert!(posts.contains("still here"), "{posts}");
+    let _ = json!({});
+}
