@@ -8,6 +8,7 @@ mod common;
 mod config_plane;
 mod dashboard;
 mod duties;
+mod event_kinds;
 mod fleet;
 mod ingress;
 mod layout;

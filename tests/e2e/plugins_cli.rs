@@ -67,6 +67,37 @@ fn new_scaffolds_a_plugin_that_check_accepts_as_a_manifest() {
     assert!(status.success(), "{out}");
     let manifest = dir.path().join("acme-hook/plugin.toml");
     assert!(manifest.is_file(), "{out}");
+
+    // A module: its manifest (a subscription, a tool with a schema, a
+    // bucket) passes; only the component, not built yet, is missing.
+    let (status, out) = run_to_exit(
+        &[
+            "plugins",
+            "new",
+            "--kind",
+            "module",
+            "acme-mod",
+            "--dir",
+            dir.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    let module = dir.path().join("acme-mod");
+    let (status, out) = run_to_exit(&["plugins", "check", module.to_str().unwrap()], &[]);
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("1 problem(s)"), "{out}");
+    assert!(out.contains("field `component`"), "{out}");
+    let (status, out) = run_to_exit(&["plugins", "list", module.to_str().unwrap()], &[]);
+    assert!(status.success(), "{out}");
+    for expected in [
+        "subscribes: turn_ended (once)",
+        "tool: add-note",
+        "publishes: module.acme-mod.noted",
+        "read-write: mod_acme-mod_notes",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
     let (status, out) = run_to_exit(&["plugins", "new", "--kind", "daemon", "x"], &[]);
     assert_eq!(status.code(), Some(2), "{out}");
 }

@@ -23,6 +23,41 @@
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
 //! passes on also carries [`FAILURES_HEADER`], [`NOT_BEFORE_HEADER`] and
 //! [`OWED_HEADER`].
+//!
+//! ## Event kinds
+//!
+//! Every kind of event row the node records ([`EVENT_KINDS`]; broadcast on
+//! [`event_subject`] of the kind). A module subscribes to them by these
+//! names, so a kind recorded anywhere in `host/` must be listed here: the
+//! end-to-end suite scans the source for kinds missing from the list.
+//!
+//! | kind | recorded by | when |
+//! | --- | --- | --- |
+//! | `webhook_received` | the webhook edge | a verified delivery was accepted |
+//! | `wake_published` | `notify-inbound` | a delivery's wake was published on a seat's inbox |
+//! | `delivery_unrouted` | `notify-inbound` | a delivery addressed no seat of the company |
+//! | `delivery_dead_lettered` | `notify-inbound` | a delivery failed too often and went to the dead letters |
+//! | `turn_started` | the turn | a seat's turn began |
+//! | `turn_ended` | the turn | a seat's turn ended (its outcome in the payload) |
+//! | `model_call` | the turn | one model call of a turn answered (tokens, model) |
+//! | `tool_call` | the turn | one tool call of a turn was answered |
+//! | `review` | the turn | the reviewer gave a verdict on an iteration |
+//! | `review_overturned` | the turn | a `done` verdict was overturned (an owed reply was not posted) |
+//! | `budget_exhausted` | the turn | a budget refused the turn's next model call |
+//! | `reply_posted` | the turn | the turn posted a reply where its trigger asked for one |
+//! | `provider_fallback` | the model pool | a model failed and the chain fell back to the next |
+//! | `llm_unavailable` | the model pool | no model of the chain answered |
+//! | `credential_benched` | the model pool | a credential was benched (rate limit, refusal) |
+//! | `credential_cooled_by_peer` | the model pool | a peer node's bench of a credential was adopted |
+//! | `schedule_fired` | `worker:scheduler` | a schedule's fire woke its seat |
+//! | `schedule_missed` | `worker:scheduler` | fires were skipped (catch-up policy, or past its ceiling) |
+//! | `maintenance_pass` | `worker:maintenance` | a maintenance pass finished |
+//! | `config_activated` | the config plane | a company revision was activated (the pointer moved) |
+//! | `config_applied` | the config plane | this node applied a company revision |
+//! | `node_started` | the node | the node finished its start |
+//!
+//! A module's own topics are kinds too, built by [`module_topic_kind`]:
+//! `module.<module>.<topic>`, never in [`EVENT_KINDS`].
 
 mod message;
 
@@ -98,6 +133,42 @@ pub fn module_dlq_subject(module: &str) -> String {
     format!("dlq.module.{module}")
 }
 
+/// Every kind of event row the node records (the table in the module docs).
+pub const EVENT_KINDS: &[&str] = &[
+    "webhook_received",
+    "wake_published",
+    "delivery_unrouted",
+    "delivery_dead_lettered",
+    "turn_started",
+    "turn_ended",
+    "model_call",
+    "tool_call",
+    "review",
+    "review_overturned",
+    "budget_exhausted",
+    "reply_posted",
+    "provider_fallback",
+    "llm_unavailable",
+    "credential_benched",
+    "credential_cooled_by_peer",
+    "schedule_fired",
+    "schedule_missed",
+    "maintenance_pass",
+    "config_activated",
+    "config_applied",
+    "node_started",
+];
+
+/// The first part of a module topic's kind ([`module_topic_kind`]).
+pub const MODULE_TOPIC_PREFIX: &str = "module";
+
+/// The event kind of `module`'s topic `topic`: `module.<module>.<topic>`
+/// (both parts plugin names, `a-z 0-9 -`, so the kind is three subject
+/// tokens); broadcast on [`event_subject`] of it.
+pub fn module_topic_kind(module: &str, topic: &str) -> String {
+    format!("{MODULE_TOPIC_PREFIX}.{module}.{topic}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +185,27 @@ mod tests {
             event_subject("turn_finished"),
             "crewlet.events.turn_finished"
         );
+        assert_eq!(
+            event_subject(&module_topic_kind("notebook", "changed")),
+            "crewlet.events.module.notebook.changed"
+        );
+    }
+
+    /// A kind is one subject token (a module topic's three), and no
+    /// company kind can be mistaken for a module's topic.
+    #[test]
+    fn event_kinds_are_single_tokens_outside_the_module_prefix() {
+        for kind in EVENT_KINDS {
+            assert!(
+                !kind.is_empty() && kind.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{kind}"
+            );
+            assert!(!kind.starts_with(MODULE_TOPIC_PREFIX), "{kind}");
+        }
+        let mut sorted = EVENT_KINDS.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), EVENT_KINDS.len(), "a kind is listed twice");
     }
 
     /// Each subject is held by the stream named beside it: a publish a

@@ -114,9 +114,15 @@ pub async fn load(
             Kind::Provider => ProviderPlugin::load(&runtime, manifest)
                 .map(|p| loaded.providers.push(Arc::new(p)))
                 .map_err(|e| e.to_string()),
-            Kind::Module => ModulePlugin::load(&runtime, manifest, &catalogue, backend.clone())
-                .map(|p| loaded.modules.push(p))
-                .map_err(|e| e.to_string()),
+            Kind::Module => ModulePlugin::load(
+                &runtime,
+                manifest,
+                &catalogue,
+                backend.clone(),
+                Arc::new(LoggedBus),
+            )
+            .map(|p| loaded.modules.push(p))
+            .map_err(|e| e.to_string()),
         };
         match outcome {
             Ok(()) => info!(subsystem = "plugins", plugin = %name, "plugin loaded"),
@@ -131,6 +137,29 @@ pub async fn load(
         start_module(module.clone(), loaded.module_states.clone());
     }
     Ok(loaded)
+}
+
+// merger: replace — the node's ModuleBus (an event row through the observe
+// publisher) is not wired yet; until then a module's publish is logged and
+// answered Ok.
+struct LoggedBus;
+
+impl crewlet_plugins::module::ModuleBus for LoggedBus {
+    fn publish<'a>(
+        &'a self,
+        kind: &'a str,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            info!(
+                subsystem = "plugins",
+                kind,
+                bytes = payload.len(),
+                "module event (not yet published)"
+            );
+            Ok(())
+        })
+    }
 }
 
 /// Two knobs for the sandbox benchmark (`benches/sandbox.rs`), not for
@@ -199,7 +228,7 @@ pub fn permissions(m: &Manifest) -> Vec<String> {
                 .iter()
                 .map(|o| format!("outbound {o}")),
         ),
-        Permissions::Module { state, reads } => {
+        Permissions::Module { state, reads, .. } => {
             out.extend(state.iter().map(|b| format!("owns bucket {}", b.local)));
             out.extend(reads.iter().map(|r| format!("reads bucket {r}")));
         }

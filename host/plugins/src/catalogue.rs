@@ -9,13 +9,15 @@
 //!   owner declares (ADR 202); one whose owner is absent is allowed — the
 //!   bucket is created from the reader's side and can be watched before the
 //!   owner is ever loaded.
+//! - Likewise a `topic` subscription whose owner is in the catalogue must
+//!   name a topic the owner `publishes`: otherwise it never fires.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::manifest::{
-    BucketDecl, MANIFEST_FILE, Manifest, ManifestError, Permissions, ReadDecl, bucket_name,
+    BucketDecl, MANIFEST_FILE, Manifest, ManifestError, Permissions, ReadDecl, Source, bucket_name,
 };
 
 /// A catalogue-level problem (between manifests).
@@ -36,6 +38,15 @@ pub enum CatalogueError {
     #[error("{}: field `module.reads`: `{read}` names a bucket module `{}` does not declare (it declares: {declared}); fix the name or add [module.state.{}] to {}", file.display(), read.module, read.bucket, owner_file.display())]
     UndeclaredRead {
         read: ReadDecl,
+        file: PathBuf,
+        owner_file: PathBuf,
+        declared: String,
+    },
+    #[error("{}: field `module.subscribe[{index}].topic`: `{module}.{topic}` names a topic module `{module}` does not publish (it publishes: {declared}); fix the name or add \"{topic}\" to `publishes` in {}", file.display(), owner_file.display())]
+    UndeclaredTopic {
+        index: usize,
+        module: String,
+        topic: String,
         file: PathBuf,
         owner_file: PathBuf,
         declared: String,
@@ -161,7 +172,51 @@ impl Catalogue {
                 }
             }
         }
+        for m in &self.plugins {
+            let Permissions::Module { subscribes, .. } = &m.permissions else {
+                continue;
+            };
+            for (index, sub) in subscribes.iter().enumerate() {
+                let Source::Topic { module, topic } = &sub.source else {
+                    continue;
+                };
+                let Some(owner) = self.get(module) else {
+                    continue;
+                };
+                let declared: &[String] = match &owner.permissions {
+                    Permissions::Module { publishes, .. } => publishes,
+                    _ => &[],
+                };
+                if !declared.contains(topic) {
+                    problems.push(CatalogueError::UndeclaredTopic {
+                        index,
+                        module: module.clone(),
+                        topic: topic.clone(),
+                        file: m.file.clone(),
+                        owner_file: owner.file.clone(),
+                        declared: if declared.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            declared.join(", ")
+                        },
+                    });
+                }
+            }
+        }
         problems
+    }
+
+    /// The problems that concern `file`'s own manifest (a read or a
+    /// subscription naming what its owner does not declare).
+    pub fn problems_of(&self, file: &Path) -> Vec<CatalogueError> {
+        self.problems()
+            .into_iter()
+            .filter(|p| match p {
+                CatalogueError::UndeclaredRead { file: f, .. }
+                | CatalogueError::UndeclaredTopic { file: f, .. } => f == file,
+                _ => false,
+            })
+            .collect()
     }
 
     /// Every bucket to create: each declared one, and each read one whose
@@ -338,7 +393,13 @@ impl fmt::Display for PluginList {
                         .collect();
                     writeln!(f, "  outbound http: {}", hosts.join(", "))?;
                 }
-                Permissions::Module { state, reads } => {
+                Permissions::Module {
+                    state,
+                    reads,
+                    publishes,
+                    subscribes,
+                    tools,
+                } => {
                     for b in state {
                         let ttl = b
                             .ttl
@@ -366,6 +427,27 @@ impl fmt::Display for PluginList {
                     }
                     if state.is_empty() && reads.is_empty() {
                         writeln!(f, "  state: none")?;
+                    }
+                    for topic in publishes {
+                        writeln!(
+                            f,
+                            "  publishes: {}",
+                            crewlet_bus::module_topic_kind(&m.name, topic)
+                        )?;
+                    }
+                    for sub in subscribes {
+                        writeln!(
+                            f,
+                            "  subscribes: {} ({})",
+                            sub.source.subject_kind(),
+                            match sub.delivery {
+                                crate::manifest::Delivery::Once => "once",
+                                crate::manifest::Delivery::EachNode => "each node",
+                            }
+                        )?;
+                    }
+                    for tool in tools {
+                        writeln!(f, "  tool: {} — {}", tool.name, tool.description)?;
                     }
                 }
             }

@@ -12,12 +12,20 @@
 //!   either part.
 //! - A provider's `base_url` must be inside its own `allowed_outbound_hosts`;
 //!   a manifest that could never make its first call is refused at check.
+//! - The `[module]` section (buckets, topics, subscriptions, tools) has its
+//!   own rules, in `manifest/module.rs`.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+mod module;
+
+pub(crate) use module::compile as compile_schema;
+pub use module::{
+    Delivery, MAX_TOOL_DESCRIPTION, MAX_TOOL_NAME, Source, Subscription, ToolDecl, valid_tool_name,
+};
 
 /// The manifest's file name, next to the component.
 pub const MANIFEST_FILE: &str = "plugin.toml";
@@ -241,6 +249,10 @@ pub enum Permissions {
     Module {
         state: Vec<BucketDecl>,
         reads: Vec<ReadDecl>,
+        /// Local topic names, published as `module.<name>.<topic>`.
+        publishes: Vec<String>,
+        subscribes: Vec<Subscription>,
+        tools: Vec<ToolDecl>,
     },
 }
 
@@ -273,7 +285,7 @@ struct Raw {
     limits: RawLimits,
     webhook: Option<RawWebhook>,
     provider: Option<RawProvider>,
-    module: Option<RawModule>,
+    module: Option<module::RawModule>,
 }
 
 #[derive(Deserialize, Default)]
@@ -297,22 +309,6 @@ struct RawWebhook {
 struct RawProvider {
     base_url: String,
     allowed_outbound_hosts: Vec<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawModule {
-    #[serde(default)]
-    state: BTreeMap<String, RawBucket>,
-    #[serde(default)]
-    reads: Vec<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawBucket {
-    history: Option<u8>,
-    ttl_seconds: Option<u64>,
 }
 
 /// Whether `name` is a plugin or bucket name: `a-z 0-9 -`, starting with a
@@ -530,63 +526,8 @@ impl Manifest {
                     allowed_outbound_hosts: hosts,
                 }
             }
-            Kind::Module => {
-                let section = raw.module.unwrap_or_default();
-                let mut state = Vec::new();
-                for (local, bucket) in section.state {
-                    let field = format!("module.state.{local}");
-                    if !valid_name(&local) {
-                        return Err(err(
-                            &field,
-                            format!(
-                                "bucket name `{local}` must be a-z, 0-9 and -, starting with a letter"
-                            ),
-                        ));
-                    }
-                    let history = bucket.history.unwrap_or(1);
-                    if !(1..=MAX_HISTORY).contains(&history) {
-                        return Err(err(
-                            &format!("{field}.history"),
-                            format!("{history} must be between 1 and {MAX_HISTORY}"),
-                        ));
-                    }
-                    let ttl = match bucket.ttl_seconds {
-                        None | Some(0) => None,
-                        Some(s) => Some(std::time::Duration::from_secs(s)),
-                    };
-                    state.push(BucketDecl {
-                        local,
-                        history,
-                        ttl,
-                    });
-                }
-                let mut reads = Vec::new();
-                for (i, read) in section.reads.iter().enumerate() {
-                    let field = format!("module.reads[{i}]");
-                    let (module, bucket) = read
-                        .split_once('.')
-                        .ok_or_else(|| err(&field, format!("`{read}` must be `module.bucket`")))?;
-                    if !valid_name(module) || !valid_name(bucket) {
-                        return Err(err(
-                            &field,
-                            format!("`{read}`: both parts must be a-z, 0-9 and -"),
-                        ));
-                    }
-                    if module == raw.name {
-                        return Err(err(
-                            &field,
-                            format!(
-                                "`{read}` is this module's own bucket; use its local name from module.state"
-                            ),
-                        ));
-                    }
-                    reads.push(ReadDecl {
-                        module: module.to_string(),
-                        bucket: bucket.to_string(),
-                    });
-                }
-                Permissions::Module { state, reads }
-            }
+            Kind::Module => module::parse(&raw.name, raw.module.unwrap_or_default())
+                .map_err(|(field, problem)| err(&field, problem))?,
         };
 
         Ok(Manifest {

@@ -23,6 +23,11 @@
 //!   its own, after `watch` returns, and a module's watches list one at a
 //!   time (the next once the last one's current values were handed on):
 //!   eight watches of a full bucket hold one listing, not eight.
+//! - A module publishes only the topics its manifest declares, through the
+//!   node's [`ModuleBus`] (the host crate never names a subject for it):
+//!   `module/bus.rs`. A tool call's arguments are checked against the
+//!   tool's schema, compiled once at load, before the module runs:
+//!   `module/tools.rs`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -34,17 +39,33 @@ use crate::HealthReport;
 use crate::bindings::module::exports::crewlet::plugin::handlers::Event;
 use crate::bindings::module::{Module, ModulePre};
 use crate::call::Guard;
-use crate::catalogue::{Catalogue, CatalogueError};
-use crate::manifest::Manifest;
+use crate::catalogue::Catalogue;
+use crate::manifest::{Manifest, Permissions, Subscription, ToolDecl, compile_schema};
 use crate::runtime::{CallError, LoadError, Runtime};
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
 use crate::state::{BackendError, StateBackend};
 
+mod bus;
 mod ctx;
+mod tools;
 
+pub use bus::MAX_PUBLISH_BYTES;
 use ctx::{AbortOnDrop, ModuleCtx, Queued};
 pub use ctx::{Grant, grants};
+pub use tools::{MAX_ARGUMENTS_BYTES, MAX_TOOL_ANSWER_BYTES, ToolCaller, ToolError};
+
+/// Where a module's published events go: the node records each as an event
+/// row of kind `kind` (`module.<name>.<topic>`) and broadcasts it. The
+/// host crate checks the topic and the size first and never names a
+/// subject; an `Err` carries why the event was not taken, for the guest.
+pub trait ModuleBus: Send + Sync + 'static {
+    fn publish<'a>(
+        &'a self,
+        kind: &'a str,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>>;
+}
 
 /// Log lines kept per module for [`ModulePlugin::logs`].
 const KEEP_LOG_LINES: usize = 1000;
@@ -77,6 +98,12 @@ pub struct ModulePlugin {
     guard: Guard,
     logs: Arc<Mutex<Vec<String>>>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
+    bus: Arc<dyn ModuleBus>,
+    publishes: Arc<[String]>,
+    subscriptions: Vec<Subscription>,
+    tools: Vec<ToolDecl>,
+    /// Each tool's arguments schema, compiled at load.
+    validators: HashMap<String, jsonschema::Validator>,
 }
 
 impl ModulePlugin {
@@ -86,31 +113,47 @@ impl ModulePlugin {
         manifest: Manifest,
         catalogue: &Catalogue,
         backend: Arc<dyn StateBackend>,
+        bus: Arc<dyn ModuleBus>,
     ) -> Result<Arc<ModulePlugin>, LoadError> {
-        let plugin = ModulePlugin::load(runtime, manifest, catalogue, backend)?;
+        let plugin = ModulePlugin::load(runtime, manifest, catalogue, backend, bus)?;
         plugin.init().await?;
         Ok(plugin)
     }
 
     /// Loads and links the module, refusing it if the catalogue finds one
-    /// of its `reads` undeclared by a present owner; its grants are
-    /// resolved here, once. Nothing of it runs yet. The catalogue's
-    /// buckets must already exist ([`ensure_buckets`]).
+    /// of its `reads` or `topic` subscriptions undeclared by a present
+    /// owner; its grants are resolved and its tools' schemas compiled here,
+    /// once. Nothing of it runs yet. The catalogue's buckets must already
+    /// exist ([`ensure_buckets`]); what it publishes goes to `bus`.
     pub fn load(
         runtime: &Arc<Runtime>,
         manifest: Manifest,
         catalogue: &Catalogue,
         backend: Arc<dyn StateBackend>,
+        bus: Arc<dyn ModuleBus>,
     ) -> Result<Arc<ModulePlugin>, LoadError> {
-        for problem in catalogue.problems() {
-            if let CatalogueError::UndeclaredRead { file, .. } = &problem
-                && *file == manifest.file
-            {
-                return Err(LoadError::Init {
-                    plugin: manifest.name.clone(),
-                    reason: problem.to_string(),
-                });
-            }
+        if let Some(problem) = catalogue.problems_of(&manifest.file).first() {
+            return Err(LoadError::Init {
+                plugin: manifest.name.clone(),
+                reason: problem.to_string(),
+            });
+        }
+        let (publishes, subscriptions, tools) = match &manifest.permissions {
+            Permissions::Module {
+                publishes,
+                subscribes,
+                tools,
+                ..
+            } => (publishes.clone(), subscribes.clone(), tools.clone()),
+            _ => Default::default(),
+        };
+        let mut validators = HashMap::new();
+        for tool in &tools {
+            let validator = compile_schema(&tool.arguments).map_err(|why| LoadError::Init {
+                plugin: manifest.name.clone(),
+                reason: format!("field `module.tools.{}.arguments` {why}", tool.name),
+            })?;
+            validators.insert(tool.name.clone(), validator);
         }
         let (component, _cache) = runtime.load_component(&manifest)?;
         let mut linker: Linker<Sandbox<ModuleCtx>> = Linker::new(runtime.engine());
@@ -142,6 +185,11 @@ impl ModulePlugin {
             listing: Arc::new(tokio::sync::Semaphore::new(1)),
             logs: Arc::default(),
             dispatcher: Mutex::new(None),
+            bus,
+            publishes: publishes.into(),
+            subscriptions,
+            tools,
+            validators,
         });
         let weak: Weak<ModulePlugin> = Arc::downgrade(&plugin);
         let task = tokio::spawn(async move {
@@ -183,6 +231,21 @@ impl ModulePlugin {
         self.guard.health().report()
     }
 
+    /// The tools the manifest declares.
+    pub fn tools(&self) -> &[ToolDecl] {
+        &self.tools
+    }
+
+    /// The events the module subscribes to.
+    pub fn subscriptions(&self) -> &[Subscription] {
+        &self.subscriptions
+    }
+
+    /// The local topics the module may publish.
+    pub fn publishes(&self) -> &[String] {
+        &self.publishes
+    }
+
     /// The module's recent log lines, oldest first.
     pub fn logs(&self) -> Vec<String> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -207,6 +270,8 @@ impl ModulePlugin {
             watches: Vec::new(),
             next_watch: 0,
             logs: self.logs.clone(),
+            bus: self.bus.clone(),
+            publishes: self.publishes.clone(),
         };
         let store = self.runtime.new_store(&self.manifest, world).map_err(|e| {
             StartError::Call(CallError::Instantiate {
@@ -283,12 +348,14 @@ impl ModulePlugin {
         Ok(value)
     }
 
-    /// Delivers an event; `Ok(Err(_))` is the module's own refusal.
+    /// Delivers an event of `kind` (a company event kind, or another
+    /// module's `module.<name>.<topic>`) with its JSON `payload`;
+    /// `Ok(Err(_))` is the module's own refusal.
     pub async fn on_event(
         &self,
-        topic: &str,
+        kind: &str,
         payload: &[u8],
-    ) -> Result<Result<Vec<u8>, String>, CallError> {
+    ) -> Result<Result<(), String>, CallError> {
         let mut live = self.live.lock().await;
         match self.ensure_live(&mut live).await {
             Ok(()) => {}
@@ -296,7 +363,7 @@ impl ModulePlugin {
             Err(StartError::Refused(reason)) => return Ok(Err(format!("init refused: {reason}"))),
         }
         let event = Event {
-            topic: topic.to_string(),
+            topic: kind.to_string(),
             payload: payload.to_vec(),
         };
         self.on_live(&mut live, move |bindings, mut store| async move {

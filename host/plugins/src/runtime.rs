@@ -39,8 +39,12 @@ use crate::sandbox::{Bounds, EPOCH_TICK, Sandbox, ZeroClock};
 
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
-/// The WIT package this host implements.
-pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.2.x";
+/// The WIT package this host implements; a component of any other minor
+/// version (0.2.x included: its module world had no `bus` nor `call-tool`)
+/// is refused naming it.
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.3.0";
+/// The version prefix of [`SUPPORTED_PACKAGE`] a component must carry.
+const SUPPORTED_PREFIX: &str = "0.3.";
 /// The most a guest may write to stderr that a fault report keeps.
 const STDERR_CAPTURE: usize = 4096;
 
@@ -386,7 +390,7 @@ pub fn world_of(engine: &Engine, component: &Component, path: &Path) -> Result<K
             continue;
         };
         let (interface, version) = rest.split_once('@').unwrap_or((rest, ""));
-        if !version.starts_with("0.2.") {
+        if !version.starts_with(SUPPORTED_PREFIX) {
             return Err(LoadError::UnsupportedVersion {
                 component: path.to_path_buf(),
                 found: format!(

@@ -3,7 +3,7 @@
 //!
 //! The crate is standalone (its own `[workspace]`, the WIT copied into
 //! `wit/`) so it builds wherever it is created, with only `wit-bindgen` as a
-//! dependency. Its logic sits in plain functions with native unit tests
+//! dependency (and `serde_json` for a module, whose tools take JSON). Its logic sits in plain functions with native unit tests
 //! (`cargo test`), and `crewlet plugins check DIR` validates its manifest and
 //! world once built.
 
@@ -90,6 +90,15 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
             .replace("{{crate}}", &krate)
             .replace("{{artifact}}", &artifact)
             .replace("{{secret}}", &name.replace('-', "_"))
+            .replace("{{tool_prefix}}", &name.replace('-', "_"))
+            .replace(
+                "{{extra_dependencies}}",
+                if kind == Kind::Module {
+                    "serde_json = \"1\"\n"
+                } else {
+                    ""
+                },
+            )
     };
     let (lib, manifest_tail) = match kind {
         Kind::Webhook => (WEBHOOK_LIB, WEBHOOK_MANIFEST),
@@ -144,7 +153,7 @@ crate-type = ["cdylib"]
 
 [dependencies]
 wit-bindgen = "0.61"
-
+{{extra_dependencies}}
 [workspace]
 "#;
 
@@ -173,8 +182,23 @@ allowed_outbound_hosts = ["https://api.example.com:443"]
 
 const MODULE_MANIFEST: &str = r#"deadline_ms = 2000
 
-[module.state.items]
+[module]
+# Local topic names; published as `module.{{name}}.<topic>`.
+publishes = ["noted"]
+
+# A company event kind (or another module's topic: `topic = "MODULE.TOPIC"`).
+[[module.subscribe]]
+event = "turn_ended"
+delivery = "once"
+
+[module.state.notes]
 history = 1
+
+# A tool seats may call (as `{{tool_prefix}}__add_note`); the host checks
+# every call's arguments against this JSON Schema before the module runs.
+[module.tools.add-note]
+description = "Keeps a note under a key, in the bucket `notes`"
+arguments = { type = "object", properties = { key = { type = "string" }, text = { type = "string" } }, required = ["key", "text"] }
 "#;
 
 const WEBHOOK_LIB: &str = r#"//! The `{{name}}` webhook plugin: a shared token in `x-{{name}}-token`,
@@ -285,19 +309,31 @@ mod tests {
 }
 "#;
 
-const MODULE_LIB: &str = r#"//! The `{{name}}` module: owns the bucket `items`. Event `items.put` with a
-//! payload `key=value` stores `value` under `key` and answers the revision.
+const MODULE_LIB: &str = r##"//! The `{{name}}` module: owns the bucket `notes`. Its tool `add-note`
+//! keeps a note under a key and publishes `noted`; every `turn_ended` event
+//! adds one to the count under `turns-ended`.
 
 wit_bindgen::generate!({ world: "module", path: "wit" });
 
-use crewlet::plugin::{log, state};
-use exports::crewlet::plugin::handlers::{Event, Guest, StateEvent};
+use crewlet::plugin::{bus, log, state};
+use exports::crewlet::plugin::handlers::{Event, Guest, StateEvent, ToolCall};
 
-/// Splits `key=value`.
-pub fn split_item(payload: &[u8]) -> Option<(&str, &[u8])> {
-    let at = payload.iter().position(|b| *b == b'=')?;
-    let key = std::str::from_utf8(&payload[..at]).ok()?;
-    (!key.is_empty()).then_some((key, &payload[at + 1..]))
+/// The key and text of an `add-note` call (the host has already checked
+/// them against the manifest's schema).
+pub fn note(arguments_json: &str) -> Result<(String, String), String> {
+    let v: serde_json::Value = serde_json::from_str(arguments_json).map_err(|e| e.to_string())?;
+    let key = v["key"].as_str().ok_or("`key` must be a string")?;
+    let text = v["text"].as_str().ok_or("`text` must be a string")?;
+    Ok((key.to_string(), text.to_string()))
+}
+
+/// The count after one more, from the stored text (absent or unreadable: 0).
+pub fn next_count(stored: Option<&[u8]>) -> u64 {
+    stored
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .and_then(|t| t.parse::<u64>().ok())
+        .unwrap_or(0)
+        + 1
 }
 
 struct Module;
@@ -308,12 +344,14 @@ impl Guest for Module {
         Ok(())
     }
 
-    fn on_event(event: Event) -> Result<Vec<u8>, String> {
+    fn on_event(event: Event) -> Result<(), String> {
         match event.topic.as_str() {
-            "items.put" => {
-                let (key, value) = split_item(&event.payload).ok_or("payload must be key=value")?;
-                let revision = state::put("items", key, value).map_err(|e| format!("{e:?}"))?;
-                Ok(revision.to_string().into_bytes())
+            "turn_ended" => {
+                let stored = state::get("notes", "turns-ended").map_err(|e| format!("{e:?}"))?;
+                let count = next_count(stored.as_ref().map(|e| e.value.as_slice()));
+                state::put("notes", "turns-ended", count.to_string().as_bytes())
+                    .map_err(|e| format!("{e:?}"))?;
+                Ok(())
             }
             other => Err(format!("{{name}} does not handle `{other}`")),
         }
@@ -322,6 +360,19 @@ impl Guest for Module {
     fn on_state(_event: StateEvent) -> Result<(), String> {
         Ok(())
     }
+
+    fn call_tool(call: ToolCall) -> Result<String, String> {
+        match call.name.as_str() {
+            "add-note" => {
+                let (key, text) = note(&call.arguments_json)?;
+                let revision = state::put("notes", &key, text.as_bytes()).map_err(|e| format!("{e:?}"))?;
+                let event = serde_json::json!({ "key": key, "by": call.caller.seat });
+                bus::publish("noted", event.to_string().as_bytes()).map_err(|e| format!("{e:?}"))?;
+                Ok(format!("noted `{key}` (revision {revision})"))
+            }
+            other => Err(format!("{{name}} has no tool `{other}`")),
+        }
+    }
 }
 
 export!(Module);
@@ -329,10 +380,20 @@ export!(Module);
 #[cfg(test)]
 mod tests {
     #[test]
-    fn items_split_at_the_first_equals() {
-        assert_eq!(super::split_item(b"a=b=c"), Some(("a", &b"b=c"[..])));
-        assert_eq!(super::split_item(b"=x"), None);
-        assert_eq!(super::split_item(b"nothing"), None);
+    fn a_note_needs_a_key_and_a_text() {
+        assert_eq!(
+            super::note(r#"{"key":"a","text":"b"}"#),
+            Ok(("a".to_string(), "b".to_string()))
+        );
+        assert!(super::note(r#"{"key":"a"}"#).is_err());
+        assert!(super::note("not json").is_err());
+    }
+
+    #[test]
+    fn counts_start_at_one() {
+        assert_eq!(super::next_count(None), 1);
+        assert_eq!(super::next_count(Some(b"41")), 42);
+        assert_eq!(super::next_count(Some(b"junk")), 1);
     }
 }
-"#;
+"##;

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{plugins_dir, runtime};
+use common::{caller, plugins_dir, runtime};
 use crewlet_plugins::{Kind, check, list, scaffold};
 
 #[test]
@@ -31,8 +31,8 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
         .map(|p| p.name.clone().unwrap_or_default())
         .collect();
     assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
-    assert_eq!(report.plugins.len(), 5, "{text}");
-    assert!(text.contains("supports crewlet:plugin@0.2.x"), "{text}");
+    assert_eq!(report.plugins.len(), 6, "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.3.0"), "{text}");
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn cargo(args: &[&str], target: &std::path::Path) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_builds_and_loads() {
+async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_build_and_load() {
     let dir = tempfile::tempdir().unwrap();
     // Shared with the guest build so wit-bindgen compiles once per machine.
     let target = plugins_dir().join("target/scaffold-test");
@@ -142,29 +142,7 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_builds_and_loads(
     );
     assert!(scaffold(Kind::Module, "Bad_Name", dir.path()).is_err());
 
-    let hook = dir.path().join("acme-hook");
-    // A debug build in the shared target: its proc macros are the host
-    // builds the `cargo test` runs above made (a release build compiles
-    // wit-bindgen's whole toolchain again, about half a minute); the
-    // component lands where the manifest looks for it.
-    cargo(
-        &[
-            "build",
-            "--quiet",
-            "--target",
-            "wasm32-wasip2",
-            "--manifest-path",
-            hook.join("Cargo.toml").to_str().unwrap(),
-        ],
-        &target,
-    );
-    let artifact = "crewlet_plugin_acme_hook.wasm";
-    let built = target.join("wasm32-wasip2/debug").join(artifact);
-    let wanted = hook.join("target/wasm32-wasip2/release").join(artifact);
-    std::fs::create_dir_all(wanted.parent().unwrap()).unwrap();
-    std::fs::copy(&built, &wanted).unwrap();
-    let report = check(&hook).unwrap();
-    assert!(report.is_ok(), "{report}");
+    let hook = build_scaffold(&dir.path().join("acme-hook"), "acme_hook", &target);
 
     let (rt, _data) = runtime();
     let m = crewlet_plugins::Manifest::load(&hook.join("plugin.toml")).unwrap();
@@ -179,4 +157,91 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_builds_and_loads(
     assert_eq!(plugin.verify(&req).await.unwrap(), Ok(()));
     let parsed = plugin.parse(&req).await.unwrap().unwrap();
     assert_eq!(parsed.deliveries[0].text.as_deref(), Some("hello"));
+
+    // The module: its manifest subscribes to `turn_ended`, owns `notes`
+    // and offers `add-note`, which writes the bucket and publishes.
+    let module = build_scaffold(&dir.path().join("acme-mod"), "acme_mod", &target);
+    let m = crewlet_plugins::Manifest::load(&module.join("plugin.toml")).unwrap();
+    let server = crewlet_testkit::NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: std::sync::Arc<dyn crewlet_plugins::state::StateBackend> =
+        std::sync::Arc::new(crewlet_plugins::state::KvState::nats(client.clone()));
+    let catalogue = crewlet_plugins::Catalogue {
+        plugins: vec![m.clone()],
+    };
+    crewlet_plugins::module::ensure_buckets(&catalogue, backend.as_ref())
+        .await
+        .unwrap();
+    let mut noted = client
+        .subscribe("crewlet.events.module.acme-mod.noted")
+        .await
+        .unwrap();
+    client.flush().await.unwrap();
+    let plugin = crewlet_plugins::module::ModulePlugin::start(
+        &rt,
+        m,
+        &catalogue,
+        backend.clone(),
+        common::nats_bus(&client),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        plugin.subscriptions()[0].source.subject_kind(),
+        "turn_ended"
+    );
+    let answer = plugin
+        .call_tool("add-note", r#"{"key":"k1","text":"remember"}"#, &caller())
+        .await
+        .unwrap();
+    assert!(
+        answer.as_ref().is_ok_and(|a| a.starts_with("noted `k1`")),
+        "{answer:?}"
+    );
+    let stored = backend
+        .get("mod_acme-mod_notes", "k1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.value, b"remember");
+    let event = futures::StreamExt::next(&mut noted).await.unwrap();
+    let event: serde_json::Value = serde_json::from_slice(&event.payload).unwrap();
+    assert_eq!(event, serde_json::json!({ "key": "k1", "by": "ada" }));
+    plugin.on_event("turn_ended", b"{}").await.unwrap().unwrap();
+    let count = backend
+        .get("mod_acme-mod_notes", "turns-ended")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(count.value, b"1");
+}
+
+/// Builds the scaffolded plugin in `root` (a debug build in the shared
+/// target: its proc macros are the host builds the `cargo test` runs made;
+/// a release build compiles wit-bindgen's whole toolchain again, about half
+/// a minute), puts the component where its manifest looks, and checks it.
+fn build_scaffold(
+    root: &std::path::Path,
+    artifact: &str,
+    target: &std::path::Path,
+) -> std::path::PathBuf {
+    cargo(
+        &[
+            "build",
+            "--quiet",
+            "--target",
+            "wasm32-wasip2",
+            "--manifest-path",
+            root.join("Cargo.toml").to_str().unwrap(),
+        ],
+        target,
+    );
+    let artifact = format!("crewlet_plugin_{artifact}.wasm");
+    let built = target.join("wasm32-wasip2/debug").join(&artifact);
+    let wanted = root.join("target/wasm32-wasip2/release").join(&artifact);
+    std::fs::create_dir_all(wanted.parent().unwrap()).unwrap();
+    std::fs::copy(&built, &wanted).unwrap();
+    let report = check(root).unwrap();
+    assert!(report.is_ok(), "{report}");
+    root.to_path_buf()
 }

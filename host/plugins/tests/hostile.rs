@@ -305,7 +305,7 @@ fn a_component_of_an_unknown_major_version_is_refused_by_name() {
     );
     let text = err.to_string();
     assert!(text.contains("crewlet:plugin@1.0.0"), "{text}");
-    assert!(text.contains("supports crewlet:plugin@0.2.x"), "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.3.0"), "{text}");
 }
 
 #[test]

@@ -7,8 +7,10 @@
 //!   requests with [`provider::http::send`], which follows redirects and
 //!   reports a host refusal as [`provider::http::HttpFailure::Denied`];
 //!   turn a failure into a `ProviderError` with [`provider::classify`].
-//! - `module`: [`module`] — export with `module::export_module!(T)`; the state and
-//!   log imports are in [`module::state`] and [`module::log`].
+//! - `module`: [`module`] — export with `module::export_module!(T)`; the state,
+//!   log and bus imports are in [`module::state`], [`module::log`] and
+//!   [`module::bus`]; publish JSON with [`module::publish`], dispatch tool
+//!   calls with [`module::Tools`].
 //!
 //! One feature per plugin because the world a component targets is decided
 //! by the bindings linked into it; two worlds in one component is a

@@ -18,7 +18,7 @@ use crate::state::{
     valid_key,
 };
 
-use super::{KEEP_LOG_LINES, MAX_LOG_LINE, MAX_WATCHES};
+use super::{KEEP_LOG_LINES, MAX_LOG_LINE, MAX_WATCHES, ModuleBus};
 
 /// What a state call wants of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct Grant {
 /// The grants of `manifest`, by the name the module uses.
 pub fn grants(manifest: &Manifest) -> HashMap<String, Grant> {
     let mut out = HashMap::new();
-    if let Permissions::Module { state, reads } = &manifest.permissions {
+    if let Permissions::Module { state, reads, .. } = &manifest.permissions {
         for b in state {
             out.insert(
                 b.local.clone(),
@@ -86,6 +86,10 @@ pub(crate) struct ModuleCtx {
     pub(super) watches: Vec<AbortOnDrop>,
     pub(super) next_watch: u64,
     pub(super) logs: Arc<Mutex<Vec<String>>>,
+    /// Where the `bus` import publishes (`super::bus`).
+    pub(super) bus: Arc<dyn ModuleBus>,
+    /// The local topics the manifest declares.
+    pub(super) publishes: Arc<[String]>,
 }
 
 impl ModuleCtx {

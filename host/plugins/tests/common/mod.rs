@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crewlet_plugins::manifest::Manifest;
+use crewlet_plugins::module::{ModuleBus, ToolCaller};
 use crewlet_plugins::runtime::{Runtime, RuntimeConfig};
 
 pub const BUILD: &str =
@@ -59,4 +60,38 @@ pub fn hmac_hex(key: &[u8], parts: &[&[u8]]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// What the node does with a module's publish, on a real nats-server: the
+/// payload on the kind's event subject (`crewlet_bus::event_subject`),
+/// flushed before it answers.
+pub struct NatsBus(pub async_nats::Client);
+
+impl ModuleBus for NatsBus {
+    fn publish<'a>(
+        &'a self,
+        kind: &'a str,
+        payload: Vec<u8>,
+    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            self.0
+                .publish(crewlet_bus::event_subject(kind), payload.into())
+                .await
+                .map_err(|e| e.to_string())?;
+            self.0.flush().await.map_err(|e| e.to_string())
+        })
+    }
+}
+
+/// The bus over `client`, as the trait object `ModulePlugin` takes.
+pub fn nats_bus(client: &async_nats::Client) -> Arc<dyn ModuleBus> {
+    Arc::new(NatsBus(client.clone()))
+}
+
+/// A seat calling a tool in a test.
+pub fn caller() -> ToolCaller {
+    ToolCaller {
+        seat: "ada".to_string(),
+        turn_id: "turn-1".to_string(),
+    }
 }

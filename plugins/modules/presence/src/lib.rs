@@ -1,10 +1,10 @@
 //! `presence`: owns the bucket `seen` and writes who was seen where.
 //!
 //! Events: `seen.set` with a JSON object carrying `who` (the key) puts the
-//! whole object under `who` and answers the revision; `seen.delete` with a
-//! key as payload deletes it.
+//! whole object under `who`; `seen.delete` with a key as payload deletes
+//! it. It offers no tools.
 
-use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, describe, info, state};
+use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, ToolCall, describe, info, state};
 
 struct Module;
 
@@ -16,19 +16,18 @@ impl Guest for Module {
         Ok(())
     }
 
-    fn on_event(event: Event) -> Result<Vec<u8>, String> {
+    fn on_event(event: Event) -> Result<(), String> {
         match event.topic.as_str() {
             "seen.set" => {
                 let value: serde_json::Value = serde_json::from_slice(&event.payload)
                     .map_err(|e| format!("payload is not JSON: {e}"))?;
                 let who = value["who"].as_str().ok_or("payload has no `who`")?;
-                let revision = state::put(BUCKET, who, &event.payload).map_err(|e| describe(&e))?;
-                Ok(revision.to_string().into_bytes())
+                state::put(BUCKET, who, &event.payload).map_err(|e| describe(&e))?;
+                Ok(())
             }
             "seen.delete" => {
                 let key = String::from_utf8(event.payload).map_err(|_| "key is not UTF-8")?;
-                state::delete(BUCKET, &key).map_err(|e| describe(&e))?;
-                Ok(Vec::new())
+                state::delete(BUCKET, &key).map_err(|e| describe(&e))
             }
             other => Err(format!("presence does not handle `{other}`")),
         }
@@ -36,6 +35,10 @@ impl Guest for Module {
 
     fn on_state(_event: StateEvent) -> Result<(), String> {
         Err("presence starts no watch".to_string())
+    }
+
+    fn call_tool(_call: ToolCall) -> Result<String, String> {
+        Err("no tools".to_string())
     }
 }
 

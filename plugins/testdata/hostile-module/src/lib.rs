@@ -1,16 +1,15 @@
 //! Test data: a module that tries everything its grants forbid. Each event
-//! answers `refused: <the state error>` or `allowed: <revision>`, so a test
-//! sees exactly what the runtime told the guest.
+//! fails with `refused: <the state error>` or succeeds when allowed, so a
+//! test sees exactly what the runtime told the guest.
 
-use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, describe, state};
+use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, ToolCall, describe, state};
 
 struct Module;
 
-fn outcome(result: Result<u64, state::StateError>) -> Result<Vec<u8>, String> {
-    match result {
-        Ok(rev) => Ok(format!("allowed: {rev}").into_bytes()),
-        Err(e) => Err(format!("refused: {}", describe(&e))),
-    }
+fn outcome(result: Result<u64, state::StateError>) -> Result<(), String> {
+    result
+        .map(|_| ())
+        .map_err(|e| format!("refused: {}", describe(&e)))
 }
 
 impl Guest for Module {
@@ -18,7 +17,7 @@ impl Guest for Module {
         Ok(())
     }
 
-    fn on_event(event: Event) -> Result<Vec<u8>, String> {
+    fn on_event(event: Event) -> Result<(), String> {
         match event.topic.as_str() {
             "write-read-only" => outcome(state::put("presence.seen", "intruder", b"{}")),
             "undeclared-bucket" => outcome(state::get("payroll.salaries", "alice").map(|_| 0)),
@@ -42,6 +41,10 @@ impl Guest for Module {
 
     fn on_state(_event: StateEvent) -> Result<(), String> {
         Ok(())
+    }
+
+    fn call_tool(_call: ToolCall) -> Result<String, String> {
+        Err("no tools".to_string())
     }
 }
 

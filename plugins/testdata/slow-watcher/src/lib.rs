@@ -5,7 +5,7 @@
 
 use std::hint::black_box;
 
-use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, state};
+use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, ToolCall, state};
 
 struct Module;
 
@@ -17,8 +17,8 @@ impl Guest for Module {
         Ok(())
     }
 
-    fn on_event(_event: Event) -> Result<Vec<u8>, String> {
-        Ok(Vec::new())
+    fn on_event(_event: Event) -> Result<(), String> {
+        Ok(())
     }
 
     fn on_state(_event: StateEvent) -> Result<(), String> {
@@ -28,6 +28,10 @@ impl Guest for Module {
         }
         black_box(n);
         Ok(())
+    }
+
+    fn call_tool(_call: ToolCall) -> Result<String, String> {
+        Err("no tools".to_string())
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use crewlet_plugin_sdk::module::{Event, Guest, StateEvent};
+use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, ToolCall};
 
 struct Module;
 
@@ -15,12 +15,16 @@ impl Guest for Module {
         }
     }
 
-    fn on_event(_event: Event) -> Result<Vec<u8>, String> {
-        Ok(Vec::new())
+    fn on_event(_event: Event) -> Result<(), String> {
+        Ok(())
     }
 
     fn on_state(_event: StateEvent) -> Result<(), String> {
         Ok(())
+    }
+
+    fn call_tool(_call: ToolCall) -> Result<String, String> {
+        Err("no tools".to_string())
     }
 }
 
