@@ -126,7 +126,10 @@ fn a_seat_writes_in_the_notebook_and_the_notebook_hears_the_turn_end() {
         ["read", "worked", "write"],
         "{view}"
     );
-    assert_eq!(view["subscriptions"]["turn_ended"]["delivery"], "once", "{view}");
+    assert_eq!(
+        view["subscriptions"]["turn_ended"]["delivery"], "once",
+        "{view}"
+    );
 
     w.mention("Ev1", "<@ada> please note the deploy window");
     common::wait_events(&w.node, "turn_ended", 1);
@@ -167,7 +170,10 @@ fn a_seat_writes_in_the_notebook_and_the_notebook_hears_the_turn_end() {
     assert_eq!(subs["handled"], 1, "{subs}");
 
     // An unknown module, bucket or one the module only reads: 404.
-    for path in ["/plugins/nobody/state/notes", "/plugins/notebook/state/nope"] {
+    for path in [
+        "/plugins/nobody/state/notes",
+        "/plugins/notebook/state/nope",
+    ] {
         assert_eq!(w.node.get(path).unwrap().status, 404, "{path}");
     }
 }
@@ -179,12 +185,12 @@ fn a_module_tool_that_loops_traps_or_is_called_wrong_is_a_tool_error_and_the_tur
         r#"{ call = "tool-module__loop", args = {} },
   { call = "tool-module__trap", args = {} },
   { call = "tool-module__echo", args = { nonsense = 1 } },
-  { call = "tool-module__echo", args = { text = "still here" } },"#,
+  { call = "tool-module__echo", args = { text = "still here" } },
+  { call = "tool-module__calls", args = {} },"#,
     );
-    let calls_before = w.plugin("tool-module")["calls"].as_u64().unwrap();
     w.mention("Ev2", "<@ada> try the tools");
     let t0 = Instant::now();
-    // The loop is stopped at the module's deadline, and /health answers
+    // The loop is stopped at the module's deadline; /health answers
     // meanwhile.
     while t0.elapsed() < Duration::from_secs(2) {
         let h = Instant::now();
@@ -196,31 +202,151 @@ fn a_module_tool_that_loops_traps_or_is_called_wrong_is_a_tool_error_and_the_tur
     assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
     let mut calls = w.tool_calls();
     calls.reverse();
-    let by_tool: Vec<(String, bool)> = calls
+    let by_tool: Vec<(&str, bool)> = calls
         .iter()
-        .filter(|c| c["payload"]["tool"].as_str().unwrap().starts_with("tool-module__"))
-        .map(|c| {
-            (
-                c["payload"]["tool"].as_str().unwrap().to_owned(),
-                c["payload"]["ok"].as_bool().unwrap(),
-            )
+        .filter_map(|c| {
+            let tool = c["payload"]["tool"].as_str()?;
+            tool.starts_with("tool-module__")
+                .then(|| (tool, c["payload"]["ok"].as_bool().unwrap()))
         })
         .collect();
     assert_eq!(
         by_tool,
         [
-            ("tool-module__loop".to_owned(), false),
-            ("tool-module__trap".to_owned(), false),
-            ("tool-module__echo".to_owned(), false),
-            ("tool-module__echo".to_owned(), true),
+            ("tool-module__loop", false),
+            ("tool-module__trap", false),
+            ("tool-module__echo", false),
+            ("tool-module__echo", true),
+            ("tool-module__calls", true),
         ]
     );
-    // Arguments against the schema were refused before the module ran:
-    // three calls reached it (loop, trap, the good echo), not four.
-    let view = w.plugin("tool-module");
-    assert_eq!(view["calls"].as_u64().unwrap() - calls_before, 3, "{view}");
-    assert_eq!(view["last_fault_kind"], "trap", "{view}");
+    // The trap replaced the instance; the echo against the schema was
+    // refused before the module ran: the fresh instance ran two tool calls
+    // (the good echo, then `calls`), not three.
     let posts = std::fs::read_to_string(w._sb.path("chat.jsonl")).unwrap();
-    assert!(posts.contains("still here"), "{posts}");
-    let _ = json!({});
+    assert!(posts.contains("done: 2"), "{posts}");
+    let view = w.plugin("tool-module");
+    assert_eq!(view["last_fault_kind"], "trap", "{view}");
+    assert_eq!(view["faults"], 2, "the loop and the trap: {view}");
+}
+
+/// Publishes a `turn_ended` row for `seat` with `payload` on the node's
+/// broker, as a turn of any node would be broadcast.
+async fn publish_turn_ended(js: &async_nats::jetstream::Context, seat: &str, payload: Value) {
+    let row = json!({
+        "event_id": format!("test-{seat}"), "type": "turn_ended", "at_ms": 1,
+        "node_id": "elsewhere", "trace_id": null, "seat": seat, "conversation": null,
+        "payload": payload, "parties": [],
+    });
+    js.publish(
+        crewlet_bus::event_subject("turn_ended"),
+        row.to_string().into(),
+    )
+    .await
+    .unwrap()
+    .await
+    .unwrap();
+}
+
+#[test]
+fn an_event_a_module_refuses_is_dead_lettered_and_one_it_traps_on_waits_while_a_healthy_module_goes_on()
+ {
+    use futures::StreamExt;
+    let w = start(r#""notebook""#, "");
+    let health = w.node.health();
+    let url = health["stream"]["urls"][0].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (js, dlq) = rt.block_on(async {
+        let client = common::broker_login(&health).connect(url).await.unwrap();
+        let dlq = client
+            .subscribe(crewlet_bus::module_dlq_subject("tool-module"))
+            .await
+            .unwrap();
+        (async_nats::jetstream::new(client), dlq)
+    });
+    // Both modules subscribe to turn_ended; wait until both consume.
+    let consuming =
+        |w: &World, m: &str| w.plugin(m)["subscriptions"]["turn_ended"]["state"] == "consuming";
+    assert!(eventually(Duration::from_secs(20), || {
+        consuming(&w, "tool-module") && consuming(&w, "notebook")
+    }));
+
+    // The healthy module hears an event at once, whatever the other does.
+    let heard = |seat: &str| {
+        let t0 = Instant::now();
+        let ok = eventually(Duration::from_secs(5), || {
+            entry(&w.state("notebook", "worked"), seat).is_some()
+        });
+        assert!(ok, "{}", w.state("notebook", "worked"));
+        t0.elapsed()
+    };
+
+    rt.block_on(publish_turn_ended(
+        &js,
+        "refused",
+        json!({"refuse": true, "outcome": "x"}),
+    ));
+    let first = heard("refused");
+    // Refused five times (1 + 2 + 4 + 8 s apart), then dead-lettered with
+    // the module's reason.
+    let letter = rt.block_on(async {
+        let mut dlq = dlq;
+        tokio::time::timeout(Duration::from_secs(40), dlq.next())
+            .await
+            .expect("a dead letter within 40 s")
+            .unwrap()
+    });
+    let letter: Value = serde_json::from_slice(&letter.payload).unwrap();
+    assert!(
+        letter["reason"]
+            .as_str()
+            .unwrap()
+            .contains("refused on purpose"),
+        "{letter}"
+    );
+    assert_eq!(letter["failures"], 5, "{letter}");
+    assert!(
+        letter["original"]
+            .as_str()
+            .unwrap()
+            .contains("\"refuse\":true")
+    );
+    assert!(eventually(Duration::from_secs(5), || {
+        let sub = &w.plugin("tool-module")["subscriptions"]["turn_ended"];
+        sub["dead_lettered"] == 1 && sub["refused"] == 5
+    }));
+
+    // An event it traps on is not its refusal: it waits in the durable and
+    // is offered again; nothing is lost, and the healthy module goes on.
+    rt.block_on(publish_turn_ended(
+        &js,
+        "trapping",
+        json!({"trap": true, "outcome": "y"}),
+    ));
+    let second = heard("trapping");
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            let v = w.plugin("tool-module");
+            v["last_fault_kind"] == "trap"
+                && v["subscriptions"]["turn_ended"]["waited"].as_u64().unwrap() >= 2
+        }),
+        "{}",
+        w.plugin("tool-module")
+    );
+    let pending = rt.block_on(async {
+        let stream = js.get_stream(crewlet_bus::EVENTS_STREAM).await.unwrap();
+        let mut consumer: async_nats::jetstream::consumer::PullConsumer = stream
+            .get_consumer(&crewlet_bus::module_durable("tool-module", "turn_ended"))
+            .await
+            .unwrap();
+        let info = consumer.info().await.unwrap();
+        info.num_ack_pending + info.num_pending as usize
+    });
+    assert!(pending >= 1, "the trapping event is kept");
+    let sub = &w.plugin("tool-module")["subscriptions"]["turn_ended"];
+    assert_eq!(sub["dead_lettered"], 1, "not dead-lettered: {sub}");
+    assert!(first < Duration::from_secs(5) && second < Duration::from_secs(5));
 }

@@ -36,6 +36,10 @@ pub struct Loaded {
     pub failed: Vec<(String, String)>,
     pub orphaned: Vec<String>,
     pub catalogue: Catalogue,
+    /// Module state, for the operator's read of a bucket.
+    pub state: Arc<dyn StateBackend>,
+    /// How each module subscription is doing on this node.
+    pub board: Arc<crate::modules::Board>,
 }
 
 /// Where a module's `init` stands.
@@ -64,7 +68,10 @@ pub async fn load(
     dir: &Path,
     data_dir: &Path,
     client: async_nats::Client,
+    publisher: crewlet_observe::Publisher,
 ) -> Result<Loaded, StartError> {
+    let bus: Arc<dyn crewlet_plugins::module::ModuleBus> =
+        Arc::new(crate::modules::bus::NodeBus(publisher));
     let (catalogue, invalid) = Catalogue::load(dir).map_err(|source| StartError::Dir {
         dir: dir.display().to_string(),
         source,
@@ -104,6 +111,8 @@ pub async fn load(
         failed: Vec::new(),
         orphaned,
         catalogue: catalogue.clone(),
+        state: backend.clone(),
+        board: Arc::default(),
     };
     for manifest in catalogue.plugins.iter().cloned() {
         let name = manifest.name.clone();
@@ -114,15 +123,11 @@ pub async fn load(
             Kind::Provider => ProviderPlugin::load(&runtime, manifest)
                 .map(|p| loaded.providers.push(Arc::new(p)))
                 .map_err(|e| e.to_string()),
-            Kind::Module => ModulePlugin::load(
-                &runtime,
-                manifest,
-                &catalogue,
-                backend.clone(),
-                Arc::new(LoggedBus),
-            )
-            .map(|p| loaded.modules.push(p))
-            .map_err(|e| e.to_string()),
+            Kind::Module => {
+                ModulePlugin::load(&runtime, manifest, &catalogue, backend.clone(), bus.clone())
+                    .map(|p| loaded.modules.push(p))
+                    .map_err(|e| e.to_string())
+            }
         };
         match outcome {
             Ok(()) => info!(subsystem = "plugins", plugin = %name, "plugin loaded"),
@@ -137,29 +142,6 @@ pub async fn load(
         start_module(module.clone(), loaded.module_states.clone());
     }
     Ok(loaded)
-}
-
-// merger: replace — the node's ModuleBus (an event row through the observe
-// publisher) is not wired yet; until then a module's publish is logged and
-// answered Ok.
-struct LoggedBus;
-
-impl crewlet_plugins::module::ModuleBus for LoggedBus {
-    fn publish<'a>(
-        &'a self,
-        kind: &'a str,
-        payload: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async move {
-            info!(
-                subsystem = "plugins",
-                kind,
-                bytes = payload.len(),
-                "module event (not yet published)"
-            );
-            Ok(())
-        })
-    }
 }
 
 /// Two knobs for the sandbox benchmark (`benches/sandbox.rs`), not for
@@ -284,6 +266,11 @@ impl Loaded {
                 Some(ModuleState::Starting) | None => ("starting", None),
             };
             e["state"] = json!(state);
+            if let (Value::Object(entry), Value::Object(more)) =
+                (&mut e, crate::modules::view(p, &self.board))
+            {
+                entry.extend(more);
+            }
             e["error"] = json!(error);
             e
         }));

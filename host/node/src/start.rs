@@ -123,7 +123,7 @@ pub async fn start(
     // Plugins: the catalogue, its module buckets, every plugin loaded.
     let loaded = match p.plugins {
         Some(dir) => Some(Arc::new(
-            crate::plugins::load(dir, &p.config.data_dir, client.clone())
+            crate::plugins::load(dir, &p.config.data_dir, client.clone(), publisher.clone())
                 .instrument(info_span!("plugins", subsystem = "plugins"))
                 .await
                 .map_err(NodeError::Plugins)?,
@@ -244,7 +244,8 @@ async fn serve_http(
             .merge(crate::budgets::routes(p.late.clone()))
             .merge(crate::pauses::routes(p.late.clone()))
             .merge(crate::tokens::routes(p.tokens.clone()))
-            .merge(crate::operator::routes(p.late.clone())),
+            .merge(crate::operator::routes(p.late.clone()))
+            .merge(crate::modules::routes::routes(p.late.clone())),
         authority: p.tokens.clone(),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });

@@ -43,7 +43,9 @@ pub use ack::{ACK_TIMEOUT, AckError, await_ack, publish_acked};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
-    #[error("event type {0:?} is not a valid subject token (letters, digits, `_` and `-` only)")]
+    #[error(
+        "event type {0:?} is not a subject token (letters, digits, `_` and `-`; dots only between a module topic's tokens)"
+    )]
     BadType(String),
     #[error("the event log refused event {event_id}: {source}")]
     Store {
@@ -233,11 +235,16 @@ fn start_writer(store: Arc<Store>) -> std::sync::mpsc::Sender<RowJob> {
     tx
 }
 
+/// A kind is one subject token (`turn_ended`), or a module topic's dotted
+/// tokens (`module.notebook.changed`): never empty tokens, wildcards or
+/// spaces, so `crewlet.events.KIND` is always one literal subject.
 fn check_type(kind: &str) -> Result<(), PublishError> {
-    let ok = !kind.is_empty()
-        && kind
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    let ok = kind.split('.').all(|token| {
+        !token.is_empty()
+            && token
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    });
     if ok {
         Ok(())
     } else {
@@ -379,10 +386,12 @@ mod tests {
             "live-only: no row"
         );
 
-        let bad = publisher
-            .publish(publisher.event("a.b", serde_json::json!({})))
-            .await;
-        assert!(matches!(bad, Err(PublishError::BadType(_))));
+        for kind in ["a..b", "a.*", "a b", ".a", ""] {
+            let bad = publisher
+                .publish(publisher.event(kind, serde_json::json!({})))
+                .await;
+            assert!(matches!(bad, Err(PublishError::BadType(_))), "{kind:?}");
+        }
     }
 
     #[tokio::test]

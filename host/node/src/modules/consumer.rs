@@ -48,7 +48,7 @@ enum Offer {
     /// Refused by the module, for the n-th time, with its reason.
     Refused(String),
     /// Not the event's fault: the module faulted or was not run.
-    Wait(Duration, String),
+    Wait(Duration),
 }
 
 /// One subscription of one module on this node.
@@ -78,7 +78,7 @@ impl Subscription {
             }
             Err(e) => {
                 self.stats.waited(&e.to_string());
-                Offer::Wait(e.retry_after().unwrap_or(WAIT_AFTER_FAULT), e.to_string())
+                Offer::Wait(e.retry_after().unwrap_or(WAIT_AFTER_FAULT))
             }
         }
     }
@@ -154,7 +154,7 @@ impl Subscription {
                     refusals.remove(&seq);
                     ack(&msg, AckKind::Ack).await;
                 }
-                Offer::Wait(delay, _) => ack(&msg, AckKind::Nak(Some(delay))).await,
+                Offer::Wait(delay) => ack(&msg, AckKind::Nak(Some(delay))).await,
                 Offer::Refused(reason) => {
                     if refusals.len() >= KEEP_COUNTS {
                         refusals.clear();
@@ -209,7 +209,7 @@ impl Subscription {
             loop {
                 match self.offer(&msg.payload).await {
                     Offer::Handled => break,
-                    Offer::Wait(delay, _) => tokio::time::sleep(delay).await,
+                    Offer::Wait(delay) => tokio::time::sleep(delay).await,
                     Offer::Refused(reason) => {
                         refused += 1;
                         if refused < MAX_REFUSALS {

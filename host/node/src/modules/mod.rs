@@ -5,7 +5,9 @@
 //! Every node runs an instance of every loaded module (`crate::plugins`);
 //! this part starts one consumer per subscription once the engine is up.
 //! A drain stops it after the seats (a turn's tool call may still reach a
-//! module) and before the stream: pulls stop, an event in hand finishes.
+//! module) and before the stream: pulls stop, and an event in hand is left
+//! unacknowledged, so the fleet's durable offers it again (delivery is at
+//! least once, as every consumer of the stream's is).
 
 pub mod bus;
 mod consumer;

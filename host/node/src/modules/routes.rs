@@ -38,7 +38,7 @@ async fn state(State(late): State<Late>, Path((name, bucket)): Path<(String, Str
         return crewlet_api::retry_later(
             crewlet_api::OPERATOR_RETRY_SECONDS,
             "starting",
-            "the node's engine is not up yet; retry in a few seconds".into(),
+            "the node's engine is not up yet; retry in a few seconds",
         );
     };
     let Some(loaded) = &ctx.plugins else {

@@ -5,7 +5,8 @@
 //! and answers what the bus said; `calls` and `events` count what this
 //! instance ran. Every event is counted and its kind and payload kept in
 //! the bucket `seen` under `last` (with the count under `count`), so a
-//! test can watch deliveries from outside.
+//! test can watch deliveries from outside. An event row whose payload has
+//! `refuse = true` is refused, one with `trap = true` traps.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,13 @@ impl Guest for Module {
     fn on_event(event: Event) -> Result<(), String> {
         let count = EVENTS.fetch_add(1, Ordering::Relaxed) + 1;
         let payload: Value = serde_json::from_slice(&event.payload).unwrap_or(Value::Null);
+        // An event row whose payload asks for it is refused, or traps.
+        if payload["payload"]["refuse"] == true {
+            return Err("refused on purpose".to_string());
+        }
+        if payload["payload"]["trap"] == true {
+            panic!("trapped on purpose by an event");
+        }
         let last = json!({ "kind": event.topic, "payload": payload });
         state::put("seen", "last", last.to_string().as_bytes()).map_err(|e| describe(&e))?;
         state::put("seen", "count", count.to_string().as_bytes()).map_err(|e| describe(&e))?;
