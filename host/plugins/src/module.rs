@@ -23,6 +23,10 @@
 //!   its own, after `watch` returns, and a module's watches list one at a
 //!   time (the next once the last one's current values were handed on):
 //!   eight watches of a full bucket hold one listing, not eight.
+//! - A watch whose bucket stops answering is re-opened with backoff and
+//!   resumes after what it delivered, never ended in silence; each watch's
+//!   state is on [`ModulePlugin::watches`] (the rules are in [`watch`]'s
+//!   docs).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -42,9 +46,11 @@ use crate::scrub::Scrub;
 use crate::state::{BackendError, StateBackend};
 
 mod ctx;
+pub mod watch;
 
 use ctx::{AbortOnDrop, ModuleCtx, Queued};
 pub use ctx::{Grant, grants};
+pub use watch::{WatchBoard, WatchState, WatchView};
 
 /// Log lines kept per module for [`ModulePlugin::logs`].
 const KEEP_LOG_LINES: usize = 1000;
@@ -76,6 +82,7 @@ pub struct ModulePlugin {
     listing: Arc<tokio::sync::Semaphore>,
     guard: Guard,
     logs: Arc<Mutex<Vec<String>>>,
+    watch_board: Arc<WatchBoard>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
 }
 
@@ -141,6 +148,7 @@ impl ModulePlugin {
             events: tx,
             listing: Arc::new(tokio::sync::Semaphore::new(1)),
             logs: Arc::default(),
+            watch_board: Arc::default(),
             dispatcher: Mutex::new(None),
         });
         let weak: Weak<ModulePlugin> = Arc::downgrade(&plugin);
@@ -183,6 +191,11 @@ impl ModulePlugin {
         self.guard.health().report()
     }
 
+    /// The watches the module's live instance holds, and how each stands.
+    pub fn watches(&self) -> Vec<WatchView> {
+        self.watch_board.views()
+    }
+
     /// The module's recent log lines, oldest first.
     pub fn logs(&self) -> Vec<String> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -205,6 +218,7 @@ impl ModulePlugin {
             events: self.events.clone(),
             listing: self.listing.clone(),
             watches: Vec::new(),
+            board: self.watch_board.clone(),
             next_watch: 0,
             logs: self.logs.clone(),
         };
@@ -339,17 +353,14 @@ enum StartError {
 }
 
 /// Creates every bucket of the catalogue, idempotently (ADR 202: on every
-/// raise, from the catalogue, before any module runs).
+/// raise, from the catalogue, before any module runs), and names them;
+/// [`crate::state::ensure_all`] answers what each one found.
 pub async fn ensure_buckets(
     catalogue: &Catalogue,
     backend: &dyn StateBackend,
 ) -> Result<Vec<String>, BackendError> {
-    let mut created = Vec::new();
-    for spec in catalogue.buckets() {
-        backend.ensure_bucket(&spec).await?;
-        created.push(spec.name);
-    }
-    Ok(created)
+    let ensured = crate::state::ensure_all(catalogue, backend).await?;
+    Ok(ensured.into_iter().map(|e| e.name).collect())
 }
 
 /// Module buckets that exist but left the catalogue: reported, never
