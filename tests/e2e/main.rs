@@ -14,6 +14,7 @@ mod layout;
 mod limits;
 mod live_view;
 mod mcp_allowlist;
+mod module_state;
 mod no_secret;
 mod node_lifecycle;
 mod operator_access;
