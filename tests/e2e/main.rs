@@ -15,6 +15,7 @@ mod layout;
 mod limits;
 mod live_view;
 mod mcp_allowlist;
+mod module_state;
 mod modules;
 mod no_secret;
 mod node_lifecycle;

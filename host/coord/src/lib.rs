@@ -55,7 +55,8 @@ pub use kv::{Change, Kv};
 pub use lease::{DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use named::{
-    BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedSpec, NamedWrite, Refused,
+    BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedOpened, NamedSpec,
+    NamedWrite, Refused,
 };
 pub use names::ResourceName;
 pub use nats::NatsKv;

@@ -25,7 +25,8 @@ use tokio::sync::broadcast;
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
 use crate::named::{
-    BucketName, Existing, NamedError, NamedKv, NamedResult, NamedSpec, NamedWrite, Refused,
+    BucketName, Existing, NamedError, NamedKv, NamedOpened, NamedResult, NamedSpec, NamedWrite,
+    Refused,
 };
 use crate::open::OpenError;
 
@@ -380,14 +381,45 @@ fn tokio_stream_from(
 }
 
 impl NamedKv for MemoryKv {
-    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<(), OpenError>> {
+    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<NamedOpened, OpenError>> {
         Box::pin(async move {
             let mut spaces = self.inner.spaces.lock().expect("memory kv lock");
             let space = spaces.entry(Slot::Named(spec.name.clone())).or_default();
-            if space.spec.is_none() || spec.existing == Existing::Reconfigure {
-                space.spec = Some(spec.clone());
+            let held = match &mut space.spec {
+                Some(held) => held,
+                none => {
+                    *none = Some(spec.clone());
+                    return Ok(NamedOpened {
+                        created: true,
+                        reconfigured: Vec::new(),
+                        replicas: spec.replicas.max(1),
+                    });
+                }
+            };
+            let mut reconfigured = Vec::new();
+            if spec.existing == Existing::Reconfigure {
+                if held.history != spec.history {
+                    held.history = spec.history;
+                    reconfigured.push("history");
+                }
+                if held.age != spec.age {
+                    held.age = spec.age;
+                    reconfigured.push("age");
+                }
+                if held.max_bytes != spec.max_bytes {
+                    held.max_bytes = spec.max_bytes;
+                    reconfigured.push("max_bytes");
+                }
+                if held.max_value_size != spec.max_value_size {
+                    held.max_value_size = spec.max_value_size;
+                    reconfigured.push("max_value_size");
+                }
             }
-            Ok(())
+            Ok(NamedOpened {
+                created: false,
+                reconfigured,
+                replicas: held.replicas.max(1),
+            })
         })
     }
 

@@ -16,10 +16,15 @@
 //!   bucket is a [`BucketName`], checked once, so no name the broker would
 //!   refuse or read as several subject tokens reaches a request.
 //! - A named bucket is opened by a [`NamedSpec`] that carries its caps.
-//!   What an existing bucket keeps is the spec's to say ([`Existing`]): the
-//!   owner's spec is applied to it, anyone else's only creates a bucket
-//!   that is absent and never rewrites the owner's options. A bucket is
-//!   open only once a write through this connection reaches it
+//!   An existing bucket is adopted, not rewritten on every start: the
+//!   owner's spec ([`Existing::Reconfigure`]) is applied only to the
+//!   options that differ from what the bucket has (history, age, byte and
+//!   value caps), and anyone else's spec only creates a bucket that is
+//!   absent. The replica count is never changed on an existing bucket —
+//!   moving a bucket's data onto more or fewer servers is an operator's
+//!   gesture — so a count that differs from the spec's is answered in the
+//!   [`NamedOpened`] report for the caller to report. A bucket is open
+//!   only once a write through this connection reaches it
 //!   ([`crate::until_writable`]). One never opened here is adopted as it is
 //!   on first use; one that does not exist is [`NamedError::NoBucket`].
 //! - The store's refusals are kinds ([`Refused`]) decided from the broker's
@@ -81,7 +86,8 @@ pub enum Existing {
     /// Keep it as it is (a reader's spec: create if absent, never rewrite
     /// the owner's options with defaults).
     Adopt,
-    /// Apply this spec to it (the owner's spec, on every start).
+    /// Apply the options of this spec that differ from the bucket's (the
+    /// owner's spec; never the replica count).
     Reconfigure,
 }
 
@@ -100,6 +106,27 @@ pub struct NamedSpec {
     pub max_value_size: u32,
     pub replicas: usize,
     pub existing: Existing,
+}
+
+/// What opening a named bucket found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedOpened {
+    /// The bucket did not exist and was created with the spec.
+    pub created: bool,
+    /// The spec's options applied to an existing bucket because they
+    /// differed (`history`, `age`, `max_bytes`, `max_value_size`); empty
+    /// when nothing was rewritten.
+    pub reconfigured: Vec<&'static str>,
+    /// The replicas the bucket has, which may differ from the spec's on an
+    /// existing bucket (never changed by opening).
+    pub replicas: usize,
+}
+
+impl NamedOpened {
+    /// Whether the bucket's replica count is not the one the spec asked for.
+    pub fn replicas_differ(&self, spec: &NamedSpec) -> bool {
+        self.replicas != spec.replicas.max(1)
+    }
 }
 
 /// A write the store refused: it answered, and the answer is no.
@@ -137,10 +164,11 @@ pub type NamedWrite = Result<Result<u64, Refused>, NamedError>;
 /// The [`crate::Kv`] primitives for buckets opened by name. Keys are
 /// already encoded; `filter` is a key prefix of whole tokens or `None`.
 pub trait NamedKv: Send + Sync + 'static {
-    /// Creates the bucket if absent, applies the spec to an existing one
-    /// only when it says [`Existing::Reconfigure`], and returns once a
-    /// write through this connection reaches it.
-    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<(), OpenError>>;
+    /// Creates the bucket if absent; on an existing one applies the
+    /// options that differ only when the spec says [`Existing::Reconfigure`]
+    /// and never its replica count; returns once a write through this
+    /// connection reaches it, with what it found and did.
+    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<NamedOpened, OpenError>>;
 
     /// Every key-value bucket the store holds (named or not), sorted.
     fn names(&self) -> BoxFuture<'_, NamedResult<Vec<BucketName>>>;

@@ -2,6 +2,16 @@
 //! module bucket created (idempotently, before any module runs), each
 //! plugin loaded into the one runtime, and the view `GET /plugins` answers.
 //!
+//! Module buckets are created at the node's `stream.replicas`, like its
+//! streams and coordination buckets, and adopted when they exist. A bucket
+//! whose replica count differs from the node's is reported — a warning
+//! naming the fix, and `replicas_differ` in the view's `buckets` — and kept
+//! as it is: moving a bucket's data is an operator's gesture, and one
+//! module's bucket does not stop a node (a coordination bucket or stream on
+//! fewer replicas does, because the company's work would sit on fewer
+//! disks than the node reports). Each module's watches are in the view as
+//! `watches`, and `/health` counts those re-opening.
+//!
 //! One broken plugin does not stop a node: it is reported (log and view)
 //! and whatever it would have served answers as absent. A store that cannot
 //! create the buckets does stop the start, as any store failure does.
@@ -17,13 +27,13 @@ use std::sync::{Arc, Mutex};
 
 use crewlet_plugins::catalogue::Catalogue;
 use crewlet_plugins::manifest::Permissions;
-use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
+use crewlet_plugins::module::{ModulePlugin, WatchState, orphaned_buckets};
 use crewlet_plugins::provider::ProviderPlugin;
-use crewlet_plugins::state::{KvState, StateBackend};
+use crewlet_plugins::state::{Ensured, KvState, StateBackend, ensure_all};
 use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{HealthReport, Kind, Manifest, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 /// Plugins this node loaded, and those it could not.
 pub struct Loaded {
@@ -35,6 +45,8 @@ pub struct Loaded {
     pub module_states: Arc<Mutex<BTreeMap<String, ModuleState>>>,
     pub failed: Vec<(String, String)>,
     pub orphaned: Vec<String>,
+    /// What ensuring each module bucket found at start.
+    pub buckets: Vec<Ensured>,
     pub catalogue: Catalogue,
     /// Module state, for the operator's read of a bucket.
     pub state: Arc<dyn StateBackend>,
@@ -64,10 +76,13 @@ pub enum StartError {
     Buckets(String),
 }
 
+/// Loads the catalogue under `dir`; module buckets are created with
+/// `replicas` copies (`stream.replicas`).
 pub async fn load(
     dir: &Path,
     data_dir: &Path,
     client: async_nats::Client,
+    replicas: usize,
     publisher: crewlet_observe::Publisher,
 ) -> Result<Loaded, StartError> {
     let bus: Arc<dyn crewlet_plugins::module::ModuleBus> =
@@ -88,10 +103,11 @@ pub async fn load(
         ..measurement_knobs(RuntimeConfig::default())
     })
     .map_err(|e| StartError::Engine(e.to_string()))?;
-    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client));
-    ensure_buckets(&catalogue, backend.as_ref())
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client).with_replicas(replicas));
+    let buckets = ensure_all(&catalogue, backend.as_ref())
         .await
         .map_err(|e| StartError::Buckets(e.to_string()))?;
+    buckets.iter().for_each(report_bucket);
     let orphaned = orphaned_buckets(&catalogue, backend.as_ref())
         .await
         .unwrap_or_default();
@@ -110,6 +126,7 @@ pub async fn load(
         module_states: Arc::default(),
         failed: Vec::new(),
         orphaned,
+        buckets,
         catalogue: catalogue.clone(),
         state: backend.clone(),
         board: Arc::default(),
@@ -142,6 +159,34 @@ pub async fn load(
         start_module(module.clone(), loaded.module_states.clone());
     }
     Ok(loaded)
+}
+
+/// Logs what ensuring a module bucket found.
+fn report_bucket(b: &Ensured) {
+    let bucket = b.name.as_str();
+    if b.created {
+        info!(
+            subsystem = "plugins",
+            bucket,
+            replicas = b.replicas,
+            "module bucket created"
+        );
+    } else if !b.reconfigured.is_empty() {
+        info!(subsystem = "plugins", bucket, changed = ?b.reconfigured, "module bucket adopted; the owner's options that differed were applied");
+    }
+    if b.replicas_differ() {
+        warn!(
+            subsystem = "plugins",
+            event = "module_bucket_replicas_differ",
+            bucket,
+            replicas = b.replicas,
+            configured = b.wanted_replicas,
+            "module bucket {bucket} has {} replica(s) but this node is configured for {} (stream.replicas); kept as it is — change it with `nats stream update KV_{bucket} --replicas={}`",
+            b.replicas,
+            b.wanted_replicas,
+            b.wanted_replicas
+        );
+    }
 }
 
 /// Two knobs for the sandbox benchmark (`benches/sandbox.rs`), not for
@@ -272,12 +317,44 @@ impl Loaded {
                 entry.extend(more);
             }
             e["error"] = json!(error);
+            e["watches"] = p
+                .watches()
+                .iter()
+                .map(|w| {
+                    json!({
+                        "id": w.id,
+                        "bucket": w.bucket,
+                        "state": w.state.as_str(),
+                        "attempts": w.attempts,
+                        "reopened": w.reopened,
+                        "last_error": w.last_error,
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into();
             e
         }));
         json!({
             "plugins": plugins,
             "failed": self.failed.iter().map(|(name, error)| json!({ "name": name, "error": error })).collect::<Vec<_>>(),
             "orphaned_buckets": self.orphaned,
+            "buckets": self.buckets.iter().map(|b| json!({
+                "name": b.name,
+                "created": b.created,
+                "reconfigured": b.reconfigured,
+                "replicas": b.replicas,
+                "configured_replicas": b.wanted_replicas,
+                "replicas_differ": b.replicas_differ(),
+            })).collect::<Vec<_>>(),
         })
+    }
+
+    /// Module watches re-opening after their bucket stopped answering.
+    pub fn watches_reopening(&self) -> usize {
+        self.modules
+            .iter()
+            .flat_map(|m| m.watches())
+            .filter(|w| w.state == WatchState::Reopening)
+            .count()
     }
 }

@@ -123,10 +123,16 @@ pub async fn start(
     // Plugins: the catalogue, its module buckets, every plugin loaded.
     let loaded = match p.plugins {
         Some(dir) => Some(Arc::new(
-            crate::plugins::load(dir, &p.config.data_dir, client.clone(), publisher.clone())
-                .instrument(info_span!("plugins", subsystem = "plugins"))
-                .await
-                .map_err(NodeError::Plugins)?,
+            crate::plugins::load(
+                dir,
+                &p.config.data_dir,
+                client.clone(),
+                p.config.stream.replicas,
+                publisher.clone(),
+            )
+            .instrument(info_span!("plugins", subsystem = "plugins"))
+            .await
+            .map_err(NodeError::Plugins)?,
         )),
         None => None,
     };

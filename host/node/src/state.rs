@@ -322,6 +322,7 @@ impl Probe for NodeState {
             "plugins": self.plugins.get().map(|p| json!({
                 "loaded": p.webhooks.len() + p.providers.len() + p.modules.len(),
                 "failed": p.failed.len(),
+                "watches_reopening": p.watches_reopening(),
             })),
             "store": {
                 "path": self.store.path().display().to_string(),

@@ -28,6 +28,10 @@
 //!   `module/bus.rs`. A tool call's arguments are checked against the
 //!   tool's schema, compiled once at load, before the module runs:
 //!   `module/tools.rs`.
+//! - A watch whose bucket stops answering is re-opened with backoff and
+//!   resumes after what it delivered, never ended in silence; each watch's
+//!   state is on [`ModulePlugin::watches`] (the rules are in [`watch`]'s
+//!   docs).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -49,6 +53,7 @@ use crate::state::{BackendError, StateBackend};
 mod bus;
 mod ctx;
 mod tools;
+pub mod watch;
 
 pub use bus::MAX_PUBLISH_BYTES;
 use ctx::{AbortOnDrop, ModuleCtx, Queued};
@@ -66,6 +71,7 @@ pub trait ModuleBus: Send + Sync + 'static {
         payload: Vec<u8>,
     ) -> futures::future::BoxFuture<'a, Result<(), String>>;
 }
+pub use watch::{WatchBoard, WatchState, WatchView};
 
 /// Log lines kept per module for [`ModulePlugin::logs`].
 const KEEP_LOG_LINES: usize = 1000;
@@ -97,6 +103,7 @@ pub struct ModulePlugin {
     listing: Arc<tokio::sync::Semaphore>,
     guard: Guard,
     logs: Arc<Mutex<Vec<String>>>,
+    watch_board: Arc<WatchBoard>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
     bus: Arc<dyn ModuleBus>,
     publishes: Arc<[String]>,
@@ -184,6 +191,7 @@ impl ModulePlugin {
             events: tx,
             listing: Arc::new(tokio::sync::Semaphore::new(1)),
             logs: Arc::default(),
+            watch_board: Arc::default(),
             dispatcher: Mutex::new(None),
             bus,
             publishes: publishes.into(),
@@ -246,6 +254,11 @@ impl ModulePlugin {
         &self.publishes
     }
 
+    /// The watches the module's live instance holds, and how each stands.
+    pub fn watches(&self) -> Vec<WatchView> {
+        self.watch_board.views()
+    }
+
     /// The module's recent log lines, oldest first.
     pub fn logs(&self) -> Vec<String> {
         self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -268,6 +281,7 @@ impl ModulePlugin {
             events: self.events.clone(),
             listing: self.listing.clone(),
             watches: Vec::new(),
+            board: self.watch_board.clone(),
             next_watch: 0,
             logs: self.logs.clone(),
             bus: self.bus.clone(),
@@ -406,17 +420,14 @@ enum StartError {
 }
 
 /// Creates every bucket of the catalogue, idempotently (ADR 202: on every
-/// raise, from the catalogue, before any module runs).
+/// raise, from the catalogue, before any module runs), and names them;
+/// [`crate::state::ensure_all`] answers what each one found.
 pub async fn ensure_buckets(
     catalogue: &Catalogue,
     backend: &dyn StateBackend,
 ) -> Result<Vec<String>, BackendError> {
-    let mut created = Vec::new();
-    for spec in catalogue.buckets() {
-        backend.ensure_bucket(&spec).await?;
-        created.push(spec.name);
-    }
-    Ok(created)
+    let ensured = crate::state::ensure_all(catalogue, backend).await?;
+    Ok(ensured.into_iter().map(|e| e.name).collect())
 }
 
 /// Module buckets that exist but left the catalogue: reported, never

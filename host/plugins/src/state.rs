@@ -12,11 +12,22 @@
 //!   it is a credential, at any depth, is refused ([`credential_field`]).
 //!   Non-JSON values are opaque and not inspected — this catches the
 //!   ordinary mistake, not a determined one (ADR 202 §5).
-//! - A watch yields every current value (no deletions), then one
-//!   end-of-current marker, then every change.
-//! - A bucket is never removed, and a bucket only read so far is created
-//!   if absent but never reconfigured (the owner's options are the
-//!   owner's); the owner's options are applied on every start.
+//! - A watch's first answer is the certified listing of the current values
+//!   (no deletions), then every change after it. A watch that has handed
+//!   on nothing for [`WATCH_PROBE`] asks its bucket's leader for a key, and
+//!   ends with an error if the bucket does not answer: the client re-creates
+//!   a lost watch consumer by itself, retrying for ever without a word
+//!   while the bucket's only server is down, so silence alone never says
+//!   the bucket is gone. Keeping a watch open across a bucket that stops
+//!   answering is the module host's (`module::watch`), not the store's.
+//! - A bucket is never removed. It is created at the node's replica count
+//!   (`stream.replicas`) and adopted when it exists: the owner's options
+//!   are applied only where they differ from the bucket's, a bucket only
+//!   read so far is never reconfigured (the owner's options are the
+//!   owner's), and a replica count that differs from the node's is
+//!   reported ([`Ensured`]), never changed — moving a bucket onto more or
+//!   fewer servers is an operator's gesture, and one module's bucket must
+//!   not stop a node's start.
 //! - The store is the coordination layer's seam ([`crewlet_coord::NamedKv`]),
 //!   not a client of its own: module state gets the same leader reads,
 //!   certified listings and error kinds (a full bucket is the broker's error
@@ -37,7 +48,7 @@ use crewlet_coord::{
 use futures::StreamExt;
 use futures::stream::BoxStream;
 
-use crate::catalogue::BucketSpec;
+use crate::catalogue::{BucketSpec, Catalogue};
 
 /// The largest value, in bytes.
 pub const MAX_VALUE_BYTES: usize = 256 * 1024;
@@ -55,13 +66,50 @@ pub struct StoredEntry {
     pub revision: u64,
 }
 
-/// One step of a watch.
+/// One step of a watch as a module sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchItem {
     Current(StoredEntry),
     EndOfCurrent,
     Put(StoredEntry),
     Deleted(String),
+}
+
+/// A change after a watch's first answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Changed {
+    Put(StoredEntry),
+    Deleted(String),
+}
+
+/// A watch from the store: the certified current values, then the changes
+/// after them. An `Err` (or the end) of `changes` is the bucket no longer
+/// answering this watch.
+pub struct StateWatch {
+    pub current: Vec<StoredEntry>,
+    pub changes: BoxStream<'static, Result<Changed, BackendError>>,
+}
+
+/// What ensuring one bucket found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ensured {
+    /// The mesh-wide bucket name.
+    pub name: String,
+    pub created: bool,
+    /// The owner's options applied because they differed.
+    pub reconfigured: Vec<&'static str>,
+    /// The replicas the bucket has.
+    pub replicas: usize,
+    /// The replicas this node creates buckets with (`stream.replicas`).
+    pub wanted_replicas: usize,
+}
+
+impl Ensured {
+    /// Whether the bucket holds its data on another number of servers than
+    /// the node is configured for.
+    pub fn replicas_differ(&self) -> bool {
+        self.replicas != self.wanted_replicas
+    }
 }
 
 /// A backend failure.
@@ -77,9 +125,12 @@ pub enum BackendError {
 
 /// What the module runtime needs from a key-value store.
 pub trait StateBackend: Send + Sync + 'static {
-    /// Creates `spec`'s bucket if absent (and applies its options).
-    fn ensure_bucket<'a>(&'a self, spec: &'a BucketSpec)
-    -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Creates `spec`'s bucket if absent, or adopts it (applying the
+    /// owner's options where they differ).
+    fn ensure_bucket<'a>(
+        &'a self,
+        spec: &'a BucketSpec,
+    ) -> BoxFuture<'a, Result<Ensured, BackendError>>;
     /// Every key-value bucket that exists.
     fn bucket_names(&self) -> BoxFuture<'_, Result<Vec<String>, BackendError>>;
     fn get<'a>(
@@ -99,12 +150,21 @@ pub trait StateBackend: Send + Sync + 'static {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
     fn keys<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
-    /// Current values, the marker, then changes.
-    #[allow(clippy::type_complexity)]
-    fn watch<'a>(
-        &'a self,
-        bucket: &'a str,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, Result<WatchItem, BackendError>>, BackendError>>;
+    /// The certified current values, then changes.
+    fn watch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<StateWatch, BackendError>>;
+}
+
+/// Ensures every bucket of the catalogue, in its order (ADR 202: on every
+/// raise, from the catalogue, before any module runs).
+pub async fn ensure_all(
+    catalogue: &Catalogue,
+    backend: &dyn StateBackend,
+) -> Result<Vec<Ensured>, BackendError> {
+    let mut out = Vec::new();
+    for spec in catalogue.buckets() {
+        out.push(backend.ensure_bucket(&spec).await?);
+    }
+    Ok(out)
 }
 
 /// Whether `key` is a valid key: `A-Z a-z 0-9 - _ = . /`, not starting or
@@ -207,13 +267,51 @@ fn names_credential(name: &str) -> bool {
 /// How long one state request may take on NATS (the JetStream default).
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long a watch goes without a change before it asks whether its
+/// bucket still answers (the broker's idle heartbeat for a watch).
+pub const WATCH_PROBE: Duration = Duration::from_secs(5);
+
+/// The key a watch's probe reads (a read, so nothing is ever written).
+const PROBE_KEY: &str = "_watch-probe";
+
+/// `changes`, ended with an error once its bucket stops answering a
+/// leader read after a quiet [`WATCH_PROBE`].
+fn probed(
+    changes: BoxStream<'static, Result<Changed, BackendError>>,
+    kv: Arc<dyn NamedKv>,
+    bucket: BucketName,
+) -> BoxStream<'static, Result<Changed, BackendError>> {
+    futures::stream::unfold(Some(changes), move |changes| {
+        let (kv, bucket) = (kv.clone(), bucket.clone());
+        async move {
+            let mut changes = changes?;
+            loop {
+                let next = tokio::select! {
+                    next = changes.next() => Some(next),
+                    () = tokio::time::sleep(WATCH_PROBE) => None,
+                };
+                if let Some(next) = next {
+                    return next.map(|item| (item, Some(changes)));
+                }
+                if let Err(e) = kv.get(&bucket, PROBE_KEY).await {
+                    let why = format!("bucket `{bucket}` stopped answering its watch: {e}");
+                    return Some((Err(BackendError::Unavailable(why)), None));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
 /// Module state on the coordination layer's named buckets.
 pub struct KvState {
     kv: Arc<dyn NamedKv>,
+    replicas: usize,
 }
 
 impl KvState {
-    /// On NATS, over the node's connection; never dials its own.
+    /// On NATS, over the node's connection; never dials its own. Buckets
+    /// are created with one replica unless [`KvState::with_replicas`].
     pub fn nats(client: async_nats::Client) -> KvState {
         KvState::new(Arc::new(NatsKv::named_only(client, REQUEST_TIMEOUT)))
     }
@@ -225,7 +323,14 @@ impl KvState {
 
     /// On any backend of the seam.
     pub fn new(kv: Arc<dyn NamedKv>) -> KvState {
-        KvState { kv }
+        KvState { kv, replicas: 1 }
+    }
+
+    /// Buckets created with `replicas` copies: the node's `stream.replicas`,
+    /// like its streams and coordination buckets.
+    pub fn with_replicas(mut self, replicas: usize) -> KvState {
+        self.replicas = replicas.max(1);
+        self
     }
 }
 
@@ -265,7 +370,7 @@ impl StateBackend for KvState {
     fn ensure_bucket<'a>(
         &'a self,
         spec: &'a BucketSpec,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
+    ) -> BoxFuture<'a, Result<Ensured, BackendError>> {
         Box::pin(async move {
             let decl = spec.decl.as_ref();
             let named = NamedSpec {
@@ -275,9 +380,10 @@ impl StateBackend for KvState {
                 age: decl.and_then(|d| d.ttl),
                 max_bytes: MAX_BUCKET_BYTES as u64,
                 max_value_size: MAX_VALUE_BYTES as u32,
-                replicas: 1,
-                // The owner's options are applied; a bucket only read so far
-                // is created if absent, never overwritten with the defaults.
+                replicas: self.replicas,
+                // The owner's options are applied where they differ; a
+                // bucket only read so far is created if absent, never
+                // overwritten with the defaults.
                 existing: if decl.is_some() {
                     Existing::Reconfigure
                 } else {
@@ -285,10 +391,18 @@ impl StateBackend for KvState {
                 },
             };
             // Open only once a write through this connection reaches it.
-            self.kv
+            let opened = self
+                .kv
                 .open(&named)
                 .await
-                .map_err(|e| BackendError::Unavailable(e.to_string()))
+                .map_err(|e| BackendError::Unavailable(e.to_string()))?;
+            Ok(Ensured {
+                name: spec.name.clone(),
+                created: opened.created,
+                reconfigured: opened.reconfigured,
+                replicas: opened.replicas,
+                wanted_replicas: self.replicas,
+            })
         })
     }
 
@@ -347,28 +461,21 @@ impl StateBackend for KvState {
         })
     }
 
-    fn watch<'a>(
-        &'a self,
-        bucket: &'a str,
-    ) -> BoxFuture<'a, Result<BoxStream<'static, Result<WatchItem, BackendError>>, BackendError>>
-    {
+    fn watch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<StateWatch, BackendError>> {
         Box::pin(async move {
             // The certified listing is "current"; the changes after it come
             // from the same pass, so none falls between the two.
-            let watch = self.kv.watch(&name(bucket)?, None).await.map_err(backend)?;
-            let current = watch
-                .initial
-                .into_iter()
-                .map(|e| Ok(WatchItem::Current(stored(e))));
+            let bucket = name(bucket)?;
+            let watch = self.kv.watch(&bucket, None).await.map_err(backend)?;
             let changes = watch.changes.map(|c| match c {
-                Ok(Change::Put(e)) => Ok(WatchItem::Put(stored(e))),
-                Ok(Change::Removed { key, .. }) => Ok(WatchItem::Deleted(key)),
+                Ok(Change::Put(e)) => Ok(Changed::Put(stored(e))),
+                Ok(Change::Removed { key, .. }) => Ok(Changed::Deleted(key)),
                 Err(u) => Err(BackendError::Unavailable(u.0)),
             });
-            Ok(futures::stream::iter(current)
-                .chain(futures::stream::once(async { Ok(WatchItem::EndOfCurrent) }))
-                .chain(changes)
-                .boxed())
+            Ok(StateWatch {
+                current: watch.initial.into_iter().map(stored).collect(),
+                changes: probed(changes.boxed(), self.kv.clone(), bucket),
+            })
         })
     }
 }
@@ -424,7 +531,7 @@ mod tests {
 
     /// The adapter on the memory twin, no broker: an unopened bucket is
     /// named as absent, reads see writes, a deletion hides a key, and a
-    /// watch is current values → marker → changes.
+    /// watch is current values, then changes.
     #[tokio::test]
     async fn module_state_on_the_twin() {
         let state = twin();
@@ -436,8 +543,10 @@ mod tests {
             state.get("not a bucket", "k").await,
             Err(BackendError::NoBucket("not a bucket".into()))
         );
-        state.ensure_bucket(&spec(false)).await.unwrap();
-        state.ensure_bucket(&spec(true)).await.unwrap();
+        let read_first = state.ensure_bucket(&spec(false)).await.unwrap();
+        assert!(read_first.created && !read_first.replicas_differ());
+        let owned = state.ensure_bucket(&spec(true)).await.unwrap();
+        assert!(!owned.created, "{owned:?}");
         assert_eq!(
             state.bucket_names().await.unwrap(),
             vec!["mod_presence_seen".to_string()]
@@ -466,24 +575,18 @@ mod tests {
             state.keys("mod_presence_seen").await.unwrap(),
             vec!["bob".to_string()]
         );
-        let mut steps = Vec::new();
-        for _ in 0..4 {
-            steps.push(match watch.next().await.unwrap().unwrap() {
-                WatchItem::Current(e) => format!("current {}", e.key),
-                WatchItem::EndOfCurrent => "end-of-current".into(),
-                WatchItem::Put(e) => format!("put {}", e.key),
-                WatchItem::Deleted(k) => format!("deleted {k}"),
+        let mut steps: Vec<String> = watch
+            .current
+            .iter()
+            .map(|e| format!("current {}", e.key))
+            .collect();
+        for _ in 0..2 {
+            steps.push(match watch.changes.next().await.unwrap().unwrap() {
+                Changed::Put(e) => format!("put {}", e.key),
+                Changed::Deleted(k) => format!("deleted {k}"),
             });
         }
-        assert_eq!(
-            steps,
-            [
-                "current alice",
-                "end-of-current",
-                "put bob",
-                "deleted alice"
-            ]
-        );
+        assert_eq!(steps, ["current alice", "put bob", "deleted alice"]);
     }
 
     /// A bucket at its 64 MiB cap answers `Full` (a kind from the store,

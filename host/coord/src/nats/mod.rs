@@ -25,8 +25,8 @@
 //!   refused write means is read from the ack's JetStream error code, never
 //!   from its text.
 //! - Buckets that exist are adopted, never reconfigured — except a named
-//!   bucket whose spec says so ([`crate::named`]), served by the same
-//!   primitives as the coordination buckets.
+//!   bucket whose owner's spec differs from it ([`crate::named`]), served
+//!   by the same primitives as the coordination buckets.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -41,7 +41,8 @@ use futures::future::BoxFuture;
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
 use crate::named::{
-    BucketName, Existing, NamedError, NamedKv, NamedResult, NamedSpec, NamedWrite, Refused,
+    BucketName, Existing, NamedError, NamedKv, NamedOpened, NamedResult, NamedSpec, NamedWrite,
+    Refused,
 };
 use crate::open::OpenError;
 
@@ -173,7 +174,7 @@ impl NatsKv {
                     storage: stream::StorageType::File,
                     ..Default::default()
                 };
-                let stream = open_reachable(js, config, Existing::Adopt).await?;
+                let stream = open_reachable(js, config).await?;
                 Ok::<_, OpenError>((b, name, spec, stream))
             }
         }))
@@ -308,11 +309,12 @@ fn is_marker(h: &HeaderMap) -> bool {
     )
 }
 
-/// Adopts the bucket `config` names, or creates it with `config` if absent.
+/// Adopts the bucket `config` names, or creates it with `config` if absent;
+/// true when this call created it.
 async fn open_bucket(
     js: &jetstream::Context,
     config: &kv::Config,
-) -> Result<stream::Stream, OpenError> {
+) -> Result<(stream::Stream, bool), OpenError> {
     let name = config.bucket.as_str();
     let err = |why: String| OpenError::Bucket {
         bucket: name.to_owned(),
@@ -320,12 +322,13 @@ async fn open_bucket(
     };
     let stream_name = format!("KV_{name}");
     let mut last_create_error = String::new();
+    let mut created = false;
     for attempt in 0..5u32 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
         }
         match js.get_stream(&stream_name).await {
-            Ok(s) => return Ok(s),
+            Ok(s) => return Ok((s, created)),
             Err(e) if is_stream_not_found(&e) => {}
             // Unreachable or timed out: the broker may still be electing
             // its meta leader at boot; ask again shortly.
@@ -336,7 +339,7 @@ async fn open_bucket(
         }
         match js.create_key_value(config.clone()).await {
             // Read it back through get_stream: adopt what is there.
-            Ok(_) => {}
+            Ok(_) => created = true,
             // Another node may have created it first (adopt theirs), or the
             // meta group is still settling (try again shortly).
             Err(e) => {
@@ -348,35 +351,16 @@ async fn open_bucket(
             }
         }
     }
-    js.get_stream(&stream_name)
+    let stream = js
+        .get_stream(&stream_name)
         .await
-        .map_err(|e| err(format!("{e} (last create attempt: {last_create_error})")))
+        .map_err(|e| err(format!("{e} (last create attempt: {last_create_error})")))?;
+    Ok((stream, created))
 }
 
-/// Opens the bucket (adopting it, or applying `config` to it when
-/// `existing` says so), then waits until a write through this connection
-/// reaches it (see [`crate::reach`]).
-async fn open_reachable(
-    js: &jetstream::Context,
-    config: kv::Config,
-    existing: Existing,
-) -> Result<stream::Stream, OpenError> {
-    let name = config.bucket.clone();
-    let stream = match existing {
-        Existing::Adopt => open_bucket(js, &config).await?,
-        Existing::Reconfigure => {
-            js.create_or_update_key_value(config)
-                .await
-                .map_err(|e| OpenError::Bucket {
-                    bucket: name.clone(),
-                    why: format!(
-                        "{e}: {:?}",
-                        std::error::Error::source(&e).map(|s| s.to_string())
-                    ),
-                })?
-                .stream
-        }
-    };
+/// Waits until a write through this connection reaches the bucket (see
+/// [`crate::reach`]).
+async fn until_reachable(js: &jetstream::Context, name: &str) -> Result<(), OpenError> {
     crate::reach::until_writable(
         js,
         &format!("KV_{name}"),
@@ -384,7 +368,16 @@ async fn open_reachable(
         crate::reach::REACH_WITHIN,
     )
     .await
-    .map_err(|e| OpenError::Unreachable(Box::new(e)))?;
+    .map_err(|e| OpenError::Unreachable(Box::new(e)))
+}
+
+/// Adopts (or creates) the bucket, then waits until it is reachable.
+async fn open_reachable(
+    js: &jetstream::Context,
+    config: kv::Config,
+) -> Result<stream::Stream, OpenError> {
+    let (stream, _) = open_bucket(js, &config).await?;
+    until_reachable(js, &config.bucket).await?;
     Ok(stream)
 }
 

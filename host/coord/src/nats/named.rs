@@ -1,5 +1,7 @@
 //! Named buckets (module state) on JetStream: the same primitives as the
-//! coordination buckets, opened or adopted by name.
+//! coordination buckets, opened or adopted by name. An owner's spec is
+//! applied to an existing bucket only where it differs (one stream update,
+//! not one per start), and never to its replica count.
 
 use super::*;
 
@@ -38,7 +40,7 @@ impl NatsKv {
 }
 
 impl NamedKv for NatsKv {
-    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<(), OpenError>> {
+    fn open<'a>(&'a self, spec: &'a NamedSpec) -> BoxFuture<'a, Result<NamedOpened, OpenError>> {
         Box::pin(async move {
             let config = kv::Config {
                 bucket: spec.name.to_string(),
@@ -47,16 +49,42 @@ impl NamedKv for NatsKv {
                 max_age: spec.age.unwrap_or_default(),
                 max_bytes: i64::try_from(spec.max_bytes).unwrap_or(i64::MAX),
                 max_value_size: i32::try_from(spec.max_value_size).unwrap_or(i32::MAX),
-                num_replicas: spec.replicas,
+                num_replicas: spec.replicas.max(1),
                 storage: stream::StorageType::File,
                 ..Default::default()
             };
-            let stream = open_reachable(&self.js, config, spec.existing).await?;
+            let (mut stream, created) = open_bucket(&self.js, &config).await?;
+            let mut reconfigured = Vec::new();
+            if !created && spec.existing == Existing::Reconfigure {
+                let (update, changed) = differing(&stream.cached_info().config, &config);
+                if !changed.is_empty() {
+                    let why = |e: String| OpenError::Bucket {
+                        bucket: spec.name.to_string(),
+                        why: e,
+                    };
+                    self.js
+                        .update_stream(&update)
+                        .await
+                        .map_err(|e| why(format!("applying the owner's {changed:?}: {e}")))?;
+                    stream = self
+                        .js
+                        .get_stream(&update.name)
+                        .await
+                        .map_err(|e| why(format!("reading it back: {e}")))?;
+                    reconfigured = changed;
+                }
+            }
+            until_reachable(&self.js, &config.bucket).await?;
+            let replicas = stream.cached_info().config.num_replicas.max(1);
             self.named.lock().expect("named lock").insert(
                 spec.name.clone(),
                 Arc::new(Opened::new(spec.name.to_string(), stream)),
             );
-            Ok(())
+            Ok(NamedOpened {
+                created,
+                reconfigured,
+                replicas,
+            })
         })
     }
 
@@ -129,4 +157,33 @@ impl NamedKv for NatsKv {
             Ok(self.watch_in(o, filter).await?)
         })
     }
+}
+
+/// The existing stream's config with the owner's options where they
+/// differ, and which options those were. The replica count, subjects,
+/// storage and description stay as they are.
+fn differing(held: &stream::Config, wanted: &kv::Config) -> (stream::Config, Vec<&'static str>) {
+    let mut update = held.clone();
+    let mut changed = Vec::new();
+    if held.max_messages_per_subject != wanted.history {
+        update.max_messages_per_subject = wanted.history;
+        changed.push("history");
+    }
+    if held.max_age != wanted.max_age {
+        update.max_age = wanted.max_age;
+        // The broker refuses a duplicate window longer than the age.
+        if !wanted.max_age.is_zero() && update.duplicate_window > wanted.max_age {
+            update.duplicate_window = wanted.max_age;
+        }
+        changed.push("age");
+    }
+    if held.max_bytes != wanted.max_bytes {
+        update.max_bytes = wanted.max_bytes;
+        changed.push("max_bytes");
+    }
+    if held.max_message_size != wanted.max_value_size {
+        update.max_message_size = wanted.max_value_size;
+        changed.push("max_value_size");
+    }
+    (update, changed)
 }

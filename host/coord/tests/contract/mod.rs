@@ -742,7 +742,8 @@ pub async fn claim_release<F: Fixture>(f: &F) {
 /// every backend: leader reads through any member, certified listing, a
 /// watch from it, refusals as kinds (conflict, over the value cap, over the
 /// byte cap — never unavailable), an owner's spec applied to an existing
-/// bucket and a reader's never, and an unknown bucket named as such.
+/// bucket only where it differs and a reader's never, and an unknown bucket
+/// named as such.
 pub async fn named_buckets<F: Fixture>(f: &F) {
     use futures::StreamExt;
     let (kv, other) = (f.named(0), f.named(1));
@@ -764,7 +765,17 @@ pub async fn named_buckets<F: Fixture>(f: &F) {
         kv.get(&missing, "k").await,
         Err(NamedError::NoBucket(missing.clone()))
     );
-    kv.open(&spec(1024, Existing::Reconfigure)).await.unwrap();
+    let opened = kv.open(&spec(1024, Existing::Reconfigure)).await.unwrap();
+    assert!(
+        opened.created && opened.reconfigured.is_empty(),
+        "{opened:?}"
+    );
+    assert_eq!(opened.replicas, replicas.max(1));
+    let again = kv.open(&spec(1024, Existing::Reconfigure)).await.unwrap();
+    assert!(
+        !again.created && again.reconfigured.is_empty(),
+        "an unchanged spec rewrote the bucket: {again:?}"
+    );
     assert!(kv.names().await.unwrap().contains(&name));
     assert_eq!(kv.get(&name, "k").await.unwrap(), None);
 
@@ -839,7 +850,8 @@ pub async fn named_buckets<F: Fixture>(f: &F) {
             .unwrap(),
         Err(Refused::TooLarge)
     );
-    other.open(&spec(4096, Existing::Adopt)).await.unwrap();
+    let adopted = other.open(&spec(4096, Existing::Adopt)).await.unwrap();
+    assert!(adopted.reconfigured.is_empty(), "{adopted:?}");
     assert_eq!(
         other
             .put(&name, "big", big.clone(), Expect::Any)
@@ -848,10 +860,11 @@ pub async fn named_buckets<F: Fixture>(f: &F) {
         Err(Refused::TooLarge),
         "a reader's spec rewrote the owner's"
     );
-    other
+    let applied = other
         .open(&spec(4096, Existing::Reconfigure))
         .await
         .unwrap();
+    assert_eq!(applied.reconfigured, ["max_value_size"], "{applied:?}");
     assert!(
         kv.put(&name, "big", big, Expect::Any)
             .await

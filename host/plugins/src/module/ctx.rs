@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use futures::StreamExt;
-
 use crate::bindings::module::crewlet::plugin::log::{self, Level};
 use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
 use crate::bindings::module::exports::crewlet::plugin::handlers::{StateChange, StateEvent};
@@ -18,6 +16,7 @@ use crate::state::{
     valid_key,
 };
 
+use super::watch::{WatchBoard, WatchTask};
 use super::{KEEP_LOG_LINES, MAX_LOG_LINE, MAX_WATCHES, ModuleBus};
 
 /// What a state call wants of a bucket.
@@ -84,6 +83,8 @@ pub(crate) struct ModuleCtx {
     /// One listing of this module's watches at a time.
     pub(super) listing: Arc<tokio::sync::Semaphore>,
     pub(super) watches: Vec<AbortOnDrop>,
+    /// Where this module's watches show how they stand.
+    pub(super) board: Arc<WatchBoard>,
     pub(super) next_watch: u64,
     pub(super) logs: Arc<Mutex<Vec<String>>>,
     /// Where the `bus` import publishes (`super::bus`).
@@ -196,52 +197,31 @@ impl state::Host for Sandbox<ModuleCtx> {
         let watch_id = ctx.next_watch;
         let generation = ctx.generation;
         let events = ctx.events.clone();
-        let plugin = ctx.plugin.clone();
-        let backend = ctx.backend.clone();
-        let listing = ctx.listing.clone();
-        let task = tokio::spawn(async move {
-            // One listing of this module in memory at a time: the next
-            // watch lists only once this one's current values were taken.
-            let Ok(permit) = listing.acquire_owned().await else {
-                return;
-            };
-            let mut permit = Some(permit);
-            let mut stream = match backend.watch(&grant.bucket).await {
-                Ok(stream) => stream,
-                Err(e) => {
-                    tracing::warn!(plugin, bucket, "a state watch could not start: {e}");
-                    return;
-                }
-            };
-            while let Some(item) = stream.next().await {
-                let change = match item {
-                    Ok(WatchItem::Current(e)) => StateChange::Current(entry(e)),
-                    Ok(WatchItem::EndOfCurrent) => StateChange::EndOfCurrent,
-                    Ok(WatchItem::Put(e)) => StateChange::Put(entry(e)),
-                    Ok(WatchItem::Deleted(k)) => StateChange::Deleted(k),
-                    Err(e) => {
-                        tracing::warn!(plugin, bucket, "a state watch ended: {e}");
-                        return;
-                    }
-                };
-                let listed = matches!(change, StateChange::EndOfCurrent);
-                let queued = Queued {
-                    generation,
-                    event: StateEvent {
-                        watch_id,
-                        bucket: bucket.clone(),
-                        change,
+        let watch = WatchTask {
+            plugin: ctx.plugin.clone(),
+            local: bucket.clone(),
+            bucket: grant.bucket,
+            backend: ctx.backend.clone(),
+            listing: ctx.listing.clone(),
+            entry: ctx.board.register(watch_id, &bucket),
+        };
+        let task = tokio::spawn(watch.run(move |step| {
+            let queued = Queued {
+                generation,
+                event: StateEvent {
+                    watch_id,
+                    bucket: bucket.clone(),
+                    change: match step {
+                        WatchItem::Current(e) => StateChange::Current(entry(e)),
+                        WatchItem::EndOfCurrent => StateChange::EndOfCurrent,
+                        WatchItem::Put(e) => StateChange::Put(entry(e)),
+                        WatchItem::Deleted(k) => StateChange::Deleted(k),
                     },
-                };
-                // Waits while the module's queue is full: backpressure.
-                if events.send(queued).await.is_err() {
-                    return;
-                }
-                if listed {
-                    permit.take();
-                }
-            }
-        });
+                },
+            };
+            let events = events.clone();
+            async move { events.send(queued).await.is_ok() }
+        }));
         ctx.watches.push(AbortOnDrop(task));
         Ok(watch_id)
     }
