@@ -17,6 +17,7 @@ pub mod engine;
 pub mod identity;
 pub mod ingress;
 pub mod logging;
+pub mod module_state;
 pub mod modules;
 pub mod operator;
 pub mod pauses;

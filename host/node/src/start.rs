@@ -178,7 +178,7 @@ pub async fn start(
         .await
         .map_err(NodeError::Engine)?;
     // Modules consume before the seats start, so a drain stops them after.
-    crate::modules::start(&ctx, started);
+    start_modules(&ctx, started);
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
@@ -188,6 +188,15 @@ pub async fn start(
     p.state.advance(Phase::Running);
     info!(subsystem = "node", stream = %urls, "node running");
     Ok(Some(publisher))
+}
+
+/// Every loaded module's subscriptions, consumed on this node.
+fn start_modules(ctx: &EngineContext, started: &mut Started) {
+    let Some(loaded) = &ctx.plugins else { return };
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    if let Some(running) = crate::modules::start(&js, &loaded.modules, &loaded.board) {
+        started.push("modules", move || Box::pin(running.stop()));
+    }
 }
 
 /// The company's duties (with `workers`), this node's retention and the
@@ -251,7 +260,7 @@ async fn serve_http(
             .merge(crate::pauses::routes(p.late.clone()))
             .merge(crate::tokens::routes(p.tokens.clone()))
             .merge(crate::operator::routes(p.late.clone()))
-            .merge(crate::modules::routes::routes(p.late.clone())),
+            .merge(crate::module_state::routes(p.late.clone())),
         authority: p.tokens.clone(),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });

@@ -16,7 +16,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
     let text = report.to_string();
     assert!(report.is_ok(), "{text}");
     assert!(report.catalogue.is_empty(), "{text}");
-    assert_eq!(report.plugins.len(), 10, "{text}");
+    assert_eq!(report.plugins.len(), 11, "{text}");
     assert!(text.contains("ok    github"), "{text}");
     assert!(!text.contains("hostile"), "{text}");
 
@@ -31,7 +31,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
         .map(|p| p.name.clone().unwrap_or_default())
         .collect();
     assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
-    assert_eq!(report.plugins.len(), 6, "{text}");
+    assert_eq!(report.plugins.len(), 8, "{text}");
     assert!(text.contains("supports crewlet:plugin@0.3.0"), "{text}");
 }
 

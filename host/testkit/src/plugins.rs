@@ -29,6 +29,23 @@ impl PluginsDir {
         self.add_edited(name, manifest, |t| t)
     }
 
+    /// Adds the plugin of `manifest` as `name` with a per-call deadline of
+    /// `ms` (for a test whose plugin does real work under a loaded machine).
+    pub fn add_with_deadline(&self, name: &str, manifest: &str, ms: u64) -> &Self {
+        self.add_edited(name, manifest, |text| {
+            text.lines()
+                .map(|l| {
+                    if l.starts_with("deadline_ms") {
+                        format!("deadline_ms = {ms}")
+                    } else {
+                        l.to_owned()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+    }
+
     /// Adds a provider plugin whose `base_url` and only outbound host are
     /// `origin` (`http://127.0.0.1:PORT`) with `base_url` under it.
     pub fn add_provider_at(

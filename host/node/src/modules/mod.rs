@@ -11,7 +11,6 @@
 
 pub mod bus;
 mod consumer;
-pub mod routes;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +23,6 @@ use tracing::info;
 use crewlet_plugins::manifest::Delivery;
 use crewlet_plugins::module::ModulePlugin;
 
-use crate::engine::{EngineContext, Started};
 pub use consumer::MAX_REFUSALS;
 use consumer::Subscription;
 
@@ -139,38 +137,50 @@ pub fn view(module: &ModulePlugin, board: &Board) -> Value {
     })
 }
 
-/// Starts a consumer for every subscription of every loaded module.
-pub fn start(ctx: &EngineContext, started: &mut Started) {
-    let Some(loaded) = &ctx.plugins else { return };
-    let js = async_nats::jetstream::new(ctx.client.clone());
-    let (stop_tx, stop) = watch::channel(false);
+/// The consumers this node runs, until [`Running::stop`].
+pub struct Running {
+    stop: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops pulling and waits for every consumer to end.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts a consumer for every subscription of every module in `modules`,
+/// each reporting on `board`; `None` when there is none.
+pub fn start(
+    js: &async_nats::jetstream::Context,
+    modules: &[Arc<ModulePlugin>],
+    board: &Board,
+) -> Option<Running> {
+    let (stop, stopped) = watch::channel(false);
     let mut tasks = Vec::new();
-    for module in &loaded.modules {
+    for module in modules {
         for sub in module.subscriptions() {
             let kind = sub.source.subject_kind();
             let subscription = Subscription {
                 module: module.clone(),
-                stats: loaded.board.stats(&module.manifest().name, &kind),
+                stats: board.stats(&module.manifest().name, &kind),
                 kind,
                 delivery: sub.delivery,
             };
-            tasks.push(tokio::spawn(subscription.run(js.clone(), stop.clone())));
+            tasks.push(tokio::spawn(subscription.run(js.clone(), stopped.clone())));
         }
     }
     if tasks.is_empty() {
-        return;
+        return None;
     }
     info!(
         subsystem = "modules",
         subscriptions = tasks.len(),
         "module subscriptions consuming"
     );
-    started.push("modules", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(true);
-            for task in tasks {
-                let _ = task.await;
-            }
-        })
-    });
+    Some(Running { stop, tasks })
 }

@@ -22,6 +22,9 @@ use super::{BucketDecl, MAX_HISTORY, Permissions, ReadDecl, valid_name};
 
 /// The longest tool name a manifest may declare.
 pub const MAX_TOOL_NAME: usize = 48;
+/// The longest `MODULE__TOOL` a seat may be offered: OpenAI's and
+/// Anthropic's limit on a tool's name.
+pub const MAX_OFFERED_NAME: usize = 64;
 /// The longest tool description a manifest may declare, in bytes.
 pub const MAX_TOOL_DESCRIPTION: usize = 1024;
 
@@ -217,6 +220,15 @@ pub(super) fn parse(module: &str, section: RawModule) -> Result<Permissions, Ref
             return Err((
                 field,
                 format!("tool name `{name}` must be 1–{MAX_TOOL_NAME} of a-z, 0-9, - and _"),
+            ));
+        }
+        let offered = module.len() + 2 + name.len();
+        if offered > MAX_OFFERED_NAME {
+            return Err((
+                field,
+                format!(
+                    "seats are offered this tool as `{module}__{name}` ({offered} characters), past the {MAX_OFFERED_NAME} model APIs accept for a tool's name; shorten the tool's or the module's name"
+                ),
             ));
         }
         let description = raw.description.trim().to_string();

@@ -225,4 +225,20 @@ fn a_module_section_is_refused_naming_the_field() {
         assert_eq!(e.field, *field, "{section}: {e}");
         assert!(e.problem.contains(needle), "{section}: {e}");
     }
+    // MODULE__TOOL past the 64 characters model APIs take for a name.
+    let name = "n".repeat(40);
+    let long = HEAD.replacen("name = \"x\"", &format!("name = \"{name}\""), 1);
+    assert!(long.contains(&name), "the test's HEAD names its plugin `x`");
+    let tool = "t".repeat(23);
+    let e = parse(&format!(
+        "{long}kind = \"module\"\n[module.tools.{tool}]\ndescription = \"x\"\n"
+    ))
+    .unwrap_err();
+    assert_eq!(e.field, format!("module.tools.{tool}"), "{e}");
+    assert!(e.problem.contains("65 characters"), "{e}");
+    let ok = "t".repeat(22);
+    parse(&format!(
+        "{long}kind = \"module\"\n[module.tools.{ok}]\ndescription = \"x\"\n"
+    ))
+    .unwrap();
 }
