@@ -169,6 +169,44 @@ fn a_seat_writes_in_the_notebook_and_the_notebook_hears_the_turn_end() {
     let subs = &w.plugin("notebook")["subscriptions"]["turn_ended"];
     assert_eq!(subs["handled"], 1, "{subs}");
 
+    // What each bucket holds, on /plugins and through the command line.
+    let view = w.node.get("/plugins").unwrap().json();
+    let row = |name: &str| {
+        view["buckets"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|b| b["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no bucket {name} in {view}"))
+    };
+    for bucket in ["mod_notebook_notes", "mod_notebook_worked"] {
+        let b = row(bucket);
+        assert_eq!(b["keys"], 1, "{b}");
+        assert!(b["bytes"].as_u64().is_some_and(|n| n > 0), "{b}");
+        assert_eq!(b["max_bytes"], 64 * 1024 * 1024, "{b}");
+    }
+    let (status, out) = common::run_to_exit(
+        &[
+            "plugins",
+            "list",
+            "--api",
+            &format!("http://{}", w.node.api),
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    for line in [
+        "tool notebook__write",
+        "subscribes turn_ended (once)",
+        "publishes module.notebook.changed",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("bucket mod_notebook_notes: 1 keys, ")
+                && l.contains(" bytes of 67108864")),
+        "{out}"
+    );
+
     // An unknown module, bucket or one the module only reads: 404.
     for path in [
         "/plugins/nobody/state/notes",

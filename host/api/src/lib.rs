@@ -84,9 +84,14 @@ pub trait Catalog: Send + Sync + 'static {
     /// The org, its roles and seats; `None` while no company is loaded.
     fn org(&self) -> Option<serde_json::Value>;
     /// Loaded plugins with their grants and health, those that failed, and
-    /// orphaned module buckets; `None` while no plugins are loaded.
-    fn plugins(&self) -> Option<serde_json::Value>;
+    /// module buckets with what they hold; `None` while no plugins are
+    /// loaded.
+    fn plugins(&self) -> PluginsFuture<'_>;
 }
+
+/// What [`Catalog::plugins`] answers (it reads the buckets' usage).
+pub type PluginsFuture<'a> =
+    std::pin::Pin<Box<dyn Future<Output = Option<serde_json::Value>> + Send + 'a>>;
 
 /// What the HTTP surface reads the node through.
 #[derive(Clone)]
@@ -221,7 +226,7 @@ async fn org(State(s): State<Shared>) -> Response {
 }
 
 async fn plugins(State(s): State<Shared>) -> Response {
-    match s.catalog.plugins() {
+    match s.catalog.plugins().await {
         Some(view) => Json(view).into_response(),
         None => Json(serde_json::json!({
             "plugins": [],
@@ -503,8 +508,8 @@ mod tests {
         fn org(&self) -> Option<serde_json::Value> {
             None
         }
-        fn plugins(&self) -> Option<serde_json::Value> {
-            None
+        fn plugins(&self) -> PluginsFuture<'_> {
+            Box::pin(async { None })
         }
     }
 

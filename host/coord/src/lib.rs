@@ -56,7 +56,7 @@ pub use lease::{DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use named::{
     BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedOpened, NamedSpec,
-    NamedWrite, Refused,
+    NamedUsage, NamedWrite, Refused,
 };
 pub use names::ResourceName;
 pub use nats::NatsKv;

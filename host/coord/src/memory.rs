@@ -25,8 +25,8 @@ use tokio::sync::broadcast;
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
 use crate::named::{
-    BucketName, Existing, NamedError, NamedKv, NamedOpened, NamedResult, NamedSpec, NamedWrite,
-    Refused,
+    BucketName, Existing, NamedError, NamedKv, NamedOpened, NamedResult, NamedSpec, NamedUsage,
+    NamedWrite, Refused,
 };
 use crate::open::OpenError;
 
@@ -493,5 +493,14 @@ impl NamedKv for MemoryKv {
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, NamedResult<Watch>> {
         Box::pin(async move { self.watch_slot(Slot::Named(bucket.clone()), filter) })
+    }
+
+    fn usage<'a>(&'a self, bucket: &'a BucketName) -> BoxFuture<'a, NamedResult<NamedUsage>> {
+        Box::pin(async move {
+            self.in_slot(&Slot::Named(bucket.clone()), |s, _| NamedUsage {
+                bytes: s.keys.values().map(weight).sum(),
+                max_bytes: s.spec.as_ref().map(|p| p.max_bytes).filter(|b| *b > 0),
+            })
+        })
     }
 }

@@ -129,6 +129,15 @@ impl NamedOpened {
     }
 }
 
+/// What a named bucket holds, as its store counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NamedUsage {
+    /// Bytes stored, removal markers and the store's framing included.
+    pub bytes: u64,
+    /// The byte cap; `None` when the bucket has none.
+    pub max_bytes: Option<u64>,
+}
+
 /// A write the store refused: it answered, and the answer is no.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -210,6 +219,9 @@ pub trait NamedKv: Send + Sync + 'static {
         bucket: &'a BucketName,
         filter: Option<&'a str>,
     ) -> BoxFuture<'a, NamedResult<Watch>>;
+
+    /// What the bucket holds against its cap (the stream leader's count).
+    fn usage<'a>(&'a self, bucket: &'a BucketName) -> BoxFuture<'a, NamedResult<NamedUsage>>;
 }
 
 #[cfg(test)]

@@ -62,3 +62,80 @@ async fn fresh_buckets_take_a_write_at_once_through_a_follower() {
         }
     }
 }
+
+/// A listing's pass runs on the stream leader. The broker places a pass's
+/// consumer on any replica, and a follower that has not applied an
+/// acknowledged write yet delivers the key's previous revision: a
+/// fresh-clone CI run listed a record one write behind a replace it had just
+/// seen acknowledged (`contract::replace_record`). Every pass the seam sees
+/// is checked against the broker's own word on where its consumer is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_pass_runs_on_the_stream_leader() {
+    use std::sync::{Arc, Mutex};
+
+    use crewlet_coord::kv::{Expect, Kv};
+    use crewlet_coord::nats::{PASS_STARTED, PLACEMENT_ATTEMPTS, PassHook, PassSeen};
+    use futures::FutureExt;
+
+    let f = contract::fixtures::Real::cluster().await;
+    let kv = f.nats(1);
+    let b = crewlet_coord::Bucket::Mailboxes;
+    kv.put(b, "cas.k", bytes::Bytes::from_static(b"1"), Expect::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    let js = async_nats::jetstream::new(contract::fixtures::connect(&f.urls()[2]).await);
+    let stream = kv.stream_name(b).unwrap();
+    type Row = (PassSeen, Option<String>, Option<String>);
+    let rows: Arc<Mutex<Vec<Row>>> = Arc::default();
+    let hook: PassHook = {
+        let rows = rows.clone();
+        Arc::new(move |seen: PassSeen| {
+            let (js, stream, rows) = (js.clone(), stream.clone(), rows.clone());
+            async move {
+                let mut s = js.get_stream(&stream).await.unwrap();
+                let leader = s
+                    .info()
+                    .await
+                    .unwrap()
+                    .cluster
+                    .clone()
+                    .and_then(|c| c.leader);
+                let on = s
+                    .consumer_info(&seen.consumer)
+                    .await
+                    .unwrap()
+                    .cluster
+                    .and_then(|c| c.leader);
+                rows.lock().unwrap().push((seen, on, leader));
+            }
+            .boxed()
+        })
+    };
+    for _ in 0..24 {
+        let listed = PASS_STARTED
+            .scope(hook.clone(), kv.list(b, None))
+            .await
+            .expect("a listing on a healthy cluster answers");
+        assert_eq!(listed.len(), 1);
+    }
+    let rows = rows.lock().unwrap();
+    assert_eq!(rows.len(), 24, "the seam saw every pass");
+    for (seen, on, leader) in rows.iter() {
+        assert!(
+            on.is_some() && leader.is_some(),
+            "{seen:?} on {on:?}, leader {leader:?}"
+        );
+        assert_eq!(
+            seen.on_leader,
+            on == leader,
+            "{seen:?} on {on:?}, leader {leader:?}"
+        );
+        if !seen.on_leader {
+            assert_eq!(
+                seen.placements, PLACEMENT_ATTEMPTS,
+                "{seen:?} left on a follower early"
+            );
+        }
+    }
+}

@@ -263,7 +263,7 @@ async fn a_pass_whose_pending_messages_are_purged_ends_after_the_quiet_interval(
         let stream = kv.stream_name(b).unwrap();
         let purged = format!("$KV.{}.gone.>", kv.bucket_name(b).unwrap());
         let resumed = resumed.clone();
-        Arc::new(move || {
+        Arc::new(move |_| {
             let (js, stream, purged, resumed) =
                 (js.clone(), stream.clone(), purged.clone(), resumed.clone());
             async move {

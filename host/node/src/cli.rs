@@ -71,10 +71,15 @@ enum PluginsCmd {
         dir: PathBuf,
     },
     /// Print each plugin's effective permissions: routes and secrets,
-    /// outbound hosts, buckets owned and read, limits.
+    /// outbound hosts, buckets owned and read, limits. With --api, what
+    /// the running node reports instead: health, module subscriptions,
+    /// tools and publications, and each bucket's keys, bytes and cap.
     List {
         #[arg(value_name = "DIR", default_value = "plugins")]
         dir: PathBuf,
+        /// A running node's HTTP API (e.g. http://127.0.0.1:7420).
+        #[arg(long, value_name = "URL")]
+        api: Option<String>,
     },
     /// Scaffold a new plugin that builds and passes its own test.
     New {
@@ -550,7 +555,24 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                 1
             }
         },
-        PluginsCmd::List { dir } => match crewlet_plugins::list(&dir) {
+        PluginsCmd::List { api: Some(api), .. } => {
+            match crate::client::request(&api, "GET", "/plugins", &[], b"") {
+                Ok((200, body)) => {
+                    let view: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                    print!("{}", crate::plugins::render_live(&view));
+                    0
+                }
+                Ok((status, body)) => {
+                    eprintln!("crewlet: GET /plugins answered {status}: {body}");
+                    1
+                }
+                Err(e) => {
+                    eprintln!("crewlet: {e}");
+                    1
+                }
+            }
+        }
+        PluginsCmd::List { dir, api: None } => match crewlet_plugins::list(&dir) {
             Ok(list) => {
                 print!("{list}");
                 0

@@ -24,6 +24,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crewlet_plugins::catalogue::Catalogue;
 use crewlet_plugins::manifest::Permissions;
@@ -34,6 +35,9 @@ use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{HealthReport, Kind, Manifest, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 use tracing::{error, info, warn};
+
+/// How long `GET /plugins` waits for one bucket's usage.
+pub const USAGE_WITHIN: Duration = Duration::from_secs(2);
 
 /// Plugins this node loaded, and those it could not.
 pub struct Loaded {
@@ -349,6 +353,38 @@ impl Loaded {
         })
     }
 
+    /// [`Loaded::view`] with what each module bucket holds, read now: live
+    /// keys (a certified listing), bytes and cap. Each read is bounded by
+    /// [`USAGE_WITHIN`]; a bucket that does not answer says so in its row.
+    pub async fn view_with_usage(&self) -> Value {
+        let mut view = self.view();
+        let reads = self.buckets.iter().map(|b| {
+            let state = self.state.clone();
+            let name = b.name.clone();
+            async move { tokio::time::timeout(USAGE_WITHIN, state.usage(&name)).await }
+        });
+        let usages = futures::future::join_all(reads).await;
+        if let Some(rows) = view["buckets"].as_array_mut() {
+            for (row, usage) in rows.iter_mut().zip(usages) {
+                match usage {
+                    Ok(Ok(u)) => {
+                        row["keys"] = json!(u.keys);
+                        row["bytes"] = json!(u.bytes);
+                        row["max_bytes"] = json!(u.max_bytes);
+                    }
+                    Ok(Err(e)) => row["usage_error"] = json!(e.to_string()),
+                    Err(_) => {
+                        row["usage_error"] = json!(format!(
+                            "the bus did not answer within {} s; ask again",
+                            USAGE_WITHIN.as_secs()
+                        ))
+                    }
+                }
+            }
+        }
+        view
+    }
+
     /// Module watches re-opening after their bucket stopped answering.
     pub fn watches_reopening(&self) -> usize {
         self.modules
@@ -357,4 +393,70 @@ impl Loaded {
             .filter(|w| w.state == WatchState::Reopening)
             .count()
     }
+}
+
+/// `crewlet plugins list --api URL`: what the running node reports, one
+/// block per plugin (health; a module's subscriptions, tools and
+/// publications), then every module bucket with what it holds.
+pub fn render_live(view: &Value) -> String {
+    let mut out = String::new();
+    for p in view["plugins"].as_array().into_iter().flatten() {
+        let s = |k: &str| p[k].as_str().unwrap_or("-").to_owned();
+        let state = p["state"].as_str().unwrap_or("loaded");
+        let degraded = if p["degraded"].as_bool() == Some(true) {
+            " DEGRADED"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "{} {} ({}) {state}{degraded}: calls {}, faults {}, breaker {}\n",
+            s("name"),
+            s("version"),
+            s("kind"),
+            p["calls"],
+            p["faults"],
+            p["breaker"]["state"].as_str().unwrap_or("-"),
+        ));
+        if let Some(subs) = p["subscriptions"].as_object() {
+            for (kind, sub) in subs {
+                out.push_str(&format!(
+                    "  subscribes {kind} ({})\n",
+                    sub["delivery"].as_str().unwrap_or("-")
+                ));
+            }
+        }
+        for t in p["tools"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "  tool {}\n",
+                t["offered_as"].as_str().unwrap_or("-")
+            ));
+        }
+        for kind in p["publishes"].as_array().into_iter().flatten() {
+            out.push_str(&format!("  publishes {}\n", kind.as_str().unwrap_or("-")));
+        }
+    }
+    for b in view["buckets"].as_array().into_iter().flatten() {
+        let name = b["name"].as_str().unwrap_or("-");
+        let held = match b["usage_error"].as_str() {
+            Some(e) => format!("usage unknown: {e}"),
+            None => format!(
+                "{} keys, {} bytes of {}",
+                b["keys"],
+                b["bytes"],
+                b["max_bytes"]
+                    .as_u64()
+                    .map(|m| format!("{m}"))
+                    .unwrap_or_else(|| "no cap".into())
+            ),
+        };
+        out.push_str(&format!("bucket {name}: {held}, R{}\n", b["replicas"]));
+    }
+    for f in view["failed"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "FAILED {}: {}\n",
+            f["name"].as_str().unwrap_or("-"),
+            f["error"].as_str().unwrap_or("-")
+        ));
+    }
+    out
 }

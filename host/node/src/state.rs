@@ -366,8 +366,13 @@ impl crewlet_api::Catalog for NodeState {
             .map(|file| crate::company::org_view(&file.company))
     }
 
-    fn plugins(&self) -> Option<serde_json::Value> {
-        self.plugins.get().map(|p| p.view())
+    fn plugins(&self) -> crewlet_api::PluginsFuture<'_> {
+        Box::pin(async move {
+            match self.plugins.get() {
+                Some(p) => Some(p.view_with_usage().await),
+                None => None,
+            }
+        })
     }
 }
 

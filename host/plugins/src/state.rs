@@ -123,6 +123,16 @@ pub enum BackendError {
     Unavailable(String),
 }
 
+/// What a module bucket holds, for the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketUsage {
+    pub keys: usize,
+    /// Stored bytes, removal markers and the store's framing included.
+    pub bytes: u64,
+    /// The byte cap (`None`: none).
+    pub max_bytes: Option<u64>,
+}
+
 /// What the module runtime needs from a key-value store.
 pub trait StateBackend: Send + Sync + 'static {
     /// Creates `spec`'s bucket if absent, or adopts it (applying the
@@ -150,6 +160,8 @@ pub trait StateBackend: Send + Sync + 'static {
         key: &'a str,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
     fn keys<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
+    /// Live keys (a certified listing) and bytes held against the cap.
+    fn usage<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<BucketUsage, BackendError>>;
     /// The certified current values, then changes.
     fn watch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<StateWatch, BackendError>>;
 }
@@ -461,6 +473,19 @@ impl StateBackend for KvState {
         })
     }
 
+    fn usage<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<BucketUsage, BackendError>> {
+        Box::pin(async move {
+            let b = name(bucket)?;
+            let (listed, usage) = futures::join!(self.kv.list(&b, None), self.kv.usage(&b));
+            let usage = usage.map_err(backend)?;
+            Ok(BucketUsage {
+                keys: listed.map_err(backend)?.len(),
+                bytes: usage.bytes,
+                max_bytes: usage.max_bytes,
+            })
+        })
+    }
+
     fn watch<'a>(&'a self, bucket: &'a str) -> BoxFuture<'a, Result<StateWatch, BackendError>> {
         Box::pin(async move {
             // The certified listing is "current"; the changes after it come
@@ -575,6 +600,10 @@ mod tests {
             state.keys("mod_presence_seen").await.unwrap(),
             vec!["bob".to_string()]
         );
+        let usage = state.usage("mod_presence_seen").await.unwrap();
+        assert_eq!(usage.keys, 1, "{usage:?}");
+        assert!(usage.bytes >= "bobdesk".len() as u64, "{usage:?}");
+        assert_eq!(usage.max_bytes, Some(MAX_BUCKET_BYTES as u64));
         let mut steps: Vec<String> = watch
             .current
             .iter()

@@ -50,15 +50,38 @@ struct InfoState {
 
 #[derive(Deserialize)]
 struct InfoCluster {
+    /// Absent on a server that is not part of a cluster.
+    #[serde(default)]
+    name: Option<String>,
     #[serde(default)]
     leader: Option<String>,
 }
 
+/// Who answered an index: the stream leader, if the stream is replicated
+/// across a cluster (a lone server is the only member, so any pass is on
+/// its leader).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Led {
+    Alone,
+    By(String),
+}
+
+impl Led {
+    fn serves(&self, started: &Started) -> bool {
+        match self {
+            Led::Alone => true,
+            Led::By(leader) => started.member.as_deref() == Some(leader.as_str()),
+        }
+    }
+}
+
 impl NatsKv {
-    /// The leader's per-subject index under `filter`: the keys it names.
-    /// Refused (unavailable) when any page comes from a stream with no leader.
-    async fn index(&self, o: &Opened, filter: &str) -> KvResult<HashSet<String>> {
+    /// The leader's per-subject index under `filter`: the keys it names,
+    /// and the leader that answered its first page. Refused (unavailable)
+    /// when any page comes from a stream with no leader.
+    async fn index(&self, o: &Opened, filter: &str) -> KvResult<(HashSet<String>, Led)> {
         let mut keys = HashSet::new();
+        let mut leader: Option<Led> = None;
         let mut offset = 0usize;
         loop {
             let req = InfoRequest {
@@ -82,6 +105,15 @@ impl NatsKv {
                     o.name
                 )));
             }
+            if leader.is_none() {
+                leader = Some(match page.cluster.as_ref() {
+                    Some(InfoCluster {
+                        name: Some(_),
+                        leader: Some(l),
+                    }) => Led::By(l.clone()),
+                    _ => Led::Alone,
+                });
+            }
             let subjects = page.state.subjects.unwrap_or_default();
             let n = subjects.len();
             for s in subjects.into_keys() {
@@ -91,7 +123,7 @@ impl NatsKv {
             }
             offset += n;
             if n == 0 || page.limit == 0 || offset >= page.total {
-                return Ok(keys);
+                return Ok((keys, leader.unwrap_or(Led::Alone)));
             }
         }
     }
@@ -116,7 +148,7 @@ impl NatsKv {
         o: &Opened,
         filter_subject: &str,
         headers_only: bool,
-    ) -> KvResult<(consumer::push::Ordered, u64, String)> {
+    ) -> KvResult<Started> {
         let c = o
             .stream
             .create_consumer(consumer::push::OrderedConfig {
@@ -129,13 +161,45 @@ impl NatsKv {
             })
             .await
             .map_err(|e| unavailable("listing consumer", e))?;
-        let pending = c.cached_info().num_pending;
-        let name = c.cached_info().name.clone();
+        let info = c.cached_info();
+        let (pending, consumer_name) = (info.num_pending, info.name.clone());
+        let member = info.cluster.as_ref().and_then(|c| c.leader.clone());
         let msgs = c
             .messages()
             .await
             .map_err(|e| unavailable("listing consumer", e))?;
-        Ok((msgs, pending, name))
+        Ok(Started {
+            pass: Pass {
+                msgs,
+                consumer_name,
+            },
+            pending,
+            member,
+        })
+    }
+
+    /// A pass on the stream leader, if one of [`PLACEMENT_ATTEMPTS`] asks
+    /// lands there; answers whether it did.
+    async fn pass_on_leader(
+        &self,
+        o: &Arc<Opened>,
+        filter_subject: &str,
+        first: Started,
+        led: &Led,
+    ) -> KvResult<(Started, PassSeen)> {
+        let mut started = first;
+        let mut placements = 1;
+        while !led.serves(&started) && placements < PLACEMENT_ATTEMPTS {
+            self.retire(o, started.pass);
+            started = self.ordered_pass(o, filter_subject, false).await?;
+            placements += 1;
+        }
+        let seen = PassSeen {
+            consumer: started.pass.consumer_name.clone(),
+            on_leader: led.serves(&started),
+            placements,
+        };
+        Ok((started, seen))
     }
 
     /// The certified listing. Returns every key it answered with (live
@@ -156,10 +220,21 @@ impl NatsKv {
         // The consumer is asked for first, so its deliveries start while the
         // broker builds the index answer.
         let (pass, index) = futures::join!(pass_fut, index_fut);
-        let index = index?;
-        let (mut msgs, pending, consumer_name) = pass?;
+        let (index, led) = index?;
+        let (started, seen) = self
+            .pass_on_leader(&o, &filter_subject, pass?, &led)
+            .await?;
+        let on_leader = seen.on_leader;
+        let Started {
+            pass: Pass {
+                mut msgs,
+                consumer_name,
+            },
+            pending,
+            ..
+        } = started;
         if let Ok(hook) = PASS_STARTED.try_with(Arc::clone) {
-            hook().await;
+            hook(seen).await;
         }
         let mut delivered: HashMap<String, Entry> = HashMap::new();
         let mut pass_done = pending == 0;
@@ -204,10 +279,11 @@ impl NatsKv {
             }
         }
         // Every key the index names that the pass lost or delivered as a
-        // marker is the leader's to answer.
+        // marker is the leader's to answer; every key, if a follower served
+        // the pass.
         let reread: Vec<String> = index
             .iter()
-            .filter(|k| delivered.get(*k).is_none_or(|e| e.removed))
+            .filter(|k| !on_leader || delivered.get(*k).is_none_or(|e| e.removed))
             .cloned()
             .collect();
         let read: Vec<(String, Option<Entry>)> = futures::stream::iter(reread)

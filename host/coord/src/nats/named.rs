@@ -157,6 +157,21 @@ impl NamedKv for NatsKv {
             Ok(self.watch_in(o, filter).await?)
         })
     }
+
+    fn usage<'a>(&'a self, bucket: &'a BucketName) -> BoxFuture<'a, NamedResult<NamedUsage>> {
+        Box::pin(async move {
+            let o = self.named(bucket).await?;
+            let mut stream = o.stream.clone();
+            let info = stream
+                .info()
+                .await
+                .map_err(|e| unavailable("bucket usage", e))?;
+            Ok(NamedUsage {
+                bytes: info.state.bytes,
+                max_bytes: u64::try_from(info.config.max_bytes).ok().filter(|b| *b > 0),
+            })
+        })
+    }
 }
 
 /// The existing stream's config with the owner's options where they

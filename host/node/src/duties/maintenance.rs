@@ -94,6 +94,7 @@ impl Maintenance {
 
     /// The holder's share: markers, then mailboxes.
     async fn fleet_pass(&self, epoch: u64, marker_age: Duration) -> serde_json::Value {
+        let began = Instant::now();
         let sweep = self.coord.sweep_markers_older_than(marker_age).await;
         let swept: usize = sweep.swept.values().sum();
         let retire = match self.active.current() {
@@ -129,6 +130,7 @@ impl Maintenance {
             "markers_swept": sweep.swept.iter().map(|(b, n)| (b.short(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
             "markers_failed": sweep.failed.iter().map(|(b, e)| (b.short(), e.clone())).collect::<std::collections::BTreeMap<_, _>>(),
             "mailboxes": retire,
+            "took_ms": began.elapsed().as_millis() as u64,
         });
         info!(
             subsystem = "maintenance",
