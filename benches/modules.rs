@@ -7,6 +7,11 @@
 //!   bucket `seen`, watched from here — against a plain NATS subscriber on
 //!   the same subject receiving the same publish. The module's figure
 //!   includes its state write and the watch's delivery of it.
+//! - **a healthy module beside one that traps on every event**: the
+//!   `notebook` module's handling of the same rows (its write into
+//!   `worked`, watched), first while `tool-module` handles them too, then
+//!   while `tool-module` traps on every one (`payload.trap`): the healthy
+//!   module's p50/p99 in the second phase against the first.
 //! - **tool call from a turn**: one scripted turn calls the module tool
 //!   `tool-module__echo` and the MCP stdio tool `chat__read_thread` (a real
 //!   `crewlet mcp chat` child) alternately, `MODULES_CALLS` times each; the
@@ -95,7 +100,8 @@ fn start(server: &NatsServer, dir: &Path, calls: usize) -> Node {
     plugins
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml")
-        .add("tool-module", "plugins/testdata/tool-module/plugin.toml");
+        .add("tool-module", "plugins/testdata/tool-module/plugin.toml")
+        .add("notebook", "plugins/modules/notebook/plugin.toml");
     let child = Command::new(env!("CARGO_BIN_EXE_crewlet"))
         .arg("run")
         .arg("--config")
@@ -141,59 +147,107 @@ fn line(what: &str, mut lat: Vec<Duration>) -> (Duration, Duration) {
     (p50, p99)
 }
 
-/// Publishes `n` synthetic `turn_ended` rows, one at a time, and times each
-/// until the module has written it and until a raw subscriber received it.
+/// Waits until `module`'s durable consumer of `turn_ended` exists (the
+/// first event goes only once it does).
+async fn subscribed(js: &async_nats::jetstream::Context, module: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stream = js.get_stream(crewlet_bus::EVENTS_STREAM).await.unwrap();
+    while stream
+        .consumer_info(crewlet_bus::module_durable(module, "turn_ended"))
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "{module} never subscribed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A synthetic `turn_ended` row of seat `bench`.
+fn row(turn: &str, i: usize, trap: bool) -> Value {
+    json!({
+        "event_id": turn, "type": "turn_ended", "at_ms": 0,
+        "node_id": "bench", "trace_id": null, "seat": "bench", "conversation": null,
+        "payload": {"bench": i, "turn_id": turn, "outcome": "delivered", "trap": trap}, "parties": [],
+    })
+}
+
+/// Waits on `watch` for a value `matches` accepts.
+async fn until(watch: &mut async_nats::jetstream::kv::Watch, matches: impl Fn(&Value) -> bool) {
+    loop {
+        let entry = watch.next().await.unwrap().unwrap();
+        let v: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
+        if matches(&v) {
+            return;
+        }
+    }
+}
+
+/// Publishes `n` synthetic `turn_ended` rows, one at a time, and times
+/// each until a raw subscriber received it and until each module wrote
+/// it; then `n` more that `tool-module` traps on, timing `notebook`.
 async fn events(server: &NatsServer, n: usize) {
     let client = async_nats::connect(server.url()).await.unwrap();
     let js = async_nats::jetstream::new(client.clone());
     let subject = crewlet_bus::event_subject("turn_ended");
     let mut raw = client.subscribe(subject.clone()).await.unwrap();
-    let kv = js
-        .get_key_value("mod_tool-module_seen")
+    let bucket = |name: &'static str| {
+        let js = js.clone();
+        async move { js.get_key_value(name).await.expect("the module's bucket") }
+    };
+    let mut seen = bucket("mod_tool-module_seen")
         .await
-        .expect("the module's bucket");
-    let mut seen = kv.watch("last").await.unwrap();
-    // The durable is created when the module's consumer starts; the first
-    // event goes only once it exists.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while js
-        .get_stream(crewlet_bus::EVENTS_STREAM)
+        .watch("last")
         .await
-        .unwrap()
-        .consumer_info(crewlet_bus::module_durable("tool-module", "turn_ended"))
+        .unwrap();
+    let mut worked = bucket("mod_notebook_worked")
         .await
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the module never subscribed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let (mut module, mut plain) = (Vec::new(), Vec::new());
+        .watch("bench")
+        .await
+        .unwrap();
+    subscribed(&js, "tool-module").await;
+    subscribed(&js, "notebook").await;
+    let publish = |row: Value| {
+        let (js, subject) = (js.clone(), subject.clone());
+        async move {
+            js.publish(subject, row.to_string().into())
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        }
+    };
+    let (mut module, mut plain, mut healthy, mut beside_trap) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 0..n {
-        let row = json!({
-            "event_id": format!("bench-{i}"), "type": "turn_ended", "at_ms": 0,
-            "node_id": "bench", "trace_id": null, "seat": "bench", "conversation": null,
-            "payload": {"bench": i}, "parties": [],
-        });
+        let turn = format!("bench-{i}");
         let t0 = Instant::now();
-        js.publish(subject.clone(), row.to_string().into())
-            .await
-            .unwrap()
-            .await
-            .unwrap();
+        publish(row(&turn, i, false)).await;
         let got = raw.next().await.unwrap();
         plain.push(t0.elapsed());
         assert_eq!(
             serde_json::from_slice::<Value>(&got.payload).unwrap()["payload"]["bench"],
             i
         );
-        loop {
-            let entry = seen.next().await.unwrap().unwrap();
-            let v: Value = serde_json::from_slice(&entry.value).unwrap_or(Value::Null);
-            if v["payload"]["payload"]["bench"] == i {
-                break;
+        let (mut module_at, mut notebook_at) = (None, None);
+        let (mut m, mut w) = (
+            Box::pin(until(&mut seen, |v| v["payload"]["payload"]["bench"] == i)),
+            Box::pin(until(&mut worked, |v| v["turn_id"] == turn.as_str())),
+        );
+        while module_at.is_none() || notebook_at.is_none() {
+            tokio::select! {
+                _ = &mut m, if module_at.is_none() => module_at = Some(t0.elapsed()),
+                _ = &mut w, if notebook_at.is_none() => notebook_at = Some(t0.elapsed()),
             }
         }
-        module.push(t0.elapsed());
+        module.push(module_at.unwrap());
+        healthy.push(notebook_at.unwrap());
+    }
+    for i in 0..n {
+        let turn = format!("bench-trap-{i}");
+        let t0 = Instant::now();
+        publish(row(&turn, i, true)).await;
+        until(&mut worked, |v| v["turn_id"] == turn.as_str()).await;
+        beside_trap.push(t0.elapsed());
     }
     println!("-- event published -> handled, {n} events");
     let (m50, m99) = line("module handled it (its state write, watched)", module);
@@ -202,6 +256,14 @@ async fn events(server: &NatsServer, n: usize) {
         "module / baseline: p50 {:.1}x, p99 {:.1}x",
         m50.as_secs_f64() / p50.as_secs_f64(),
         m99.as_secs_f64() / p99.as_secs_f64()
+    );
+    println!("-- a healthy module (notebook), {n} events each");
+    let (h50, h99) = line("baseline: beside a healthy tool-module", healthy);
+    let (t50, t99) = line("beside tool-module trapping on every event", beside_trap);
+    println!(
+        "beside a trapping module / beside a healthy one: p50 {:.2}x, p99 {:.2}x",
+        t50.as_secs_f64() / h50.as_secs_f64(),
+        t99.as_secs_f64() / h99.as_secs_f64()
     );
 }
 
@@ -212,18 +274,7 @@ fn tool_calls(node: &Node, calls: usize) {
         "event": {"type": "app_mention", "user": "U1", "text": "<@ada> bench", "channel": "C1", "ts": "1.1"},
     })
     .to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
-    let mut base = format!("v0:{now}:").into_bytes();
-    base.extend_from_slice(body.as_bytes());
-    let mac = crewlet_ingress::sign::hmac_sha256(SLACK_SECRET.as_bytes(), &base);
-    let sig = format!(
-        "v0={}",
-        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let (now, sig) = crewlet_ingress::sign::slack_headers(SLACK_SECRET.as_bytes(), body.as_bytes());
     let r = http::post(
         &node.addr,
         "/webhooks/slack/ada",

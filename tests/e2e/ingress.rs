@@ -426,6 +426,73 @@ fn bad_deliveries_get_their_documented_status() {
         404
     );
 
+    // A route a plugin serves that the company does not integrate: 404
+    // (a sender retries a 503 for ever), with the fix in the sentence.
+    let unintegrated = send_github(&node, "/webhooks/gitlab", "d-gitlab", &body);
+    assert_eq!(unintegrated.status, 404);
+    assert!(
+        unintegrated.json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("[integrations.gitlab]")),
+        "{}",
+        unintegrated.json()
+    );
+
+    // Each refusal is an event and a log line, in the host's sentence and
+    // without the secret or the body.
+    let refused = events(&node, "delivery_refused");
+    let rows: Vec<(String, u64, String)> = refused
+        .iter()
+        .map(|e| {
+            let p = &e["payload"];
+            (
+                p["source"].as_str().unwrap_or_default().to_owned(),
+                p["status"].as_u64().unwrap_or_default(),
+                p["reason"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    let mut statuses: Vec<(String, u64)> = rows.iter().map(|(s, c, _)| (s.clone(), *c)).collect();
+    statuses.sort();
+    assert_eq!(
+        statuses,
+        [
+            ("github".to_owned(), 400),
+            ("github".to_owned(), 400),
+            ("github".to_owned(), 400),
+            ("github".to_owned(), 401),
+            ("github".to_owned(), 401),
+            ("github".to_owned(), 413),
+            ("gitlab".to_owned(), 404),
+            ("nope".to_owned(), 404),
+        ],
+        "{refused:?}"
+    );
+    assert!(
+        rows.iter()
+            .any(|(_, c, r)| *c == 401 && r.contains("does not match")),
+        "{rows:?}"
+    );
+    for (_, _, reason) in &rows {
+        assert!(
+            !reason.contains(SECRET) && !reason.contains("@ada"),
+            "{reason}"
+        );
+        assert!(
+            !reason.contains("Error::") && !reason.contains("VerifyError"),
+            "{reason}"
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(5), || node
+            .log_text()
+            .matches("delivery refused")
+            .count()
+            >= 8),
+        "{}",
+        node.log_text()
+    );
+
     // None of them was claimed or published: the same ids go through now.
     let ok = send_github(&node, "/webhooks/github", "d-unsigned", &body);
     assert_eq!(ok.status, 202);
@@ -462,18 +529,7 @@ fn slack_url_verification_is_answered_with_the_challenge() {
     let server = NatsServer::start();
     let (_sb, node) = node_on(&server, "edge-slack", FULL);
     let body = br#"{"type":"url_verification","challenge":"c-123","token":"t"}"#;
-    let ts = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
-    let mut base = format!("v0:{ts}:").into_bytes();
-    base.extend_from_slice(body);
-    let mac = crewlet_ingress::sign::hmac_sha256(SECRET.as_bytes(), &base);
-    let sig = format!(
-        "v0={}",
-        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let (ts, sig) = crewlet_ingress::sign::slack_headers(SECRET.as_bytes(), body);
     let a = post(
         &node.api,
         "/webhooks/slack",

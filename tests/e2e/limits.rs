@@ -148,18 +148,7 @@ fn mention(api: &str, handle: &str, event_id: &str, channel: &str) {
                   "channel": channel, "ts": "1.1"},
     })
     .to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
-    let mut base = format!("v0:{now}:").into_bytes();
-    base.extend_from_slice(body.as_bytes());
-    let mac = crewlet_ingress::sign::hmac_sha256(SLACK_SECRET.as_bytes(), &base);
-    let sig = format!(
-        "v0={}",
-        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let (now, sig) = crewlet_ingress::sign::slack_headers(SLACK_SECRET.as_bytes(), body.as_bytes());
     let r = crewlet_testkit::http::post(
         api,
         &format!("/webhooks/slack/{handle}"),

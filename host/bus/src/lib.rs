@@ -34,6 +34,7 @@
 //! | kind | recorded by | when |
 //! | --- | --- | --- |
 //! | `webhook_received` | the webhook edge | a verified delivery was accepted |
+//! | `delivery_refused` | the webhook edge | a delivery was refused (4xx; source, status, reason) |
 //! | `wake_published` | `notify-inbound` | a delivery's wake was published on a seat's inbox |
 //! | `delivery_unrouted` | `notify-inbound` | a delivery addressed no seat of the company |
 //! | `delivery_dead_lettered` | `notify-inbound` | a delivery failed too often and went to the dead letters |
@@ -136,6 +137,7 @@ pub fn module_dlq_subject(module: &str) -> String {
 /// Every kind of event row the node records (the table in the module docs).
 pub const EVENT_KINDS: &[&str] = &[
     "webhook_received",
+    "delivery_refused",
     "wake_published",
     "delivery_unrouted",
     "delivery_dead_lettered",

@@ -102,6 +102,9 @@ pub struct NodeConfig {
     pub secrets: SecretsConfig,
     /// `[duties]`: the singleton duties' cadence and this node's horizons.
     pub duties: DutiesConfig,
+    /// `[plugins] dirs`: plugin folders (relative to the file), read before
+    /// any `--plugins`.
+    pub plugin_dirs: Vec<PathBuf>,
 }
 
 /// Where the keys that seal the secrets bucket live (see `credentials`).

@@ -17,6 +17,13 @@ pub struct File {
     pub mcp: crate::mcp::raw::Mcp,
     pub secrets: Secrets,
     pub duties: crate::duties::raw::Duties,
+    pub plugins: Plugins,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Plugins {
+    pub dirs: Vec<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -403,6 +410,7 @@ impl File {
             mcp,
             secrets: SecretsConfig { keyring },
             duties,
+            plugin_dirs: self.plugins.dirs.into_iter().map(resolve).collect(),
         })
     }
 }

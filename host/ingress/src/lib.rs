@@ -11,7 +11,8 @@
 //!   publish that fails releases the claim and answers 503 + Retry-After, so
 //!   the sender's retry is accepted.
 //! - **Never 200 or 4xx for our own outage.** No active company or no secret
-//!   answers 503: senders drop (4xx) or forget (200) on the others.
+//!   answers 503: senders drop (4xx) or forget (200) on the others. A
+//!   company with no integration for the source is not an outage: 404.
 //! - **One service, fleet-wide.** Every node runs the notification service
 //!   as one competing durable consumer (`notify-inbound`); the rate valve
 //!   fails closed by delaying (nak with delay), and a message that keeps

@@ -4,7 +4,9 @@
 //! 1. engine up, a plugin claims the route (404 otherwise), body at most
 //!    [`MAX_BODY`] (413) — nothing is read past the cap;
 //! 2. an active company and a resolvable secret for the source, else 503 +
-//!    Retry-After (our outage, never the sender's fault);
+//!    Retry-After (our outage, never the sender's fault); a company that
+//!    has no integration for the source is 404 (not an outage: a sender
+//!    would retry a 503 for ever);
 //! 3. verify in the plugin (401), then parse (400, and 400 for a JSON body
 //!    that is not an object); a plugin fault is 500 and nothing is claimed
 //!    (the plugin host logs it, rate-limited); a quarantined or busy plugin
@@ -23,6 +25,9 @@
 //!    claim and answers 503 + Retry-After;
 //! 6. only then the `webhook_received` row (written inline) and its
 //!    broadcast (sent, its ack not awaited: the 2xx rests on step 5), 202.
+//!
+//! Every refusal (4xx) is noted: a `delivery_refused` row and an INFO line,
+//! rationed across the edge ([`refusals`]).
 //!
 //! A failed publish does not wait for the release: the 503 goes out at once
 //! and a task of its own releases the claim, retrying until the store
@@ -66,8 +71,10 @@ use crewlet_bus::{INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, TRACE_HEADER};
 use crewlet_os::now_ms;
 use crewlet_secrets::{Lookup, Resolver};
 
+mod refusals;
 mod release;
 
+use refusals::Refusals;
 use release::{Releaser, forget};
 
 /// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
@@ -106,6 +113,7 @@ pub struct Edge {
     /// the sender's retry must not take it for a peer's delivery.
     abandoned: Mutex<HashMap<String, (String, tokio::time::Instant)>>,
     releaser: Releaser,
+    refusals: Refusals,
 }
 
 /// A delivery on the stream: what was published, and whether this attempt
@@ -205,6 +213,7 @@ impl Edge {
             cfg,
             unreleased: Arc::default(),
             abandoned: Mutex::default(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -220,8 +229,32 @@ impl Edge {
             })
     }
 
-    /// Serves one request: reads at most [`MAX_BODY`] of `body`.
+    /// Serves one request: reads at most [`MAX_BODY`] of `body`. A refusal
+    /// is noted (an event and a log line, rationed).
     pub async fn serve(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Outcome {
+        let outcome = self.read_and_deliver(source, handle, headers, body).await;
+        if let Outcome::Refused { status, reason } = &outcome {
+            self.refusals
+                .note(
+                    &self.cfg.publisher,
+                    &self.cfg.node_id,
+                    source,
+                    handle,
+                    *status,
+                    reason,
+                )
+                .await;
+        }
+        outcome
+    }
+
+    async fn read_and_deliver(
         &self,
         source: &str,
         handle: Option<&str>,
@@ -324,9 +357,12 @@ impl Edge {
             return Err(Outcome::Unavailable("no active company".into()));
         };
         let Some(integration) = active.company.integrations.get(source) else {
-            return Err(Outcome::Unavailable(format!(
-                "the company configures no integration (and so no secret) for {source}"
-            )));
+            return Err(refused(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "this company takes no deliveries from {source} (it has no [integrations.{source}])"
+                ),
+            ));
         };
         let secret_name = integration.secret.name_str();
         let secret = match self.cfg.secrets.lookup(secret_name) {

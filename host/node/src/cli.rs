@@ -67,8 +67,8 @@ enum PluginsCmd {
     /// catalogue between them, and each component's world. Exits 1 on any
     /// problem.
     Check {
-        #[arg(value_name = "DIR")]
-        dir: PathBuf,
+        #[arg(value_name = "DIR", required = true)]
+        dirs: Vec<PathBuf>,
     },
     /// Print each plugin's effective permissions: routes and secrets,
     /// outbound hosts, buckets owned and read, limits. With --api, what
@@ -76,7 +76,7 @@ enum PluginsCmd {
     /// tools and publications, and each bucket's keys, bytes and cap.
     List {
         #[arg(value_name = "DIR", default_value = "plugins")]
-        dir: PathBuf,
+        dirs: Vec<PathBuf>,
         /// A running node's HTTP API (e.g. http://127.0.0.1:7420).
         #[arg(long, value_name = "URL")]
         api: Option<String>,
@@ -276,9 +276,16 @@ struct RunCmd {
     /// The company document to run (TOML).
     #[arg(long, value_name = "company.toml", env = "CREWLET_COMPANY")]
     company: Option<PathBuf>,
-    /// Folder holding the plugins (each with its plugin.toml).
-    #[arg(long, value_name = "DIR", env = "CREWLET_PLUGINS")]
-    plugins: Option<PathBuf>,
+    /// A folder holding plugins (each with its plugin.toml); repeat for
+    /// several, or `:`-separate them in CREWLET_PLUGINS. Read after the
+    /// config file's `[plugins] dirs`.
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "CREWLET_PLUGINS",
+        value_delimiter = ':'
+    )]
+    plugins: Vec<PathBuf>,
     /// Data dir; overrides `node.data_dir`.
     #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -545,7 +552,7 @@ fn mcp_chat() -> i32 {
 
 fn plugins(cmd: PluginsCmd) -> i32 {
     match cmd {
-        PluginsCmd::Check { dir } => match crewlet_plugins::check(&dir) {
+        PluginsCmd::Check { dirs } => match crewlet_plugins::check(&dirs) {
             Ok(report) => {
                 print!("{report}");
                 if report.is_ok() { 0 } else { 1 }
@@ -572,7 +579,7 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                 }
             }
         }
-        PluginsCmd::List { dir, api: None } => match crewlet_plugins::list(&dir) {
+        PluginsCmd::List { dirs, api: None } => match crewlet_plugins::list(&dirs) {
             Ok(list) => {
                 print!("{list}");
                 0

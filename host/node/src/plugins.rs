@@ -68,12 +68,8 @@ pub enum ModuleState {
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    #[error("cannot read the plugins directory {dir}: {source}")]
-    Dir {
-        dir: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    Dir(#[source] crewlet_plugins::DirError),
     #[error("the plugin engine could not start: {0}")]
     Engine(String),
     #[error("cannot create the module buckets the catalogue declares: {0}")]
@@ -83,7 +79,7 @@ pub enum StartError {
 /// Loads the catalogue under `dir`; module buckets are created with
 /// `replicas` copies (`stream.replicas`).
 pub async fn load(
-    dir: &Path,
+    dirs: &[std::path::PathBuf],
     data_dir: &Path,
     client: async_nats::Client,
     replicas: usize,
@@ -91,10 +87,7 @@ pub async fn load(
 ) -> Result<Loaded, StartError> {
     let bus: Arc<dyn crewlet_plugins::module::ModuleBus> =
         Arc::new(crate::modules::bus::NodeBus(publisher));
-    let (catalogue, invalid) = Catalogue::load(dir).map_err(|source| StartError::Dir {
-        dir: dir.display().to_string(),
-        source,
-    })?;
+    let (catalogue, invalid) = Catalogue::load_dirs(dirs).map_err(StartError::Dir)?;
     let mut failed: Vec<(String, String)> = invalid
         .into_iter()
         .map(|e| {

@@ -37,7 +37,8 @@ pub const EXIT_FAILURE: i32 = 1;
 pub struct RunArgs {
     pub config: Option<PathBuf>,
     pub company: Option<PathBuf>,
-    pub plugins: Option<PathBuf>,
+    /// `--plugins`, in order, after the config file's `[plugins] dirs`.
+    pub plugins: Vec<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub log_format: Option<LogFormat>,
 }
@@ -73,11 +74,15 @@ pub fn run(args: RunArgs) -> i32 {
         eprintln!("crewlet: {e}");
         return EXIT_CONFIG;
     }
-    if let Some(dir) = &args.plugins
-        && !dir.is_dir()
-    {
+    let plugins: Vec<PathBuf> = config
+        .plugin_dirs
+        .iter()
+        .chain(&args.plugins)
+        .cloned()
+        .collect();
+    if let Some(dir) = plugins.iter().find(|d| !d.is_dir()) {
         eprintln!(
-            "crewlet: --plugins {}: not a directory; pass the folder that holds the plugins' plugin.toml files",
+            "crewlet: plugins directory {}: not a directory; pass the folder that holds the plugins' plugin.toml files (--plugins or [plugins] dirs)",
             dir.display()
         );
         return EXIT_CONFIG;
@@ -104,7 +109,7 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_FAILURE;
         }
     };
-    runtime.block_on(node_main(config, company, args.plugins, descriptors))
+    runtime.block_on(node_main(config, company, plugins, descriptors))
 }
 
 /// Refuses a keyring (or embedded broker seed) that exists and is unsafe:
@@ -127,7 +132,7 @@ fn check_key_files(config: &NodeConfig) -> Result<(), String> {
 async fn node_main(
     config: NodeConfig,
     company: Option<CompanyFile>,
-    plugins: Option<PathBuf>,
+    plugins: Vec<PathBuf>,
     descriptors: u64,
 ) -> i32 {
     match start_and_serve(config, company, plugins, descriptors).await {
@@ -142,7 +147,7 @@ async fn node_main(
 async fn start_and_serve(
     config: NodeConfig,
     company: Option<CompanyFile>,
-    plugins: Option<PathBuf>,
+    plugins: Vec<PathBuf>,
     descriptors: u64,
 ) -> Result<(), NodeError> {
     let data_dir = config.data_dir.clone();
@@ -177,7 +182,7 @@ async fn start_and_serve(
 async fn lifecycle(
     config: NodeConfig,
     company: Option<CompanyFile>,
-    plugins: Option<PathBuf>,
+    plugins: Vec<PathBuf>,
     node_id: String,
     store: Arc<crewlet_store::Store>,
     descriptors: u64,
@@ -232,7 +237,7 @@ async fn lifecycle(
         tokens: &tokens,
         active: &active,
         company: &company,
-        plugins: plugins.as_deref(),
+        plugins: &plugins,
         store: &store,
         node_id: &node_id,
     };

@@ -49,13 +49,8 @@ pub fn send_slack(s: &Sample<'_>) -> Result<String, SampleError> {
     })
     .to_string();
     let timestamp = now.as_secs().to_string();
-    let mut base = format!("v0:{timestamp}:").into_bytes();
-    base.extend_from_slice(body.as_bytes());
-    let mac = crewlet_ingress::sign::hmac_sha256(s.secret.as_bytes(), &base);
-    let signature = format!(
-        "v0={}",
-        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let signature =
+        crewlet_ingress::sign::slack_signature(s.secret.as_bytes(), &timestamp, body.as_bytes());
     let (status, answer) = request(
         s.api,
         "POST",

@@ -65,7 +65,7 @@ pub struct Parts<'a> {
     pub tokens: &'a Arc<crate::tokens::Tokens>,
     pub active: &'a crewlet_company::ActiveCompany,
     pub company: &'a Option<CompanyFile>,
-    pub plugins: Option<&'a std::path::Path>,
+    pub plugins: &'a [std::path::PathBuf],
     pub store: &'a Arc<crewlet_store::Store>,
     pub node_id: &'a str,
 }
@@ -122,9 +122,10 @@ pub async fn start(
     info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
     // Plugins: the catalogue, its module buckets, every plugin loaded.
     let loaded = match p.plugins {
-        Some(dir) => Some(Arc::new(
+        [] => None,
+        dirs => Some(Arc::new(
             crate::plugins::load(
-                dir,
+                dirs,
                 &p.config.data_dir,
                 client.clone(),
                 p.config.stream.replicas,
@@ -134,7 +135,6 @@ pub async fn start(
             .await
             .map_err(NodeError::Plugins)?,
         )),
-        None => None,
     };
     start_tokens(p, &coord, bound, started).await;
     if let Some(loaded) = &loaded {

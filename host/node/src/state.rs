@@ -67,7 +67,8 @@ pub struct NodeState {
     pub max_concurrent: usize,
     pub data_dir: PathBuf,
     pub company: Option<crate::company::CompanyFile>,
-    pub plugins_dir: Option<PathBuf>,
+    /// Where the plugins were read from, in order (none: no plugins).
+    pub plugins_dirs: Vec<PathBuf>,
     pub store: std::sync::Arc<crewlet_store::Store>,
     /// Who holds the duties, here and in the fleet.
     pub duties: crate::duties::DutiesView,
@@ -91,7 +92,7 @@ impl NodeState {
         node_id: String,
         config: &crewlet_config::NodeConfig,
         company: Option<crate::company::CompanyFile>,
-        plugins_dir: Option<PathBuf>,
+        plugins_dirs: Vec<PathBuf>,
         store: std::sync::Arc<crewlet_store::Store>,
         active: crewlet_company::ActiveCompany,
     ) -> NodeState {
@@ -102,7 +103,7 @@ impl NodeState {
             max_concurrent: config.max_concurrent,
             data_dir: config.data_dir.clone(),
             company,
-            plugins_dir,
+            plugins_dirs,
             store,
             duties: crate::duties::DutiesView {
                 workers: config.roles.contains(&Role::Workers),
@@ -329,7 +330,7 @@ impl Probe for NodeState {
                 "schema_version": self.store.schema_version(),
             },
             "company": self.company_view(),
-            "plugins_dir": self.plugins_dir.as_ref().map(|p| p.display().to_string()),
+            "plugins_dirs": self.plugins_dirs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         })
     }
 

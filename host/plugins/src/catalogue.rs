@@ -75,17 +75,37 @@ pub struct Catalogue {
 
 /// Finds every `plugin.toml` under `dir`, sorted by path. Build output
 /// (`target`), hidden directories and `testdata` (plugins that exist to be
-/// refused) are not part of a catalogue.
+/// refused) are not part of a catalogue. Symbolic links are followed (a
+/// plugin folder linked in from elsewhere is a plugin like any other); a
+/// folder reached twice, through a loop or a second link, is read once; a
+/// link that leads nowhere is an error naming it, never skipped.
 pub fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     let mut found = Vec::new();
+    let mut seen = BTreeSet::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(current) = stack.pop() {
+        if !seen.insert(std::fs::canonicalize(&current)?) {
+            continue;
+        }
         for entry in std::fs::read_dir(&current)? {
             let entry = entry?;
             let path = entry.path();
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if entry.file_type()?.is_dir() {
+            let kind = entry.file_type()?;
+            let is_dir = if kind.is_symlink() {
+                std::fs::metadata(&path)
+                    .map_err(|e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("{}: a link that leads nowhere ({e}); remove it or point it at a plugin folder", path.display()),
+                        )
+                    })?
+                    .is_dir()
+            } else {
+                kind.is_dir()
+            };
+            if is_dir {
                 if name != "target" && name != "testdata" && !name.starts_with('.') {
                     stack.push(path);
                 }
@@ -96,6 +116,23 @@ pub fn manifest_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
     }
     found.sort();
     Ok(found)
+}
+
+/// A plugins directory the catalogue cannot be read from.
+#[derive(Debug, thiserror::Error)]
+pub enum DirError {
+    #[error("cannot read the plugins directory {}: {source}", dir.display())]
+    Unreadable {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "{} holds {entries} entr{} but no {MANIFEST_FILE} under it (target, testdata and hidden folders are skipped); pass the folder that holds the plugins' folders",
+        dir.display(),
+        if *entries == 1 { "y" } else { "ies" }
+    )]
+    NoManifests { dir: PathBuf, entries: usize },
 }
 
 impl Catalogue {
@@ -110,6 +147,34 @@ impl Catalogue {
                 Ok(m) => catalogue.plugins.push(m),
                 Err(e) => errors.push(e),
             }
+        }
+        Ok((catalogue, errors))
+    }
+
+    /// One catalogue from several directories, in order (a name or route
+    /// two of them share is a [`CatalogueError`], as within one). A
+    /// directory that holds entries but no manifest is refused: it is a
+    /// wrong path, and "0 plugins, all pass" would hide it.
+    pub fn load_dirs(dirs: &[PathBuf]) -> Result<(Catalogue, Vec<ManifestError>), DirError> {
+        let mut catalogue = Catalogue::default();
+        let mut errors = Vec::new();
+        for dir in dirs {
+            let unreadable = |source| DirError::Unreadable {
+                dir: dir.clone(),
+                source,
+            };
+            let (found, invalid) = Catalogue::load(dir).map_err(unreadable)?;
+            if found.plugins.is_empty() && invalid.is_empty() {
+                let entries = std::fs::read_dir(dir).map_err(unreadable)?.count();
+                if entries > 0 {
+                    return Err(DirError::NoManifests {
+                        dir: dir.clone(),
+                        entries,
+                    });
+                }
+            }
+            catalogue.plugins.extend(found.plugins);
+            errors.extend(invalid);
         }
         Ok((catalogue, errors))
     }
@@ -277,10 +342,18 @@ pub struct CheckedPlugin {
     pub problems: Vec<String>,
 }
 
+/// Directories as a report names them.
+fn shown(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What `crewlet plugins check DIR` prints.
 #[derive(Debug, Clone)]
 pub struct CheckReport {
-    pub dir: PathBuf,
+    pub dirs: Vec<PathBuf>,
     pub plugins: Vec<CheckedPlugin>,
     /// Problems between manifests.
     pub catalogue: Vec<String>,
@@ -308,7 +381,7 @@ impl fmt::Display for CheckReport {
             f,
             "checked {} plugin(s) under {}",
             self.plugins.len(),
-            self.dir.display()
+            shown(&self.dirs)
         )?;
         for p in &self.plugins {
             let name = p.name.as_deref().unwrap_or("?");
@@ -336,7 +409,7 @@ impl fmt::Display for CheckReport {
 /// What `crewlet plugins list` prints: each plugin's effective permissions.
 #[derive(Debug, Clone)]
 pub struct PluginList {
-    pub dir: PathBuf,
+    pub dirs: Vec<PathBuf>,
     pub catalogue: Catalogue,
     /// Manifests that did not parse (listed so they are not missed).
     pub invalid: Vec<ManifestError>,
@@ -344,7 +417,7 @@ pub struct PluginList {
 
 impl fmt::Display for PluginList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "plugins under {}", self.dir.display())?;
+        writeln!(f, "plugins under {}", shown(&self.dirs))?;
         for m in &self.catalogue.plugins {
             writeln!(
                 f,

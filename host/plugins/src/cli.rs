@@ -5,20 +5,17 @@
 //! catalogue between them, and every component's world against its
 //! manifest's kind (which compiles the component but calls nothing).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use crate::catalogue::{Catalogue, CheckReport, CheckedPlugin, PluginList};
+use crate::catalogue::{Catalogue, CheckReport, CheckedPlugin, DirError, PluginList};
 use crate::runtime::{Runtime, RuntimeConfig};
 
 /// Why a plugins command could not run at all (problems *in* plugins are
 /// in the report instead).
 #[derive(Debug, thiserror::Error)]
 pub enum PluginsError {
-    #[error("cannot read the plugins directory {}: {source}; pass an existing directory", dir.display())]
-    Dir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("{0}")]
+    Dir(#[from] DirError),
     #[error("`{name}` is not a plugin name: use 1–63 of a-z, 0-9 and -, starting with a letter")]
     BadName { name: String },
     #[error("{} already exists; choose another name or directory", path.display())]
@@ -32,12 +29,9 @@ pub enum PluginsError {
     Engine(String),
 }
 
-/// Validates every plugin under `dir` without running any.
-pub fn check(dir: &Path) -> Result<CheckReport, PluginsError> {
-    let (catalogue, invalid) = Catalogue::load(dir).map_err(|source| PluginsError::Dir {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
+/// Validates every plugin under `dirs` without running any.
+pub fn check(dirs: &[PathBuf]) -> Result<CheckReport, PluginsError> {
+    let (catalogue, invalid) = Catalogue::load_dirs(dirs)?;
     let runtime = Runtime::new(RuntimeConfig {
         data_dir: None,
         max_instances: 4,
@@ -65,20 +59,17 @@ pub fn check(dir: &Path) -> Result<CheckReport, PluginsError> {
     }
     plugins.sort_by(|a, b| a.file.cmp(&b.file));
     Ok(CheckReport {
-        dir: dir.to_path_buf(),
+        dirs: dirs.to_vec(),
         plugins,
         catalogue: catalogue.problems().iter().map(|p| p.to_string()).collect(),
     })
 }
 
-/// Every plugin under `dir` with its effective permissions.
-pub fn list(dir: &Path) -> Result<PluginList, PluginsError> {
-    let (catalogue, invalid) = Catalogue::load(dir).map_err(|source| PluginsError::Dir {
-        dir: dir.to_path_buf(),
-        source,
-    })?;
+/// Every plugin under `dirs` with its effective permissions.
+pub fn list(dirs: &[PathBuf]) -> Result<PluginList, PluginsError> {
+    let (catalogue, invalid) = Catalogue::load_dirs(dirs)?;
     Ok(PluginList {
-        dir: dir.to_path_buf(),
+        dirs: dirs.to_vec(),
         catalogue,
         invalid,
     })

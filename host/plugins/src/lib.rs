@@ -34,7 +34,7 @@ pub mod webhook;
 
 pub use breaker::{BreakerState, HealthReport};
 pub use call::GuestThreads;
-pub use catalogue::{Catalogue, CheckReport, PluginList};
+pub use catalogue::{Catalogue, CheckReport, DirError, PluginList};
 pub use cli::{PluginsError, check, list};
 pub use manifest::{Kind, Manifest, ManifestError};
 pub use runtime::{CallError, Fault, LoadError, Runtime, RuntimeConfig};

@@ -12,7 +12,7 @@ use crewlet_plugins::{Kind, check, list, scaffold};
 #[test]
 fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
     // The shipped plugins: testdata is not part of a catalogue.
-    let report = check(&plugins_dir()).unwrap();
+    let report = check(&[plugins_dir()]).unwrap();
     let text = report.to_string();
     assert!(report.is_ok(), "{text}");
     assert!(report.catalogue.is_empty(), "{text}");
@@ -22,7 +22,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
 
     // The hostile ones, checked on their own: only the wrong world fails
     // validation (the rest misbehave only when run).
-    let report = check(&plugins_dir().join("testdata")).unwrap();
+    let report = check(&[plugins_dir().join("testdata")]).unwrap();
     let text = report.to_string();
     let failing: Vec<_> = report
         .plugins
@@ -52,7 +52,7 @@ fn check_names_the_file_and_field_of_each_problem() {
         "name = \"missing\"\nversion = \"0.1.0\"\nkind = \"module\"\ncomponent = \"nothing.wasm\"\n[module]\nreads = [\"owner.a\"]\n",
     )
     .unwrap();
-    let report = check(dir.path()).unwrap();
+    let report = check(&[dir.path().to_path_buf()]).unwrap();
     assert!(!report.is_ok());
     let problems = report.problems();
     assert_eq!(problems.len(), 2, "{problems:?}");
@@ -67,12 +67,65 @@ fn check_names_the_file_and_field_of_each_problem() {
         problems[1]
     );
     assert!(problems[1].contains("build the plugin"), "{}", problems[1]);
-    assert!(check(&dir.path().join("nope")).is_err());
+    assert!(check(&[dir.path().join("nope")]).is_err());
+}
+
+#[test]
+fn symlinked_folders_several_dirs_and_a_wrong_dir_are_each_said() {
+    use std::os::unix::fs::symlink;
+    let repo = plugins_dir();
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    // A plugin folder linked in from elsewhere is a plugin; a loop back to
+    // the top is read once.
+    symlink(repo.join("webhooks/github"), a.path().join("github")).unwrap();
+    symlink(a.path(), a.path().join("again")).unwrap();
+    symlink(repo.join("webhooks/slack"), b.path().join("slack")).unwrap();
+    let report = check(&[a.path().to_path_buf(), b.path().to_path_buf()]).unwrap();
+    let text = report.to_string();
+    assert!(report.is_ok(), "{text}");
+    assert_eq!(report.plugins.len(), 2, "{text}");
+    assert!(
+        text.contains("ok    github") && text.contains("ok    slack"),
+        "{text}"
+    );
+
+    // The same plugin reached from two dirs is two plugins of one name.
+    let report = check(&[a.path().to_path_buf(), a.path().join("github")]).unwrap();
+    assert!(
+        report
+            .catalogue
+            .iter()
+            .any(|p| p.contains("`github` is also the name")),
+        "{report}"
+    );
+
+    // A link that leads nowhere is named, never skipped.
+    symlink(a.path().join("gone"), b.path().join("broken")).unwrap();
+    let err = check(&[b.path().to_path_buf()]).unwrap_err().to_string();
+    assert!(
+        err.contains("broken") && err.contains("leads nowhere"),
+        "{err}"
+    );
+
+    // A folder with entries and no manifest is a wrong path, not "0 pass".
+    let c = tempfile::tempdir().unwrap();
+    std::fs::write(c.path().join("README"), "not a plugin").unwrap();
+    let err = check(&[c.path().to_path_buf()]).unwrap_err().to_string();
+    assert!(err.contains("holds 1 entry but no plugin.toml"), "{err}");
+    // An empty one is an empty catalogue.
+    let empty = tempfile::tempdir().unwrap();
+    assert!(
+        check(&[empty.path().to_path_buf()])
+            .unwrap()
+            .plugins
+            .is_empty()
+    );
 }
 
 #[test]
 fn list_prints_effective_permissions() {
-    let text = list(&plugins_dir()).unwrap().to_string();
+    let text = list(&[plugins_dir()]).unwrap().to_string();
     for expected in [
         "github 0.1.0 (webhook)",
         "serves: /webhooks/github",
@@ -241,7 +294,7 @@ fn build_scaffold(
     let wanted = root.join("target/wasm32-wasip2/release").join(&artifact);
     std::fs::create_dir_all(wanted.parent().unwrap()).unwrap();
     std::fs::copy(&built, &wanted).unwrap();
-    let report = check(root).unwrap();
+    let report = check(&[root.to_path_buf()]).unwrap();
     assert!(report.is_ok(), "{report}");
     root.to_path_buf()
 }

@@ -341,18 +341,7 @@ pub fn slack_mention(
         "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
     })
     .to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        .to_string();
-    let mut base = format!("v0:{now}:").into_bytes();
-    base.extend_from_slice(body.as_bytes());
-    let mac = crewlet_ingress::sign::hmac_sha256(secret.as_bytes(), &base);
-    let sig = format!(
-        "v0={}",
-        mac.iter().map(|b| format!("{b:02x}")).collect::<String>()
-    );
+    let (now, sig) = crewlet_ingress::sign::slack_headers(secret.as_bytes(), body.as_bytes());
     let r = crewlet_testkit::http::post(
         &node.api,
         &format!("/webhooks/slack/{handle}"),

@@ -13,19 +13,11 @@ pub fn mention(node: &Node, secret: &str, handle: &str, event_id: &str, ts: &str
         "event": {"type": "app_mention", "user": "U1", "text": "<@x> help", "channel": "C1", "ts": ts},
     })
     .to_string();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after 1970")
-        .as_secs()
-        .to_string();
-    let mut base = format!("v0:{now}:").into_bytes();
-    base.extend_from_slice(body.as_bytes());
-    let mac = crewlet_ingress::sign::hmac_sha256(secret.as_bytes(), &base);
-    let sig: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    let (now, sig) = crewlet_ingress::sign::slack_headers(secret.as_bytes(), body.as_bytes());
     let headers = [
         ("Content-Type", "application/json"),
         ("X-Slack-Request-Timestamp", now.as_str()),
-        ("X-Slack-Signature", &format!("v0={sig}")),
+        ("X-Slack-Signature", sig.as_str()),
     ];
     let path = format!("/webhooks/slack/{handle}");
     http::post(&node.api, &path, &headers, body.as_bytes())
