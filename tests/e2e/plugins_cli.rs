@@ -101,3 +101,75 @@ fn new_scaffolds_a_plugin_that_check_accepts_as_a_manifest() {
     let (status, out) = run_to_exit(&["plugins", "new", "--kind", "daemon", "x"], &[]);
     assert_eq!(status.code(), Some(2), "{out}");
 }
+
+/// Several plugin folders, one linked in from elsewhere: `check` reads
+/// them as one catalogue and `crewlet run` loads every plugin of both; a
+/// folder that holds entries but no manifest is refused by both, naming it.
+#[test]
+fn several_plugin_dirs_and_linked_folders_are_one_catalogue_and_a_wrong_dir_is_refused() {
+    use std::os::unix::fs::symlink;
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
+    let sb = Sandbox::new();
+    let (a, b, wrong) = (sb.path("a"), sb.path("b"), sb.path("wrong"));
+    for d in [&a, &b, &wrong] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    symlink(repo.join("webhooks/github"), a.join("github")).unwrap();
+    symlink(repo.join("providers/scripted"), b.join("scripted")).unwrap();
+    std::fs::write(wrong.join("notes.txt"), "not a plugin").unwrap();
+    let (a_s, b_s, wrong_s) = (
+        a.display().to_string(),
+        b.display().to_string(),
+        wrong.display().to_string(),
+    );
+
+    let (status, out) = run_to_exit(&["plugins", "check", &a_s, &b_s], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("checked 2 plugin(s)"), "{out}");
+    let (status, out) = run_to_exit(&["plugins", "check", &wrong_s], &[]);
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("holds 1 entry but no plugin.toml"), "{out}");
+
+    let mut node = sb
+        .node("")
+        .arg("--plugins")
+        .arg(&a)
+        .arg("--plugins")
+        .arg(&b)
+        .spawn();
+    node.wait_ready(std::time::Duration::from_secs(60));
+    let view = node.get("/plugins").unwrap().json();
+    let mut names: Vec<&str> = view["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["github", "scripted"], "{view}");
+    assert_eq!(
+        node.health()["plugins_dirs"],
+        serde_json::json!([a_s, b_s]),
+        "{}",
+        node.health()
+    );
+    drop(node);
+
+    let (status, out) = run_to_exit(
+        &[
+            "run",
+            "--data-dir",
+            &sb.path("data2").display().to_string(),
+            "--plugins",
+            &a_s,
+            "--plugins",
+            &wrong_s,
+        ],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(
+        out.contains(&wrong_s) && out.contains("no plugin.toml"),
+        "{out}"
+    );
+}

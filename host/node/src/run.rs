@@ -87,6 +87,12 @@ pub fn run(args: RunArgs) -> i32 {
         );
         return EXIT_CONFIG;
     }
+    // A wrong folder (entries, no manifest) or a broken link is the
+    // operator's to fix before anything starts.
+    if let Err(e) = crewlet_plugins::Catalogue::load_dirs(&plugins) {
+        eprintln!("crewlet: {e}");
+        return EXIT_CONFIG;
+    }
     // The keyring and the broker's seed are the node's keys: one that others
     // may read is refused before anything starts.
     if let Err(e) = check_key_files(&config) {
