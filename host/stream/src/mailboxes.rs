@@ -92,6 +92,9 @@ pub struct RetireReport {
     pub stamped: Vec<String>,
     /// Handles whose consumer was deleted and record retired this pass.
     pub retired: Vec<String>,
+    /// Handles in the company whose record was stamped absent: made active
+    /// again this pass.
+    pub restored: Vec<String>,
     /// Handles left as they were (or half-way), with why ([`RetireError`]);
     /// the next pass looks at them again.
     pub failed: Vec<(String, String)>,
@@ -170,17 +173,33 @@ pub async fn retire_mailboxes(
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     let mut report = RetireReport::default();
     for (handle, (value, revision)) in records {
-        if active.contains(&handle) {
-            continue;
-        }
         let rec: MailboxRecord = match serde_json::from_value(value) {
             Ok(r) => r,
             Err(e) => {
-                let why = RetireError::Undecodable(e.to_string());
-                report.failed.push((handle, why.to_string()));
+                if !active.contains(&handle) {
+                    let why = RetireError::Undecodable(e.to_string());
+                    report.failed.push((handle, why.to_string()));
+                }
                 continue;
             }
         };
+        if active.contains(&handle) {
+            // Stamped by a pass that ran on a company without it (a holder
+            // a revision behind the fleet): the seat is back, so is its
+            // record. A retired one is made active by `ensure_mailboxes`,
+            // which also recreates its consumer.
+            if rec.absent_since_ms.is_some() && rec.retired_at_ms.is_none() {
+                let back = MailboxRecord {
+                    absent_since_ms: None,
+                    ..rec
+                };
+                match replace(coord, &handle, &back, revision).await {
+                    Ok(()) => report.restored.push(handle),
+                    Err(why) => report.failed.push((handle, why.to_string())),
+                }
+            }
+            continue;
+        }
         if rec.retired_at_ms.is_some() {
             continue;
         }

@@ -96,13 +96,26 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     assert_eq!(record(&coord, "ada").await.1, r2);
     assert!(consumer_exists(&js, "ada").await);
 
-    // A stamped seat that is active again is left to ensure.
+    // A stamped seat that is in the company again (the stamp came from a
+    // holder a revision behind) is made active again; its consumer stays.
     let past = within + 1;
     let report = retire_mailboxes(&js, &coord, &set(&["ada", "bob"]), past, GRACE)
         .await
         .unwrap();
-    assert_eq!(report, RetireReport::default());
+    assert_eq!(
+        report,
+        RetireReport {
+            restored: vec!["ada".into()],
+            ..RetireReport::default()
+        }
+    );
+    assert_eq!(record(&coord, "ada").await.0, MailboxRecord::active("ada"));
     assert!(consumer_exists(&js, "ada").await);
+    // Gone again: stamped at T0 once more.
+    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), T0, GRACE)
+        .await
+        .unwrap();
+    assert_eq!(report.stamped, ["ada"]);
 
     // Past the grace: consumer deleted, record retired.
     let report = retire_mailboxes(&js, &coord, &set(&["bob"]), past, GRACE)

@@ -97,7 +97,22 @@ impl Maintenance {
         let began = Instant::now();
         let sweep = self.coord.sweep_markers_older_than(marker_age).await;
         let swept: usize = sweep.swept.values().sum();
-        let retire = match self.active.current() {
+        // A holder a revision behind the fleet would stamp a seat the new
+        // revision brought back: mailboxes wait until it serves the
+        // pointer's revision (a record moved meanwhile loses its
+        // compare-and-set, and a stamp that slipped through is undone by
+        // the next pass).
+        let current = match (
+            self.coord.active_config().await,
+            self.active.applied_epoch(),
+        ) {
+            (Ok(crewlet_coord::Pointer::Set { epoch, .. }), Some(applied)) => epoch == applied,
+            _ => false,
+        };
+        let retire = match self.active.current().filter(|_| current) {
+            None if self.active.current().is_some() => {
+                json!({ "skipped": "this node does not serve the fleet's active revision yet" })
+            }
             Some(active) => {
                 let names: BTreeSet<String> = active
                     .company
@@ -115,7 +130,7 @@ impl Maintenance {
                 .await;
                 match r {
                     Ok(r) => {
-                        json!({ "stamped": r.stamped, "retired": r.retired, "failed": r.failed })
+                        json!({ "stamped": r.stamped, "retired": r.retired, "restored": r.restored, "failed": r.failed })
                     }
                     Err(e) => {
                         warn!(subsystem = "maintenance", error = %e, "mailboxes not listed; retiring none this tick");
