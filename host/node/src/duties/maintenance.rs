@@ -7,9 +7,11 @@
 //!   retirement of removed seats' mailboxes (a seat out of the active
 //!   company is stamped absent, and after the grace its durable consumer is
 //!   deleted and its record marked retired — each change a compare-and-set;
-//!   a seat put back re-registers when the company is applied). Nothing is
-//!   retired while this node serves no company: everything would look
-//!   removed.
+//!   a seat put back re-registers when the company is applied, and one
+//!   stamped while it was away is made active again). Nothing is stamped or
+//!   retired while this node serves no company (everything would look
+//!   removed) or a revision behind the fleet's pointer (a returning seat
+//!   would look removed).
 //! - **This node's own retention runs on every node**, holder or not: the
 //!   event log and `scheduled_runs` are node-local (a peer's singleton
 //!   cannot reach them), so each node trims its own, in bounded batches so
@@ -102,15 +104,16 @@ impl Maintenance {
         // pointer's revision (a record moved meanwhile loses its
         // compare-and-set, and a stamp that slipped through is undone by
         // the next pass).
-        let current = match (
-            self.coord.active_config().await,
-            self.active.applied_epoch(),
-        ) {
-            (Ok(crewlet_coord::Pointer::Set { epoch, .. }), Some(applied)) => epoch == applied,
+        let active = self.active.current();
+        let serves_pointer = match (&active, self.coord.active_config().await) {
+            (Some(a), Ok(crewlet_coord::Pointer::Set { epoch, .. })) => {
+                a.applied_epoch() == Some(epoch)
+            }
             _ => false,
         };
-        let retire = match self.active.current().filter(|_| current) {
-            None if self.active.current().is_some() => {
+        let retire = match active {
+            None => json!({ "skipped": "this node serves no company yet" }),
+            Some(_) if !serves_pointer => {
                 json!({ "skipped": "this node does not serve the fleet's active revision yet" })
             }
             Some(active) => {
@@ -138,7 +141,6 @@ impl Maintenance {
                     }
                 }
             }
-            None => json!({ "skipped": "this node serves no company yet" }),
         };
         let report = json!({
             "epoch": epoch,
