@@ -12,15 +12,16 @@
 //!   `worked`, watched), first while `tool-module` handles them too, then
 //!   while `tool-module` traps on every one (`payload.trap`): the healthy
 //!   module's p50/p99 in the second phase against the first.
-//! - **tool call from a turn**: one scripted turn calls the module tool
-//!   `tool-module__echo` and the MCP stdio tool `chat__read_thread` (a real
-//!   `crewlet mcp chat` child) alternately, `MODULES_CALLS` times each; the
+//! - **tool call from a turn**: `MODULES_TURNS` scripted turns, one after
+//!   another, each calling the module tool `tool-module__echo` and the MCP
+//!   stdio tool `chat__read_thread` (a real `crewlet mcp chat` child)
+//!   alternately, `MODULES_CALLS` times each; the
 //!   figures are the turn engine's own timing of each call (`tool_call`
 //!   events, `us`). Goal: a module tool costs less than a tenth of an MCP
 //!   stdio call.
 //!
 //! `cargo bench --bench modules` (`MODULES_EVENTS`, default 200;
-//! `MODULES_CALLS`, default 40).
+//! `MODULES_CALLS`, default 40, at most 49; `MODULES_TURNS`, default 5).
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -267,11 +268,12 @@ async fn events(server: &NatsServer, n: usize) {
     );
 }
 
-/// One turn's tool calls, timed by the turn engine, by tool.
-fn tool_calls(node: &Node, calls: usize) {
+/// Wakes ada with mention `n` (its own event id) and waits until `n + 1`
+/// turns have ended.
+fn one_turn(node: &Node, n: usize) {
     let body = json!({
-        "type": "event_callback", "event_id": "EvBench", "team_id": "T1",
-        "event": {"type": "app_mention", "user": "U1", "text": "<@ada> bench", "channel": "C1", "ts": "1.1"},
+        "type": "event_callback", "event_id": format!("EvBench{n}"), "team_id": "T1",
+        "event": {"type": "app_mention", "user": "U1", "text": "<@ada> bench", "channel": "C1", "ts": format!("1.{n}")},
     })
     .to_string();
     let (now, sig) = crewlet_ingress::sign::slack_headers(SLACK_SECRET.as_bytes(), body.as_bytes());
@@ -288,21 +290,35 @@ fn tool_calls(node: &Node, calls: usize) {
     .unwrap();
     assert_eq!(r.status, 202, "{}", r.text());
     let started = Instant::now();
-    let events = loop {
-        let ended = http::get(&node.addr, "/events?type=turn_ended&limit=10")
+    loop {
+        let ended = http::get(&node.addr, "/events?type=turn_ended&limit=100")
             .unwrap()
             .json();
-        if ended.as_array().is_some_and(|a| !a.is_empty()) {
-            break http::get(&node.addr, "/events?type=tool_call&limit=1000")
-                .unwrap()
-                .json();
+        if ended.as_array().is_some_and(|a| a.len() > n) {
+            return;
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
-            "the turn never ended"
+            "turn {n} never ended"
         );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `turns` turns' tool calls, timed by the turn engine, by tool.
+fn tool_calls(node: &Node, calls: usize, turns: usize) {
+    // Read after each turn: a query answers at most 1,000 rows.
+    let mut seen = std::collections::BTreeMap::new();
+    for n in 0..turns {
+        one_turn(node, n);
+        let page = http::get(&node.addr, "/events?type=tool_call&limit=1000")
+            .unwrap()
+            .json();
+        for e in page.as_array().unwrap() {
+            seen.insert(e["event_id"].as_str().unwrap().to_string(), e.clone());
+        }
+    }
+    let events = Value::Array(seen.into_values().collect());
     let of = |prefix: &str| -> Vec<Duration> {
         events
             .as_array()
@@ -318,8 +334,9 @@ fn tool_calls(node: &Node, calls: usize) {
             .collect()
     };
     let (module, mcp) = (of("tool-module__"), of("chat__"));
-    assert_eq!((module.len(), mcp.len()), (calls, calls), "{events}");
-    println!("-- tool calls from one turn, {calls} of each, timed by the turn engine");
+    let each = calls * turns;
+    assert_eq!((module.len(), mcp.len()), (each, each), "{events}");
+    println!("-- tool calls from {turns} turns, {each} of each, timed by the turn engine");
     let (m50, m99) = line("module tool (tool-module__echo)", module);
     let (c50, c99) = line("baseline: MCP stdio tool (chat__read_thread)", mcp);
     println!(
@@ -342,10 +359,14 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(40)
         .min(49);
+    let turns: usize = std::env::var("MODULES_TURNS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
     let server = NatsServer::start();
     let tmp = tempfile::tempdir().unwrap();
     let node = start(&server, tmp.path(), calls);
-    tool_calls(&node, calls);
+    tool_calls(&node, calls, turns);
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

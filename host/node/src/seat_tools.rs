@@ -94,9 +94,7 @@ impl Toolbox for Equipped {
                 seat: self.seat.clone(),
                 turn_id: turn_id.to_string(),
             };
-            let answer = module
-                .call_tool(tool, &arguments.to_string(), &caller)
-                .await;
+            let answer = module.call_tool(tool, &arguments, &caller).await;
             return Ok(match answer {
                 Ok(Ok(text)) => ToolOutput {
                     text,

@@ -4,16 +4,18 @@
 //! 1. **the breaker** ([`crate::breaker`]): a quarantined plugin is refused
 //!    at once, without running ([`CallError::Quarantined`]);
 //! 2. **the plugin's concurrency bound** (`limits.concurrency`, capped by
-//!    the host): a call waits at most its own deadline for a slot, else
-//!    [`CallError::Busy`] — one plugin can hold at most its share;
+//!    the host): a free slot is taken at once, else a call waits at most
+//!    its own deadline for one, then [`CallError::Busy`] — one plugin can
+//!    hold at most its share;
 //! 3. **the guest threads** ([`Guests`]): a call starts on the caller's
 //!    thread and stays there only until it first waits — a tick's yield or
 //!    a host call's I/O — then the rest of it moves to the plugin host's own
-//!    threads, under its deadline's timer (which covers host calls; the
-//!    tick budget covers guest code, [`crate::sandbox`]). A verify or a
-//!    parse that is done within its first tick (every healthy one) costs
-//!    no hand-off and no lowered priority; a guest that spins holds an I/O
-//!    thread for at most one tick, then competes only on the guest threads;
+//!    threads, under its deadline's timer, counted from the call's start
+//!    (the timer covers host calls; the tick budget covers guest code,
+//!    [`crate::sandbox`]). A call done within its first tick (every healthy
+//!    verify, parse or tool call) costs no hand-off, no timer and no
+//!    lowered priority; a guest that spins holds an I/O thread for at most
+//!    one tick, then competes only on the guest threads;
 //! 4. **settling**: the result or a typed fault, recorded in the plugin's
 //!    health. A store whose call failed is dropped, never re-entered.
 
@@ -21,7 +23,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use wasmtime::Store;
 
 use crate::breaker::{Admission, BreakerPolicy, Health};
@@ -86,24 +88,39 @@ impl Guests {
     }
 
     /// Runs `task` here until it first waits, then on the guest threads
-    /// (all of it here, when shared), and waits for it. `Err` carries why
-    /// it never finished (the runtime went away, or host code panicked).
+    /// (all of it here, when shared), and waits for it for at most
+    /// `deadline` in all. `Ok(None)` is a task the deadline cut; `Err`
+    /// carries why it never finished (the runtime went away, or host code
+    /// panicked).
+    ///
+    /// The first poll needs no timer: guest code yields at its first
+    /// tick, and a host call that waits makes the task pending, so a
+    /// task still running past its first poll is where the deadline's
+    /// timer starts (from the call's start). A healthy call never
+    /// registers one.
     async fn run<T: Send + 'static>(
         &self,
         task: impl Future<Output = T> + Send + 'static,
-    ) -> Result<T, String> {
-        let Some(rt) = &self.runtime else {
-            return Ok(task.await);
-        };
+        deadline: Duration,
+    ) -> Result<Option<T>, String> {
+        let until = tokio::time::Instant::now() + deadline;
         let mut task = Box::pin(task);
         let first = std::future::poll_fn(|cx| match task.as_mut().poll(cx) {
             std::task::Poll::Ready(value) => std::task::Poll::Ready(Some(value)),
             std::task::Poll::Pending => std::task::Poll::Ready(None),
         })
         .await;
-        match first {
-            Some(value) => Ok(value),
-            None => rt.spawn(task).await.map_err(|e| e.to_string()),
+        if let Some(value) = first {
+            return Ok(Some(value));
+        }
+        let rest = tokio::time::timeout_at(until, task);
+        match &self.runtime {
+            None => Ok(rest.await.ok()),
+            Some(rt) => rt
+                .spawn(rest)
+                .await
+                .map(|cut| cut.ok())
+                .map_err(|e| e.to_string()),
         }
     }
 }
@@ -149,6 +166,21 @@ impl Guard {
         &self.health
     }
 
+    /// A slot under the plugin's concurrency bound: at once when one is
+    /// free (no timer), else within `deadline`; `None` when none came.
+    async fn permit(&self, deadline: Duration) -> Option<OwnedSemaphorePermit> {
+        match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Some(permit),
+            Err(TryAcquireError::Closed) => None,
+            Err(TryAcquireError::NoPermits) => {
+                tokio::time::timeout(deadline, self.permits.clone().acquire_owned())
+                    .await
+                    .ok()?
+                    .ok()
+            }
+        }
+    }
+
     /// Runs `f` with `store` under every rule of the module docs. `f` owns
     /// the store for the call and hands it back with the guest's result;
     /// on `Ok` the store may be reused, on `Err` it is gone.
@@ -171,23 +203,19 @@ impl Guard {
                 retry_after,
             });
         }
-        let permit =
-            match tokio::time::timeout(deadline, self.permits.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => permit,
-                _ => {
-                    self.health.record_refused();
-                    return Err(CallError::Busy {
-                        plugin: self.plugin.clone(),
-                        concurrency: self.concurrency,
-                    });
-                }
-            };
+        let Some(permit) = self.permit(deadline).await else {
+            self.health.record_refused();
+            return Err(CallError::Busy {
+                plugin: self.plugin.clone(),
+                concurrency: self.concurrency,
+            });
+        };
         Sandbox::prepare(&mut store, deadline);
         let task = async move {
             let _slot = permit;
-            tokio::time::timeout(deadline, f(store)).await.ok()
+            f(store).await
         };
-        let fault = match self.guests.run(task).await {
+        let fault = match self.guests.run(task, deadline).await {
             Ok(Some((store, Ok(value)))) => {
                 self.health.record_ok();
                 return Ok((store, value));

@@ -244,7 +244,7 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_buil
         "turn_ended"
     );
     let answer = plugin
-        .call_tool("add-note", r#"{"key":"k1","text":"remember"}"#, &caller())
+        .call_tool_json("add-note", r#"{"key":"k1","text":"remember"}"#, &caller())
         .await
         .unwrap();
     assert!(

@@ -20,7 +20,7 @@ async fn board_log(board: &ModulePlugin, want_lines: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let log = board
-            .call_tool("log", "{}", &caller())
+            .call_tool_json("log", "{}", &caller())
             .await
             .unwrap()
             .unwrap();
@@ -33,7 +33,7 @@ async fn board_log(board: &ModulePlugin, want_lines: usize) -> Vec<String> {
 }
 
 async fn board(board: &ModulePlugin, tool: &str, key: &str) -> Result<String, String> {
-    let arguments = serde_json::json!({ "key": key }).to_string();
+    let arguments = serde_json::json!({ "key": key });
     board.call_tool(tool, &arguments, &caller()).await.unwrap()
 }
 
@@ -121,7 +121,10 @@ async fn owner_writes_reader_reads_and_watches_and_cannot_write() {
     );
     assert_eq!(board(&reader, "get", "alice").await.unwrap(), "<none>");
     assert_eq!(
-        reader.call_tool("keys", "{}", &caller()).await.unwrap(),
+        reader
+            .call_tool_json("keys", "{}", &caller())
+            .await
+            .unwrap(),
         Ok("bob".to_string())
     );
     let refused = board(&reader, "write", "mallory").await.unwrap_err();

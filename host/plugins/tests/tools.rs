@@ -53,7 +53,7 @@ async fn start_with(bus: Option<Arc<dyn ModuleBus>>) -> Module {
 
 async fn call(m: &Module, tool: &str, arguments: serde_json::Value) -> Result<String, String> {
     m.plugin
-        .call_tool(tool, &arguments.to_string(), &caller())
+        .call_tool(tool, &arguments, &caller())
         .await
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
 }
@@ -94,7 +94,7 @@ async fn a_tool_answers_and_arguments_its_schema_refuses_never_reach_the_module(
     ] {
         let err = m
             .plugin
-            .call_tool("echo", arguments, &caller())
+            .call_tool_json("echo", arguments, &caller())
             .await
             .expect_err(arguments);
         let ToolError::BadArguments {
@@ -111,7 +111,7 @@ async fn a_tool_answers_and_arguments_its_schema_refuses_never_reach_the_module(
     }
     let err = m
         .plugin
-        .call_tool("rm-rf", "{}", &caller())
+        .call_tool_json("rm-rf", "{}", &caller())
         .await
         .expect_err("unknown");
     assert!(
@@ -142,7 +142,7 @@ async fn a_looping_or_trapping_tool_faults_and_the_next_call_gets_a_fresh_instan
         let began = std::time::Instant::now();
         let err = m
             .plugin
-            .call_tool(tool, "{}", &caller())
+            .call_tool_json(tool, "{}", &caller())
             .await
             .expect_err(tool);
         let ToolError::Call(CallError::Fault { fault, .. }) = &err else {

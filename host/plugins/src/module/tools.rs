@@ -67,14 +67,14 @@ fn bounded(text: String) -> String {
 }
 
 impl ModulePlugin {
-    /// Calls `tool` with `arguments_json` for `caller`. `Ok(Ok(text))` is
-    /// the text for the model, `Ok(Err(why))` the module's tool error (both
-    /// cut at [`MAX_TOOL_ANSWER_BYTES`]); `Err` is a call that never ran or
+    /// Calls `tool` with `arguments` for `caller`. `Ok(Ok(text))` is the
+    /// text for the model, `Ok(Err(why))` the module's tool error (both cut
+    /// at [`MAX_TOOL_ANSWER_BYTES`]); `Err` is a call that never ran or
     /// faulted.
     pub async fn call_tool(
         &self,
         tool: &str,
-        arguments_json: &str,
+        arguments: &serde_json::Value,
         caller: &ToolCaller,
     ) -> Result<Result<String, String>, ToolError> {
         let module = &self.manifest.name;
@@ -89,25 +89,26 @@ impl ModulePlugin {
                 tool: tool.to_string(),
             });
         };
+        // `is_valid` first: it stops at the first failure and builds no
+        // errors, so the common (valid) call pays for one pass only.
+        if !validator.is_valid(arguments) {
+            let problems: Vec<String> = validator
+                .iter_errors(arguments)
+                .take(3)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    let at = if at.is_empty() { "/".to_string() } else { at };
+                    format!("{at}: {e}")
+                })
+                .collect();
+            return Err(bad(problems.join("; ")));
+        }
+        let arguments_json = arguments.to_string();
         if arguments_json.len() > MAX_ARGUMENTS_BYTES {
             return Err(bad(format!(
                 "{} bytes, more than {MAX_ARGUMENTS_BYTES}",
                 arguments_json.len()
             )));
-        }
-        let arguments: serde_json::Value =
-            serde_json::from_str(arguments_json).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let problems: Vec<String> = validator
-            .iter_errors(&arguments)
-            .take(3)
-            .map(|e| {
-                let at = e.instance_path().to_string();
-                let at = if at.is_empty() { "/".to_string() } else { at };
-                format!("{at}: {e}")
-            })
-            .collect();
-        if !problems.is_empty() {
-            return Err(bad(problems.join("; ")));
         }
 
         let mut live = self.live.lock().await;
@@ -118,7 +119,7 @@ impl ModulePlugin {
         }
         let call = ToolCall {
             name: tool.to_string(),
-            arguments_json: arguments_json.to_string(),
+            arguments_json,
             caller: Caller {
                 seat: caller.seat.clone(),
                 turn_id: caller.turn_id.clone(),
@@ -134,6 +135,24 @@ impl ModulePlugin {
             })
             .await?;
         Ok(answer.map(bounded).map_err(bounded))
+    }
+
+    /// [`ModulePlugin::call_tool`] with the arguments as JSON text (a
+    /// captured call, a test); text that is not JSON is refused as
+    /// [`ToolError::BadArguments`] before anything else.
+    pub async fn call_tool_json(
+        &self,
+        tool: &str,
+        arguments_json: &str,
+        caller: &ToolCaller,
+    ) -> Result<Result<String, String>, ToolError> {
+        let arguments: serde_json::Value =
+            serde_json::from_str(arguments_json).map_err(|e| ToolError::BadArguments {
+                module: self.manifest.name.clone(),
+                tool: tool.to_string(),
+                reason: format!("not JSON: {e}"),
+            })?;
+        self.call_tool(tool, &arguments, caller).await
     }
 }
 
