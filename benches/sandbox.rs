@@ -363,7 +363,12 @@ fn main() {
     let plugins = PluginsDir::new(tmp.path().join("plugins"));
     plugins
         .add("github", "plugins/webhooks/github/plugin.toml")
-        .add("hostile", "plugins/testdata/hostile-webhook/plugin.toml");
+        .add("hostile", "plugins/testdata/hostile-webhook/plugin.toml")
+        // The rest of what the example company names (a node refuses a
+        // company its plugins cannot run).
+        .add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml")
+        .add("notebook", "plugins/modules/notebook/plugin.toml");
     println!(
         "sandbox: {CLIENTS} clients on /webhooks/github (+{CLIENTS} on /webhooks/hostile under attack), {seconds} s per scenario"
     );

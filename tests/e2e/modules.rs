@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Node, Sandbox, eventually};
+use common::{Node, Sandbox, dir_is_absent_or_empty, eventually, http, run_to_exit};
 use crewlet_testkit::PluginsDir;
 use serde_json::{Value, json};
 
@@ -387,4 +387,101 @@ fn an_event_a_module_refuses_is_dead_lettered_and_one_it_traps_on_waits_while_a_
     let sub = &w.plugin("tool-module")["subscriptions"]["turn_ended"];
     assert_eq!(sub["dead_lettered"], 1, "not dead-lettered: {sub}");
     assert!(first < Duration::from_secs(5) && second < Duration::from_secs(5));
+}
+
+/// What the node's plugins cannot run is refused with the key's path:
+/// through `PUT /config` and `crewlet config import` on a running node
+/// (nothing moves), and as `--company` at start (exit 2, before anything
+/// starts). A right name of the wrong kind is refused too.
+#[test]
+fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
+    let w = start("\"notebook\"", "");
+    let epoch = w.node.health()["applied_epoch"].clone();
+    let good = company("\"notebook\"", "", std::path::Path::new("/tmp/x.jsonl"));
+    let bad = good
+        .replacen(
+            "provider = \"scripted\", model = \"demo\"",
+            "provider = \"scriptd\", model = \"demo\"",
+            1,
+        )
+        .replace(
+            "provider = \"scripted\", model = \"demo-review\"",
+            "provider = \"slack\", model = \"demo-review\"",
+        )
+        .replace("modules = [\"notebook\"]", "modules = [\"notebok\"]")
+        .replace("plugin = \"slack\"", "plugin = \"slakc\"");
+    let expected = [
+        (
+            "roles.support.executor[0].provider",
+            "no provider plugin `scriptd`",
+        ),
+        (
+            "roles.support.reviewer.provider",
+            "`slack` is a webhook plugin, not a provider plugin",
+        ),
+        ("roles.support.modules[0]", "no module plugin `notebok`"),
+        ("integrations.slack.plugin", "no webhook plugin `slakc`"),
+    ];
+
+    let refused = http::request(&w.node.api, "PUT", "/config", &[], bad.as_bytes()).unwrap();
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let errors = refused.json()["errors"].as_array().cloned().unwrap();
+    for (path, says) in expected {
+        let e = errors
+            .iter()
+            .find(|e| e["path"] == path)
+            .unwrap_or_else(|| panic!("no error at {path}: {errors:?}"));
+        assert!(e["message"].as_str().unwrap().contains(says), "{e}");
+    }
+    let providers = errors.iter().find(|e| e["path"] == expected[0].0).unwrap();
+    assert!(
+        providers["message"]
+            .as_str()
+            .unwrap()
+            .contains("`scripted`"),
+        "{providers}"
+    );
+    assert_eq!(w.node.health()["applied_epoch"], epoch, "nothing moved");
+
+    let file = w._sb.path("bad.toml");
+    std::fs::write(&file, &bad).unwrap();
+    let api = format!("http://{}", w.node.api);
+    let (status, out) = run_to_exit(
+        &["config", "import", file.to_str().unwrap(), "--api", &api],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    assert!(out.contains("integrations.slack.plugin"), "{out}");
+    assert_eq!(w.node.health()["applied_epoch"], epoch, "nothing moved");
+
+    // The good document still goes in.
+    let put = http::request(&w.node.api, "PUT", "/config", &[], good.as_bytes()).unwrap();
+    assert!(put.status == 201 || put.status == 200, "{}", put.text());
+
+    // As `--company`, before anything starts.
+    let sb = Sandbox::new();
+    let plugins = PluginsDir::new(sb.path("plugins"));
+    plugins
+        .add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml");
+    let company_file = sb.path("company.toml");
+    std::fs::write(&company_file, &bad).unwrap();
+    let data = sb.data_dir();
+    let (status, out) = run_to_exit(
+        &[
+            "run",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--company",
+            company_file.to_str().unwrap(),
+            "--plugins",
+            plugins.path().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert_eq!(status.code(), Some(2), "{out}");
+    for (path, _) in expected {
+        assert!(out.contains(path), "{path} not in {out}");
+    }
+    assert!(dir_is_absent_or_empty(&data), "nothing started: {out}");
 }

@@ -44,6 +44,11 @@ fn start_with(deadline_ms: Option<u64>) -> World {
     };
     plugins
         .add("github", "plugins/webhooks/github/plugin.toml")
+        // The rest of what the example company names: a node refuses a
+        // company its plugins cannot run.
+        .add("slack", "plugins/webhooks/slack/plugin.toml")
+        .add("scripted", "plugins/providers/scripted/plugin.toml")
+        .add("notebook", "plugins/modules/notebook/plugin.toml")
         .add("stuck", "plugins/testdata/stuck-module/plugin.toml")
         .add("slow", "plugins/testdata/slow-watcher/plugin.toml");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -6,7 +6,9 @@
 //! its path. Accepting a document is parsing it *and* checking its MCP
 //! servers against this node's `[mcp]` allow-list (Tier A): `--company`,
 //! `PUT /config` and `crewlet config import` refuse the same documents with
-//! the same sentences.
+//! the same sentences. A node with plugins also checks every provider,
+//! webhook plugin and module the document names against its catalogue
+//! ([`check_catalogue`]).
 
 use std::path::{Path, PathBuf};
 
@@ -106,4 +108,99 @@ pub fn org_view(c: &Company) -> serde_json::Value {
             "catch_up": s.catch_up,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// What `company` names that `catalogue` cannot run: a provider, webhook
+/// plugin or module the catalogue does not have, or has as another kind.
+/// Each error carries the key's path and the names that would do.
+///
+/// Rule: a document is checked against the catalogue of the node it
+/// reaches (`PUT /config`, `crewlet config import` through it, and
+/// `--company` at start) before it is activated. Why: a name the node
+/// cannot run was accepted before and then failed every turn with
+/// `llm_unavailable`; refusing it up front is the only place the operator
+/// still has the document in hand.
+pub fn check_catalogue(
+    company: &Company,
+    catalogue: &crewlet_plugins::catalogue::Catalogue,
+) -> Vec<crewlet_company::DocError> {
+    use crewlet_plugins::manifest::Kind;
+    let names_of = |kind: Kind| -> Vec<&str> {
+        catalogue
+            .plugins
+            .iter()
+            .filter(|m| m.kind == kind)
+            .map(|m| m.name.as_str())
+            .collect()
+    };
+    let mut errors = Vec::new();
+    let mut check = |path: String, name: &str, want: Kind| {
+        let found = catalogue.plugins.iter().find(|m| m.name == name);
+        let message = match found {
+            Some(m) if m.kind == want => return,
+            Some(m) => format!(
+                "`{name}` is a {} plugin, not a {} plugin; name one of: {}",
+                m.kind.world(),
+                want.world(),
+                listed(&names_of(want))
+            ),
+            None => format!(
+                "this node's plugins have no {} plugin `{name}`; name one of: {} (or add the plugin to a plugins dir)",
+                want.world(),
+                listed(&names_of(want))
+            ),
+        };
+        errors.push(crewlet_company::DocError { path, message });
+    };
+    for (role, r) in &company.roles {
+        for (i, entry) in r.executor.iter().enumerate() {
+            check(
+                format!("roles.{role}.executor[{i}].provider"),
+                &entry.provider,
+                Kind::Provider,
+            );
+        }
+        check(
+            format!("roles.{role}.reviewer.provider"),
+            &r.reviewer.provider,
+            Kind::Provider,
+        );
+        for (i, module) in r.modules.iter().enumerate() {
+            check(format!("roles.{role}.modules[{i}]"), module, Kind::Module);
+        }
+    }
+    for (key, integration) in &company.integrations {
+        check(
+            format!("integrations.{key}.plugin"),
+            &integration.plugin,
+            Kind::Webhook,
+        );
+    }
+    errors
+}
+
+/// `company` when `catalogue` can run it ([`check_catalogue`]); without a
+/// catalogue (a node with no plugins) there is nothing to check against.
+pub fn runnable(
+    company: Company,
+    catalogue: Option<&crewlet_plugins::catalogue::Catalogue>,
+) -> Result<Company, Invalid> {
+    let errors = catalogue.map_or_else(Vec::new, |c| check_catalogue(&company, c));
+    if errors.is_empty() {
+        Ok(company)
+    } else {
+        Err(Invalid { errors })
+    }
+}
+
+fn listed(names: &[&str]) -> String {
+    if names.is_empty() {
+        "none are loaded".to_string()
+    } else {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }

@@ -89,9 +89,21 @@ pub fn run(args: RunArgs) -> i32 {
     }
     // A wrong folder (entries, no manifest) or a broken link is the
     // operator's to fix before anything starts.
-    if let Err(e) = crewlet_plugins::Catalogue::load_dirs(&plugins) {
-        eprintln!("crewlet: {e}");
-        return EXIT_CONFIG;
+    let catalogue = match crewlet_plugins::Catalogue::load_dirs(&plugins) {
+        Ok((catalogue, _invalid)) => catalogue,
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            return EXIT_CONFIG;
+        }
+    };
+    // A `--company` naming what these plugins cannot run is refused here,
+    // as `PUT /config` refuses it (no plugins: nothing to check against).
+    if let Some(file) = &company {
+        let against = (!plugins.is_empty()).then_some(&catalogue);
+        if let Err(invalid) = crate::company::runnable(file.company.clone(), against) {
+            eprintln!("crewlet: {}: {invalid}", file.path.display());
+            return EXIT_CONFIG;
+        }
     }
     // The keyring and the broker's seed are the node's keys: one that others
     // may read is refused before anything starts.

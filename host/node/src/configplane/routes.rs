@@ -65,7 +65,10 @@ async fn put_config(State(late): State<Late>, body: Bytes) -> Response {
         )
             .into_response();
     };
-    let company = match crate::company::accept(document, &crate::company::policy(&ctx.config)) {
+    let accepted = crate::company::accept(document, &crate::company::policy(&ctx.config)).and_then(
+        |company| crate::company::runnable(company, ctx.plugins.as_ref().map(|l| &l.catalogue)),
+    );
+    let company = match accepted {
         Ok(c) => c,
         Err(invalid) => {
             return (
