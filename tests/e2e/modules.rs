@@ -446,9 +446,10 @@ fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
     let file = w._sb.path("bad.toml");
     std::fs::write(&file, &bad).unwrap();
     let api = format!("http://{}", w.node.api);
+    // The API from CREWLET_API, as every client command takes it.
     let (status, out) = run_to_exit(
-        &["config", "import", file.to_str().unwrap(), "--api", &api],
-        &[],
+        &["config", "import", file.to_str().unwrap()],
+        &[("CREWLET_API", &api)],
     );
     assert_eq!(status.code(), Some(2), "{out}");
     assert!(out.contains("integrations.slack.plugin"), "{out}");

@@ -10,6 +10,9 @@ use crate::run::{RunArgs, run};
 /// Crewlet runs a company of AI agents: seats woken by work arriving from
 /// the surfaces your company already uses, thinking with an LLM, acting
 /// through MCP tool servers, and replying as themselves.
+///
+/// Every command that talks to a running node takes `--api URL`, else
+/// `CREWLET_API`, else http://127.0.0.1:7420.
 #[derive(Debug, Parser)]
 #[command(name = "crewlet", version = crate::VERSION, propagate_version = true)]
 pub struct Cli {
@@ -78,7 +81,7 @@ enum PluginsCmd {
         #[arg(value_name = "DIR", default_value = "plugins")]
         dirs: Vec<PathBuf>,
         /// A running node's HTTP API (e.g. http://127.0.0.1:7420).
-        #[arg(long, value_name = "URL")]
+        #[arg(long, value_name = "URL", env = "CREWLET_API")]
         api: Option<String>,
     },
     /// Scaffold a new plugin that builds and passes its own test.
@@ -105,7 +108,7 @@ enum ConfigCmd {
         #[arg(value_name = "FILE")]
         file: PathBuf,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
         /// A node's data dir: used directly when no node holds it.
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
@@ -127,7 +130,7 @@ enum SecretsCmd {
         #[arg(value_name = "NAME")]
         name: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
         /// A node's data dir: used directly when no node holds it.
         #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
@@ -142,13 +145,13 @@ enum SecretsCmd {
     /// every node of the fleet.
     RotateKey {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// List the secrets' names and when each was last set (never values).
     List {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// Remove NAME.
@@ -156,7 +159,7 @@ enum SecretsCmd {
         #[arg(value_name = "NAME")]
         name: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
 }
@@ -167,7 +170,7 @@ enum BudgetsCmd {
     /// spent, ceiling, remaining, and whether a window refused work.
     Show {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
         /// Print the API's JSON instead of a table.
         #[arg(long)]
@@ -186,7 +189,7 @@ enum AgentsCmd {
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// Resume HANDLE: what waited in its mailbox runs.
@@ -194,7 +197,7 @@ enum AgentsCmd {
         #[arg(value_name = "HANDLE")]
         handle: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
 }
@@ -213,13 +216,13 @@ enum TokensCmd {
         #[arg(long, value_name = "NAME", default_value = "")]
         name: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// List the tokens: id, name, scope, created, expiry, revocation.
     List {
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
     /// Revoke token ID fleet-wide.
@@ -227,7 +230,7 @@ enum TokensCmd {
         #[arg(value_name = "ID")]
         id: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
 }
@@ -255,7 +258,7 @@ enum WebhookCmd {
         #[arg(long, value_name = "NAME", default_value = "SLACK_SIGNING_SECRET")]
         secret_env: String,
         /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", default_value = crate::client::DEFAULT_API)]
+        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
 }
