@@ -201,6 +201,8 @@ fn config_import_goes_through_a_running_node_and_into_a_stopped_ones_store() {
     );
     assert!(status.success(), "{out}");
     assert!(out.contains("epoch"), "{out}");
+    // It answers once the fleet (this one node) applied the revision.
+    assert!(out.contains("applied by 1 node (import-1)"), "{out}");
     let epoch_b = node.get("/config").unwrap().json()["epoch"]
         .as_u64()
         .unwrap();
@@ -528,4 +530,58 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
         node.log_text()
     );
     assert_eq!(woke.unwrap()["delivery_id"], "shed-1");
+}
+
+/// `crewlet config import` waits for the fleet: it says "applied" only
+/// once every node's status names the new epoch. A node that cannot apply
+/// it (frozen with SIGSTOP) keeps the import waiting; after `--wait` it
+/// exits 1 naming that node and where it stands, while the revision stays
+/// active — and that node applies it once it runs again.
+#[test]
+fn config_import_waits_for_every_node_and_names_the_one_behind() {
+    let server = NatsServer::start();
+    let (sb1, sb2) = (Sandbox::new(), Sandbox::new());
+    let one = node_with(&sb1, Some(&server), "cfg-wait-1", &[]);
+    let two = node_with(&sb2, Some(&server), "cfg-wait-2", &[]);
+
+    let api = format!("http://{}", one.api);
+    let both = write(&sb1, "both.toml", &example());
+    let (status, out) = run_to_exit(
+        &["config", "import", both.to_str().unwrap(), "--api", &api],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains("applied by 2 nodes (cfg-wait-1, cfg-wait-2)"),
+        "{out}"
+    );
+    let first = one.get("/config").unwrap().json()["epoch"]
+        .as_u64()
+        .unwrap();
+
+    two.signal(libc::SIGSTOP);
+    let next = write(&sb1, "next.toml", &renamed("Acme Wait"));
+    let (status, out) = run_to_exit(
+        &[
+            "config",
+            "import",
+            next.to_str().unwrap(),
+            "--api",
+            &api,
+            "--wait",
+            "4",
+        ],
+        &[],
+    );
+    two.signal(libc::SIGCONT);
+    assert_eq!(status.code(), Some(1), "{out}");
+    assert!(out.contains("1 of 2 nodes applied it"), "{out}");
+    assert!(
+        out.contains(&format!("cfg-wait-2 is at epoch {first}")),
+        "{out}"
+    );
+    let active = one.get("/config").unwrap().json();
+    let second = active["epoch"].as_u64().unwrap();
+    assert!(second > first, "the revision is active: {active}");
+    wait_applied(&two, second, "Acme Wait");
 }

@@ -117,6 +117,11 @@ enum ConfigCmd {
         /// allow-list judges the document (a running node judges by its own).
         #[arg(long, value_name = "node.toml", env = "CREWLET_CONFIG")]
         config: Option<PathBuf>,
+        /// Through a running node: wait up to this long for every node of
+        /// the fleet to apply the revision (0: answer once it is active).
+        /// Exits 1 naming the nodes behind when the wait runs out.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        wait: u64,
     },
 }
 
@@ -325,7 +330,14 @@ pub fn main() -> i32 {
             api,
             data_dir,
             config,
-        }) => import_config(&file, &api, data_dir.as_ref(), config.as_deref()),
+            wait,
+        }) => import_config(
+            &file,
+            &api,
+            data_dir.as_ref(),
+            config.as_deref(),
+            std::time::Duration::from_secs(wait),
+        ),
         Command::Secrets(cmd) => secrets(cmd),
         Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
         Command::Tokens(cmd) => tokens(cmd),
@@ -512,6 +524,7 @@ fn import_config(
     api: &str,
     data_dir: Option<&PathBuf>,
     config: Option<&std::path::Path>,
+    wait: std::time::Duration,
 ) -> i32 {
     let env = |name: &str| std::env::var(name).ok();
     let node = match crewlet_config::NodeConfig::load(config, &Default::default(), &env) {
@@ -521,7 +534,7 @@ fn import_config(
             return 2;
         }
     };
-    match crate::configplane::import(file, api, data_dir, &node) {
+    match crate::configplane::import(file, api, data_dir, &node, wait) {
         Ok(done) => {
             println!("{done}");
             0

@@ -1,8 +1,15 @@
 //! `crewlet config import FILE`: through a running node's `PUT /config`,
 //! or, with `--data-dir` and no node holding it, into a stopped node's
 //! store, published through the pointer at its next start.
+//!
+//! Through a running node, "activated" is not "applied": the import then
+//! reads `GET /config`'s `fleet` (every node's status, aged out by the
+//! broker when a node is gone) until each names the new epoch, and says
+//! so; past `--wait` it names the nodes behind (exit 1). A fleet it cannot
+//! read is unknown, never "applied".
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crewlet_company::Company;
 
@@ -37,6 +44,15 @@ pub enum ImportError {
     Lock(crewlet_stream::LockError),
     #[error(transparent)]
     Store(#[from] crewlet_store::StoreError),
+    #[error(
+        "activated epoch {epoch} through {api}, but after {waited_s} s {detail}; the revision is active and the nodes behind apply it when they can (see GET /config `fleet`, and each node's /health)"
+    )]
+    NotApplied {
+        api: String,
+        epoch: u64,
+        waited_s: u64,
+        detail: String,
+    },
 }
 
 impl ImportError {
@@ -62,6 +78,7 @@ pub fn import(
     api: &str,
     data_dir: Option<&PathBuf>,
     node_config: &crewlet_config::NodeConfig,
+    wait: Duration,
 ) -> Result<String, ImportError> {
     let label = file.display().to_string();
     let document = std::fs::read_to_string(file).map_err(|source| ImportError::Read {
@@ -116,10 +133,133 @@ pub fn import(
         });
     }
     let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    Ok(format!(
+    let activated = format!(
         "activated {} through {api}: epoch {}, digest {}",
         company.org, answer["epoch"], company.digest
-    ))
+    );
+    match answer["epoch"].as_u64() {
+        Some(epoch) if !wait.is_zero() => {
+            let applied = wait_applied(api, epoch, wait)?;
+            Ok(format!("{activated}; {applied}"))
+        }
+        _ => Ok(activated),
+    }
+}
+
+/// How often `GET /config` is read while waiting for the fleet.
+const WAIT_POLL: Duration = Duration::from_millis(250);
+
+/// Waits until every node in `GET /config`'s `fleet` reports `epoch`
+/// applied; answers who did, or [`ImportError::NotApplied`] naming who did
+/// not (or why the fleet could not be read) when `wait` ran out.
+fn wait_applied(api: &str, epoch: u64, wait: Duration) -> Result<String, ImportError> {
+    let started = Instant::now();
+    loop {
+        let seen = match crate::client::request(api, "GET", "/config", &[], b"") {
+            Ok((200, body)) => FleetSeen::read(&body, epoch),
+            Ok((status, body)) => {
+                FleetSeen::Unknown(format!("GET /config answered {status}: {body}"))
+            }
+            Err(e) => FleetSeen::Unknown(e.to_string()),
+        };
+        if let FleetSeen::Applied(nodes) = &seen {
+            return Ok(format!(
+                "applied by {} node{} ({}) in {:.1} s",
+                nodes.len(),
+                if nodes.len() == 1 { "" } else { "s" },
+                nodes.join(", "),
+                started.elapsed().as_secs_f64()
+            ));
+        }
+        if started.elapsed() >= wait {
+            return Err(ImportError::NotApplied {
+                api: api.to_owned(),
+                epoch,
+                waited_s: wait.as_secs(),
+                detail: seen.behind(),
+            });
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+}
+
+/// What `GET /config` said of the fleet and `epoch`.
+enum FleetSeen {
+    /// Every node listed applied it (these).
+    Applied(Vec<String>),
+    /// These nodes have not (node, what it reports).
+    Behind {
+        applied: usize,
+        behind: Vec<(String, String)>,
+    },
+    /// The fleet could not be read: unknown, never "applied".
+    Unknown(String),
+}
+
+impl FleetSeen {
+    fn read(body: &str, epoch: u64) -> FleetSeen {
+        let v: serde_json::Value = match serde_json::from_str(body) {
+            Ok(v) => v,
+            Err(e) => return FleetSeen::Unknown(format!("GET /config answered no JSON: {e}")),
+        };
+        let Some(fleet) = v["fleet"].as_array() else {
+            let why = v["fleet_error"]
+                .as_str()
+                .unwrap_or("no `fleet` in GET /config");
+            return FleetSeen::Unknown(format!("the node statuses could not be read: {why}"));
+        };
+        let mut applied = Vec::new();
+        let mut behind = Vec::new();
+        for n in fleet {
+            let node = n["node"].as_str().unwrap_or("?").to_string();
+            if n["applied_epoch"].as_u64() == Some(epoch) {
+                applied.push(node);
+            } else {
+                let at = match n["applied_epoch"].as_u64() {
+                    Some(e) => format!("at epoch {e}"),
+                    None => "has applied no revision".to_string(),
+                };
+                let error = n["error"]
+                    .as_str()
+                    .map(|e| format!(", failing: {e}"))
+                    .unwrap_or_default();
+                behind.push((
+                    node,
+                    format!(
+                        "{at} (posture {}{error})",
+                        n["posture"].as_str().unwrap_or("?")
+                    ),
+                ));
+            }
+        }
+        if behind.is_empty() && !applied.is_empty() {
+            FleetSeen::Applied(applied)
+        } else {
+            FleetSeen::Behind {
+                applied: applied.len(),
+                behind,
+            }
+        }
+    }
+
+    fn behind(&self) -> String {
+        match self {
+            FleetSeen::Applied(nodes) => format!("{} nodes applied it", nodes.len()),
+            FleetSeen::Behind { applied, behind } if behind.is_empty() => {
+                format!("{applied} nodes applied it and no node has reported yet")
+            }
+            FleetSeen::Behind { applied, behind } => format!(
+                "{applied} of {} nodes applied it: {}",
+                applied + behind.len(),
+                behind
+                    .iter()
+                    .map(|(n, what)| format!("{n} is {what}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+            FleetSeen::Unknown(why) => format!("whether the fleet applied it is unknown: {why}"),
+        }
+    }
 }
 
 /// The errors of a `PUT /config` 400, as the document's own refusal.

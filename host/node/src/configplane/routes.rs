@@ -129,7 +129,29 @@ async fn get_config(State(late): State<Late>) -> Response {
     match fetch(&ctx.coord, &digest, epoch).await {
         Ok(f) => {
             let applied_epoch = ctx.active.applied_epoch();
+            // Every node's own word on what it applied (the status bucket
+            // ages a departed node out); unreadable is unknown, not none.
+            let (fleet, fleet_error) = match ctx.coord.statuses().await {
+                Ok(all) => (
+                    Some(
+                        all.iter()
+                            .map(|(node, s)| {
+                                json!({
+                                    "node": node,
+                                    "applied_epoch": s["applied_epoch"],
+                                    "posture": s["posture"],
+                                    "error": s["error"],
+                                })
+                            })
+                            .collect::<Vec<_>>(),
+                    ),
+                    None,
+                ),
+                Err(e) => (None, Some(e.to_string())),
+            };
             Json(json!({
+                "fleet": fleet,
+                "fleet_error": fleet_error,
                 "epoch": epoch,
                 "digest": digest,
                 "org": f.company.org,
