@@ -265,4 +265,26 @@ fn a_revision_accepted_under_a_wider_allow_list_does_not_spawn_once_it_shrank() 
             .contains("the fleet serves another revision than the --company document"),
         "no warning in the log"
     );
+    let hint = format!("crewlet config import {}", other.display());
+    assert_eq!(c["activate_file"], hint.as_str(), "{c}");
+
+    // `--activate-company`: the file is activated whatever the fleet runs.
+    let mut node = node;
+    node.signal(libc::SIGTERM);
+    assert_eq!(node.wait_exit(Duration::from_secs(30)).code(), Some(0));
+    let mut node = sb
+        .node("")
+        .arg("--company")
+        .arg(&other)
+        .arg("--activate-company")
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let c = node.health()["company"].clone();
+            c["org"] == "Other" && c["file_active"] == true && c["activate_file"].is_null()
+        }),
+        "--activate-company did not activate the file: {}",
+        node.health()
+    );
 }

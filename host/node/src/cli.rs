@@ -281,9 +281,17 @@ struct RunCmd {
     /// Node configuration (TOML). Without one every key takes its default.
     #[arg(long, value_name = "node.toml", env = "CREWLET_CONFIG")]
     config: Option<PathBuf>,
-    /// The company document to run (TOML).
+    /// The company document to run (TOML). It seeds a fleet with no active
+    /// revision; otherwise the node follows the fleet's revision and says so
+    /// (WARN, and `/health` `company`) unless --activate-company.
     #[arg(long, value_name = "company.toml", env = "CREWLET_COMPANY")]
     company: Option<PathBuf>,
+    /// Activate the --company document through the fleet's pointer even
+    /// when the fleet runs another revision (as `crewlet config import`
+    /// would). For a development loop (`./dev run` uses it); on a fleet it
+    /// replaces whatever an operator activated last.
+    #[arg(long, requires = "company")]
+    activate_company: bool,
     /// A folder holding plugins (each with its plugin.toml); repeat for
     /// several, or `:`-separate them in CREWLET_PLUGINS. Read after the
     /// config file's `[plugins] dirs`.
@@ -317,6 +325,7 @@ pub fn main() -> i32 {
         Command::Run(cmd) => run(RunArgs {
             config: cmd.config,
             company: cmd.company,
+            activate_company: cmd.activate_company,
             plugins: cmd.plugins,
             data_dir: cmd.data_dir,
             log_format: cmd.log_format.map(|f| match f {

@@ -37,6 +37,9 @@ pub fn accept(text: &str, policy: &CommandPolicy) -> Result<Company, Invalid> {
 pub struct CompanyFile {
     pub path: PathBuf,
     pub company: Company,
+    /// `--activate-company`: activated through the pointer whatever the
+    /// fleet runs, not only onto an unset pointer.
+    pub activate: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -56,7 +59,11 @@ pub enum CompanyError {
 }
 
 impl CompanyFile {
-    pub fn load(path: &Path, policy: &CommandPolicy) -> Result<CompanyFile, CompanyError> {
+    pub fn load(
+        path: &Path,
+        policy: &CommandPolicy,
+        activate: bool,
+    ) -> Result<CompanyFile, CompanyError> {
         let file = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| CompanyError::Read {
             file: file.clone(),
@@ -67,6 +74,7 @@ impl CompanyFile {
         Ok(CompanyFile {
             path: path.to_path_buf(),
             company,
+            activate,
         })
     }
 }

@@ -37,6 +37,8 @@ pub const EXIT_FAILURE: i32 = 1;
 pub struct RunArgs {
     pub config: Option<PathBuf>,
     pub company: Option<PathBuf>,
+    /// `--activate-company`: the file is activated whatever the fleet runs.
+    pub activate_company: bool,
     /// `--plugins`, in order, after the config file's `[plugins] dirs`.
     pub plugins: Vec<PathBuf>,
     pub data_dir: Option<PathBuf>,
@@ -61,7 +63,7 @@ pub fn run(args: RunArgs) -> i32 {
     let company = match args
         .company
         .as_deref()
-        .map(|f| CompanyFile::load(f, &policy))
+        .map(|f| CompanyFile::load(f, &policy, args.activate_company))
         .transpose()
     {
         Ok(c) => c,

@@ -225,6 +225,10 @@ impl NodeState {
             "file": file.map(|f| f.path.display().to_string()),
             "file_digest": file.map(|f| f.company.digest.clone()),
             "file_active": file.map(|f| f.company.digest == serving.digest),
+            // The way to make a file that is not what runs the fleet's.
+            "activate_file": file
+                .filter(|f| f.company.digest != serving.digest)
+                .map(|f| format!("crewlet config import {}", f.path.display())),
         }))
     }
 

@@ -38,7 +38,8 @@
 //!   the pointer is (it is the operator's latest word). A node started with
 //!   `--company` activates that document only if the pointer is unset, so
 //!   the first node of a fleet seeds it and a restarted or joining node
-//!   follows the fleet instead of overwriting it.
+//!   follows the fleet instead of overwriting it (saying so at WARN and in
+//!   `/health`); `--activate-company` publishes it like an import.
 //!
 //! One job per file: [`activation`] (the compare-and-set protocol),
 //! [`routes`] (`PUT`/`GET /config`), [`posture`] (the pure rule),

@@ -359,7 +359,7 @@ async fn pending_at_start(ctx: &EngineContext) -> Option<Pending> {
         company: file.company.clone(),
         document,
         source: format!("--company {} on node {}", file.path.display(), ctx.node_id),
-        only_if_unset: true,
+        only_if_unset: !file.activate,
     })
 }
 
