@@ -455,6 +455,29 @@ fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
     assert!(out.contains("integrations.slack.plugin"), "{out}");
     assert_eq!(w.node.health()["applied_epoch"], epoch, "nothing moved");
 
+    // An option the provider does not read is refused at its key, never
+    // ignored (the scripted provider's manifest declares only `steps`).
+    let stray = good.replace(
+        "model = \"demo-review\", options = { ",
+        "model = \"demo-review\", options = { base_url = \"http://127.0.0.1:9\", ",
+    );
+    assert_ne!(stray, good);
+    let refused = http::request(&w.node.api, "PUT", "/config", &[], stray.as_bytes()).unwrap();
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    let errors = refused.json()["errors"].clone();
+    assert_eq!(
+        errors[0]["path"], "roles.support.reviewer.options.base_url",
+        "{errors}"
+    );
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not read the option `base_url` (it takes: `steps`)"),
+        "{errors}"
+    );
+    assert_eq!(errors.as_array().unwrap().len(), 1, "{errors}");
+
     // The good document still goes in.
     let put = http::request(&w.node.api, "PUT", "/config", &[], good.as_bytes()).unwrap();
     assert!(put.status == 201 || put.status == 200, "{}", put.text());

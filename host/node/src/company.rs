@@ -142,10 +142,10 @@ pub fn check_catalogue(
             .collect()
     };
     let mut errors = Vec::new();
-    let mut check = |path: String, name: &str, want: Kind| {
+    let check = |path: String, name: &str, want: Kind| -> Option<crewlet_company::DocError> {
         let found = catalogue.plugins.iter().find(|m| m.name == name);
         let message = match found {
-            Some(m) if m.kind == want => return,
+            Some(m) if m.kind == want => return None,
             Some(m) => format!(
                 "`{name}` is a {} plugin, not a {} plugin; name one of: {}",
                 m.kind.world(),
@@ -158,31 +158,37 @@ pub fn check_catalogue(
                 listed(&names_of(want))
             ),
         };
-        errors.push(crewlet_company::DocError { path, message });
+        Some(crewlet_company::DocError { path, message })
     };
     for (role, r) in &company.roles {
-        for (i, entry) in r.executor.iter().enumerate() {
-            check(
-                format!("roles.{role}.executor[{i}].provider"),
+        let entries = r
+            .executor
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (format!("roles.{role}.executor[{i}]"), e))
+            .chain([(format!("roles.{role}.reviewer"), &r.reviewer)]);
+        for (at, entry) in entries {
+            errors.extend(check(
+                format!("{at}.provider"),
                 &entry.provider,
                 Kind::Provider,
-            );
+            ));
+            errors.extend(unknown_options(&at, entry, catalogue));
         }
-        check(
-            format!("roles.{role}.reviewer.provider"),
-            &r.reviewer.provider,
-            Kind::Provider,
-        );
         for (i, module) in r.modules.iter().enumerate() {
-            check(format!("roles.{role}.modules[{i}]"), module, Kind::Module);
+            errors.extend(check(
+                format!("roles.{role}.modules[{i}]"),
+                module,
+                Kind::Module,
+            ));
         }
     }
     for (key, integration) in &company.integrations {
-        check(
+        errors.extend(check(
             format!("integrations.{key}.plugin"),
             &integration.plugin,
             Kind::Webhook,
-        );
+        ));
     }
     errors
 }
@@ -199,6 +205,44 @@ pub fn runnable(
     } else {
         Err(Invalid { errors })
     }
+}
+
+/// A model entry's options its provider does not read (its manifest's
+/// `[provider] options`): each refused at its own key, never ignored.
+fn unknown_options(
+    at: &str,
+    entry: &crewlet_company::ModelRef,
+    catalogue: &crewlet_plugins::catalogue::Catalogue,
+) -> Vec<crewlet_company::DocError> {
+    use crewlet_plugins::manifest::Permissions;
+    let Some(Permissions::Provider { options, .. }) = catalogue
+        .plugins
+        .iter()
+        .find(|m| m.name == entry.provider)
+        .map(|m| &m.permissions)
+    else {
+        return Vec::new();
+    };
+    let takes = if options.is_empty() {
+        "it takes none".to_string()
+    } else {
+        format!(
+            "it takes: {}",
+            listed(&options.iter().map(String::as_str).collect::<Vec<_>>())
+        )
+    };
+    entry
+        .options
+        .keys()
+        .filter(|k| !options.contains(k))
+        .map(|k| crewlet_company::DocError {
+            path: format!("{at}.options.{k}"),
+            message: format!(
+                "provider `{}` does not read the option `{k}` ({takes}); remove it (a provider's base URL and hosts are set in its plugin.toml `[provider]`)",
+                entry.provider
+            ),
+        })
+        .collect()
 }
 
 fn listed(names: &[&str]) -> String {

@@ -458,8 +458,12 @@ impl fmt::Display for PluginList {
                 Permissions::Provider {
                     base_url,
                     allowed_outbound_hosts,
+                    options,
                 } => {
                     writeln!(f, "  base url: {base_url}")?;
+                    if !options.is_empty() {
+                        writeln!(f, "  model options: {}", options.join(", "))?;
+                    }
                     let hosts: Vec<String> = allowed_outbound_hosts
                         .iter()
                         .map(|o| o.to_string())

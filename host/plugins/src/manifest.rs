@@ -245,6 +245,9 @@ pub enum Permissions {
     Provider {
         base_url: String,
         allowed_outbound_hosts: Vec<Origin>,
+        /// The keys of a model entry's `options` this provider reads; a
+        /// company setting any other is refused (never silently ignored).
+        options: Vec<String>,
     },
     Module {
         state: Vec<BucketDecl>,
@@ -309,6 +312,20 @@ struct RawWebhook {
 struct RawProvider {
     base_url: String,
     allowed_outbound_hosts: Vec<String>,
+    #[serde(default)]
+    options: Vec<String>,
+}
+
+/// Whether `name` is a provider option's name: `a-z 0-9 _`, starting with
+/// a letter, at most 63 characters.
+fn valid_option(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 63
+        && bytes[0].is_ascii_lowercase()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
 }
 
 /// Whether `name` is a plugin or bucket name: `a-z 0-9 -`, starting with a
@@ -521,9 +538,18 @@ impl Manifest {
                         ),
                     ));
                 }
+                if let Some(bad) = section.options.iter().find(|o| !valid_option(o)) {
+                    return Err(err(
+                        "provider.options",
+                        format!(
+                            "`{bad}` is not an option name; use a-z, 0-9 and _, starting with a letter"
+                        ),
+                    ));
+                }
                 Permissions::Provider {
                     base_url: section.base_url,
                     allowed_outbound_hosts: hosts,
+                    options: section.options,
                 }
             }
             Kind::Module => module::parse(&raw.name, raw.module.unwrap_or_default())

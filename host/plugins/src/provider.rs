@@ -102,6 +102,7 @@ impl ProviderPlugin {
         let Permissions::Provider {
             base_url,
             allowed_outbound_hosts,
+            ..
         } = &self.manifest.permissions
         else {
             unreachable!("a ProviderPlugin is only loaded from a provider manifest");

@@ -242,3 +242,24 @@ fn a_module_section_is_refused_naming_the_field() {
     ))
     .unwrap();
 }
+
+#[test]
+fn a_provider_declares_the_model_options_it_reads() {
+    let provider = |options: &str| {
+        parse(&format!(
+            "{HEAD}kind = \"provider\"\n[provider]\nbase_url = \"https://api.example.com/v1\"\nallowed_outbound_hosts = [\"https://api.example.com\"]\n{options}"
+        ))
+    };
+    let m = provider("options = [\"steps\", \"top_k\"]\n").unwrap();
+    let Permissions::Provider { options, .. } = &m.permissions else {
+        panic!("{m:?}")
+    };
+    assert_eq!(options, &["steps", "top_k"]);
+    let Permissions::Provider { options, .. } = provider("").unwrap().permissions else {
+        panic!()
+    };
+    assert!(options.is_empty(), "none unless declared");
+    let e = provider("options = [\"Base-URL\"]\n").unwrap_err();
+    assert_eq!(e.field, "provider.options");
+    assert!(e.problem.contains("`Base-URL`"), "{e}");
+}
