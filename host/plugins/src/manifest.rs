@@ -319,25 +319,24 @@ struct RawProvider {
 /// Whether `name` is a provider option's name: `a-z 0-9 _`, starting with
 /// a letter, at most 63 characters.
 fn valid_option(name: &str) -> bool {
-    let bytes = name.as_bytes();
-    !bytes.is_empty()
-        && bytes.len() <= 63
-        && bytes[0].is_ascii_lowercase()
-        && bytes
-            .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_')
+    lowercase_word(name, b'_')
 }
 
 /// Whether `name` is a plugin or bucket name: `a-z 0-9 -`, starting with a
 /// letter, at most 63 characters.
 pub fn valid_name(name: &str) -> bool {
+    lowercase_word(name, b'-')
+}
+
+/// `a-z`, `0-9` and `joiner`, starting with a letter, 1–63 bytes.
+fn lowercase_word(name: &str, joiner: u8) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && bytes.len() <= 63
         && bytes[0].is_ascii_lowercase()
         && bytes
             .iter()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == joiner)
 }
 
 impl Manifest {
