@@ -162,6 +162,11 @@ fn wait_applied(api: &str, epoch: u64, wait: Duration) -> Result<String, ImportE
             }
             Err(e) => FleetSeen::Unknown(e.to_string()),
         };
+        if let FleetSeen::Superseded(active) = &seen {
+            return Ok(format!(
+                "superseded by epoch {active}, activated since; the fleet follows that one"
+            ));
+        }
         if let FleetSeen::Applied(nodes) = &seen {
             return Ok(format!(
                 "applied by {} node{} ({}) in {:.1} s",
@@ -192,6 +197,9 @@ enum FleetSeen {
         applied: usize,
         behind: Vec<(String, String)>,
     },
+    /// A later revision was activated meanwhile (its epoch): nobody will
+    /// apply this one now, so there is nothing left to wait for.
+    Superseded(u64),
     /// The fleet could not be read: unknown, never "applied".
     Unknown(String),
 }
@@ -202,6 +210,9 @@ impl FleetSeen {
             Ok(v) => v,
             Err(e) => return FleetSeen::Unknown(format!("GET /config answered no JSON: {e}")),
         };
+        if let Some(active) = v["epoch"].as_u64().filter(|a| *a > epoch) {
+            return FleetSeen::Superseded(active);
+        }
         let Some(fleet) = v["fleet"].as_array() else {
             let why = v["fleet_error"]
                 .as_str()
@@ -245,6 +256,7 @@ impl FleetSeen {
     fn behind(&self) -> String {
         match self {
             FleetSeen::Applied(nodes) => format!("{} nodes applied it", nodes.len()),
+            FleetSeen::Superseded(active) => format!("epoch {active} superseded it"),
             FleetSeen::Behind { applied, behind } if behind.is_empty() => {
                 format!("{applied} nodes applied it and no node has reported yet")
             }
@@ -270,4 +282,47 @@ fn refused_document(body: &str) -> Option<crewlet_company::Invalid> {
     }
     let r: Refusal = serde_json::from_str(body).ok()?;
     (!r.errors.is_empty()).then_some(crewlet_company::Invalid { errors: r.errors })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(body: serde_json::Value) -> FleetSeen {
+        FleetSeen::read(&body.to_string(), 7)
+    }
+
+    fn node(id: &str, applied: u64) -> serde_json::Value {
+        serde_json::json!({"node": id, "applied_epoch": applied, "posture": "serve", "error": null})
+    }
+
+    #[test]
+    fn the_fleet_is_applied_only_when_every_node_says_so() {
+        let all = seen(serde_json::json!({"epoch": 7, "fleet": [node("a", 7), node("b", 7)]}));
+        assert!(matches!(&all, FleetSeen::Applied(n) if n == &["a", "b"]));
+
+        let one_behind =
+            seen(serde_json::json!({"epoch": 7, "fleet": [node("a", 7), node("b", 6)]}));
+        assert!(matches!(&one_behind, FleetSeen::Behind { applied: 1, .. }));
+        assert_eq!(
+            one_behind.behind(),
+            "1 of 2 nodes applied it: b is at epoch 6 (posture serve)"
+        );
+
+        let none_listed = seen(serde_json::json!({"epoch": 7, "fleet": []}));
+        assert!(matches!(none_listed, FleetSeen::Behind { applied: 0, .. }));
+    }
+
+    #[test]
+    fn an_unreadable_fleet_is_unknown_and_a_later_epoch_supersedes() {
+        let unreadable =
+            seen(serde_json::json!({"epoch": 7, "fleet": null, "fleet_error": "timed out"}));
+        assert!(matches!(&unreadable, FleetSeen::Unknown(why) if why.contains("timed out")));
+        assert!(matches!(
+            FleetSeen::read("not json", 7),
+            FleetSeen::Unknown(_)
+        ));
+        let later = seen(serde_json::json!({"epoch": 9, "fleet": [node("a", 9)]}));
+        assert!(matches!(later, FleetSeen::Superseded(9)));
+    }
 }
