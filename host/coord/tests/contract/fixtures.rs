@@ -1,10 +1,11 @@
 //! The three backends the suite runs against, behind one trait.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crewlet_coord::{
-    Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, NamedKv, NatsKv, Owner, bucket::Bucket,
+    Clock, Coord, CoordOptions, Faulty, Kv, ManualClock, MemoryKv, NamedKv, NatsKv, Owner,
+    bucket::Bucket,
 };
 use crewlet_testkit::{Cluster, NatsServer};
 
@@ -29,6 +30,8 @@ pub trait Fixture: Send + Sync + 'static {
     /// The named-bucket face of the same backend, through member `i`.
     fn named(&self, i: usize) -> Arc<dyn NamedKv>;
     fn members(&self) -> usize;
+    /// The store's clock now: what lease deadlines are judged against.
+    fn now(&self) -> SystemTime;
     /// Lets `d` of store time pass (advances the twin's clock, or sleeps).
     fn pass(&self, d: Duration) -> impl Future<Output = ()> + Send;
     /// Breaks (or stops) the store under every handle.
@@ -82,6 +85,9 @@ impl Fixture for Memory {
     }
     fn members(&self) -> usize {
         1
+    }
+    fn now(&self) -> SystemTime {
+        self.clock.now()
     }
     async fn pass(&self, d: Duration) {
         self.clock.advance(d);
@@ -202,6 +208,9 @@ impl Fixture for Real {
     }
     fn members(&self) -> usize {
         self.handles.len()
+    }
+    fn now(&self) -> SystemTime {
+        SystemTime::now()
     }
     async fn pass(&self, d: Duration) {
         tokio::time::sleep(d).await;
