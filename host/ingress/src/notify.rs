@@ -85,8 +85,12 @@ pub const RETRY_DELAY: Duration = Duration::from_secs(2);
 pub const VALVE_LIMIT: u64 = 30;
 /// The valve's window (at most half the rate bucket's 60 s age).
 pub const VALVE_WINDOW: Duration = Duration::from_secs(30);
-/// How long the service may hold a delivery before the server redelivers it.
-const ACK_WAIT: Duration = Duration::from_secs(30);
+/// How long the service may hold a delivery before the server redelivers
+/// it; progress is acknowledged every half of it while one is worked on.
+const ACK_WAIT: Duration = crewlet_stream::consumers::NOTIFY_ACK_WAIT;
+/// Deliveries one pull brings at most: few, so a node that freezes holds
+/// few hostage (each moves to a peer after [`ACK_WAIT`]).
+const IN_HAND: usize = 4;
 /// How long a shedding node keeps handing back what its pull delivers
 /// before it drops the pull.
 const HAND_BACK_QUIET: Duration = Duration::from_millis(200);
@@ -194,20 +198,19 @@ impl NotifyService {
             .get_stream(NOTIFICATIONS_STREAM)
             .await
             .map_err(|e| NotifyError::Stream(e.to_string()))?;
-        let consumer: consumer::PullConsumer = stream
-            .get_or_create_consumer(
-                NOTIFY_DURABLE,
-                consumer::pull::Config {
-                    durable_name: Some(NOTIFY_DURABLE.into()),
-                    filter_subject: INBOUND_SUBJECT.into(),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ack_wait: ACK_WAIT,
-                    description: Some("notification service: parse, resolve, valve, wake".into()),
-                    ..Default::default()
-                },
-            )
-            .await
-            .map_err(|e| NotifyError::Consumer(e.to_string()))?;
+        let consumer = crewlet_stream::consumers::adopt(
+            &stream,
+            consumer::pull::Config {
+                durable_name: Some(NOTIFY_DURABLE.into()),
+                filter_subject: INBOUND_SUBJECT.into(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: ACK_WAIT,
+                description: Some("notification service: parse, resolve, valve, wake".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| NotifyError::Consumer(e.to_string()))?;
         let (stop, mut stopped) = watch::channel(false);
         let mut admitting = cfg.admitting.clone();
         let worker = Worker { cfg, js };
@@ -227,7 +230,14 @@ impl NotifyService {
                         }
                     }
                 }
-                let mut messages = match consumer.messages().await {
+                // Few in hand: what a node holds when it freezes waits out
+                // the ack wait before a peer gets it.
+                let pull = consumer
+                    .stream()
+                    .max_messages_per_batch(IN_HAND)
+                    .messages()
+                    .await;
+                let mut messages = match pull {
                     Ok(m) => m,
                     Err(e) => {
                         warn!(subsystem = "notify", error = %e, "cannot pull; retrying");
@@ -251,7 +261,7 @@ impl NotifyService {
                             Some(Ok(msg)) => {
                                 let admits = *admitting.borrow();
                                 if admits {
-                                    worker.handle(msg).await;
+                                    worker.handle_kept(msg).await;
                                 } else {
                                     worker.hand_back(msg).await;
                                 }
@@ -336,6 +346,25 @@ impl Worker {
                 subsystem = "notify",
                 handed, "shedding: handed deliveries back"
             );
+        }
+    }
+
+    /// Handles `msg`, acknowledging progress while it takes long (a slow
+    /// parse, a publish waiting on the broker), so only a stalled node lets
+    /// its ack wait lapse.
+    async fn handle_kept(&self, msg: jetstream::Message) {
+        let acker = msg.clone();
+        let keep = async {
+            let mut every = tokio::time::interval(ACK_WAIT / 2);
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let _ = acker.ack_with(AckKind::Progress).await;
+            }
+        };
+        tokio::select! {
+            () = self.handle(msg) => {}
+            () = keep => {}
         }
     }
 

@@ -369,23 +369,23 @@ async fn open_consumer(
     handle: &str,
     rec: &MailboxRecord,
 ) -> Result<(), MailboxError> {
-    stream
-        .get_or_create_consumer(
-            &rec.durable,
-            consumer::pull::Config {
-                durable_name: Some(rec.durable.clone()),
-                filter_subject: rec.subject.clone(),
-                ack_policy: consumer::AckPolicy::Explicit,
-                description: Some(format!("mailbox of seat {handle}")),
-                ..Default::default()
-            },
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| MailboxError::Consumer {
-            durable: rec.durable.clone(),
-            detail: e.to_string(),
-        })
+    crate::consumers::adopt(
+        stream,
+        consumer::pull::Config {
+            durable_name: Some(rec.durable.clone()),
+            filter_subject: rec.subject.clone(),
+            ack_policy: consumer::AckPolicy::Explicit,
+            ack_wait: crate::consumers::MAILBOX_ACK_WAIT,
+            description: Some(format!("mailbox of seat {handle}")),
+            ..Default::default()
+        },
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| MailboxError::Consumer {
+        durable: e.durable,
+        detail: e.detail,
+    })
 }
 
 fn consumer_gone(kind: ConsumerErrorKind) -> bool {
