@@ -22,6 +22,7 @@ mod node_lifecycle;
 mod operator_access;
 mod operator_mcp;
 mod plugins_cli;
+mod replies;
 mod sandbox;
 mod secrets;
 mod turns;

@@ -17,7 +17,7 @@ const SLACK_SECRET: &str = "slack-signing-secret";
 
 /// A plugins dir for a test: the built Slack and scripted components, and
 /// the OpenAI provider pointed at `ai`.
-fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
+pub(crate) fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
     let dir = PluginsDir::new(sb.path("plugins"));
     dir.add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
@@ -46,42 +46,57 @@ replies = ["post_message"]
     )
 }
 
-struct World {
-    _sb: Sandbox,
-    node: Node,
+pub(crate) struct World {
+    pub(crate) sb: Sandbox,
+    pub(crate) node: Node,
     chat_log: PathBuf,
 }
 
-fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &str)]) -> World {
+pub(crate) fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &str)]) -> World {
     let sb = Sandbox::new();
     let chat_log = sb.path("chat.jsonl");
     let doc = company.replace("CHAT_LOG_PATH", &chat_log.display().to_string());
     let doc = doc.replace("{chat}", &chat_server("support", &chat_log));
     let company_file = sb.path("company.toml");
     std::fs::write(&company_file, doc).unwrap();
-    let plugins = plugins(&sb, ai);
+    plugins(&sb, ai);
+    let node = spawn(&sb, envs);
+    World { sb, node, chat_log }
+}
+
+/// A node of the sandbox `start` wrote, ready.
+fn spawn(sb: &Sandbox, envs: &[(&str, &str)]) -> Node {
     let mut b = sb
         .node("[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n")
         .arg("--company")
-        .arg(&company_file)
+        .arg(sb.path("company.toml"))
         .arg("--plugins")
-        .arg(&plugins)
+        .arg(sb.path("plugins"))
         .env("SLACK_SIGNING_SECRET", SLACK_SECRET);
     for (k, v) in envs {
         b = b.env(k, v);
     }
     let mut node = b.spawn();
     node.wait_ready(Duration::from_secs(60));
-    World {
-        _sb: sb,
-        node,
-        chat_log,
-    }
+    node
 }
 
 impl World {
+    /// Starts the node again on the same data dir (its broker's store, its
+    /// event log), with `envs`; the old one must have exited.
+    pub(crate) fn restart(&mut self, envs: &[(&str, &str)]) {
+        self.node = spawn(&self.sb, envs);
+    }
+
     /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.
-    fn mention(&self, handle: &str, event_id: &str, channel: &str, ts: &str, text: &str) {
+    pub(crate) fn mention(
+        &self,
+        handle: &str,
+        event_id: &str,
+        channel: &str,
+        ts: &str,
+        text: &str,
+    ) {
         common::slack_mention(
             &self.node,
             SLACK_SECRET,
@@ -93,16 +108,16 @@ impl World {
         );
     }
 
-    fn events(&self, kind: &str) -> Vec<Value> {
+    pub(crate) fn events(&self, kind: &str) -> Vec<Value> {
         common::events(&self.node, kind)
     }
 
-    fn wait_events(&self, kind: &str, n: usize) -> Vec<Value> {
+    pub(crate) fn wait_events(&self, kind: &str, n: usize) -> Vec<Value> {
         common::wait_events(&self.node, kind, n)
     }
 
     /// The posts the chat server recorded, oldest first.
-    fn posts(&self) -> Vec<Value> {
+    pub(crate) fn posts(&self) -> Vec<Value> {
         std::fs::read_to_string(&self.chat_log)
             .unwrap_or_default()
             .lines()
@@ -120,7 +135,7 @@ impl World {
 }
 
 /// `turn_ended` events, oldest first, with their outcome.
-fn outcomes(w: &World) -> Vec<String> {
+pub(crate) fn outcomes(w: &World) -> Vec<String> {
     let mut ended = w.events("turn_ended");
     ended.reverse();
     ended
@@ -136,7 +151,7 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-const OPENAI_COMPANY: &str = r#"
+pub(crate) const OPENAI_COMPANY: &str = r#"
 [org]
 name = "Acme"
 [roles.support]
@@ -157,23 +172,23 @@ plugin = "slack"
 secret = "SLACK_SIGNING_SECRET"
 "#;
 
-const KEYS: &[(&str, &str)] = &[("KEY_ONE", "sk-one-1111"), ("KEY_TWO", "sk-two-2222")];
+pub(crate) const KEYS: &[(&str, &str)] = &[("KEY_ONE", "sk-one-1111"), ("KEY_TWO", "sk-two-2222")];
 
-fn post(channel: &str, thread: &str, text: &str) -> Reply {
+pub(crate) fn post(channel: &str, thread: &str, text: &str) -> Reply {
     Reply::ToolCalls(vec![(
         "chat__post_message".into(),
         json!({"channel": channel, "thread": thread, "text": text}),
     )])
 }
 
-fn submit(outcome: &str) -> Reply {
+pub(crate) fn submit(outcome: &str) -> Reply {
     Reply::ToolCalls(vec![(
         "submit_work".into(),
         json!({"outcome": outcome, "summary": "done here"}),
     )])
 }
 
-fn verdict(v: &str) -> Reply {
+pub(crate) fn verdict(v: &str) -> Reply {
     Reply::ToolCalls(vec![(
         "submit_review".into(),
         json!({"verdict": v, "feedback": ""}),

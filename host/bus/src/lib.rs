@@ -46,6 +46,7 @@
 //! | `review_overturned` | the turn | a `done` verdict was overturned (an owed reply was not posted) |
 //! | `budget_exhausted` | the turn | a budget refused the turn's next model call |
 //! | `reply_posted` | the turn | the turn posted a reply where its trigger asked for one |
+//! | `reply_uncertain` | the turn | a reply begun by an earlier run (a crash between its intent and its completion) on a surface that cannot be asked: not posted again; the turn ends `reply_uncertain` |
 //! | `provider_fallback` | the model pool | a model failed and the chain fell back to the next |
 //! | `llm_unavailable` | the model pool | no model of the chain answered |
 //! | `credential_benched` | the model pool | a credential was benched (rate limit, refusal) |
@@ -149,6 +150,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "review_overturned",
     "budget_exhausted",
     "reply_posted",
+    "reply_uncertain",
     "provider_fallback",
     "llm_unavailable",
     "credential_benched",

@@ -7,6 +7,11 @@
 //! on the machine; each post is one `write` under an exclusive `flock`, so
 //! concurrent children neither interleave nor hand out one id twice (a
 //! message's id is its line number in the log).
+//!
+//! A post may carry an `idempotency_key`: a second post by the same author
+//! with the same key posts nothing and answers the first one's id with
+//! `duplicate: true` — what lets a node that crashed mid-post post the
+//! owed reply again without posting it twice.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -47,6 +52,9 @@ pub struct Message {
     pub text: String,
     /// Milliseconds since the Unix epoch.
     pub at_ms: u64,
+    /// The poster's idempotency key, if it gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -58,6 +66,10 @@ pub struct PostMessage {
     pub thread: Option<String>,
     /// The message text.
     pub text: String,
+    /// Give the same key to post again safely: a post whose key you already
+    /// used posts nothing and answers the first post's id.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -74,6 +86,8 @@ pub struct Posted {
     pub posted: bool,
     /// The message's id (its number in the log).
     pub id: String,
+    /// The idempotency key was used before: nothing new was posted.
+    pub duplicate: bool,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -117,15 +131,17 @@ impl ChatServer {
             thread: post.thread,
             text: post.text,
             at_ms: crewlet_os::now_ms() as u64,
+            idempotency_key: post.idempotency_key.filter(|k| !k.is_empty()),
         };
         let log = self.log.clone();
-        let id = tokio::task::spawn_blocking(move || append(&log, &message))
+        let (id, duplicate) = tokio::task::spawn_blocking(move || append(&log, &message))
             .await
             .map_err(|e| format!("the post was interrupted: {e}"))?
             .map_err(|e| format!("could not write the chat log: {e}"))?;
         Ok(Json(Posted {
             posted: true,
             id: id.to_string(),
+            duplicate,
         }))
     }
 
@@ -182,8 +198,10 @@ pub async fn serve_stdio() -> Result<(), ChatError> {
 }
 
 /// Appends `message` as one line with one write, under an exclusive lock;
-/// answers its line number (1-based).
-fn append(log: &std::path::Path, message: &Message) -> std::io::Result<u64> {
+/// answers its line number (1-based). A message whose author already posted
+/// with its idempotency key is not appended: the earlier line's number is
+/// answered, with `true`.
+fn append(log: &std::path::Path, message: &Message) -> std::io::Result<(u64, bool)> {
     let mut line = serde_json::to_vec(message).map_err(std::io::Error::other)?;
     line.push(b'\n');
     let file = OpenOptions::new()
@@ -195,9 +213,19 @@ fn append(log: &std::path::Path, message: &Message) -> std::io::Result<u64> {
     (&file).seek(SeekFrom::Start(0))?;
     let mut before = Vec::new();
     (&file).read_to_end(&mut before)?;
+    if let Some(key) = &message.idempotency_key {
+        let earlier = before.split(|b| *b == b'\n').position(|l| {
+            serde_json::from_slice::<Message>(l).is_ok_and(|m| {
+                m.author == message.author && m.idempotency_key.as_ref() == Some(key)
+            })
+        });
+        if let Some(i) = earlier {
+            return Ok((i as u64 + 1, true));
+        }
+    }
     let id = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
     (&file).write_all(&line)?;
-    Ok(id)
+    Ok((id, false))
 }
 
 fn read_all(log: &std::path::Path) -> std::io::Result<Vec<Message>> {
@@ -257,6 +285,7 @@ mod tests {
             thread: thread.map(str::to_owned),
             text: text.into(),
             at_ms: 1,
+            idempotency_key: None,
         }
     }
 
@@ -268,14 +297,17 @@ mod tests {
             read_all(&log).unwrap().is_empty(),
             "a missing log reads empty"
         );
-        assert_eq!(append(&log, &message("one", None)).unwrap(), 1);
+        assert_eq!(append(&log, &message("one", None)).unwrap(), (1, false));
         std::fs::OpenOptions::new()
             .append(true)
             .open(&log)
             .unwrap()
             .write_all(b"not json\n")
             .unwrap();
-        assert_eq!(append(&log, &message("two", Some("t1"))).unwrap(), 3);
+        assert_eq!(
+            append(&log, &message("two", Some("t1"))).unwrap(),
+            (3, false)
+        );
         let all = read_all(&log).unwrap();
         assert_eq!(all, vec![message("one", None), message("two", Some("t1"))]);
         let line = std::fs::read_to_string(&log).unwrap();
@@ -283,5 +315,29 @@ mod tests {
             line.starts_with(r#"{"as":"ana","channel":"eng","thread":null"#),
             "{line}"
         );
+    }
+
+    #[test]
+    fn a_key_used_before_by_the_same_author_posts_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("chat.jsonl");
+        let keyed = |author: &str, text: &str, key: &str| Message {
+            author: author.into(),
+            idempotency_key: Some(key.into()),
+            ..message(text, Some("t1"))
+        };
+        assert_eq!(append(&log, &keyed("ana", "hi", "k1")).unwrap(), (1, false));
+        assert_eq!(append(&log, &message("other", None)).unwrap(), (2, false));
+        assert_eq!(
+            append(&log, &keyed("ana", "hi, again", "k1")).unwrap(),
+            (1, true),
+            "the same key answers the first post"
+        );
+        assert_eq!(
+            append(&log, &keyed("bob", "hi", "k1")).unwrap(),
+            (3, false),
+            "a key is the author's own"
+        );
+        assert_eq!(read_all(&log).unwrap().len(), 3);
     }
 }

@@ -458,7 +458,10 @@ pub async fn start(
             sessions: Arc::new(NodeSessions(ctx.store.clone())),
             clock: Arc::new(crewlet_turns::SystemClock),
         },
-        crewlet_turns::Limits::default(),
+        crewlet_turns::Limits {
+            crash_at: test_crash_point(),
+            ..crewlet_turns::Limits::default()
+        },
     );
     let mcp = McpOptions {
         policy: Arc::new(crate::company::policy(&ctx.config)),
@@ -522,4 +525,23 @@ pub async fn start(
         })
     });
     Ok(())
+}
+
+/// The variable a crash test names its point in (`reply.after_intent`,
+/// `reply.after_post`, `reply.after_reply`): the node dies there, as if
+/// killed. Never set outside tests.
+const CRASH_ENV: &str = "CREWLET_TEST_CRASH_AT";
+
+fn test_crash_point() -> Option<crewlet_turns::CrashPoint> {
+    let v = std::env::var(CRASH_ENV).ok()?;
+    let point = crewlet_turns::CrashPoint::parse(&v);
+    match point {
+        Some(p) => {
+            tracing::warn!(subsystem = "seats", point = ?p, "{CRASH_ENV} is set: this node dies at that point of its next reply (tests only)")
+        }
+        None => {
+            tracing::warn!(subsystem = "seats", value = %v, "{CRASH_ENV} names no crash point; ignored")
+        }
+    }
+    point
 }

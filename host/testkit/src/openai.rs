@@ -38,6 +38,9 @@ pub enum Reply {
         retry_after: Option<u64>,
         body: String,
     },
+    /// This reply, after a wait: a slow model, so a test can act while a
+    /// turn is in its model call.
+    Delayed(std::time::Duration, Box<Reply>),
 }
 
 impl Reply {
@@ -255,6 +258,11 @@ async fn completions(
             .and_then(VecDeque::pop_front);
         (n, reply)
     };
+    let mut reply = reply;
+    while let Some(Reply::Delayed(wait, inner)) = reply {
+        tokio::time::sleep(wait).await;
+        reply = Some(*inner);
+    }
     let request_id = format!("req-{n}");
     if parsed.is_null() {
         return respond(
@@ -291,6 +299,7 @@ async fn completions(
             retry_after,
             body,
         }) => return respond(code, retry_after, &request_id, body),
+        Some(Reply::Delayed(..)) => unreachable!("waited out above"),
         Some(Reply::Text(text)) => {
             let chars = text.chars().count();
             (json!({"role": "assistant", "content": text}), "stop", chars)

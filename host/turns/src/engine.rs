@@ -20,7 +20,11 @@
 //!   current when it is charged (a turn crossing midnight or a Monday pays
 //!   the new window). A refusal stops the next call; an unreachable counter
 //!   is an outage, never "out of budget".
-//! - [`reply`]: a reply is posted at most once per turn and target: its key
+//! - [`owed`]: a reply a trigger is owed is posted once per trigger, across
+//!   crashes and re-batching: its intent is recorded before the tool runs
+//!   and its completion after; an intent found without a completion is
+//!   finished through a surface that dedupes, or reported `reply_uncertain`.
+//! - [`reply`]: any other post is at most once per turn and target: its key
 //!   is created in the ledger bucket before the tool runs. Unknown refuses
 //!   to post (never twice) and fails the turn as an outage, to be run again.
 //! - [`events`]: every step is emitted in order but published off the
@@ -32,6 +36,7 @@ mod admission;
 mod budget;
 mod dispatch;
 mod events;
+mod owed;
 mod prompts;
 mod reply;
 mod rounds;
@@ -61,6 +66,32 @@ pub struct Limits {
     pub review_rounds: u32,
     /// How much of a tool's answer the reviewer's record shows.
     pub record_clip: usize,
+    /// Tests only: the process dies (as if killed) at this point of a
+    /// reply, so a test can crash a node exactly there.
+    pub crash_at: Option<CrashPoint>,
+}
+
+/// Where in a reply a test may have the node die.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The intent is recorded; the tool was not called.
+    AfterIntent,
+    /// The tool posted; the completion is not recorded.
+    AfterPost,
+    /// The completion is recorded; the turn has not ended.
+    AfterReply,
+}
+
+impl CrashPoint {
+    /// Parses `reply.after_intent`, `reply.after_post`, `reply.after_reply`.
+    pub fn parse(s: &str) -> Option<CrashPoint> {
+        match s {
+            "reply.after_intent" => Some(CrashPoint::AfterIntent),
+            "reply.after_post" => Some(CrashPoint::AfterPost),
+            "reply.after_reply" => Some(CrashPoint::AfterReply),
+            _ => None,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -69,6 +100,7 @@ impl Default for Limits {
             max_tokens: 4096,
             review_rounds: 2,
             record_clip: 600,
+            crash_at: None,
         }
     }
 }
@@ -128,6 +160,9 @@ pub enum Outcome {
     TurnedAway,
     /// Every model of the chain failed.
     LlmUnavailable(String),
+    /// A reply this turn owed was begun by an earlier run and may or may
+    /// not have landed (the targets); it was not posted again.
+    ReplyUncertain(String),
 }
 
 impl Outcome {
@@ -140,12 +175,16 @@ impl Outcome {
             Outcome::BudgetExhausted => "budget_exhausted",
             Outcome::TurnedAway => "turned_away",
             Outcome::LlmUnavailable(_) => "llm_unavailable",
+            Outcome::ReplyUncertain(_) => "reply_uncertain",
         }
     }
 
     fn detail(&self) -> Option<&str> {
         match self {
-            Outcome::Blocked(s) | Outcome::Failed(s) | Outcome::LlmUnavailable(s) => Some(s),
+            Outcome::Blocked(s)
+            | Outcome::Failed(s)
+            | Outcome::LlmUnavailable(s)
+            | Outcome::ReplyUncertain(s) => Some(s),
             _ => None,
         }
     }
@@ -197,6 +236,14 @@ impl<B: Brain> TurnEngine<B> {
         }
     }
 
+    /// Dies here if a test asked for it (see [`Limits::crash_at`]).
+    fn crash_point(&self, at: CrashPoint) {
+        if self.limits.crash_at == Some(at) {
+            tracing::error!(subsystem = "turns", point = ?at, "dying at the crash point a test asked for");
+            std::process::abort();
+        }
+    }
+
     /// Publishes every event still queued; later events are published
     /// inline. Call it when the node stops, after the last turn.
     pub async fn close(&self) {
@@ -220,6 +267,7 @@ impl<B: Brain> TurnEngine<B> {
             trace_id: wakes.first().map(|w| w.trace_id.clone()),
             conversation: wakes.iter().find_map(|w| w.conversation.clone()),
             owed: wakes.iter().find_map(trigger::owed),
+            replies: owed::Owed::of(&wakes),
             company_caps: budget::caps(&company.budget),
             seat_caps: budget::caps(&role.budget),
             role,
@@ -310,7 +358,10 @@ struct Run<'a, B, T> {
     handle: String,
     trace_id: Option<String>,
     conversation: Option<String>,
+    /// The first reply still owed (after [`Run::settle_replies`]).
     owed: Option<Target>,
+    /// Every reply the triggers are owed, and where each stands.
+    replies: Vec<owed::Owed>,
     company_caps: Caps,
     seat_caps: Caps,
     role: Role,
@@ -329,10 +380,10 @@ struct Run<'a, B, T> {
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     async fn run(&mut self, room: admission::Room) -> Result<Outcome, Halt> {
-        let stop = match self.admit(room).await {
-            Ok(Some(outcome)) => return Ok(outcome),
+        let stop = match self.begin(room).await {
+            Ok(Some(outcome)) => return Ok(self.judged(outcome)),
             Ok(None) => match self.iterate().await {
-                Ok(outcome) => return Ok(outcome),
+                Ok(outcome) => return Ok(self.judged(outcome)),
                 Err(stop) => stop,
             },
             Err(stop) => stop,
@@ -348,6 +399,23 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Stop::Outage(reason) => Err(Halt::Outage(reason)),
             Stop::Fence => Err(Halt::Fence),
             Stop::Paused => Err(Halt::Paused),
+        }
+    }
+
+    /// Settles what earlier runs left of the owed replies, then admits.
+    async fn begin(&mut self, room: admission::Room) -> Result<Option<Outcome>, Stop> {
+        self.settle_replies().await?;
+        self.admit(room).await
+    }
+
+    /// A turn whose owed reply is uncertain never ends as delivered.
+    fn judged(&self, outcome: Outcome) -> Outcome {
+        let uncertain = self.uncertain_targets();
+        match outcome {
+            Outcome::Delivered | Outcome::NoAction if !uncertain.is_empty() => {
+                Outcome::ReplyUncertain(uncertain.join(", "))
+            }
+            other => other,
         }
     }
 

@@ -14,7 +14,9 @@ mod engine;
 mod ports;
 pub mod trigger;
 
-pub use engine::{Act, Limits, Outcome, Ports, Turn, TurnEnd, TurnEngine, windows_at, windows_now};
+pub use engine::{
+    Act, CrashPoint, Limits, Outcome, Ports, Turn, TurnEnd, TurnEngine, windows_at, windows_now,
+};
 pub use ports::{
     Brain, Call, CallSite, Clock, EventSink, Msg, Phase, Prompt, Said, ServerInfo, SessionError,
     Sessions, Speaker, SystemClock, Thought, ToolDef, ToolOutput, Toolbox, TurnEvent, Unavailable,

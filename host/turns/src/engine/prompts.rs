@@ -87,6 +87,13 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 owed.thread.as_ref().map(|t| format!(", thread {t:?}")).unwrap_or_default()
             ));
         }
+        let answered = self.answered_targets();
+        if !answered.is_empty() {
+            p.push_str(&format!(
+                "Already answered, by an earlier run of this work (do not answer there again): {}.\n",
+                answered.join(", ")
+            ));
+        }
         if let Some(conv) = &self.conversation {
             match self.engine.sessions.said(&self.handle, conv) {
                 Ok(said) if !said.is_empty() => {

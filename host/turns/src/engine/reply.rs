@@ -1,7 +1,11 @@
-//! The reply key: a reply is posted at most once per turn and target.
+//! Posting through a reply tool.
 //!
 //! Rules, and why:
-//! - The key (turn, server, tool, target — [`trigger::reply_key`]) is
+//! - A post that answers a trigger waiting for a reply goes through that
+//!   trigger's own record ([`super::owed`]): once per trigger, across
+//!   crashes and re-batching.
+//! - Any other post is at most once per turn and target: its key (turn,
+//!   server, tool, target — [`trigger::reply_key`]) is
 //!   created in the ledger bucket **before** the tool runs. Created: post.
 //!   There already: this turn (or an earlier run of the same turn, which
 //!   has the same id) posted there — not posted again, and it counts as
@@ -11,22 +15,15 @@
 //! - The tool refused (a definite "not posted"): the key is removed so a
 //!   corrected attempt can post. The tool unreachable mid-call: it may have
 //!   posted, so the key stays.
-//!
-//! The claim and the release are the protocol's only writes ([`ReplyKey`]):
-//! a node that stops between the claim and the post loses that reply. Making
-//! the post itself exactly once across crashes is a later step, at this
-//! seam.
 
 use crewlet_coord::{Answer, Bucket, Coord, CoordError};
 use serde_json::{Value, json};
 
 use super::dispatch::Answered;
+use super::owed::{CLASS, Posting};
 use super::{Brain, Run, Stop};
 use crate::ports::{Said, Toolbox};
 use crate::trigger::{self, Target};
-
-/// The ledger record class of reply keys.
-const CLASS: &str = "reply";
 
 /// One reply's key in the ledger bucket.
 struct ReplyKey {
@@ -83,6 +80,11 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 "{tool} needs a `channel` (and the `thread`) to post to"
             )));
         };
+        if let Some(posting) = self.post_owed(server, tool, args.clone(), &target).await {
+            return Ok(self
+                .answered_owed(server, tool, &args, target, posting?)
+                .await);
+        }
         let key = ReplyKey::new(&self.turn_id, server, tool, target);
         match key
             .claim(&self.engine.coord, &self.turn_id, &self.handle)
@@ -134,6 +136,58 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Err(e) => Ok(Answered::error(format!(
                 "the reply tool could not be reached (not retried, it may have posted): {e}"
             ))),
+        }
+    }
+
+    /// What the model reads back after a post for owed replies.
+    async fn answered_owed(
+        &mut self,
+        server: &str,
+        tool: &str,
+        args: &Value,
+        target: Target,
+        posting: Posting,
+    ) -> Answered {
+        match posting {
+            Posting::Posted(out) => {
+                let text = args
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                self.said.push(Said {
+                    turn_id: self.turn_id.clone(),
+                    text: text.clone(),
+                    at_ms: self.engine.clock.now_ms(),
+                });
+                self.emit(
+                    "reply_posted",
+                    json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": target.to_string(), "text": text}),
+                )
+                .await;
+                Answered {
+                    posted_to: Some(target),
+                    ..Answered::ok(out)
+                }
+            }
+            Posting::AlreadyAnswered => Answered {
+                text: format!("Already answered in {target}; not posted again."),
+                ok: true,
+                posted_to: Some(target),
+            },
+            Posting::Refused(out) => Answered::error(out),
+            Posting::Unreachable { error, retry: true } => Answered::error(format!(
+                "the reply tool could not be reached: {error}. It dedupes posts, so posting the same reply again is safe."
+            )),
+            Posting::Unreachable {
+                error,
+                retry: false,
+            } => Answered::error(format!(
+                "the reply tool could not be reached (not retried, it may have posted): {error}"
+            )),
+            Posting::TooLarge(size) => Answered::error(format!(
+                "the reply is {size} bytes; a reply may be at most 64 KiB: shorten it"
+            )),
         }
     }
 }

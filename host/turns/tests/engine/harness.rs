@@ -105,12 +105,23 @@ pub fn assignment(delivery: &str) -> Wake {
     }
 }
 
-/// The seat's one MCP server, `chat`: records every call; can refuse posts.
+/// The seat's one MCP server, `chat`: records every call; can refuse posts,
+/// dedupe them by `idempotency_key`, and hang mid-post (a crash, when the
+/// test drops the turn).
 #[derive(Default)]
 pub struct Chat {
     pub calls: Mutex<Vec<(String, Value)>>,
     /// How many of the next posts answer as the tool's own refusal.
     pub refuse_posts: AtomicUsize,
+    /// `post_message` declares `idempotency_key`, and a key used before
+    /// posts nothing.
+    pub idempotent: AtomicBool,
+    /// How many of the next posts never answer; `land_then_hang` says
+    /// whether they landed first.
+    pub hang_posts: AtomicUsize,
+    pub land_then_hang: AtomicBool,
+    /// The posts that landed (a deduped one once).
+    pub landed: Mutex<Vec<Value>>,
 }
 
 impl Chat {
@@ -143,7 +154,11 @@ impl Toolbox for Chat {
             .map(|name| ToolDef {
                 name: name.into(),
                 description: format!("{name} in a channel"),
-                parameters: json!({"type": "object"}),
+                parameters: if name == "post_message" && self.idempotent.load(Ordering::SeqCst) {
+                    json!({"type": "object", "properties": {"idempotency_key": {"type": "string"}}})
+                } else {
+                    json!({"type": "object"})
+                },
             })
             .collect())
     }
@@ -155,12 +170,32 @@ impl Toolbox for Chat {
         args: Value,
         _turn_id: &str,
     ) -> Result<ToolOutput, String> {
-        self.calls.lock().unwrap().push((tool.to_owned(), args));
-        let refused = tool == "post_message"
-            && self
-                .refuse_posts
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
+        self.calls
+            .lock()
+            .unwrap()
+            .push((tool.to_owned(), args.clone()));
+        let take = |n: &AtomicUsize| {
+            n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        let refused = tool == "post_message" && take(&self.refuse_posts);
+        if tool == "post_message" && !refused {
+            let hang = take(&self.hang_posts);
+            if !hang || self.land_then_hang.load(Ordering::SeqCst) {
+                let mut landed = self.landed.lock().unwrap();
+                let key = args
+                    .get("idempotency_key")
+                    .filter(|_| self.idempotent.load(Ordering::SeqCst));
+                let seen =
+                    key.is_some_and(|k| landed.iter().any(|p| p.get("idempotency_key") == Some(k)));
+                if !seen {
+                    landed.push(args);
+                }
+            }
+            if hang {
+                std::future::pending::<()>().await;
+            }
+        }
         Ok(ToolOutput {
             text: if refused { "channel_not_found" } else { "ok" }.into(),
             is_error: refused,
@@ -328,6 +363,15 @@ impl Fixture {
 
     pub async fn run(&self, wakes: &[Wake]) -> TurnEnd {
         self.run_fenced(wakes, &|| Act::Go).await
+    }
+
+    /// Runs a turn that must hang in a tool call, and drops it there: what a
+    /// node killed mid-call leaves behind.
+    pub async fn crash(&self, wakes: &[Wake]) {
+        let run = self.run(wakes);
+        if let Ok(end) = tokio::time::timeout(Duration::from_millis(300), run).await {
+            panic!("the turn was meant to hang in a tool call, but ended: {end:?}");
+        }
     }
 
     pub async fn run_fenced(
