@@ -25,4 +25,5 @@ mod plugins_cli;
 mod replies;
 mod sandbox;
 mod secrets;
+mod stall;
 mod turns;

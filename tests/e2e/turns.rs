@@ -13,7 +13,7 @@ use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
 
-const SLACK_SECRET: &str = "slack-signing-secret";
+pub(crate) const SLACK_SECRET: &str = "slack-signing-secret";
 
 /// A plugins dir for a test: the built Slack and scripted components, and
 /// the OpenAI provider pointed at `ai`.
@@ -33,7 +33,7 @@ pub(crate) fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
 }
 
 /// The chat MCP server every seat of `role` gets, one child per seat.
-fn chat_server(role: &str, log: &Path) -> String {
+pub(crate) fn chat_server(role: &str, log: &Path) -> String {
     format!(
         r#"
 [roles.{role}.mcp.chat]
@@ -505,7 +505,7 @@ fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_r
     assert_eq!(w.events("budget_exhausted").len(), refusals);
 }
 
-const SCRIPTED_COMPANY: &str = r#"
+pub(crate) const SCRIPTED_COMPANY: &str = r#"
 [org]
 name = "Acme"
 [roles.support]

@@ -200,9 +200,17 @@ impl Coord {
             .unwrap_or(self.inner.opts.lease_ttl)
     }
 
+    /// The heartbeat in force: the configured one, but never more than a
+    /// third of the lease TTL in force. Why: the TTL is the bucket's, which
+    /// the first node decided; a node configured for a longer TTL would
+    /// otherwise beat too slowly to keep its leases (3 beats fit in one).
+    pub fn heartbeat(&self) -> Duration {
+        self.inner.opts.heartbeat.min(self.lease_ttl() / 3)
+    }
+
     /// A holder state machine for a lease this node holds.
     pub fn holder(&self, now: std::time::Instant) -> Holder {
-        Holder::new(now, self.inner.opts.heartbeat, self.lease_ttl())
+        Holder::new(now, self.heartbeat(), self.lease_ttl())
     }
 
     pub(crate) fn kv(&self, b: Bucket) -> &dyn Kv {

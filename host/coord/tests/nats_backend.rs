@@ -55,11 +55,17 @@ async fn existing_buckets_are_adopted_and_a_differing_lease_ttl_is_honoured() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let mut second = opts("adopt");
     second.lease_ttl = Duration::from_secs(9);
+    second.heartbeat = Duration::from_secs(3);
     let c = Coord::open(client.clone(), second).await.unwrap();
     assert_eq!(
         c.lease_ttl(),
         Duration::from_secs(5),
         "the TTL in force is the bucket's"
+    );
+    assert_eq!(
+        c.heartbeat(),
+        Duration::from_secs(5) / 3,
+        "the heartbeat follows the TTL in force, not the file's"
     );
     let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
     assert!(text.contains("coord_kv_lease_ttl_differs"), "{text}");

@@ -91,7 +91,10 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
         )
         .await
         .unwrap();
-    assert_eq!(posted.structured, Some(json!({"posted": true, "id": "1", "duplicate": false})));
+    assert_eq!(
+        posted.structured,
+        Some(json!({"posted": true, "id": "1", "duplicate": false}))
+    );
     let posted = bo
         .call(
             "chat",
@@ -100,7 +103,10 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
         )
         .await
         .unwrap();
-    assert_eq!(posted.structured, Some(json!({"posted": true, "id": "2", "duplicate": false})));
+    assert_eq!(
+        posted.structured,
+        Some(json!({"posted": true, "id": "2", "duplicate": false}))
+    );
 
     let thread = bo
         .call(

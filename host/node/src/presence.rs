@@ -85,7 +85,7 @@ async fn heartbeat(
     view: Arc<Mutex<PresenceView>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let beat = coord.options().heartbeat;
+    let beat = coord.heartbeat();
     let set = |state: &'static str, epoch: Option<u64>, error: Option<String>| {
         let mut v = view.lock().expect("presence view");
         v.state = state;

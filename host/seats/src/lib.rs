@@ -159,7 +159,7 @@ impl<H: SeatHost> Seats<H> {
             });
         }
         ResourceName::node(&cfg.node_id).map_err(|e| SeatsError::NodeId(e.to_string()))?;
-        let heartbeat = cfg.coord.options().heartbeat;
+        let heartbeat = cfg.coord.heartbeat();
         let ttl = cfg.coord.lease_ttl();
         let shared = Arc::new(Shared {
             node_id: cfg.node_id,
