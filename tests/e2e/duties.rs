@@ -281,7 +281,7 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     );
     let keeper = if passes(&one) > 0 { &one } else { &two };
     let oldest = keeper.get("/events?limit=1000").unwrap().json();
-    let oldest_id = oldest.as_array().unwrap().last().unwrap()["event_id"].clone();
+    let oldest_id = oldest["events"].as_array().unwrap().last().unwrap()["event_id"].clone();
 
     // linus leaves the company: stamped, then retired after the grace.
     let without = example().replace("linus = { role = \"engineer\" }\n", "");
@@ -382,7 +382,8 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     assert!(
         eventually(Duration::from_secs(20), || {
             let all = keeper.get("/events?limit=1000").unwrap().json();
-            !all.as_array()
+            !all["events"]
+                .as_array()
                 .unwrap()
                 .iter()
                 .any(|e| e["event_id"] == oldest_id)

@@ -100,8 +100,11 @@ fn a_tab_on_node_b_sees_node_a_events_while_rows_stay_where_published() {
     assert!(refused["error"].as_str().unwrap().contains("no writes"));
 
     // Node A's row is in node A's log, read over REST.
-    let rows = node_a.get("/events?type=node_started").unwrap().json();
-    let rows = rows.as_array().unwrap();
+    let rows = node_a
+        .get("/events?type=node_started&node=node-a")
+        .unwrap()
+        .json();
+    let rows = rows["events"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["node_id"], "node-a");
     assert_eq!(rows[0]["parties"][0]["party"], "node:node-a");

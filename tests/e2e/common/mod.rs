@@ -363,11 +363,11 @@ pub fn slack_mention(
     );
 }
 
-/// Events of `kind` in the node's log, newest first.
+/// Events of `kind` in the fleet's logs (as read from `node`), newest first.
 pub fn events(node: &Node, kind: &str) -> Vec<serde_json::Value> {
     node.get(&format!("/events?type={kind}&limit=1000"))
         .expect("GET /events")
-        .json()
+        .json()["events"]
         .as_array()
         .cloned()
         .unwrap_or_default()
