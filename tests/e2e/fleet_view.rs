@@ -218,6 +218,35 @@ fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
         (cut["events"].as_array().unwrap().len(), &cut["truncated"]),
         (2, &true.into())
     );
+    // A turn's detail, read from a node that did not run it.
+    let elsewhere = read["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["node_id"] != "fleet-a")
+        .unwrap();
+    let turn_id = elsewhere["payload"]["turn_id"].as_str().unwrap();
+    let detail = a.get(&format!("/turns/{turn_id}")).unwrap();
+    assert_eq!(detail.status, 200, "{}", detail.text());
+    let detail = detail.json();
+    assert_eq!(
+        detail["nodes"],
+        serde_json::json!([elsewhere["node_id"]]),
+        "{detail}"
+    );
+    let kinds: BTreeSet<&str> = detail["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains("turn_started")
+            && kinds.contains("turn_ended")
+            && kinds.contains("model_call"),
+        "{detail}"
+    );
+    assert_eq!(a.get("/turns/no-such-turn").unwrap().status, 404);
     // The fleet view: every node, what it holds, which broker it is on.
     // (What a node says of itself is as of its last beat.)
     let mut fleet = Value::Null;

@@ -1,6 +1,7 @@
-//! Seeing the fleet: `GET /fleet` (every live node) and `GET /agents`
-//! (every seat of the served company, in [`agents`]), read scope, and the
-//! tables `crewlet fleet` / `crewlet agents` print.
+//! Seeing the fleet: `GET /fleet` (every live node), `GET /agents`
+//! (every seat of the served company, in [`agents`]) and `GET /turns/{id}`
+//! (a turn's detail from every node's log), read scope, and the tables
+//! `crewlet fleet` / `crewlet agents` print.
 //!
 //! Rules, and why:
 //! - Membership is the presence leases (`node:*`), nothing else: a node is
@@ -43,6 +44,7 @@ pub fn routes(late: Late) -> Router {
     Router::new()
         .route("/fleet", get(fleet_route))
         .route("/agents", get(agents_route))
+        .route("/turns/{turn_id}", get(turn_route))
         .with_state(late)
 }
 
@@ -73,6 +75,23 @@ async fn agents_route(State(late): State<Late>) -> Response {
         Ok(v) => Json(v).into_response(),
         Err(e) => refused(e),
     }
+}
+
+async fn turn_route(
+    State(late): State<Late>,
+    axum::extract::Path(turn_id): axum::extract::Path<String>,
+) -> Response {
+    let Some(ctx) = late.get() else {
+        return refused(FleetError::Starting);
+    };
+    let detail = crate::history::turn(ctx, &turn_id).await;
+    let status = if detail["found"] == true || detail["coverage"]["complete"] == false {
+        // Not found where some node did not answer is not "no such turn".
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::NOT_FOUND
+    };
+    (status, Json(detail)).into_response()
 }
 
 /// A coordination read within the fleet read budget; running out is an

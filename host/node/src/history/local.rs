@@ -44,7 +44,14 @@ pub enum Ask {
     Events { filter: EventFilter },
     /// The turns running on it now.
     OpenTurns,
+    /// Every row of one turn (`payload.turn_id`), among the turns of its
+    /// latest [`TURN_WINDOW`] started on it.
+    Turn { turn_id: String },
 }
+
+/// How many of a node's latest started turns a turn's detail is looked
+/// for among (the log has no index on a payload's turn id).
+pub const TURN_WINDOW: usize = 1_000;
 
 /// A turn that started on a node and has not ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +88,10 @@ pub fn answer(store: &Store, node: &str, ask: &Ask, since_ms: i64, room: usize) 
             told.full = full;
         }),
         Ask::OpenTurns => open_turns(store, since_ms).map(|open| told.open_turns = open),
+        Ask::Turn { turn_id } => turn(store, turn_id, room).map(|(rows, full)| {
+            told.events = rows;
+            told.full = full;
+        }),
     };
     if let Err(e) = read {
         told.error = Some(format!("this node's event log could not be read: {e}"));
@@ -112,6 +123,48 @@ fn events(
             // The oldest rows stay behind; the answer says it was cut.
             full = true;
             break;
+        }
+        out.push(value);
+    }
+    Ok((out, full))
+}
+
+/// A turn's rows: its `turn_started` among the latest [`TURN_WINDOW`]
+/// gives its trace, and the trace's rows carrying its turn id are the turn.
+fn turn(
+    store: &Store,
+    turn_id: &str,
+    room: usize,
+) -> Result<(Vec<Value>, bool), crewlet_store::StoreError> {
+    let of_turn = |e: &crewlet_store::EventRecord| e.payload["turn_id"].as_str() == Some(turn_id);
+    let started = store.events(&EventQuery {
+        kind: Some("turn_started".into()),
+        limit: TURN_WINDOW,
+        ..EventQuery::default()
+    })?;
+    let Some(trace) = started
+        .iter()
+        .find(|e| of_turn(e))
+        .map(|e| e.trace_id.clone())
+    else {
+        return Ok((Vec::new(), false));
+    };
+    let rows = match trace {
+        Some(trace_id) => store.events(&EventQuery {
+            trace_id: Some(trace_id),
+            limit: MAX_LIMIT,
+            ..EventQuery::default()
+        })?,
+        None => started.into_iter().filter(|e| of_turn(e)).collect(),
+    };
+    let full = rows.len() >= MAX_LIMIT;
+    let mut used = 256;
+    let mut out = Vec::new();
+    for row in rows.iter().filter(|e| of_turn(e)) {
+        let value = serde_json::to_value(row)?;
+        used += value.to_string().len() + 1;
+        if used > room {
+            return Ok((out, true));
         }
         out.push(value);
     }
@@ -190,6 +243,46 @@ mod tests {
         let told = answer(&s, "n1", &Ask::OpenTurns, 50, 1 << 20);
         let open: Vec<_> = told.open_turns.iter().map(|t| t.turn_id.as_str()).collect();
         assert_eq!(open, ["t2"], "{told:?}");
+    }
+
+    #[test]
+    fn a_turns_detail_is_its_rows_of_its_trace() {
+        let (_d, s) = store();
+        for (id, kind, t) in [
+            ("1", "turn_started", "t1"),
+            ("2", "model_call", "t1"),
+            ("3", "model_call", "t2"),
+            ("4", "turn_ended", "t1"),
+        ] {
+            let mut e = EventRecord::new(id, kind, "n1", serde_json::json!({ "turn_id": t }));
+            e.trace_id = Some("tr".into());
+            s.append_event(&e).unwrap();
+        }
+        let told = answer(
+            &s,
+            "n1",
+            &Ask::Turn {
+                turn_id: "t1".into(),
+            },
+            0,
+            1 << 20,
+        );
+        let ids: Vec<_> = told
+            .events
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["4", "2", "1"], "{told:?}");
+        let none = answer(
+            &s,
+            "n1",
+            &Ask::Turn {
+                turn_id: "nope".into(),
+            },
+            0,
+            1 << 20,
+        );
+        assert!(none.events.is_empty() && none.error.is_none());
     }
 
     #[test]

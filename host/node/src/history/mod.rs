@@ -2,7 +2,8 @@
 //!
 //! Each node's event log holds only what it published, so a read of the
 //! event log (`GET /events`, the `/ws/stream` query, the operator's
-//! `seat_turns`, the turns in flight on `GET /agents`) is scattered to every
+//! `seat_turns`, a turn's detail on `GET /turns/{id}`, the turns in flight
+//! on `GET /agents`) is scattered to every
 //! node in presence over core request/reply ([`crewlet_bus::history_subject`],
 //! one subject per node) and merged here.
 //!
@@ -267,6 +268,28 @@ fn answer(told: &[Told], coverage: Coverage, limit: usize, asked: Option<usize>)
         out["limit_asked"] = json!(asked);
     }
     out
+}
+
+/// A turn's detail, wherever it ran: every row carrying its turn id, from
+/// every node (a turn moved by a crash has rows on two), with coverage.
+pub async fn turn(ctx: &EngineContext, turn_id: &str) -> Value {
+    let ask = Ask::Turn {
+        turn_id: turn_id.to_owned(),
+    };
+    let gathered = gather(ctx, ask, None).await;
+    let (events, truncated) = merge(&gathered.told, local::MAX_LIMIT);
+    let ran_on: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter_map(|e| e["node_id"].as_str())
+        .collect();
+    json!({
+        "turn_id": turn_id,
+        "found": !events.is_empty(),
+        "nodes": ran_on,
+        "events": events,
+        "truncated": truncated,
+        "coverage": gathered.coverage,
+    })
 }
 
 /// The HTTP surface's [`EventSource`]: the live broadcast from the node's
