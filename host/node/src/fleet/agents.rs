@@ -6,13 +6,19 @@
 //! - `held`: a live seat lease whose owner is a live node (the very
 //!   incarnation on the presence lease);
 //! - `stale`: a live seat lease whose owner is not in presence, or whose
-//!   last renew is older than two heartbeats (the holder froze, died or
+//!   last renew is two heartbeats older than the freshest presence beat
+//!   (both write times on the broker's clock, never this node's; the
+//!   holder froze, died or
 //!   restarted, and the lease has not lapsed yet: by the holder rule it no
 //!   longer admits work; a lapsed lease is gone from the leases bucket,
 //!   whose age is the lease TTL);
 //! - `unplaced`: no live seat lease;
 //! - `unknown`: a read this depends on did not answer — never collapsed
 //!   into "not paused" or "not held"; the reason is in `errors`.
+//!
+//! `mailbox` is the durable's pending and in-work counts, `"missing"` when
+//! the (complete) consumer listing has no mailbox for the seat, `null` when
+//! the listing did not answer.
 //!
 //! Turns in flight are the holder's to say (they are in its own event
 //! log), asked over the fleet's history read; a holder that did not answer
@@ -83,12 +89,17 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         }
     }
     let answered: HashSet<&str> = open.told.iter().map(|t| t.node.as_str()).collect();
-    let now = std::time::SystemTime::now();
+    // "Now" on the broker's clock: the freshest presence beat in the fleet
+    // (every live node beats each heartbeat), so a node whose own clock
+    // runs off does not call every seat stale, or none.
+    let beat = |l: &Lease| l.deadline.checked_sub(l.ttl).unwrap_or(l.deadline);
+    let now = nodes
+        .as_ref()
+        .ok()
+        .and_then(|all| all.iter().map(beat).max())
+        .unwrap_or_else(std::time::SystemTime::now);
     let missed = ctx.coord.options().heartbeat * 2;
-    let renewed_lately = |l: &Lease| {
-        let renewed = l.deadline.checked_sub(l.ttl).unwrap_or(l.deadline);
-        now.duration_since(renewed).unwrap_or_default() <= missed
-    };
+    let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
     let mut rows = Vec::new();
     for seat in active.company.seats.values() {
         let handle = seat.handle.as_str();

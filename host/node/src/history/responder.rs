@@ -5,7 +5,8 @@
 //! - It is up before presence, so a node the fleet can see can be asked.
 //! - At most [`CONCURRENT`] reads run at once (each is a SQLite read on a
 //!   blocking thread); one more waits for a slot rather than taking a
-//!   thread from the writers. A read the asker gave up on is answered to
+//!   thread from the writers, and the loop itself never waits on a slot,
+//!   so a stop is heard at once. A read the asker gave up on is answered to
 //!   nobody, which costs nothing.
 //! - Stopped from the teardown stack: the subscription ends, reads in
 //!   flight are abandoned (their askers time out and name this node).
@@ -81,13 +82,14 @@ async fn serve(
         let Some(reply) = msg.reply.clone() else {
             continue;
         };
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
-        };
+        let slots = slots.clone();
         let room = (client.server_info().max_payload).saturating_sub(HEADROOM);
         let (client, store, node) = (client.clone(), store.clone(), node_id.clone());
         reads.spawn(
             async move {
+                let Ok(slot) = slots.acquire_owned().await else {
+                    return;
+                };
                 let told = match serde_json::from_slice::<Ask>(&msg.payload) {
                     Ok(ask) => answer_off_thread(store, node, ask, since_ms, room).await,
                     Err(e) => Told {
