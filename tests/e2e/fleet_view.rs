@@ -55,9 +55,9 @@ struct Fleet {
     nodes: Vec<Node>,
 }
 
-/// Three nodes, `fleet-a` … `fleet-c`; a lease TTL long enough (10 s) that
-/// a frozen node stays in presence while the test reads around it.
-fn start() -> Fleet {
+/// Nodes `ids` on one nats-server; a lease TTL long enough (10 s) that a
+/// frozen node stays in presence while the test reads around it.
+fn start(ids: &[&str]) -> Fleet {
     let server = NatsServer::start();
     let sb = Sandbox::new();
     let plugins = PluginsDir::new(sb.path("plugins"));
@@ -66,7 +66,7 @@ fn start() -> Fleet {
         .add("scripted", "plugins/providers/scripted/plugin.toml");
     let doc = sb.path("company.toml");
     std::fs::write(&doc, company(&sb.path("chat.jsonl").display().to_string())).unwrap();
-    let nodes = ["fleet-a", "fleet-b", "fleet-c"]
+    let nodes = ids
         .iter()
         .map(|id| {
             let port = free_port();
@@ -140,7 +140,7 @@ fn set(of: &[&str]) -> BTreeSet<String> {
 
 #[test]
 fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
-    let mut f = start();
+    let mut f = start(&["fleet-a", "fleet-b", "fleet-c"]);
     let a = &f.nodes[0];
     // One seat per node: placement spreads three seats over three nodes.
     let mut seen = Vec::new();
@@ -385,4 +385,67 @@ fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
         "{read}"
     );
     assert_eq!(read["coverage"]["missing"][0]["node"], frozen_id.as_str());
+}
+
+#[test]
+fn a_coordination_store_that_does_not_answer_is_unknown_never_no() {
+    let f = start(&["solo"]);
+    let node = &f.nodes[0];
+    assert!(
+        eventually(Duration::from_secs(30), || holders(node)
+            .iter()
+            .all(|(_, s, _)| s == "held")),
+        "{:?}",
+        holders(node)
+    );
+    let server = f._server.pid().expect("the nats-server runs") as i32;
+    // SAFETY: signals a child process this test started.
+    unsafe { libc::kill(server, libc::SIGSTOP) };
+    let begun = Instant::now();
+    let view = agents(node);
+    let took = begun.elapsed();
+    let answered = node.get("/events?type=node_started").unwrap().json();
+    let fleet = node.get("/fleet").unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(server, libc::SIGCONT) };
+    assert!(took < Duration::from_secs(4), "/agents took {took:?}");
+    for a in view["agents"].as_array().unwrap() {
+        assert_eq!(
+            (&a["state"], &a["holder"]),
+            (&"unknown".into(), &Value::Null),
+            "{view}"
+        );
+        assert_eq!(
+            (&a["turns_in_flight"], &a["mailbox"]),
+            (&Value::Null, &Value::Null),
+            "{view}"
+        );
+    }
+    let errors = view["errors"].to_string();
+    assert!(
+        errors.contains("the seat leases") && errors.contains("the mailbox depths"),
+        "{view}"
+    );
+    // History still answers this node's rows, and says the fleet is unknown.
+    let cov = &answered["coverage"];
+    assert_eq!(
+        (&cov["membership"], &cov["complete"]),
+        (&"unknown".into(), &false.into()),
+        "{answered}"
+    );
+    assert_eq!(
+        answered["events"].as_array().map(Vec::len),
+        Some(1),
+        "{answered}"
+    );
+    assert_eq!(fleet.status, 503, "{}", fleet.text());
+    assert_eq!(fleet.json()["error"], "presence_unknown");
+    // Back: every seat held again, nothing lost on the way.
+    assert!(
+        eventually(Duration::from_secs(20), || holders(node)
+            .iter()
+            .all(|(_, s, _)| s == "held")),
+        "{:?}",
+        holders(node)
+    );
 }
