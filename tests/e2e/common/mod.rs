@@ -373,6 +373,20 @@ pub fn events(node: &Node, kind: &str) -> Vec<serde_json::Value> {
         .unwrap_or_default()
 }
 
+/// Events of `kind` in `node`'s own log only (`node=ID`), newest first.
+pub fn events_on(node: &Node, kind: &str) -> Vec<serde_json::Value> {
+    let id = node.health()["node_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    node.get(&format!("/events?type={kind}&limit=1000&node={id}"))
+        .expect("GET /events")
+        .json()["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// Waits up to 30 s for at least `n` events of `kind`.
 pub fn wait_events(node: &Node, kind: &str, n: usize) -> Vec<serde_json::Value> {
     let mut got = Vec::new();
