@@ -46,7 +46,7 @@ pub const BUDGET: Duration = Duration::from_secs(2);
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Missing {
     pub node: String,
-    /// `timeout`, `no_responders`, `not_live`, `error` or `unreadable`.
+    /// `timeout`, `no_responders`, `error` or `unreadable`.
     pub reason: &'static str,
     pub detail: String,
 }
@@ -90,37 +90,33 @@ pub async fn gather(ctx: &EngineContext, ask: Ask, only: Option<&str>) -> Gather
         }
     };
     let peers = async {
-        let listed = tokio::time::timeout_at(deadline, ctx.coord.list_live("node")).await;
-        let live: Result<Vec<String>, String> = match listed {
-            Ok(Ok(leases)) => Ok(leases.iter().map(|l| l.name.id().to_owned()).collect()),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err(format!(
-                "presence was not listed within the {} ms budget",
-                BUDGET.as_millis()
-            )),
+        // A named node is asked as it is, without listing presence: the
+        // read is of it alone, and its silence is named below.
+        let (targets, membership_error) = match only {
+            Some(node) if node == me => (Vec::new(), None),
+            Some(node) => (vec![node.to_owned()], None),
+            None => match tokio::time::timeout_at(deadline, ctx.coord.list_live("node")).await {
+                Ok(Ok(leases)) => (
+                    leases
+                        .iter()
+                        .map(|l| l.name.id().to_owned())
+                        .filter(|n| *n != me)
+                        .collect(),
+                    None,
+                ),
+                // Presence unknown: the rest of the fleet cannot be known,
+                // and the coverage says so.
+                Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
+                Err(_) => (
+                    Vec::new(),
+                    Some(format!(
+                        "presence was not listed within the {} ms budget",
+                        BUDGET.as_millis()
+                    )),
+                ),
+            },
         };
-        let (targets, mut missing, membership_error) = match (&live, only) {
-            (Ok(live), Some(node)) if node == me => (Vec::new(), Vec::new(), None),
-            (Ok(live), Some(node)) if !live.iter().any(|n| n == node) => (
-                Vec::new(),
-                vec![Missing {
-                    node: node.to_owned(),
-                    reason: "not_live",
-                    detail: "no live presence lease: the node is stopped or unknown".into(),
-                }],
-                None,
-            ),
-            (Ok(_), Some(node)) => (vec![node.to_owned()], Vec::new(), None),
-            (Ok(live), None) => (
-                live.iter().filter(|n| **n != me).cloned().collect(),
-                Vec::new(),
-                None,
-            ),
-            // Presence unknown: a named node is still asked; the rest
-            // cannot be known, and the coverage says so.
-            (Err(e), Some(node)) if node != me => (vec![node.to_owned()], Vec::new(), Some(e)),
-            (Err(e), _) => (Vec::new(), Vec::new(), Some(e)),
-        };
+        let mut missing = Vec::new();
         let body: bytes::Bytes = serde_json::to_vec(&ask).unwrap_or_default().into();
         let asked = targets
             .iter()
@@ -137,7 +133,7 @@ pub async fn gather(ctx: &EngineContext, ask: Ask, only: Option<&str>) -> Gather
                 }),
             }
         }
-        (told, missing, membership_error.cloned())
+        (told, missing, membership_error)
     };
     let (mine, (mut told, mut missing, membership_error)) = futures::join!(mine, peers);
     if let Some(mine) = mine {
