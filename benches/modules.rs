@@ -294,7 +294,7 @@ fn one_turn(node: &Node, n: usize) {
         let ended = http::get(&node.addr, "/events?type=turn_ended&limit=100")
             .unwrap()
             .json();
-        if ended.as_array().is_some_and(|a| a.len() > n) {
+        if ended["events"].as_array().is_some_and(|a| a.len() > n) {
             return;
         }
         assert!(
@@ -314,7 +314,7 @@ fn tool_calls(node: &Node, calls: usize, turns: usize) {
         let page = http::get(&node.addr, "/events?type=tool_call&limit=1000")
             .unwrap()
             .json();
-        for e in page.as_array().unwrap() {
+        for e in page["events"].as_array().unwrap() {
             seen.insert(e["event_id"].as_str().unwrap().to_string(), e.clone());
         }
     }

@@ -89,6 +89,17 @@ async function loadPlugins() {
   box.replaceChildren(table);
 }
 
+// The history is the fleet's: say which nodes it did not reach, and a cut.
+function showCoverage(frame) {
+  const c = frame.coverage ?? {};
+  const missing = (c.missing ?? []).map((m) => `${m.node} (${m.reason})`);
+  const notes = [];
+  if (c.membership === "unknown") notes.push("fleet membership unknown: this node's history only");
+  if (missing.length) notes.push(`history missing from ${missing.join(", ")}`);
+  if (frame.truncated) notes.push(`newest ${frame.limit} shown`);
+  document.getElementById("feed-coverage").textContent = notes.join(" · ");
+}
+
 function connect() {
   const state = document.getElementById("socket");
   const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/stream`);
@@ -101,7 +112,10 @@ function connect() {
     const frame = JSON.parse(msg.data);
     if (frame.kind === "hello") ws.send(JSON.stringify({ id: 1, query: "events", limit: 100 }));
     else if (frame.kind === "event") addEvent(frame.event, true);
-    else if (frame.kind === "result") frame.events.forEach((e) => addEvent(e, false));
+    else if (frame.kind === "result") {
+      frame.events.forEach((e) => addEvent(e, false));
+      showCoverage(frame);
+    }
   };
 }
 

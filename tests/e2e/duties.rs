@@ -213,7 +213,7 @@ catch_up_limit = 100"#,
         .iter()
         .flatten()
         .map(|n| {
-            events(n, "schedule_fired")
+            events_on(n, "schedule_fired")
                 .iter()
                 .filter(|e| e["payload"]["catch_up"] == true)
                 .count()
@@ -258,7 +258,7 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
         Ok(Answer::Yes(()))
     ));
     let swept = |n: &Node| {
-        events(n, "maintenance_pass")
+        events_on(n, "maintenance_pass")
             .iter()
             .map(|e| {
                 e["payload"]["markers_swept"]["config"]
@@ -272,7 +272,8 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
         "the marker was never swept: {}",
         one.log_text()
     );
-    let passes = |n: &Node| events(n, "maintenance_pass").len();
+    // Each node's own log: history reads are the fleet's.
+    let passes = |n: &Node| events_on(n, "maintenance_pass").len();
     assert!(
         (passes(&one) == 0) != (passes(&two) == 0),
         "the fleet's sweep ran on exactly one node: {} and {}",
@@ -280,8 +281,10 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
         passes(&two)
     );
     let keeper = if passes(&one) > 0 { &one } else { &two };
-    let oldest = keeper.get("/events?limit=1000").unwrap().json();
-    let oldest_id = oldest.as_array().unwrap().last().unwrap()["event_id"].clone();
+    let keeper_id = keeper.health()["node_id"].as_str().unwrap().to_owned();
+    let own_log = format!("/events?limit=1000&node={keeper_id}");
+    let oldest = keeper.get(&own_log).unwrap().json();
+    let oldest_id = oldest["events"].as_array().unwrap().last().unwrap()["event_id"].clone();
 
     // linus leaves the company: stamped, then retired after the grace.
     let without = example().replace("linus = { role = \"engineer\" }\n", "");
@@ -311,7 +314,7 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     // lists the mailboxes, and under a full suite on two cores one pass has
     // taken seconds (each pass says how long in `took_ms`).
     let retired_by = |n: &Node| {
-        events(n, "maintenance_pass").into_iter().find(|e| {
+        events_on(n, "maintenance_pass").into_iter().find(|e| {
             e["payload"]["mailboxes"]["retired"]
                 .as_array()
                 .is_some_and(|r| r.iter().any(|h| h == "linus"))
@@ -325,7 +328,7 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
         }),
         "no pass retired linus: {} (passes: {:?})",
         record("linus"),
-        events(keeper, "maintenance_pass")
+        events_on(keeper, "maintenance_pass")
             .iter()
             .map(|e| e["payload"].clone())
             .collect::<Vec<_>>()
@@ -381,8 +384,9 @@ fn maintenance_sweeps_on_one_node_trims_each_log_and_retires_a_removed_seats_mai
     // (the holder writes a maintenance_pass row every second).
     assert!(
         eventually(Duration::from_secs(20), || {
-            let all = keeper.get("/events?limit=1000").unwrap().json();
-            !all.as_array()
+            let all = keeper.get(&own_log).unwrap().json();
+            !all["events"]
+                .as_array()
                 .unwrap()
                 .iter()
                 .any(|e| e["event_id"] == oldest_id)

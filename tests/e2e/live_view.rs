@@ -79,13 +79,28 @@ fn a_tab_on_node_b_sees_node_a_events_while_rows_stay_where_published() {
     assert_eq!(pushed["event"]["type"], "node_started");
     assert!(pushed["event"]["seq"].as_i64().unwrap() > 0);
 
-    // The query channel on the same socket reads node B's own log.
+    // The query channel on the same socket reads the fleet's logs, each
+    // row from the node that published it, and says who answered.
     ws.send(Message::Text(
         r#"{"id":7,"query":"events","type":"node_started","limit":10}"#.into(),
     ))
     .unwrap();
     let result = wait_for(&mut ws, Duration::from_secs(10), |f| f["kind"] == "result");
     assert_eq!(result["id"], 7);
+    let rows = result["events"].as_array().unwrap();
+    let mut from: Vec<&str> = rows
+        .iter()
+        .map(|r| r["node_id"].as_str().unwrap())
+        .collect();
+    from.sort();
+    assert_eq!(from, ["node-a", "node-b"], "{result}");
+    assert_eq!(result["coverage"]["complete"], true, "{result}");
+    // `node` reads one node's log.
+    ws.send(Message::Text(
+        r#"{"id":9,"query":"events","type":"node_started","node":"node-b"}"#.into(),
+    ))
+    .unwrap();
+    let result = wait_for(&mut ws, Duration::from_secs(10), |f| f["kind"] == "result");
     let rows = result["events"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{result}");
     assert_eq!(rows[0]["node_id"], "node-b");
@@ -100,8 +115,11 @@ fn a_tab_on_node_b_sees_node_a_events_while_rows_stay_where_published() {
     assert!(refused["error"].as_str().unwrap().contains("no writes"));
 
     // Node A's row is in node A's log, read over REST.
-    let rows = node_a.get("/events?type=node_started").unwrap().json();
-    let rows = rows.as_array().unwrap();
+    let rows = node_a
+        .get("/events?type=node_started&node=node-a")
+        .unwrap()
+        .json();
+    let rows = rows["events"].as_array().unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["node_id"], "node-a");
     assert_eq!(rows[0]["parties"][0]["party"], "node:node-a");

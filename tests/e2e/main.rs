@@ -10,6 +10,7 @@ mod dashboard;
 mod duties;
 mod event_kinds;
 mod fleet;
+mod fleet_view;
 mod ingress;
 mod layout;
 mod limits;

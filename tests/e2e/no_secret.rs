@@ -279,7 +279,9 @@ fn no_secret_value_is_in_any_log_event_stream_bucket_or_file() {
         sweep.output(&format!("`crewlet secrets set {name}` output"), text);
     }
     sweep.events_api(&node.api);
-    for path in ["/health", "/secrets", "/plugins", "/org", "/budgets"] {
+    for path in [
+        "/health", "/secrets", "/plugins", "/org", "/budgets", "/agents", "/fleet",
+    ] {
         sweep.answer(&node.api, path);
     }
     let health = node.health();

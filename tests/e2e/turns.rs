@@ -219,7 +219,11 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         .get("/events?party=seat:ada&type=turn_ended")
         .expect("GET /events")
         .json();
-    assert_eq!(of_ada.as_array().map(Vec::len), Some(1), "{of_ada}");
+    assert_eq!(
+        of_ada["events"].as_array().map(Vec::len),
+        Some(1),
+        "{of_ada}"
+    );
     // The node's status (its presence row, and /health) carries one row per
     // MCP server: both seats' chat children started, three tools each.
     let health = w.node.health();

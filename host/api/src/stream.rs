@@ -5,8 +5,15 @@
 //! event broadcast anywhere in the fleet, and `{"kind":"lagged","missed":N}`
 //! if this reader fell more than the live buffer behind. The client may send
 //! queries, `{"id":1,"query":"events","seat":…,"type":…,"limit":…}`, each
-//! answered by `{"kind":"result","id":1,"events":[…]}` or
-//! `{"kind":"error","id":1,"error":"…"}`. Nothing sent on the socket writes.
+//! answered by `{"kind":"result","id":1,"events":[…],"coverage":{…},
+//! "limit":N,"truncated":bool}` or `{"kind":"error","id":1,"error":"…"}`.
+//! Nothing sent on the socket writes.
+//!
+//! A history read is the fleet's, not this node's: the node behind
+//! [`EventSource`] gathers every live node's rows and says in `coverage`
+//! which nodes answered and which did not, and in `truncated` whether the
+//! `limit` cut the answer. `GET /events` answers that same object. This
+//! crate only passes it on: it knows nothing of how the rows are gathered.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +23,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::broadcast;
 
@@ -24,10 +31,13 @@ use crate::Shared;
 
 pub type QueryFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send>>;
 
-/// A filter over this node's event log, newest first.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// A filter over the fleet's event logs, newest first.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventFilter {
+    /// Only this node's log (its `before_seq` positions are its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     pub seat: Option<String>,
     #[serde(rename = "type")]
     pub kind: Option<String>,
@@ -41,7 +51,8 @@ pub struct EventFilter {
 pub trait EventSource: Send + Sync + 'static {
     /// A reader of the live broadcast; `None` until the stream is up.
     fn live(&self) -> Option<broadcast::Receiver<Arc<str>>>;
-    /// This node's event log, filtered; answers a JSON array.
+    /// The fleet's event logs, filtered: answers
+    /// `{"events":[…],"coverage":{…},"limit":N,"truncated":bool}`.
     fn query(&self, filter: EventFilter) -> QueryFuture;
 }
 
@@ -162,6 +173,13 @@ async fn answer(s: &Shared, text: &str) -> serde_json::Value {
         Err(e) => return json!({ "kind": "error", "id": req.id, "error": e.to_string() }),
     };
     match s.events.query(filter).await {
+        Ok(serde_json::Value::Object(answer)) => {
+            let mut frame = serde_json::Map::new();
+            frame.insert("kind".into(), json!("result"));
+            frame.insert("id".into(), req.id);
+            frame.extend(answer);
+            serde_json::Value::Object(frame)
+        }
         Ok(events) => json!({ "kind": "result", "id": req.id, "events": events }),
         Err(e) => json!({ "kind": "error", "id": req.id, "error": e }),
     }

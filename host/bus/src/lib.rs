@@ -18,6 +18,7 @@
 //! | [`NOTIFY_DLQ_SUBJECT`] ([`DeadLetter`]) | [`DLQ_STREAM`] | `notify-inbound` | operators |
 //! | [`event_subject`] of `module.NAME.TOPIC` | [`EVENTS_STREAM`] | a module's `publish`, as an event row | modules subscribed to it ([`module_durable`] for `once`, an ordered consumer per node for `each-node`) |
 //! | [`module_dlq_subject`] ([`DeadLetter`]) | [`DLQ_STREAM`] | a module's subscription, for an event it refused past its retries | operators |
+//! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-node`'s `history`) | the named node, answering from its own event log |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -116,6 +117,17 @@ pub fn inbox_subject(handle: &str) -> String {
 pub fn mailbox_durable(handle: &str) -> String {
     format!("inbox-{handle}")
 }
+
+/// The subject node `node_id` answers history reads on (core NATS
+/// request/reply: no stream holds it, so an answer is never replayed).
+/// A node id is letters, digits, `-` and `_`, so it is one subject token.
+pub fn history_subject(node_id: &str) -> String {
+    format!("{HISTORY_PREFIX}.{node_id}")
+}
+
+/// Subject prefix of the history reads ([`history_subject`]); outside
+/// every stream's subjects.
+pub const HISTORY_PREFIX: &str = "crewlet.history";
 
 /// The subject an event of type `kind` is broadcast on.
 pub fn event_subject(kind: &str) -> String {
@@ -228,5 +240,14 @@ mod tests {
             &event_subject("module.notebook.changed")
         ));
         assert!(!covered(EVENTS_SUBJECTS, NOTIFY_DLQ_SUBJECT));
+        // History reads are request/reply: no stream may hold them.
+        for stream in [
+            AGENT_SUBJECTS,
+            NOTIFICATIONS_SUBJECTS,
+            EVENTS_SUBJECTS,
+            DLQ_SUBJECTS,
+        ] {
+            assert!(!covered(stream, &history_subject("n1")), "{stream}");
+        }
     }
 }

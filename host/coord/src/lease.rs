@@ -71,6 +71,24 @@ pub struct NodeStatus {
     pub mcp: Vec<ServerRow>,
     /// The singleton duties this node holds now.
     pub duties: Vec<DutyRow>,
+    /// The NATS server this node's one connection is on (absent from
+    /// builds that did not say, and until the node is connected).
+    pub broker: Option<BrokerRow>,
+}
+
+/// The NATS server a node is connected to, from the server's INFO, and
+/// the URLs it was given (credentials stripped).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BrokerRow {
+    pub server_name: String,
+    pub server_id: String,
+    /// The server's cluster, when it is in one.
+    pub cluster: Option<String>,
+    pub version: String,
+    /// `host:port` as the server advertises itself.
+    pub advertised: String,
+    pub urls: Vec<String>,
 }
 
 /// A singleton duty a node holds: its `worker:` lease's epoch, and since

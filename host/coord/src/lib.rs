@@ -52,7 +52,7 @@ pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use faulty::Faulty;
 pub use holder::{Holder, HolderState};
 pub use kv::{Change, Kv};
-pub use lease::{DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
+pub use lease::{BrokerRow, DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use named::{
     BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedOpened, NamedSpec,

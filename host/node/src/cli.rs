@@ -47,9 +47,13 @@ enum Command {
     /// in the data dir (CREWLET_DATA_DIR, else ./crewlet-data).
     #[command(subcommand)]
     Tokens(TokensCmd),
-    /// The company's seats, through a running node's API (write scope).
-    #[command(subcommand)]
-    Agents(AgentsCmd),
+    /// The company's seats, through a running node's API: with no
+    /// subcommand every seat's holder node, state, turns in flight and
+    /// mailbox depth (read scope); `pause` and `resume` need write scope.
+    Agents(AgentsArgs),
+    /// Every live node of the fleet: roles, posture, applied epoch, seats
+    /// and duties held, MCP servers, last beat and broker (read scope).
+    Fleet(ShowArgs),
     /// Send a signed sample delivery to a running node.
     #[command(subcommand)]
     Webhook(WebhookCmd),
@@ -181,6 +185,26 @@ enum BudgetsCmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A read printed as a table, or as the API's JSON.
+#[derive(Debug, clap::Args)]
+struct ShowArgs {
+    /// The running node's HTTP API.
+    #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
+    api: String,
+    /// Print the API's JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct AgentsArgs {
+    #[command(subcommand)]
+    cmd: Option<AgentsCmd>,
+    #[command(flatten)]
+    show: ShowArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -348,9 +372,20 @@ pub fn main() -> i32 {
             std::time::Duration::from_secs(wait),
         ),
         Command::Secrets(cmd) => secrets(cmd),
-        Command::Budgets(BudgetsCmd::Show { api, json }) => budgets(&api, json),
+        Command::Budgets(BudgetsCmd::Show { api, json }) => {
+            crate::client::shown(&api, "/budgets", json, crate::budgets::render)
+        }
         Command::Tokens(cmd) => tokens(cmd),
-        Command::Agents(cmd) => agents(cmd),
+        Command::Agents(AgentsArgs { cmd: Some(cmd), .. }) => agents(cmd),
+        Command::Agents(AgentsArgs { cmd: None, show }) => crate::client::shown(
+            &show.api,
+            "/agents",
+            show.json,
+            crate::fleet::agents::render_agents,
+        ),
+        Command::Fleet(show) => {
+            crate::client::shown(&show.api, "/fleet", show.json, crate::fleet::render_fleet)
+        }
         Command::Webhook(WebhookCmd::Sample {
             to,
             channel,
@@ -471,33 +506,6 @@ fn tokens(cmd: TokensCmd) -> i32 {
         TokensCmd::Revoke { id, api } => cli(&api, "DELETE", &format!("/tokens/{id}"), b""),
     };
     printed(done)
-}
-
-fn budgets(api: &str, json: bool) -> i32 {
-    match crate::client::request(api, "GET", "/budgets", &[], b"") {
-        Ok((200, body)) => match serde_json::from_str::<serde_json::Value>(&body) {
-            Ok(v) if json => {
-                println!("{v:#}");
-                0
-            }
-            Ok(v) => {
-                print!("{}", crate::budgets::render(&v));
-                0
-            }
-            Err(e) => {
-                eprintln!("crewlet: the node's answer is not JSON: {e}");
-                1
-            }
-        },
-        Ok((status, body)) => {
-            eprintln!("crewlet: the node answered {status}: {}", body.trim());
-            1
-        }
-        Err(e) => {
-            eprintln!("crewlet: {e}");
-            1
-        }
-    }
 }
 
 fn sample(to: &str, channel: &str, text: &str, secret_env: &str, api: &str) -> i32 {

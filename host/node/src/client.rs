@@ -104,3 +104,32 @@ pub fn request(
         })?;
     Ok((status, body.to_owned()))
 }
+
+/// A read over the API (`crewlet budgets show`, `agents`, `fleet`),
+/// printed by `render` or as JSON; answers the exit status.
+pub fn shown(api: &str, path: &str, json: bool, render: fn(&serde_json::Value) -> String) -> i32 {
+    match request(api, "GET", path, &[], b"") {
+        Ok((200, body)) => match serde_json::from_str::<serde_json::Value>(&body) {
+            Ok(v) if json => {
+                println!("{v:#}");
+                0
+            }
+            Ok(v) => {
+                print!("{}", render(&v));
+                0
+            }
+            Err(e) => {
+                eprintln!("crewlet: the node's answer is not JSON: {e}");
+                1
+            }
+        },
+        Ok((status, body)) => {
+            eprintln!("crewlet: the node answered {status}: {}", body.trim());
+            1
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}

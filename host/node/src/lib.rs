@@ -14,6 +14,8 @@ pub mod configplane;
 pub mod descriptors;
 pub mod duties;
 pub mod engine;
+pub mod fleet;
+pub mod history;
 pub mod identity;
 pub mod ingress;
 pub mod logging;

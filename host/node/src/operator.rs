@@ -12,8 +12,11 @@
 //!   stands and the seat still answers it.
 //! - Unknown is never no: a holder, pause or turn state the node cannot
 //!   read is `"unknown"`, never "unowned" or "not paused".
-//! - Turns are read from this node's event log, which holds the events of
-//!   the turns this node ran.
+//! - A seat's turns are read from every node's event log (the fleet's
+//!   history read, with its coverage): a seat's turns ran wherever it was
+//!   held. Whether a seat is in a turn now is read from this node's log
+//!   when it holds the seat, and `unknown` otherwise (`GET /agents` asks
+//!   the holder).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -431,29 +434,27 @@ impl Operator {
                 });
             }
         };
-        let q = EventQuery {
+        // The fleet's logs: the seat's turns ran wherever it was held.
+        let filter = crewlet_api::EventFilter {
             seat: Some(handle.clone()),
             kind: Some("turn_ended".into()),
-            limit,
-            ..EventQuery::default()
+            limit: Some(limit),
+            ..crewlet_api::EventFilter::default()
         };
-        let store = ctx.store.clone();
-        let rows = tokio::task::spawn_blocking(move || store.events(&q))
-            .await
-            .map_err(|e| OperatorError::Unavailable {
-                what: "the event log",
-                why: e.to_string(),
-            })?
-            .map_err(|e| OperatorError::Unavailable {
-                what: "the event log",
-                why: e.to_string(),
-            })?;
+        let read = crate::history::events(ctx, filter).await;
+        let rows: Vec<EventRecord> = read["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| serde_json::from_value(e.clone()).ok())
+            .collect();
         let turns: Vec<Value> = rows
             .iter()
             .map(|e| {
                 json!({
                     "turn_id": e.payload["turn_id"],
                     "ended_at_ms": e.at_ms,
+                    "node": e.node_id,
                     "trace_id": e.trace_id,
                     "outcome": e.payload["outcome"],
                     "detail": e.payload["detail"],
@@ -464,7 +465,13 @@ impl Operator {
                 })
             })
             .collect();
-        Ok(json!({"seat": handle, "node": ctx.node_id, "turns": turns}))
+        Ok(json!({
+            "seat": handle,
+            "node": ctx.node_id,
+            "turns": turns,
+            "truncated": read["truncated"],
+            "coverage": read["coverage"],
+        }))
     }
 
     async fn pause(&self, p: PauseSeat) -> Result<Value, OperatorError> {

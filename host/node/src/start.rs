@@ -146,6 +146,16 @@ pub async fn start(
         );
         p.state.attach_plugins(loaded.clone());
     }
+    // Peers can ask this node for its history before they can see it.
+    let since = p.state.started_at_ms();
+    crate::history::responder::start(
+        client.clone(),
+        p.node_id.into(),
+        p.store.clone(),
+        since,
+        started,
+    )
+    .await;
     let status_of = p.state.clone();
     let presence =
         crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
@@ -250,7 +260,10 @@ async fn serve_http(
     };
     let router = serve(crewlet_api::Surface {
         probe: p.state.clone(),
-        events: p.state.clone(),
+        events: Arc::new(crate::history::History {
+            state: p.state.clone(),
+            late: p.late.clone(),
+        }),
         catalog: p.state.clone(),
         closing: stop_rx.clone(),
         routes: crate::ingress::routes(p.late.clone())
@@ -258,6 +271,7 @@ async fn serve_http(
             .merge(crate::secrets::routes(p.late.clone()))
             .merge(crate::budgets::routes(p.late.clone()))
             .merge(crate::pauses::routes(p.late.clone()))
+            .merge(crate::fleet::routes(p.late.clone()))
             .merge(crate::tokens::routes(p.tokens.clone()))
             .merge(crate::operator::routes(p.late.clone()))
             .merge(crate::module_state::routes(p.late.clone())),

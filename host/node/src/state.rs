@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use crewlet_api::{EventFilter, EventSource, NotReady, Probe};
+use crewlet_api::{NotReady, Probe};
 use crewlet_config::Role;
 use crewlet_observe::LiveFeed;
 use crewlet_stream::BrokerMonitor;
@@ -144,6 +144,16 @@ impl NodeState {
         let _ = self.live.set(feed);
     }
 
+    /// A reader of the fleet's live broadcast; `None` until the stream is up.
+    pub fn live_feed(&self) -> Option<tokio::sync::broadcast::Receiver<std::sync::Arc<str>>> {
+        self.live.get().map(LiveFeed::subscribe)
+    }
+
+    /// When this process started, in Unix milliseconds.
+    pub fn started_at_ms(&self) -> i64 {
+        (self.started_at.unix_timestamp_nanos() / 1_000_000) as i64
+    }
+
     pub fn attach_presence(
         &self,
         view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
@@ -246,10 +256,21 @@ impl NodeState {
             turns_in_flight: self.turns_in_flight(),
             draining: phase >= Phase::Draining,
             posture: self.posture().as_str().to_owned(),
-            started_at_ms: (self.started_at.unix_timestamp_nanos() / 1_000_000) as i64,
+            started_at_ms: self.started_at_ms(),
             seats_held: self.seats_held(),
             mcp: self.mcp_rows(),
             duties: self.duties.board.rows(),
+            broker: self.stream.get().filter(|m| m.is_connected()).map(|m| {
+                let info = m.server_info();
+                crewlet_coord::BrokerRow {
+                    server_name: info.server_name,
+                    server_id: info.server_id,
+                    cluster: info.cluster,
+                    version: info.version,
+                    advertised: format!("{}:{}", info.host, info.port),
+                    urls: m.urls_without_credentials(),
+                }
+            }),
         }
     }
 
@@ -377,31 +398,6 @@ impl crewlet_api::Catalog for NodeState {
                 Some(p) => Some(p.view_with_usage().await),
                 None => None,
             }
-        })
-    }
-}
-
-impl EventSource for NodeState {
-    fn live(&self) -> Option<tokio::sync::broadcast::Receiver<std::sync::Arc<str>>> {
-        self.live.get().map(LiveFeed::subscribe)
-    }
-
-    fn query(&self, filter: EventFilter) -> crewlet_api::stream::QueryFuture {
-        let store = self.store.clone();
-        Box::pin(async move {
-            let query = crewlet_store::EventQuery {
-                seat: filter.seat,
-                kind: filter.kind,
-                party: filter.party,
-                trace_id: filter.trace_id,
-                before_seq: filter.before_seq,
-                limit: filter.limit.unwrap_or(0),
-            };
-            let rows = tokio::task::spawn_blocking(move || store.events(&query))
-                .await
-                .map_err(|e| format!("event log reader failed: {e}"))?
-                .map_err(|e| e.to_string())?;
-            serde_json::to_value(rows).map_err(|e| e.to_string())
         })
     }
 }

@@ -28,8 +28,8 @@ pub use embedded::{BrokerStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
 pub use mailboxes::{
-    MAILBOX_CLASS, MailboxError, MailboxRecord, RetireError, RetireReport, ensure_mailboxes,
-    retire_mailbox, retire_mailboxes,
+    MAILBOX_CLASS, MailboxDepth, MailboxError, MailboxRecord, RetireError, RetireReport,
+    ensure_mailboxes, mailbox_depths, retire_mailbox, retire_mailboxes,
 };
 
 /// Why the broker could not be started or reached.
@@ -206,6 +206,25 @@ pub struct BrokerMonitor {
 impl BrokerMonitor {
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == State::Connected
+    }
+
+    /// The server the connection is on now, as its INFO said.
+    pub fn server_info(&self) -> async_nats::ServerInfo {
+        self.client.server_info()
+    }
+
+    /// The URLs the node was given, any `user:password@` left out.
+    pub fn urls_without_credentials(&self) -> Vec<String> {
+        self.urls
+            .iter()
+            .map(|u| match (u.find("://"), u.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    format!("{}{}", &u[..scheme + 3], &u[at + 1..])
+                }
+                (None, Some(at)) => u[at + 1..].to_owned(),
+                _ => u.clone(),
+            })
+            .collect()
     }
 
     pub fn health(&self) -> StreamHealth {

@@ -83,6 +83,45 @@ pub enum MailboxError {
         "cannot list the mailbox records: {detail}; nothing was stamped or retired — the next maintenance tick tries again"
     )]
     List { detail: String },
+    #[error(
+        "cannot list the consumers of {stream}: {detail}; mailbox depths are unknown — retry shortly"
+    )]
+    Depths { stream: String, detail: String },
+}
+
+/// How much waits in one mailbox.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct MailboxDepth {
+    /// Wakes not yet delivered to the seat.
+    pub pending: u64,
+    /// Delivered and not yet acknowledged (a turn is working on them).
+    pub in_work: u64,
+}
+
+/// Every consumer's depth on the agent stream, by durable name (a seat's
+/// is [`crewlet_bus::mailbox_durable`]): one paged listing, not a request
+/// per seat. A listing that fails is an error — never a short map.
+pub async fn mailbox_depths(
+    js: &jetstream::Context,
+) -> Result<std::collections::BTreeMap<String, MailboxDepth>, MailboxError> {
+    use futures::TryStreamExt;
+    let depths = |e: &dyn std::fmt::Display| MailboxError::Depths {
+        stream: AGENT_STREAM.to_owned(),
+        detail: e.to_string(),
+    };
+    let stream = open_stream(js, AGENT_STREAM).await?;
+    let mut out = std::collections::BTreeMap::new();
+    let mut infos = std::pin::pin!(stream.consumers());
+    while let Some(info) = infos.try_next().await.map_err(|e| depths(&e))? {
+        out.insert(
+            info.name.clone(),
+            MailboxDepth {
+                pending: info.num_pending,
+                in_work: info.num_ack_pending as u64,
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// What one retirement pass did.

@@ -363,11 +363,25 @@ pub fn slack_mention(
     );
 }
 
-/// Events of `kind` in the node's log, newest first.
+/// Events of `kind` in the fleet's logs (as read from `node`), newest first.
 pub fn events(node: &Node, kind: &str) -> Vec<serde_json::Value> {
     node.get(&format!("/events?type={kind}&limit=1000"))
         .expect("GET /events")
-        .json()
+        .json()["events"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Events of `kind` in `node`'s own log only (`node=ID`), newest first.
+pub fn events_on(node: &Node, kind: &str) -> Vec<serde_json::Value> {
+    let id = node.health()["node_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    node.get(&format!("/events?type={kind}&limit=1000&node={id}"))
+        .expect("GET /events")
+        .json()["events"]
         .as_array()
         .cloned()
         .unwrap_or_default()

@@ -88,7 +88,7 @@ impl<'a> Sweep<'a> {
             let page = http::get(api, &format!("/events?limit=1000{before}"))
                 .expect("GET /events")
                 .json();
-            let rows = page.as_array().cloned().unwrap_or_default();
+            let rows = page["events"].as_array().cloned().unwrap_or_default();
             let Some(last) = rows.last() else { return };
             before = format!("&before_seq={}", last["seq"]);
             for row in &rows {

@@ -1,0 +1,249 @@
+//! `GET /agents`: every seat of the served company — its role, placement
+//! group, holder node, state, turns in flight and mailbox depth.
+//!
+//! A seat's state is one of:
+//! - `paused`: a pause record names it (whoever holds it; its wakes wait);
+//! - `held`: a live seat lease whose owner is a live node (the very
+//!   incarnation on the presence lease);
+//! - `stale`: a live seat lease whose owner is not in presence, or whose
+//!   last renew is two heartbeats older than the freshest presence beat
+//!   (both write times on the broker's clock, never this node's; the
+//!   holder froze, died or
+//!   restarted, and the lease has not lapsed yet: by the holder rule it no
+//!   longer admits work; a lapsed lease is gone from the leases bucket,
+//!   whose age is the lease TTL);
+//! - `unplaced`: no live seat lease;
+//! - `unknown`: a read this depends on did not answer — never collapsed
+//!   into "not paused" or "not held"; the reason is in `errors`.
+//!
+//! `mailbox` is the durable's pending and in-work counts, `"missing"` when
+//! the (complete) consumer listing has no mailbox for the seat, `null` when
+//! the listing did not answer.
+//!
+//! Turns in flight are the holder's to say (they are in its own event
+//! log), asked over the fleet's history read; a holder that did not answer
+//! gives `null`, and the read's coverage is in `turns_coverage`.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crewlet_coord::Lease;
+use serde_json::{Value, json};
+
+use super::{FleetError, bounded, node_of, table, text};
+use crate::engine::EngineContext;
+use crate::history::local::Ask;
+
+/// Every seat of the active company, as the module docs describe.
+pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
+    let active = ctx.active.current().ok_or(FleetError::NoCompany)?;
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    let depths = async {
+        match tokio::time::timeout(crate::history::BUDGET, crewlet_stream::mailbox_depths(&js))
+            .await
+        {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the mailbox listing did not answer within the fleet read budget".into()),
+        }
+    };
+    let (seats, nodes, depths, open) = futures::join!(
+        bounded(ctx.coord.list_live("seat")),
+        bounded(ctx.coord.list_live("node")),
+        depths,
+        crate::history::gather(ctx, Ask::OpenTurns, None),
+    );
+    let pauses = ctx.pauses.borrow().clone();
+    let mut errors = Vec::new();
+    let mut unknown = |what: &str, e: &String| errors.push(json!({"what": what, "error": e}));
+    if let Err(e) = &seats {
+        unknown("the seat leases", e);
+    }
+    if let Err(e) = &nodes {
+        unknown("the presence leases", e);
+    }
+    if let Err(e) = &depths {
+        unknown("the mailbox depths", e);
+    }
+    if pauses.is_none() {
+        unknown(
+            "the seat pauses",
+            &"this node's pauses watch has not listed them yet".to_owned(),
+        );
+    }
+    let holders: Option<BTreeMap<&str, &Lease>> = seats
+        .as_ref()
+        .ok()
+        .map(|all| all.iter().map(|l| (l.name.id(), l)).collect());
+    let live: Option<HashSet<&str>> = nodes
+        .as_ref()
+        .ok()
+        .map(|all| all.iter().map(|l| l.owner.as_str()).collect());
+    // Open turns by (node, seat), from the nodes that answered.
+    let mut in_turn: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for told in &open.told {
+        for t in &told.open_turns {
+            if let Some(seat) = &t.seat {
+                *in_turn
+                    .entry((told.node.clone(), seat.clone()))
+                    .or_default() += 1;
+            }
+        }
+    }
+    let answered: HashSet<&str> = open.told.iter().map(|t| t.node.as_str()).collect();
+    // "Now" on the broker's clock: the freshest presence beat in the fleet
+    // (every live node beats each heartbeat), so a node whose own clock
+    // runs off does not call every seat stale, or none.
+    let beat = |l: &Lease| l.deadline.checked_sub(l.ttl).unwrap_or(l.deadline);
+    let now = nodes
+        .as_ref()
+        .ok()
+        .and_then(|all| all.iter().map(beat).max())
+        .unwrap_or_else(std::time::SystemTime::now);
+    let missed = ctx.coord.options().heartbeat * 2;
+    let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
+    let mut rows = Vec::new();
+    for seat in active.company.seats.values() {
+        let handle = seat.handle.as_str();
+        let lease = holders.as_ref().map(|h| h.get(handle).copied());
+        let paused = pauses.as_ref().map(|p| p.contains(handle));
+        let state = match (paused, lease) {
+            (Some(true), _) => "paused",
+            (None, _) | (_, None) => "unknown",
+            (Some(false), Some(None)) => "unplaced",
+            (Some(false), Some(Some(l))) => match &live {
+                Some(live) if live.contains(l.owner.as_str()) && renewed_lately(l) => "held",
+                Some(_) => "stale",
+                None => "unknown",
+            },
+        };
+        let holder = match lease {
+            Some(Some(l)) => json!({
+                "node": node_of(&l.owner),
+                "owner": l.owner.as_str(),
+                "epoch": l.epoch,
+                "deadline_ms": super::ms(l.deadline),
+            }),
+            _ => Value::Null,
+        };
+        let turns = match lease {
+            Some(None) => json!(0),
+            Some(Some(l)) if answered.contains(node_of(&l.owner)) => {
+                let key = (node_of(&l.owner).to_owned(), handle.to_owned());
+                json!(in_turn.get(&key).copied().unwrap_or(0))
+            }
+            _ => Value::Null,
+        };
+        let mailbox = match &depths {
+            Ok(d) => d
+                .get(&crewlet_bus::mailbox_durable(handle))
+                .map_or(json!("missing"), |d| json!(d)),
+            Err(_) => Value::Null,
+        };
+        rows.push(json!({
+            "handle": handle,
+            "role": seat.role,
+            "group": seat.group,
+            "holder": holder,
+            "state": state,
+            "paused": paused,
+            "turns_in_flight": turns,
+            "mailbox": mailbox,
+        }));
+    }
+    Ok(json!({
+        "org": active.company.org,
+        "epoch": active.epoch,
+        "node": ctx.node_id,
+        "agents": rows,
+        "turns_coverage": open.coverage,
+        "errors": errors,
+    }))
+}
+
+/// `crewlet agents`' table.
+pub fn render_agents(v: &Value) -> String {
+    let mut rows = vec![
+        [
+            "SEAT", "ROLE", "GROUP", "STATE", "HOLDER", "TURNS", "MAILBOX",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    ];
+    for a in v["agents"].as_array().into_iter().flatten() {
+        let mailbox = match &a["mailbox"] {
+            Value::Object(m) => format!(
+                "{} waiting, {} in work",
+                text(&m["pending"]),
+                text(&m["in_work"])
+            ),
+            other => text(other),
+        };
+        rows.push(vec![
+            text(&a["handle"]),
+            text(&a["role"]),
+            text(&a["group"]),
+            text(&a["state"]),
+            text(&a["holder"]["node"]),
+            text(&a["turns_in_flight"]),
+            mailbox,
+        ]);
+    }
+    let mut out = table(&rows);
+    for m in v["turns_coverage"]["missing"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "turns unknown on {}: {} ({})\n",
+            text(&m["node"]),
+            text(&m["reason"]),
+            text(&m["detail"])
+        ));
+    }
+    for e in v["errors"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "unknown: {}: {}\n",
+            text(&e["what"]),
+            text(&e["error"])
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_agents_table_shows_states_and_says_what_is_unknown() {
+        let v = json!({
+            "agents": [
+                {"handle": "ada", "role": "eng", "group": null, "state": "held",
+                 "holder": {"node": "n1"}, "turns_in_flight": 1,
+                 "mailbox": {"pending": 2, "in_work": 1}},
+                {"handle": "bob", "role": "eng", "group": "gpu", "state": "unknown",
+                 "holder": null, "turns_in_flight": null, "mailbox": null}
+            ],
+            "turns_coverage": {"missing": [{"node": "n2", "reason": "timeout", "detail": "no answer"}]},
+            "errors": [{"what": "the seat leases", "error": "timed out"}]
+        });
+        let out = render_agents(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("SEAT "), "{out}");
+        assert!(
+            lines[1].contains("held")
+                && lines[1].contains("n1")
+                && lines[1].contains("2 waiting, 1 in work"),
+            "{out}"
+        );
+        assert!(
+            lines[2].contains("gpu") && lines[2].contains("unknown"),
+            "{out}"
+        );
+        assert!(
+            out.contains("turns unknown on n2: timeout")
+                && out.contains("unknown: the seat leases: timed out"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,381 @@
+//! History is read from every node, not copied to every node.
+//!
+//! Each node's event log holds only what it published, so a read of the
+//! event log (`GET /events`, the `/ws/stream` query, the operator's
+//! `seat_turns`, a turn's detail on `GET /turns/{id}`, the turns in flight
+//! on `GET /agents`) is scattered to every
+//! node in presence over core request/reply ([`crewlet_bus::history_subject`],
+//! one subject per node) and merged here.
+//!
+//! Rules, and why:
+//! - One budget for the whole read, [`BUDGET`] (2 s): the membership
+//!   listing and every peer's answer share it. A read a person waits on
+//!   must end, and a frozen peer must not hold the fleet's history hostage.
+//! - Every answer carries a [`Coverage`]: the nodes that answered, and every
+//!   node in presence that did not with the reason (timeout, no responder,
+//!   its own error). A node is never silently absent; when presence cannot
+//!   be listed the coverage says membership is unknown rather than
+//!   pretending this node is the fleet.
+//! - The serving node answers for itself from its own log, without the
+//!   network.
+//! - Rows are merged newest first by time (then event id), deduplicated by
+//!   event id; a `limit` that cut the answer is stated (`truncated`, and the
+//!   `limit` applied), never silent.
+//! - `node=ID` reads one node's log; `before_seq` is a position in one
+//!   node's log, so it pages the node named (the serving node when none is).
+
+pub mod local;
+pub mod responder;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crewlet_api::{EventFilter, EventSource};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::engine::{EngineContext, Late};
+use crate::state::NodeState;
+use local::{Ask, Told};
+
+/// The fleet read budget: membership and every peer's answer within it.
+pub const BUDGET: Duration = Duration::from_secs(2);
+
+/// A node that was asked and did not answer, and why.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Missing {
+    pub node: String,
+    /// `timeout`, `no_responders`, `error` or `unreadable`.
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+/// Which nodes a fleet read covers.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    /// Every node in presence answered (and presence was listed).
+    pub complete: bool,
+    /// `presence` (the live `node:*` leases) or `unknown`.
+    pub membership: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub membership_error: Option<String>,
+    pub answered: Vec<String>,
+    pub missing: Vec<Missing>,
+    pub budget_ms: u64,
+    pub took_ms: u64,
+}
+
+/// What a fleet read gathered: every answer, and the coverage.
+pub struct Gathered {
+    pub told: Vec<Told>,
+    pub coverage: Coverage,
+}
+
+/// Asks `ask` of every live node (or only `only`), this one from its own
+/// log; answers within [`BUDGET`].
+pub async fn gather(ctx: &EngineContext, ask: Ask, only: Option<&str>) -> Gathered {
+    let begun = Instant::now();
+    let deadline = tokio::time::Instant::now() + BUDGET;
+    let me = ctx.node_id.clone();
+    let room = ctx.client.server_info().max_payload;
+    let since = ctx.state.started_at_ms();
+    let asks_me = only.is_none_or(|n| n == me);
+    let mine = async {
+        if asks_me {
+            let store = ctx.store.clone();
+            Some(local::answer_off_thread(store, me.clone(), ask.clone(), since, room).await)
+        } else {
+            None
+        }
+    };
+    let peers = async {
+        // A named node is asked as it is, without listing presence: the
+        // read is of it alone, and its silence is named below.
+        let (targets, membership_error) = match only {
+            Some(node) if node == me => (Vec::new(), None),
+            Some(node) => (vec![node.to_owned()], None),
+            None => match tokio::time::timeout_at(deadline, ctx.coord.list_live("node")).await {
+                Ok(Ok(leases)) => (
+                    leases
+                        .iter()
+                        .map(|l| l.name.id().to_owned())
+                        .filter(|n| *n != me)
+                        .collect(),
+                    None,
+                ),
+                // Presence unknown: the rest of the fleet cannot be known,
+                // and the coverage says so.
+                Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
+                Err(_) => (
+                    Vec::new(),
+                    Some(format!(
+                        "presence was not listed within the {} ms budget",
+                        BUDGET.as_millis()
+                    )),
+                ),
+            },
+        };
+        let mut missing = Vec::new();
+        let body: bytes::Bytes = serde_json::to_vec(&ask).unwrap_or_default().into();
+        let asked = targets
+            .iter()
+            .map(|node| ask_peer(ctx, node, body.clone(), deadline));
+        let answers = futures::future::join_all(asked).await;
+        let mut told = Vec::new();
+        for (node, answer) in targets.iter().zip(answers) {
+            match answer {
+                Ok(t) => told.push(t),
+                Err((reason, detail)) => missing.push(Missing {
+                    node: node.clone(),
+                    reason,
+                    detail,
+                }),
+            }
+        }
+        (told, missing, membership_error)
+    };
+    let (mine, (mut told, mut missing, membership_error)) = futures::join!(mine, peers);
+    if let Some(mine) = mine {
+        told.insert(0, mine);
+    }
+    // A node that answered with its own error is named, not counted.
+    let mut answered = Vec::new();
+    told.retain(|t| match &t.error {
+        Some(e) => {
+            missing.push(Missing {
+                node: t.node.clone(),
+                reason: "error",
+                detail: e.clone(),
+            });
+            false
+        }
+        None => {
+            answered.push(t.node.clone());
+            true
+        }
+    });
+    Gathered {
+        coverage: Coverage {
+            complete: missing.is_empty() && membership_error.is_none(),
+            membership: if membership_error.is_some() {
+                "unknown"
+            } else {
+                "presence"
+            },
+            membership_error,
+            answered,
+            missing,
+            budget_ms: BUDGET.as_millis() as u64,
+            took_ms: begun.elapsed().as_millis() as u64,
+        },
+        told,
+    }
+}
+
+async fn ask_peer(
+    ctx: &EngineContext,
+    node: &str,
+    body: bytes::Bytes,
+    deadline: tokio::time::Instant,
+) -> Result<Told, (&'static str, String)> {
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let request = async_nats::client::Request::new()
+        .payload(body)
+        .timeout(Some(left));
+    let subject = crewlet_bus::history_subject(node);
+    let sent = tokio::time::timeout_at(deadline, ctx.client.send_request(subject, request)).await;
+    let timeout = || {
+        (
+            "timeout",
+            format!("no answer within the {} ms budget", BUDGET.as_millis()),
+        )
+    };
+    let msg = match sent {
+        Err(_) => return Err(timeout()),
+        Ok(Err(e)) => {
+            use async_nats::client::RequestErrorKind;
+            return Err(match e.kind() {
+                RequestErrorKind::TimedOut => timeout(),
+                RequestErrorKind::NoResponders => (
+                    "no_responders",
+                    "nobody answers on its history subject: the node is gone, or a build without fleet history".into(),
+                ),
+                _ => ("error", e.to_string()),
+            });
+        }
+        Ok(Ok(msg)) => msg,
+    };
+    serde_json::from_slice::<Told>(&msg.payload).map_err(|e| {
+        (
+            "unreadable",
+            format!("its answer is not a history answer ({e})"),
+        )
+    })
+}
+
+/// The event rows of a fleet read, merged: newest first by time, then
+/// event id; one row per event id; at most `limit`. Answers the rows and
+/// whether the limit cut them (some node may hold more than it gave).
+pub fn merge(told: &[Told], limit: usize) -> (Vec<Value>, bool) {
+    let mut seen = HashSet::new();
+    let mut rows: Vec<&Value> = told
+        .iter()
+        .flat_map(|t| t.events.iter())
+        .filter(|e| seen.insert(e["event_id"].as_str().unwrap_or_default().to_owned()))
+        .collect();
+    rows.sort_by(|a, b| {
+        let key = |e: &Value| (e["at_ms"].as_i64().unwrap_or(0), e["event_id"].to_string());
+        key(b).cmp(&key(a))
+    });
+    let truncated = rows.len() > limit || told.iter().any(|t| t.full);
+    rows.truncate(limit);
+    (rows.into_iter().cloned().collect(), truncated)
+}
+
+/// A fleet read of the event log, as `GET /events` and the socket answer it.
+pub async fn events(ctx: &EngineContext, filter: EventFilter) -> Value {
+    let asked = filter.limit;
+    let limit = local::effective_limit(asked);
+    // `before_seq` is a position in one node's log: without `node` it
+    // pages the serving node's.
+    let only = filter
+        .node
+        .clone()
+        .or_else(|| filter.before_seq.map(|_| ctx.node_id.clone()));
+    let filter = EventFilter {
+        limit: Some(limit),
+        node: None,
+        ..filter
+    };
+    let gathered = gather(ctx, Ask::Events { filter }, only.as_deref()).await;
+    answer(&gathered.told, gathered.coverage, limit, asked)
+}
+
+fn answer(told: &[Told], coverage: Coverage, limit: usize, asked: Option<usize>) -> Value {
+    let (events, truncated) = merge(told, limit);
+    let mut out = json!({
+        "events": events,
+        "limit": limit,
+        "truncated": truncated,
+        "coverage": coverage,
+    });
+    if asked.is_some_and(|a| a > limit) {
+        out["limit_asked"] = json!(asked);
+    }
+    out
+}
+
+/// A turn's detail, wherever it ran: every row carrying its turn id, from
+/// every node (a turn moved by a crash has rows on two), with coverage.
+pub async fn turn(ctx: &EngineContext, turn_id: &str) -> Value {
+    let ask = Ask::Turn {
+        turn_id: turn_id.to_owned(),
+    };
+    let gathered = gather(ctx, ask, None).await;
+    let (events, truncated) = merge(&gathered.told, local::MAX_LIMIT);
+    let ran_on: std::collections::BTreeSet<&str> = events
+        .iter()
+        .filter_map(|e| e["node_id"].as_str())
+        .collect();
+    json!({
+        "turn_id": turn_id,
+        "found": !events.is_empty(),
+        "nodes": ran_on,
+        "events": events,
+        "truncated": truncated,
+        "coverage": gathered.coverage,
+    })
+}
+
+/// The HTTP surface's [`EventSource`]: the live broadcast from the node's
+/// feed, queries from the whole fleet once the engine is up (before that,
+/// this node's log, with the coverage saying the fleet was not asked).
+pub struct History {
+    pub state: Arc<NodeState>,
+    pub late: Late,
+}
+
+impl EventSource for History {
+    fn live(&self) -> Option<tokio::sync::broadcast::Receiver<Arc<str>>> {
+        self.state.live_feed()
+    }
+
+    fn query(&self, filter: EventFilter) -> crewlet_api::stream::QueryFuture {
+        let late = self.late.clone();
+        let state = self.state.clone();
+        Box::pin(async move {
+            if let Some(ctx) = late.get() {
+                return Ok(events(ctx, filter).await);
+            }
+            let begun = Instant::now();
+            let asked = filter.limit;
+            let limit = local::effective_limit(asked);
+            let filter = EventFilter {
+                limit: Some(limit),
+                ..filter
+            };
+            let mine = local::answer_off_thread(
+                state.store.clone(),
+                state.node_id.clone(),
+                Ask::Events { filter },
+                state.started_at_ms(),
+                usize::MAX,
+            )
+            .await;
+            if let Some(e) = mine.error {
+                return Err(e);
+            }
+            let coverage = Coverage {
+                complete: false,
+                membership: "unknown",
+                membership_error: Some(
+                    "the engine is still starting: only this node's log was read".into(),
+                ),
+                answered: vec![state.node_id.clone()],
+                missing: Vec::new(),
+                budget_ms: BUDGET.as_millis() as u64,
+                took_ms: begun.elapsed().as_millis() as u64,
+            };
+            Ok(answer(&[mine], coverage, limit, asked))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(node: &str, rows: &[(&str, i64)], full: bool) -> Told {
+        Told {
+            node: node.into(),
+            events: rows
+                .iter()
+                .map(|(id, at)| json!({"event_id": id, "at_ms": at, "node_id": node}))
+                .collect(),
+            full,
+            ..Told::default()
+        }
+    }
+
+    #[test]
+    fn rows_merge_newest_first_once_each_and_a_cut_is_stated() {
+        let a = told("a", &[("a2", 30), ("a1", 10)], false);
+        let b = told("b", &[("b1", 20), ("a2", 30)], false);
+        let (rows, cut) = merge(&[a.clone(), b.clone()], 10);
+        let ids: Vec<_> = rows
+            .iter()
+            .map(|r| r["event_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids, ["a2", "b1", "a1"]);
+        assert!(!cut, "nothing was left out");
+        let (rows, cut) = merge(&[a.clone(), b], 2);
+        assert_eq!(rows.len(), 2);
+        assert!(cut, "the limit cut a row");
+        let full = told("c", &[("c1", 5)], true);
+        assert!(
+            merge(&[a, full], 10).1,
+            "a node that may hold more cuts the answer"
+        );
+    }
+}
