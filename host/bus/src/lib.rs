@@ -19,6 +19,7 @@
 //! | [`event_subject`] of `module.NAME.TOPIC` | [`EVENTS_STREAM`] | a module's `publish`, as an event row | modules subscribed to it ([`module_durable`] for `once`, an ordered consumer per node for `each-node`) |
 //! | [`module_dlq_subject`] ([`DeadLetter`]) | [`DLQ_STREAM`] | a module's subscription, for an event it refused past its retries | operators |
 //! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-node`'s `history`) | the named node, answering from its own event log |
+//! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -128,6 +129,10 @@ pub fn history_subject(node_id: &str) -> String {
 /// Subject prefix of the history reads ([`history_subject`]); outside
 /// every stream's subjects.
 pub const HISTORY_PREFIX: &str = "crewlet.history";
+
+/// Where a node says it gave a seat back (core NATS; the payload is the
+/// handle). A hint only: a peer that misses it claims on its next tick.
+pub const SEAT_RELEASED_SUBJECT: &str = "crewlet.seats.released";
 
 /// The subject an event of type `kind` is broadcast on.
 pub fn event_subject(kind: &str) -> String {
@@ -248,6 +253,7 @@ mod tests {
             DLQ_SUBJECTS,
         ] {
             assert!(!covered(stream, &history_subject("n1")), "{stream}");
+            assert!(!covered(stream, SEAT_RELEASED_SUBJECT), "{stream}");
         }
     }
 }

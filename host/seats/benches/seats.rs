@@ -1,5 +1,9 @@
 //! How long one node takes to acquire, equip (a host that does nothing) and
-//! attach N seats on a real nats-server, and to give them all back.
+//! attach N seats on a real nats-server, and to give them all back; then
+//! the hand-over when a second node joins: how long each seat the first
+//! node gives back stays unowned (its release to the peer's acquire, both
+//! on the broker's clock, read from a watch of the leases bucket), against
+//! one lease acquire measured in the same run.
 //!
 //! `cargo bench -p crewlet-seats --bench seats` (release), or
 //! `cargo run`-style in the dev profile with `cargo test --bench seats`.
@@ -10,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use crewlet_company::{Active, ActiveCompany, Company};
-use crewlet_coord::{Coord, CoordOptions, Owner};
+use crewlet_coord::{Coord, CoordOptions, NodeStatus, Owner};
 use crewlet_seats::{Batch, SeatHost, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 
@@ -71,12 +75,27 @@ fn main() {
             .expect("mailboxes");
         let mailboxes = t.elapsed();
         let active = ActiveCompany::new(Some(Active::local(company)));
-        let cfg = SeatsConfig::new("bench", owner, coord, js, active, Arc::new(NoOp));
+        let cfg = SeatsConfig::new(
+            "bench",
+            owner.clone(),
+            coord.clone(),
+            js.clone(),
+            active.clone(),
+            Arc::new(NoOp),
+        );
+        // Presence: placement shares seats among the live `seats` nodes.
+        coord
+            .acquire_presence("bench", &owner, seats_status())
+            .await
+            .expect("presence")
+            .yes()
+            .expect("presence won");
         let t = Instant::now();
         let seats = Seats::start(cfg).expect("seats");
         let mut held = seats.watch_held();
         held.wait_for(|h| *h == n).await.expect("held");
         let attach = t.elapsed();
+        let join = join(&client, &js, &coord, n).await;
         let t = Instant::now();
         seats.stop().await;
         let stop = t.elapsed();
@@ -92,5 +111,150 @@ fn main() {
             attach / n as u32
         );
         println!("  stop (detach + unequip + release), all {n}: {stop:?}");
+        join.print(n);
     });
+}
+
+fn seats_status() -> NodeStatus {
+    NodeStatus {
+        roles: vec!["seats".into()],
+        ..NodeStatus::default()
+    }
+}
+
+/// What the join phase measured.
+struct Join {
+    moved: usize,
+    windows: Vec<Duration>,
+    acquire: Duration,
+    heartbeat: Duration,
+    settled: Duration,
+}
+
+impl Join {
+    fn print(&self, n: usize) {
+        let mut w = self.windows.clone();
+        w.sort();
+        let at = |q: f64| {
+            w.get(((w.len() as f64 * q).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or_default()
+        };
+        let (p50, p99, max) = (at(0.5), at(0.99), w.last().copied().unwrap_or_default());
+        println!(
+            "  a second node joins {n} seats: {} moved (in {:?}); unowned window p50 {p50:?}, p99 {p99:?}, max {max:?}",
+            self.moved, self.settled
+        );
+        println!(
+            "    baseline, one lease acquire on this server: {:?} -> p99 window / acquire = {:.1}x; heartbeat {:?} (the window before releases were announced) -> p99 / heartbeat = {:.4}x",
+            self.acquire,
+            p99.as_secs_f64() / self.acquire.as_secs_f64(),
+            self.heartbeat,
+            p99.as_secs_f64() / self.heartbeat.as_secs_f64()
+        );
+    }
+}
+
+/// A second node joins: the first gives back half, the second claims them.
+async fn join(
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+    first: &Coord,
+    n: usize,
+) -> Join {
+    use futures::StreamExt;
+    // Every change to the leases bucket from now on, with the broker's time.
+    let stream = js
+        .get_stream(format!("KV_{}_leases", first.options().namespace))
+        .await
+        .expect("the leases stream");
+    let mut watch = stream
+        .create_consumer(jetstream::consumer::pull::OrderedConfig {
+            deliver_policy: jetstream::consumer::DeliverPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .expect("watch the leases")
+        .messages()
+        .await
+        .expect("watch the leases");
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    // Every change so far: a released key's delete, then its next put.
+    let watcher = tokio::spawn(async move {
+        let mut released: std::collections::HashMap<String, time::OffsetDateTime> =
+            Default::default();
+        let mut windows = Vec::new();
+        while let Some(Some(next)) = tokio::select! {
+            n = watch.next() => Some(n),
+            _ = stop_rx.changed() => None,
+        } {
+            let m = match next {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("watch: {e}");
+                    continue;
+                }
+            };
+            let key = m.subject.to_string();
+            if !key.contains(".seat.") || key.contains("bench-probe") {
+                continue;
+            }
+            let at = m.info().expect("a stream message").published;
+            let removed = m
+                .headers
+                .as_ref()
+                .and_then(|h| h.get("KV-Operation"))
+                .is_some();
+            if removed {
+                released.insert(key, at);
+            } else if let Some(gone) = released.remove(&key) {
+                windows.push(Duration::try_from(at - gone).unwrap_or_default());
+            }
+        }
+        windows
+    });
+    let owner = Owner::incarnation("bench-b");
+    let mut opts = CoordOptions::new(owner.clone());
+    opts.heartbeat = first.options().heartbeat;
+    opts.lease_ttl = first.options().lease_ttl;
+    let coord = Coord::open(client.clone(), opts).await.expect("coord b");
+    // Baseline: one acquire and release of a lease nobody holds.
+    let probe = crewlet_coord::ResourceName::seat("bench-probe").expect("name");
+    let t = Instant::now();
+    let lease = coord
+        .acquire(&probe, &owner, None)
+        .await
+        .expect("acquire")
+        .yes()
+        .expect("won");
+    let acquire = t.elapsed();
+    assert!(coord.release(&lease).await.expect("release").is_yes());
+    coord
+        .acquire_presence("bench-b", &owner, seats_status())
+        .await
+        .expect("presence b")
+        .yes()
+        .expect("presence b won");
+    let active = ActiveCompany::new(Some(Active::local(company(n))));
+    let cfg = SeatsConfig::new("bench-b", owner, coord, js.clone(), active, Arc::new(NoOp));
+    let t = Instant::now();
+    let b = Seats::start(cfg).expect("seats b");
+    let mut held = b.watch_held();
+    let share = n / 2;
+    held.wait_for(|h| *h >= share)
+        .await
+        .expect("b holds its share");
+    let settled = t.elapsed();
+    // Let the watch catch up with the last claims, then stop it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let _ = stop_tx.send(true);
+    let windows = watcher.await.expect("the watch task");
+    b.stop().await;
+    Join {
+        moved: windows.len(),
+        windows,
+        acquire,
+        heartbeat: first.options().heartbeat,
+        settled,
+    }
 }

@@ -4,9 +4,12 @@
 //! [`Seats`] decides which seats of the active company this node runs and
 //! drives a [`SeatHost`] that knows what running one means:
 //!
-//! - **Placement** ([`placement`]), every heartbeat and whenever the company
-//!   changes: each node claims up to its fair share per placement group,
-//!   gives back what is over it, and gives back seats the company dropped.
+//! - **Placement** ([`placement`]), every heartbeat, whenever the company
+//!   changes and whenever a peer says it gave a seat back: each node claims
+//!   up to its fair share per placement group, gives back what is over it,
+//!   and gives back seats the company dropped. A node that releases a lease
+//!   tells the fleet at once (a core publish), so a peer with room claims
+//!   it within milliseconds rather than on its next tick.
 //!   A seat another node holds is skipped; an unknown answer is neither
 //!   held nor free — it is asked again on the next tick.
 //! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
@@ -34,6 +37,7 @@ use async_nats::jetstream;
 use crewlet_company::{ActiveCompany, Handle};
 use crewlet_coord::{Answer, Coord, CoordError, HolderState, Owner, ResourceName};
 use futures::future::join_all;
+use futures::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -334,6 +338,21 @@ impl<H: SeatHost> Shared<H> {
         self.update_held();
     }
 
+    /// Tells the fleet a seat's lease was given back. A hint: lost, it
+    /// costs a peer one heartbeat.
+    pub(crate) async fn announce_release(&self, handle: &Handle) {
+        let client = self.js.client();
+        let said = client
+            .publish(
+                crewlet_bus::SEAT_RELEASED_SUBJECT,
+                handle.as_str().to_owned().into(),
+            )
+            .await;
+        if let Err(e) = said {
+            debug!(subsystem = "seats", seat = %handle, error = %e, "could not announce the release; peers claim on their next tick");
+        }
+    }
+
     /// Live nodes that run seats and are not draining, this one included;
     /// `Err` is unknown.
     async fn live_seat_nodes(&self) -> Result<usize, CoordError> {
@@ -510,10 +529,15 @@ impl<H: SeatHost> Shared<H> {
 
 async fn placement_loop<H: SeatHost>(shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
     let mut company = shared.active.subscribe();
+    let mut released = releases(&shared).await;
     loop {
         shared.tick().await;
         tokio::select! {
             _ = tokio::time::sleep(shared.heartbeat) => {}
+            _ = next_release(&mut released) => {
+                // One tick for every release that came meanwhile.
+                while let Some(Some(_)) = released.as_mut().map(|r| r.next().now_or_never()) {}
+            }
             r = company.changed() => {
                 if r.is_err() {
                     // The company handle is gone: tick on the heartbeat only.
@@ -536,5 +560,35 @@ async fn placement_loop<H: SeatHost>(shared: Arc<Shared<H>>, mut stop: watch::Re
         .collect();
     for h in &held {
         shared.request_release(h, "seat ownership is stopping");
+    }
+}
+
+/// The fleet's release announcements; `None` (ticks on the heartbeat only)
+/// when the subscription cannot be made.
+async fn releases<H: SeatHost>(shared: &Shared<H>) -> Option<async_nats::Subscriber> {
+    match shared
+        .js
+        .client()
+        .subscribe(crewlet_bus::SEAT_RELEASED_SUBJECT)
+        .await
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(subsystem = "seats", error = %e, "cannot hear peers' seat releases; claiming on the heartbeat only");
+            None
+        }
+    }
+}
+
+/// The next announcement; never, without a subscription (or once it ends).
+async fn next_release(released: &mut Option<async_nats::Subscriber>) {
+    match released {
+        Some(s) => {
+            if s.next().await.is_none() {
+                *released = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
     }
 }

@@ -231,7 +231,8 @@ pub(crate) async fn run<H: SeatHost>(
         } else {
             match shared.coord.release(&lease).await {
                 Ok(Answer::Yes(())) => {
-                    info!(subsystem = "seats", seat = %handle, epoch, "seat released")
+                    info!(subsystem = "seats", seat = %handle, epoch, "seat released");
+                    shared.announce_release(&handle).await;
                 }
                 Ok(Answer::No(why)) => {
                     info!(subsystem = "seats", seat = %handle, epoch, ?why,
