@@ -24,8 +24,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use super::reply::text_of;
 use super::{Brain, Run, Stop};
-use crate::ports::{Said, Toolbox};
+use crate::ports::Toolbox;
 use crate::trigger::{self, Target};
 
 /// The ledger record class of reply keys (this and the per-turn ones).
@@ -183,16 +184,12 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         match call {
             Ok(out) if !out.is_error => {
                 self.complete(id, &record, revision).await;
-                let text = text_of(&record.arguments);
-                self.said.push(Said {
-                    turn_id: self.turn_id.clone(),
-                    text: text.clone(),
-                    at_ms: self.engine.clock.now_ms(),
-                });
-                self.emit(
-                    "reply_posted",
-                    json!({"turn_id": self.turn_id, "server": record.server, "tool": record.tool,
-                           "target": record.target, "text": text, "recovered_from": record.turn_id}),
+                self.posted(
+                    &record.server,
+                    &record.tool,
+                    &record.target,
+                    text_of(&record.arguments),
+                    Some(&record.turn_id),
                 )
                 .await;
                 Ok(Standing::Answered)
@@ -440,11 +437,4 @@ pub(super) enum Posting {
 
 fn unreadable(target: &Target, e: CoordError) -> Stop {
     Stop::Outage(format!("cannot record the reply key for {target}: {e}"))
-}
-
-fn text_of(args: &Value) -> String {
-    args.get("text")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
 }

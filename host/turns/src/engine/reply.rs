@@ -107,23 +107,11 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 )));
             }
         }
-        let text = args
-            .get("text")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned();
+        let text = text_of(&args);
         match self.tools.call(server, tool, args, &self.turn_id).await {
             Ok(out) if !out.is_error => {
-                self.said.push(Said {
-                    turn_id: self.turn_id.clone(),
-                    text: text.clone(),
-                    at_ms: self.engine.clock.now_ms(),
-                });
-                self.emit(
-                    "reply_posted",
-                    json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": key.target.to_string(), "text": text}),
-                )
-                .await;
+                self.posted(server, tool, &key.target.to_string(), text, None)
+                    .await;
                 Ok(Answered {
                     posted_to: Some(key.target),
                     ..Answered::ok(out.text)
@@ -150,21 +138,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     ) -> Answered {
         match posting {
             Posting::Posted(out) => {
-                let text = args
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned();
-                self.said.push(Said {
-                    turn_id: self.turn_id.clone(),
-                    text: text.clone(),
-                    at_ms: self.engine.clock.now_ms(),
-                });
-                self.emit(
-                    "reply_posted",
-                    json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": target.to_string(), "text": text}),
-                )
-                .await;
+                self.posted(server, tool, &target.to_string(), text_of(args), None)
+                    .await;
                 Answered {
                     posted_to: Some(target),
                     ..Answered::ok(out)
@@ -190,4 +165,34 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             )),
         }
     }
+
+    /// Records a post that landed: what the seat said, and `reply_posted`
+    /// (`recovered_from`: the turn that began it, when this run finished it).
+    pub(super) async fn posted(
+        &mut self,
+        server: &str,
+        tool: &str,
+        target: &str,
+        text: String,
+        recovered_from: Option<&str>,
+    ) {
+        self.said.push(Said {
+            turn_id: self.turn_id.clone(),
+            text: text.clone(),
+            at_ms: self.engine.clock.now_ms(),
+        });
+        let mut payload = json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": target, "text": text});
+        if let Some(from) = recovered_from {
+            payload["recovered_from"] = json!(from);
+        }
+        self.emit("reply_posted", payload).await;
+    }
+}
+
+/// The `text` argument of a reply tool's call.
+pub(super) fn text_of(args: &Value) -> String {
+    args.get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }
