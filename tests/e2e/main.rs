@@ -15,6 +15,7 @@ mod ingress;
 mod layout;
 mod limits;
 mod live_view;
+mod local_coordination;
 mod mcp_allowlist;
 mod module_state;
 mod modules;

@@ -19,6 +19,7 @@
 //! | [`event_subject`] of `module.NAME.TOPIC` | [`EVENTS_STREAM`] | a module's `publish`, as an event row | modules subscribed to it ([`module_durable`] for `once`, an ordered consumer per node for `each-node`) |
 //! | [`module_dlq_subject`] ([`DeadLetter`]) | [`DLQ_STREAM`] | a module's subscription, for an event it refused past its retries | operators |
 //! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-node`'s `history`) | the named node, answering from its own event log |
+//! | [`LOCAL_COORDINATION_SUBJECT`] (core request/reply, no stream) | — | a node with `coordination.type = "local"`, at start | every other such node on the broker, whose answer refuses the start |
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
@@ -129,6 +130,10 @@ pub fn history_subject(node_id: &str) -> String {
 /// Subject prefix of the history reads ([`history_subject`]); outside
 /// every stream's subjects.
 pub const HISTORY_PREFIX: &str = "crewlet.history";
+
+/// Where nodes with local coordination find each other (core NATS
+/// request/reply; the payload is the node id): there must be one.
+pub const LOCAL_COORDINATION_SUBJECT: &str = "crewlet.coordination.local";
 
 /// Where a node says it gave a seat back (core NATS; the payload is the
 /// handle). A hint only: a peer that misses it claims on its next tick.
@@ -254,6 +259,7 @@ mod tests {
         ] {
             assert!(!covered(stream, &history_subject("n1")), "{stream}");
             assert!(!covered(stream, SEAT_RELEASED_SUBJECT), "{stream}");
+            assert!(!covered(stream, LOCAL_COORDINATION_SUBJECT), "{stream}");
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod history;
 pub mod identity;
 pub mod ingress;
+pub mod local_guard;
 pub mod logging;
 pub mod module_state;
 pub mod modules;

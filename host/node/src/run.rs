@@ -159,7 +159,11 @@ async fn node_main(
         Ok(()) => 0,
         Err(e) => {
             error!(subsystem = "node", "{e}");
-            EXIT_FAILURE
+            if e.is_configuration() {
+                2
+            } else {
+                EXIT_FAILURE
+            }
         }
     }
 }

@@ -54,6 +54,15 @@ pub enum NodeError {
     Plugins(crate::plugins::StartError),
     #[error(transparent)]
     Keyring(#[from] crewlet_secrets::KeyringError),
+    #[error(transparent)]
+    LocalShared(#[from] crate::local_guard::Shared),
+}
+
+impl NodeError {
+    /// A configuration the operator must change: exit 2, like a bad file.
+    pub fn is_configuration(&self) -> bool {
+        matches!(self, NodeError::LocalShared(_))
+    }
 }
 
 /// What the start borrows from the lifecycle.
@@ -119,6 +128,9 @@ pub async fn start(
     // Coordination rides the stream's connection: never a second dial.
     let owner = crewlet_coord::Owner::incarnation(p.node_id);
     let coord = open_coordination(p.config, client.clone(), owner.clone()).await?;
+    if p.config.coordination.kind == crewlet_config::CoordinationType::Local {
+        crate::local_guard::claim(client.clone(), p.node_id, started).await?;
+    }
     info!(subsystem = "coordination", lease_ttl = ?coord.lease_ttl(), "coordination open");
     // Plugins: the catalogue, its module buckets, every plugin loaded.
     let loaded = match p.plugins {
