@@ -43,9 +43,10 @@
 //! land late: the retry's publish carries the same `Nats-Msg-Id`, so the
 //! stream keeps one copy (its duplicate window is 2 minutes). And a claim
 //! write whose answer was unknown can land *after* its release found
-//! nothing: the edge remembers the claims of its attempts that never
-//! published (until they would lapse), and a retry that meets one releases
-//! it and claims afresh rather than answering `duplicate`.
+//! nothing: its release keeps looking (with the backoff, until the claim
+//! would lapse) so a retry reaching a peer is not answered `duplicate`; and
+//! the edge remembers the claims of its attempts that never published, so
+//! a retry on this node that meets one releases it and claims afresh.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -576,7 +577,7 @@ impl Edge {
                 .insert(key.clone(), claimant.clone());
             self.abandon(key, &claimant);
             self.releaser
-                .spawn(key.clone(), claimant, self.unreleased.clone());
+                .spawn(key.clone(), claimant, !claimed, self.unreleased.clone());
             return Err(format!("the stream did not take the delivery: {e}"));
         }
         Ok(Some(Published { inbound, claimed }))

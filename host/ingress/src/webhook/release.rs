@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crewlet_coord::{Answer, Coord, CoordError};
+use crewlet_coord::{Answer, Coord, CoordError, Unreleased};
 use tracing::{Instrument, debug, info, warn};
 
 use super::{ACK_TIMEOUT, CLAIM_TTL};
@@ -34,21 +34,27 @@ impl Releaser {
     /// Removes the claim on `key` if `claimant` holds it. Ok when it is
     /// gone or another claimant's; Err when the store did not answer.
     pub(super) async fn release(&self, key: &str, claimant: &str) -> Result<(), String> {
+        self.release_once(key, claimant).await.map(|_| ())
+    }
+
+    /// As [`Releaser::release`], saying whether the key held nothing.
+    async fn release_once(&self, key: &str, claimant: &str) -> Result<Found, String> {
         let answer = tokio::time::timeout(ACK_TIMEOUT, self.coord.release_claim(key, claimant))
             .await
             .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?;
         match answer {
-            Ok(Answer::Yes(())) => Ok(()),
-            // Gone already, lapsed, or another attempt's: not ours to remove.
+            Ok(Answer::Yes(())) => Ok(Found::Settled),
+            Ok(Answer::No(Unreleased::Absent)) => Ok(Found::Nothing),
+            // Lapsed, or another attempt's: not ours to remove.
             Ok(Answer::No(why)) => {
                 debug!(subsystem = "ingress", %key, ?why, "claim not ours to release");
-                Ok(())
+                Ok(Found::Settled)
             }
             // The store answered with a record that does not decode: it
             // cannot be shown to be this attempt's, so it is left alone.
             Err(e @ CoordError::Corrupt { .. }) => {
                 warn!(subsystem = "ingress", %key, error = %e, "claim not released: its record does not decode");
-                Ok(())
+                Ok(Found::Settled)
             }
             // Unknown (or contended): ask again.
             Err(e) => Err(e.to_string()),
@@ -56,11 +62,18 @@ impl Releaser {
     }
 
     /// Releases in a task of its own, retrying with a backoff until the
-    /// store answers or the claim has lapsed on its own.
+    /// store answers or the claim has lapsed on its own. A claim whose
+    /// write answered unknown (`landing`) may land after the store first
+    /// answers "nothing there": the broker takes a write and a read of one
+    /// connection on different queues. Such a key is looked at again, with
+    /// the backoff, until it is found and removed or would have lapsed —
+    /// else a retry reaching a peer would be answered `duplicate` of a
+    /// delivery nobody has.
     pub(super) fn spawn(
         &self,
         key: String,
         claimant: String,
+        landing: bool,
         unreleased: Arc<Mutex<HashMap<String, String>>>,
     ) {
         let releaser = self.clone();
@@ -69,8 +82,13 @@ impl Releaser {
                 let deadline = tokio::time::Instant::now() + CLAIM_TTL;
                 let mut wait = Duration::from_millis(500);
                 loop {
-                    match releaser.release(&key, &claimant).await {
-                        Ok(()) => {
+                    match releaser.release_once(&key, &claimant).await {
+                        Ok(Found::Nothing) if landing && tokio::time::Instant::now() + wait < deadline => {
+                            debug!(subsystem = "ingress", %key, "no claim there yet; its write may still land, looking again");
+                            tokio::time::sleep(wait).await;
+                            wait = (wait * 2).min(RELEASE_BACKOFF_MAX);
+                        }
+                        Ok(_) => {
                             info!(subsystem = "ingress", %key, "claim released");
                             break;
                         }
@@ -88,6 +106,75 @@ impl Releaser {
                 forget(&unreleased, &key, &claimant);
             }
             .in_current_span(),
+        );
+    }
+}
+
+/// What a release found.
+enum Found {
+    /// Removed, lapsed, or another attempt's: nothing left to do.
+    Settled,
+    /// The key held no claim.
+    Nothing,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewlet_coord::bucket::Retentions;
+    use crewlet_coord::{CoordOptions, Kv, MemoryKv, Owner, SystemClock};
+
+    fn coord() -> Coord {
+        let opts = CoordOptions::new(Owner::incarnation("edge"));
+        let kv: Arc<dyn Kv> = Arc::new(MemoryKv::new(
+            Arc::new(SystemClock),
+            &Retentions {
+                lease_ttl: opts.lease_ttl,
+                status: opts.status_age,
+                rate: opts.rate_age,
+            },
+        ));
+        Coord::with_backends(kv.clone(), kv, opts)
+    }
+
+    /// A claim whose write answered unknown lands after its release first
+    /// found nothing: the release looks again and removes it.
+    #[tokio::test]
+    async fn a_claim_landing_after_its_release_looked_is_released_too() {
+        let coord = coord();
+        let releaser = Releaser {
+            coord: coord.clone(),
+        };
+        let unreleased: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+        let (key, claimant) = ("github:late", "edge/t1");
+        unreleased
+            .lock()
+            .unwrap()
+            .insert(key.into(), claimant.into());
+        releaser.spawn(key.into(), claimant.into(), true, unreleased.clone());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            coord
+                .claim_delivery(key, claimant, CLAIM_TTL)
+                .await
+                .unwrap()
+                .is_yes(),
+            "the late write lands"
+        );
+        let released = tokio::time::timeout(Duration::from_secs(10), async {
+            while unreleased.lock().unwrap().contains_key(key) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(released.is_ok(), "the release never came back for it");
+        assert!(
+            coord
+                .claim_delivery(key, "edge/t2", CLAIM_TTL)
+                .await
+                .unwrap()
+                .is_yes(),
+            "the key is free for the retry"
         );
     }
 }
