@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::reply::text_of;
 use super::{Brain, Run, Stop};
 use crate::ports::Toolbox;
 use crate::trigger::{self, Target};
@@ -437,4 +436,12 @@ pub(super) enum Posting {
 
 fn unreadable(target: &Target, e: CoordError) -> Stop {
     Stop::Outage(format!("cannot record the reply key for {target}: {e}"))
+}
+
+/// The `text` argument of a reply tool's call.
+pub(super) fn text_of(args: &Value) -> String {
+    args.get("text")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned()
 }

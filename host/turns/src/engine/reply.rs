@@ -20,7 +20,7 @@ use crewlet_coord::{Answer, Bucket, Coord, CoordError};
 use serde_json::{Value, json};
 
 use super::dispatch::Answered;
-use super::owed::{CLASS, Posting};
+use super::owed::{CLASS, Posting, text_of};
 use super::{Brain, Run, Stop};
 use crate::ports::{Said, Toolbox};
 use crate::trigger::{self, Target};
@@ -187,12 +187,4 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         }
         self.emit("reply_posted", payload).await;
     }
-}
-
-/// The `text` argument of a reply tool's call.
-pub(super) fn text_of(args: &Value) -> String {
-    args.get("text")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned()
 }
