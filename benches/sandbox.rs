@@ -69,9 +69,19 @@ const SCENARIOS: &[Scenario] = &[
         ],
     },
     Scenario {
+        name: "parse loops (production: breaker on)",
+        attack: Some("loop"),
+        env: &[],
+    },
+    Scenario {
         name: "parse loops, breaker off, guest threads",
         attack: Some("loop"),
         env: &[("CREWLET_BREAKER_FAULTS", "0")],
+    },
+    Scenario {
+        name: "allocates to its cap (production: breaker on)",
+        attack: Some("allocate-1gib"),
+        env: &[],
     },
     Scenario {
         name: "allocates to its cap, breaker off, guest threads",

@@ -12,7 +12,9 @@
 #   - with --browser (the test command): Debian's chromium, the npm
 #     packages of tests/browser (playwright-core, from its lock file) and the
 #     official MCP inspector (pinned) into .tools/npm/inspector, which
-#     tests/e2e/operator_mcp.rs drives in its `--cli` mode.
+#     tests/e2e/operator_mcp.rs drives in its `--cli` mode, and the Python
+#     `prometheus-client` whose parser tests/e2e/metrics.rs reads
+#     `/metrics` with.
 set -euo pipefail
 
 browser=0
@@ -26,6 +28,7 @@ done
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NATS_SERVER_VERSION="2.15.1"
 MCP_INSPECTOR_VERSION="2.12.0"
+PROMETHEUS_CLIENT_VERSION="0.26.0"
 TOOLS="$ROOT/.tools"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -91,6 +94,15 @@ if [[ $browser == 1 ]]; then
     if [[ ! -d tests/browser/node_modules/playwright-core ]]; then
         say "installing tests/browser npm packages"
         (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    # The Prometheus project's own text-format parser (PyPI
+    # `prometheus-client`, pinned), which tests/e2e/metrics.rs parses
+    # `/metrics` with, in the venv step 2 made.
+    if ! "$TOOLS/venv/bin/python" -c "import prometheus_client, sys; sys.exit(prometheus_client.__version__ != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
+        say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (Python) into .tools/venv"
+        python3 -m venv "$TOOLS/venv"
+        "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
+            "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
     fi
     inspector_dir="$TOOLS/npm/inspector"
     inspector_pkg="$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json"

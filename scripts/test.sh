@@ -19,8 +19,13 @@ fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-cargo test --workspace --no-run --message-format=json-render-diagnostics >"$work/build.json"
-# One line per test binary: its package directory, then its executable.
+# Every target (benches and examples too, so a lint run riding on this
+# build — .ci/run — covers what `cargo clippy --all-targets` would).
+cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics >"$work/build.json"
+# Tests run without the lint wrapper: a cargo they start builds as usual.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+# One line per test binary (benches are built, never run here): its package
+# directory, then its executable.
 python3 - "$work/build.json" >"$work/binaries" <<'EOF'
 import json, os, sys
 for line in open(sys.argv[1]):
@@ -28,7 +33,9 @@ for line in open(sys.argv[1]):
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+    if m.get("reason") != "compiler-artifact" or "bench" in m.get("target", {}).get("kind", []):
+        continue
+    if m.get("profile", {}).get("test") and m.get("executable"):
         print(os.path.dirname(m["manifest_path"]) + "\t" + m["executable"])
 EOF
 

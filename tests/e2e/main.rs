@@ -7,6 +7,7 @@ mod common;
 
 mod config_plane;
 mod dashboard;
+mod doctor;
 mod duties;
 mod event_kinds;
 mod fleet;
@@ -24,8 +25,10 @@ mod node_lifecycle;
 mod operator_access;
 mod operator_mcp;
 mod plugins_cli;
+mod replay;
 mod replies;
 mod sandbox;
 mod secrets;
 mod stall;
+mod telemetry;
 mod turns;

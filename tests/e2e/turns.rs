@@ -50,9 +50,21 @@ pub(crate) struct World {
     pub(crate) sb: Sandbox,
     pub(crate) node: Node,
     chat_log: PathBuf,
+    /// More of the node's configuration file (TOML), kept for restarts.
+    node_extra: String,
 }
 
 pub(crate) fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &str)]) -> World {
+    start_with(company, ai, envs, "")
+}
+
+/// [`start`] with `node_extra` appended to the node's configuration file.
+pub(crate) fn start_with(
+    company: &str,
+    ai: Option<&ScriptedOpenAi>,
+    envs: &[(&str, &str)],
+    node_extra: &str,
+) -> World {
     let sb = Sandbox::new();
     let chat_log = sb.path("chat.jsonl");
     let doc = company.replace("CHAT_LOG_PATH", &chat_log.display().to_string());
@@ -60,14 +72,21 @@ pub(crate) fn start(company: &str, ai: Option<&ScriptedOpenAi>, envs: &[(&str, &
     let company_file = sb.path("company.toml");
     std::fs::write(&company_file, doc).unwrap();
     plugins(&sb, ai);
-    let node = spawn(&sb, envs);
-    World { sb, node, chat_log }
+    let node = spawn(&sb, envs, node_extra);
+    World {
+        sb,
+        node,
+        chat_log,
+        node_extra: node_extra.to_string(),
+    }
 }
 
 /// A node of the sandbox `start` wrote, ready.
-fn spawn(sb: &Sandbox, envs: &[(&str, &str)]) -> Node {
+fn spawn(sb: &Sandbox, envs: &[(&str, &str)], node_extra: &str) -> Node {
     let mut b = sb
-        .node("[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n")
+        .node(&format!(
+            "[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n{node_extra}"
+        ))
         .arg("--company")
         .arg(sb.path("company.toml"))
         .arg("--plugins")
@@ -85,7 +104,7 @@ impl World {
     /// Starts the node again on the same data dir (its broker's store, its
     /// event log), with `envs`; the old one must have exited.
     pub(crate) fn restart(&mut self, envs: &[(&str, &str)]) {
-        self.node = spawn(&self.sb, envs);
+        self.node = spawn(&self.sb, envs, &self.node_extra);
     }
 
     /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.

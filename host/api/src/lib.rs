@@ -104,6 +104,9 @@ pub struct Surface {
     /// Further routes (webhooks, the config plane), served under the same
     /// drain gate and the same guard.
     pub routes: Router,
+    /// Routes every node serves whatever its roles (`/metrics`), behind
+    /// the guard — beside the probes on a node without `ingress`.
+    pub every_node: Router,
     /// Judges operator tokens for every route but the exempt ones.
     pub authority: Arc<dyn Authority>,
     /// The `Host` names this node answers to.
@@ -121,7 +124,7 @@ pub(crate) struct Shared {
 /// The router: probes, the read channel, the login, and — outermost
 /// first — the `Host` allow-list, the operator guard and the drain gate.
 pub fn router(surface: Surface) -> Router {
-    let surface_routes = surface.routes;
+    let surface_routes = surface.routes.merge(surface.every_node);
     let authority = surface.authority;
     let allowed_hosts = Arc::new(surface.allowed_hosts);
     let shared = Shared {
@@ -155,7 +158,8 @@ pub fn router(surface: Surface) -> Router {
 }
 
 /// The router of a node without the `ingress` role: `/health` and
-/// `/ready` only (behind the `Host` allow-list); every other path answers
+/// `/ready`, and the guarded `every_node` routes (behind the `Host`
+/// allow-list); every other path answers
 /// 404 naming the reason, so an operator pointed at the wrong node learns
 /// it at once.
 pub fn probes_router(surface: Surface) -> Router {
@@ -166,11 +170,18 @@ pub fn probes_router(surface: Surface) -> Router {
         catalog: surface.catalog,
         closing: surface.closing,
     };
+    let every_node = surface
+        .every_node
+        .route_layer(middleware::from_fn_with_state(
+            surface.authority,
+            auth::guard,
+        ));
     Router::new()
         .route("/health", get(health))
         .route("/ready", get(ready))
         .fallback(not_served)
         .with_state(shared)
+        .merge(every_node)
         .layer(middleware::from_fn_with_state(allowed_hosts, hosts::gate))
 }
 
@@ -312,8 +323,12 @@ mod tests {
     }
 
     fn app(probe: Arc<dyn Probe>) -> Router {
+        app_with(router, probe)
+    }
+
+    fn app_with(serve: fn(Surface) -> Router, probe: Arc<dyn Probe>) -> Router {
         let (_closing_tx, closing) = watch::channel(false);
-        router(Surface {
+        serve(Surface {
             probe,
             events: Arc::new(NoEvents),
             catalog: Arc::new(NoEvents),
@@ -321,6 +336,7 @@ mod tests {
             routes: Router::new()
                 .route("/secrets/{name}", axum::routing::put(|| async { "set" }))
                 .route("/tokens", get(|| async { "tokens" })),
+            every_node: Router::new().route("/metrics", get(|| async { "\"metrics\"" })),
             authority: Arc::new(Tokens),
             allowed_hosts: AllowedHosts::new(std::net::IpAddr::from([127, 0, 0, 1]), &[]),
         })
@@ -348,6 +364,46 @@ mod tests {
             status,
             serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
         )
+    }
+
+    #[tokio::test]
+    async fn a_node_without_ingress_serves_every_node_routes_behind_the_guard() {
+        const HOST: (&str, &str) = ("host", "127.0.0.1:7420");
+        let probes = app_with(probes_router, Arc::new(Fixed(AtomicU8::new(1))));
+        let (status, _) = send(&probes, "GET", "/metrics", &[HOST]).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+        let (status, body) = send(
+            &probes,
+            "GET",
+            "/metrics",
+            &[HOST, ("authorization", "Bearer read-t")],
+        )
+        .await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!("metrics"))
+        );
+        let (status, _) = send(
+            &probes,
+            "GET",
+            "/tokens",
+            &[HOST, ("authorization", "Bearer admin-t")],
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "only the every-node routes");
+        let (status, _) = send(&probes, "GET", "/health", &[HOST]).await;
+        assert_eq!(status, StatusCode::OK);
+        let (status, body) = send(
+            &app(Arc::new(Fixed(AtomicU8::new(1)))),
+            "GET",
+            "/metrics",
+            &[HOST, ("authorization", "Bearer read-t")],
+        )
+        .await;
+        assert_eq!(
+            (status, body),
+            (StatusCode::OK, serde_json::json!("metrics"))
+        );
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ pub mod duties;
 mod interpolate;
 pub mod mcp;
 pub mod scan;
+pub mod telemetry;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +28,10 @@ pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
 pub use duties::DutiesConfig;
 pub use interpolate::{InterpolateError, interpolate_str};
 pub use mcp::{AllowedCommand, McpConfig};
+pub use telemetry::TelemetryConfig;
+
+/// The most refused requests `[ingress] record_refused` may keep.
+pub const MAX_RECORD_REFUSED: usize = 1000;
 
 /// Lease TTL for seats and presence when the file does not set one.
 pub const DEFAULT_LEASE_TTL_SECONDS: u64 = 45;
@@ -102,6 +107,11 @@ pub struct NodeConfig {
     pub secrets: SecretsConfig,
     /// `[duties]`: the singleton duties' cadence and this node's horizons.
     pub duties: DutiesConfig,
+    /// `[telemetry]`: where traces go (nowhere by default).
+    pub telemetry: TelemetryConfig,
+    /// `[ingress] record_refused`: how many refused webhook requests are
+    /// kept in `<data_dir>/refused` for replay (0, the default: none).
+    pub record_refused: usize,
     /// `[plugins] dirs`: plugin folders (relative to the file), read before
     /// any `--plugins`.
     pub plugin_dirs: Vec<PathBuf>,

@@ -17,7 +17,15 @@ pub struct File {
     pub mcp: crate::mcp::raw::Mcp,
     pub secrets: Secrets,
     pub duties: crate::duties::raw::Duties,
+    pub telemetry: crate::telemetry::raw::Telemetry,
+    pub ingress: Ingress,
     pub plugins: Plugins,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Ingress {
+    pub record_refused: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -383,6 +391,21 @@ impl File {
             .validate()
             .map_err(|(key, message)| invalid(key, message))?;
 
+        let telemetry = self
+            .telemetry
+            .validate()
+            .map_err(|(key, message)| invalid(key, message))?;
+
+        let record_refused = self.ingress.record_refused.unwrap_or(0);
+        if record_refused > MAX_RECORD_REFUSED {
+            return Err(invalid(
+                "ingress.record_refused",
+                format!(
+                    "expected 0 to {MAX_RECORD_REFUSED}, found {record_refused}: the newest this many refused requests are kept in <data_dir>/refused for `crewlet plugins try`"
+                ),
+            ));
+        }
+
         let keyring = self
             .secrets
             .keyring
@@ -410,6 +433,8 @@ impl File {
             mcp,
             secrets: SecretsConfig { keyring },
             duties,
+            telemetry,
+            record_refused,
             plugin_dirs: self.plugins.dirs.into_iter().map(resolve).collect(),
         })
     }

@@ -426,12 +426,14 @@ impl Coord {
     /// a refusal writes nothing. Unknown leaves the lease as it was — the
     /// holder keeps it, bounded by [`crate::Holder`].
     pub async fn renew(&self, lease: &Lease) -> Reply<Lease, NotHeld> {
-        self.renew_with(lease, None).await
+        let reply = self.renew_with(lease, None).await;
+        self.inner.renewals.count(reply)
     }
 
     /// Renews a presence lease with a fresh status.
     pub async fn renew_presence(&self, lease: &Lease, status: NodeStatus) -> Reply<Lease, NotHeld> {
-        self.renew_with(lease, Some(status)).await
+        let reply = self.renew_with(lease, Some(status)).await;
+        self.inner.renewals.count(reply)
     }
 
     async fn renew_with(&self, lease: &Lease, status: Option<NodeStatus>) -> Reply<Lease, NotHeld> {

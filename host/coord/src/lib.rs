@@ -37,6 +37,7 @@ pub mod nats;
 pub mod open;
 pub mod reach;
 pub mod records;
+mod renewals;
 pub mod sweep;
 pub mod tokens;
 
@@ -66,11 +67,13 @@ pub use records::{
     ClassWatch, Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses, key_hint,
     merge_cooldowns,
 };
+pub use renewals::RenewalCounts;
 pub use sweep::SweepReport;
 pub use tokens::{TokenRecord, TokenWatch};
 
 use bucket::Retentions;
 use kv::{Entry, Expect};
+use renewals::Renewals;
 
 /// Where leases live.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -140,6 +143,7 @@ struct Inner {
     leases: Arc<dyn Kv>,
     records: Arc<dyn Kv>,
     opts: CoordOptions,
+    renewals: Renewals,
 }
 
 impl Coord {
@@ -182,6 +186,7 @@ impl Coord {
                 leases,
                 records,
                 opts,
+                renewals: Renewals::default(),
             }),
         }
     }
@@ -189,6 +194,11 @@ impl Coord {
     /// The options this handle runs with.
     pub fn options(&self) -> &CoordOptions {
         &self.inner.opts
+    }
+
+    /// How this handle's lease renewals were answered so far.
+    pub fn renewals(&self) -> RenewalCounts {
+        self.inner.renewals.read()
     }
 
     /// The seat/presence lease TTL in force: the leases bucket's age, which

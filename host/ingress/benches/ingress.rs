@@ -203,6 +203,7 @@ async fn main() {
         secrets: crewlet_secrets::Resolver::new(|_| {
             crewlet_secrets::Lookup::Found(SECRET.to_owned())
         }),
+        refused_log: None,
     }));
     let body = bytes::Bytes::from(crewlet_testkit::github::issue_comment(
         "acme/robot",

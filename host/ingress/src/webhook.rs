@@ -72,8 +72,11 @@ use crewlet_bus::{INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, TRACE_HEADER};
 use crewlet_os::now_ms;
 use crewlet_secrets::{Lookup, Resolver};
 
+mod captures;
 mod refusals;
 mod release;
+
+pub use captures::RefusedLog;
 
 use refusals::Refusals;
 use release::{Releaser, forget};
@@ -100,6 +103,8 @@ pub struct EdgeConfig {
     /// Resolves an integration's secret by the name the company gives it
     /// ([`crewlet_secrets::Secrets::resolver`]).
     pub secrets: Resolver,
+    /// Where refused requests are kept for replay (`None`: nowhere).
+    pub refused_log: Option<Arc<RefusedLog>>,
 }
 
 /// The webhook edge of one node.
@@ -155,6 +160,23 @@ pub enum Outcome {
     Fault {
         plugin: String,
     },
+}
+
+impl Outcome {
+    /// The HTTP status this outcome answers with, and what became of the
+    /// delivery, for the node's metrics.
+    pub fn status_and_result(&self) -> (StatusCode, &'static str) {
+        match self {
+            Outcome::Accepted(_) => (StatusCode::ACCEPTED, "accepted"),
+            Outcome::Duplicate => (StatusCode::OK, "duplicate"),
+            Outcome::Reply { .. } => (StatusCode::OK, "reply"),
+            Outcome::Ignored => (StatusCode::OK, "ignored"),
+            Outcome::Refused { status, .. } => (*status, "refused"),
+            Outcome::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+            Outcome::NotRun { .. } => (StatusCode::SERVICE_UNAVAILABLE, "not_run"),
+            Outcome::Fault { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "fault"),
+        }
+    }
 }
 
 impl IntoResponse for Outcome {
@@ -231,7 +253,9 @@ impl Edge {
     }
 
     /// Serves one request: reads at most [`MAX_BODY`] of `body`. A refusal
-    /// is noted (an event and a log line, rationed).
+    /// is noted (an event and a log line, rationed); every answer is
+    /// counted in the node's metrics (a source no plugin serves as
+    /// `unserved`, so a sender cannot mint label values).
     pub async fn serve(
         &self,
         source: &str,
@@ -239,7 +263,16 @@ impl Edge {
         headers: &HeaderMap,
         body: Body,
     ) -> Outcome {
-        let outcome = self.read_and_deliver(source, handle, headers, body).await;
+        let (outcome, read) = self.read_and_deliver(source, handle, headers, body).await;
+        let (status, result) = outcome.status_and_result();
+        let counted = match self.plugin_for(source) {
+            Some(_) => source,
+            None => crewlet_observe::UNSERVED,
+        };
+        self.cfg
+            .publisher
+            .meter()
+            .delivery(counted, status.as_u16(), result);
         if let Outcome::Refused { status, reason } = &outcome {
             self.refusals
                 .note(
@@ -251,6 +284,11 @@ impl Edge {
                     reason,
                 )
                 .await;
+            if let (Some(log), Some(body), Some(_)) =
+                (&self.cfg.refused_log, &read, self.plugin_for(source))
+            {
+                self.keep_refused(log, source, handle, headers, body, reason);
+            }
         }
         outcome
     }
@@ -261,12 +299,10 @@ impl Edge {
         handle: Option<&str>,
         headers: &HeaderMap,
         body: Body,
-    ) -> Outcome {
+    ) -> (Outcome, Option<Bytes>) {
         if self.plugin_for(source).is_none() {
-            return refused(
-                StatusCode::NOT_FOUND,
-                format!("no webhook plugin serves /webhooks/{source}"),
-            );
+            let why = format!("no webhook plugin serves /webhooks/{source}");
+            return (refused(StatusCode::NOT_FOUND, why), None);
         }
         if let Some(h) = handle
             && (h.len() > MAX_ROUTE_HANDLE
@@ -274,19 +310,20 @@ impl Edge {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)))
         {
-            return refused(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "the route's handle is not a seat handle (at most {MAX_ROUTE_HANDLE} bytes of A-Z a-z 0-9 - _ .)"
-                ),
+            let why = format!(
+                "the route's handle is not a seat handle (at most {MAX_ROUTE_HANDLE} bytes of A-Z a-z 0-9 - _ .)"
             );
+            return (refused(StatusCode::BAD_REQUEST, why), None);
         }
         let declared = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > MAX_BODY as u64) {
-            return refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB");
+            return (
+                refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB"),
+                None,
+            );
         }
         let body = match axum::body::to_bytes(body, MAX_BODY).await {
             Ok(b) => b,
@@ -294,14 +331,16 @@ impl Edge {
                 // axum reports the cap as "length limit exceeded" in the chain.
                 let too_big =
                     format!("{e:#} {:?}", std::error::Error::source(&e)).contains("length limit");
-                return if too_big {
+                let answer = if too_big {
                     refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB")
                 } else {
                     refused(StatusCode::BAD_REQUEST, format!("unreadable body: {e}"))
                 };
+                return (answer, None);
             }
         };
-        self.deliver(source, handle, headers, body).await
+        let outcome = self.deliver(source, handle, headers, body.clone()).await;
+        (outcome, Some(body))
     }
 
     /// The steps after the body is read (see the module docs): admit,
@@ -313,6 +352,7 @@ impl Edge {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Outcome {
+        let started = std::time::Instant::now();
         let deliveries = match self.admit(source, handle, headers, &body).await {
             Ok(deliveries) => deliveries,
             Err(answer) => return answer,
@@ -321,7 +361,7 @@ impl Edge {
         for d in deliveries {
             match self.dispatch(source, handle, d).await {
                 Ok(Some(published)) => {
-                    self.record(&published).await;
+                    self.record(&published, started).await;
                     accepted.push(published.inbound.trace_id);
                 }
                 Ok(None) => {}
@@ -605,7 +645,9 @@ impl Edge {
     /// broadcast, sent but not awaited — the 2xx rests on the acknowledged
     /// publish (see `crewlet_observe::Publisher::record`). A failure here
     /// is logged and leaves the delivery accepted: it is on the stream.
-    pub async fn record(&self, published: &Published) {
+    /// `ms` is the time since `started` (the body read): the delivery's
+    /// verify, parse, claim and publish.
+    pub async fn record(&self, published: &Published, started: std::time::Instant) {
         let inbound = &published.inbound;
         let mut event = self.cfg.publisher.event(
             "webhook_received",
@@ -616,6 +658,7 @@ impl Edge {
                 "route_handle": inbound.route_handle,
                 "mentions": inbound.mentions,
                 "claimed": published.claimed,
+                "ms": started.elapsed().as_millis() as u64,
             }),
         );
         event.trace_id = Some(inbound.trace_id.clone());

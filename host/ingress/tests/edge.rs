@@ -56,6 +56,7 @@ async fn an_unknown_claim_fails_open_the_delivery_is_published_and_answered_202(
         secrets: crewlet_secrets::Resolver::new(|_| {
             crewlet_secrets::Lookup::Found(SECRET.to_owned())
         }),
+        refused_log: None,
     });
 
     // Claim keys are `SOURCE:DELIVERY_ID`; writes to this one never land

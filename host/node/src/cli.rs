@@ -60,6 +60,12 @@ enum Command {
     /// MCP servers built into this binary.
     #[command(subcommand)]
     Mcp(McpCmd),
+    /// Check what `crewlet run` with these arguments needs, without
+    /// starting it: the configuration, the data dir, nats-server (or the
+    /// external NATS), free ports, the keyring, the plugins, the company
+    /// against them and the secrets it names — each with its fix. Exit 1
+    /// when `run` would not start.
+    Doctor(DoctorCmd),
     /// Print the version of this binary.
     Version {
         /// Print as JSON.
@@ -87,6 +93,24 @@ enum PluginsCmd {
         /// A running node's HTTP API (e.g. http://127.0.0.1:7420).
         #[arg(long, value_name = "URL", env = "CREWLET_API")]
         api: Option<String>,
+    },
+    /// Run a captured request through a webhook plugin, offline: verify,
+    /// parse and the host's bounds, with what the plugin wrote to stderr.
+    /// The request is JSON as a node records refused deliveries
+    /// (`[ingress] record_refused`); the manifest's secrets come from the
+    /// environment (by name, or upper-cased). Exit 0 when it would be
+    /// accepted, 1 when refused.
+    Try {
+        /// The plugin's name (its manifest's `name`).
+        name: String,
+        /// The captured request (JSON).
+        #[arg(long, value_name = "FILE")]
+        request: PathBuf,
+        #[arg(value_name = "DIR", default_value = "plugins")]
+        dirs: Vec<PathBuf>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Scaffold a new plugin that builds and passes its own test.
     New {
@@ -300,8 +324,10 @@ enum McpCmd {
     Chat,
 }
 
+/// What a node runs with: `crewlet run`'s arguments, which `crewlet
+/// doctor` takes too.
 #[derive(Debug, clap::Args)]
-struct RunCmd {
+struct NodeArgs {
     /// Node configuration (TOML). Without one every key takes its default.
     #[arg(long, value_name = "node.toml", env = "CREWLET_CONFIG")]
     config: Option<PathBuf>,
@@ -310,12 +336,6 @@ struct RunCmd {
     /// (WARN, and `/health` `company`) unless --activate-company.
     #[arg(long, value_name = "company.toml", env = "CREWLET_COMPANY")]
     company: Option<PathBuf>,
-    /// Activate the --company document through the fleet's pointer even
-    /// when the fleet runs another revision (as `crewlet config import`
-    /// would). For a development loop (`./dev run` uses it); on a fleet it
-    /// replaces whatever an operator activated last.
-    #[arg(long, requires = "company")]
-    activate_company: bool,
     /// A folder holding plugins (each with its plugin.toml); repeat for
     /// several, or `:`-separate them in CREWLET_PLUGINS. Read after the
     /// config file's `[plugins] dirs`.
@@ -329,9 +349,30 @@ struct RunCmd {
     /// Data dir; overrides `node.data_dir`.
     #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
     data_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
+struct RunCmd {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Activate the --company document through the fleet's pointer even
+    /// when the fleet runs another revision (as `crewlet config import`
+    /// would). For a development loop (`./dev run` uses it); on a fleet it
+    /// replaces whatever an operator activated last.
+    #[arg(long, requires = "company")]
+    activate_company: bool,
     /// Log format; overrides `logging.format`.
     #[arg(long, value_enum, value_name = "FORMAT")]
     log_format: Option<LogFormatArg>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DoctorCmd {
+    #[command(flatten)]
+    node: NodeArgs,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -347,11 +388,11 @@ pub fn main() -> i32 {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(cmd) => run(RunArgs {
-            config: cmd.config,
-            company: cmd.company,
+            config: cmd.node.config,
+            company: cmd.node.company,
             activate_company: cmd.activate_company,
-            plugins: cmd.plugins,
-            data_dir: cmd.data_dir,
+            plugins: cmd.node.plugins,
+            data_dir: cmd.node.data_dir,
             log_format: cmd.log_format.map(|f| match f {
                 LogFormatArg::Text => LogFormat::Text,
                 LogFormatArg::Json => LogFormat::Json,
@@ -394,6 +435,13 @@ pub fn main() -> i32 {
             api,
         }) => sample(&to, &channel, &text, &secret_env, &api),
         Command::Mcp(McpCmd::Chat) => mcp_chat(),
+        Command::Doctor(d) => crate::doctor::doctor(crate::doctor::DoctorArgs {
+            config: d.node.config,
+            company: d.node.company,
+            plugins: d.node.plugins,
+            data_dir: d.node.data_dir,
+            json: d.json,
+        }),
         Command::Version { json } => {
             if json {
                 println!(
@@ -622,6 +670,12 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                 1
             }
         },
+        PluginsCmd::Try {
+            name,
+            request,
+            dirs,
+            json,
+        } => crate::plugin_try::try_plugin(&name, &request, &dirs, json),
         PluginsCmd::New { kind, name, dir } => {
             let Some(kind) = crewlet_plugins::Kind::parse(&kind) else {
                 eprintln!("crewlet: --kind {kind:?}: expected webhook, provider or module");

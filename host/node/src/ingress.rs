@@ -38,7 +38,27 @@ fn edge_for(ctx: &EngineContext) -> Edge {
         active: ctx.active.clone(),
         webhooks,
         secrets: ctx.secrets.resolver(),
+        refused_log: refused_log(ctx),
     })
+}
+
+/// `[ingress] record_refused`: where refused requests are kept for
+/// `crewlet plugins try` (none by default; a folder that cannot be made
+/// is a WARN, never a stopped node).
+fn refused_log(ctx: &EngineContext) -> Option<Arc<crewlet_ingress::webhook::RefusedLog>> {
+    let keep = ctx.config.record_refused;
+    if keep == 0 {
+        return None;
+    }
+    let dir = ctx.config.data_dir.join("refused");
+    match crewlet_ingress::webhook::RefusedLog::new(dir.clone(), keep) {
+        Ok(log) => Some(Arc::new(log)),
+        Err(e) => {
+            tracing::warn!(subsystem = "ingress", dir = %dir.display(), error = %e,
+                "refused requests are not recorded: the folder cannot be made");
+            None
+        }
+    }
 }
 
 async fn serve(late: &Late, source: &str, handle: Option<&str>, req: Request) -> Response {

@@ -344,6 +344,7 @@ impl Operator {
             text: Some(m.text),
         };
         let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
+        let started = std::time::Instant::now();
         let published = match edge.dispatch(SOURCE, Some(&handle), delivery).await {
             Ok(Some(p)) => p,
             Ok(None) => {
@@ -353,7 +354,7 @@ impl Operator {
             }
             Err(e) => return Err(OperatorError::NotAccepted(e)),
         };
-        edge.record(&published).await;
+        edge.record(&published, started).await;
         let trace_id = published.inbound.trace_id.clone();
         let key = published.inbound.key.clone();
         info!(subsystem = "operator", seat = %handle, trace_id, "operator message accepted");

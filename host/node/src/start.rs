@@ -123,7 +123,16 @@ pub async fn start(
             warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
         }
     }
-    let publisher = crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream);
+    let mut publisher = crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream);
+    if let Some(endpoint) = &p.config.telemetry.otlp_endpoint {
+        match crewlet_observe::Traces::start(endpoint, p.node_id) {
+            Ok(traces) => {
+                info!(subsystem = "traces", %endpoint, "exporting spans over OTLP/HTTP");
+                publisher = publisher.with_traces(traces);
+            }
+            Err(e) => warn!(subsystem = "traces", error = %e, "spans are not exported"),
+        }
+    }
 
     // Coordination rides the stream's connection: never a second dial.
     let owner = crewlet_coord::Owner::incarnation(p.node_id);
@@ -287,6 +296,7 @@ async fn serve_http(
             .merge(crate::tokens::routes(p.tokens.clone()))
             .merge(crate::operator::routes(p.late.clone()))
             .merge(crate::module_state::routes(p.late.clone())),
+        every_node: crate::metrics::routes(p.late.clone()),
         authority: p.tokens.clone(),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });

@@ -182,11 +182,11 @@ impl NodeState {
         let _ = self.seats.set(seats);
     }
 
-    fn seats_held(&self) -> u32 {
+    pub(crate) fn seats_held(&self) -> u32 {
         self.seats.get().map_or(0, |s| s.held() as u32)
     }
 
-    fn turns_in_flight(&self) -> u32 {
+    pub(crate) fn turns_in_flight(&self) -> u32 {
         self.seats.get().map_or(0, |s| s.in_flight() as u32)
     }
 

@@ -26,6 +26,8 @@
 //! intermediate states of things it already holds finished.
 
 mod ack;
+mod meter;
+mod traces;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -40,6 +42,8 @@ use tracing::{Instrument, debug, warn};
 /// Live events a slow reader may fall behind by before it is told it lagged.
 pub const LIVE_BUFFER: usize = 1024;
 pub use ack::{ACK_TIMEOUT, AckError, await_ack, publish_acked};
+pub use meter::{Meter, OPENMETRICS_CONTENT_TYPE, UNSERVED};
+pub use traces::{Traces, TracesError, span_of};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PublishError {
@@ -66,6 +70,10 @@ pub struct Publisher {
     writer: std::sync::mpsc::Sender<RowJob>,
     /// Whether the last detached broadcast failed (one log line per outage).
     detached_failing: Arc<AtomicBool>,
+    /// This node's metrics: every event published here is counted.
+    meter: Meter,
+    /// Where this node's spans go, when `[telemetry]` names a collector.
+    traces: Option<Traces>,
 }
 
 impl Publisher {
@@ -75,7 +83,31 @@ impl Publisher {
             writer: start_writer(store),
             js,
             detached_failing: Arc::default(),
+            meter: Meter::new(),
+            traces: None,
         }
+    }
+
+    /// This publisher with every event it publishes also made a span (of
+    /// the kinds that have one) and exported through `traces`.
+    pub fn with_traces(mut self, traces: Traces) -> Publisher {
+        self.traces = Some(traces);
+        self
+    }
+
+    /// What an event costs beside its row and broadcast: counted, and a
+    /// span when traces are exported.
+    fn observe(&self, event: &EventRecord) {
+        self.meter.observe(&event.kind, &event.payload);
+        if let Some(t) = &self.traces {
+            t.observe(event);
+        }
+    }
+
+    /// This node's metrics (the events published here, and what the
+    /// callers count themselves).
+    pub fn meter(&self) -> &Meter {
+        &self.meter
     }
 
     /// A new event of `kind` from this node, with a fresh id. Ids are
@@ -116,7 +148,9 @@ impl Publisher {
         self.writer
             .send((event, reply))
             .expect("the event log writer outlives every publisher");
-        written.await.expect("event log writer panicked")
+        let event = written.await.expect("event log writer panicked")?;
+        self.observe(&event);
+        Ok(event)
     }
 
     /// Sends the broadcast; its acknowledgement is awaited by a task of its
@@ -158,6 +192,7 @@ impl Publisher {
     /// Broadcasts `event` without a row: for live-only types.
     pub async fn publish_live(&self, event: EventRecord) -> Result<(), PublishError> {
         check_type(&event.kind)?;
+        self.observe(&event);
         self.broadcast(&event).await
     }
 

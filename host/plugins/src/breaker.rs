@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::fault::Fault;
+use crate::latency::{Latency, Timings};
 
 /// The shortest gap between two fault lines of one plugin.
 pub const FAULT_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -114,6 +115,8 @@ pub struct HealthReport {
     pub refused_calls: u64,
     pub last_fault: Option<String>,
     pub last_fault_kind: Option<&'static str>,
+    /// How long the calls that ran took.
+    pub latency: Latency,
 }
 
 /// Fault bookkeeping and the breaker of one plugin.
@@ -125,6 +128,7 @@ pub struct Health {
     faults: AtomicU64,
     calls: AtomicU64,
     refused: AtomicU64,
+    timings: Timings,
 }
 
 impl Health {
@@ -144,6 +148,7 @@ impl Health {
             faults: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            timings: Timings::default(),
         }
     }
 
@@ -282,7 +287,13 @@ impl Health {
             refused_calls: self.refused.load(Ordering::Relaxed),
             last_fault: inner.last_fault.clone(),
             last_fault_kind: inner.last_fault_kind,
+            latency: self.timings.read(),
         }
+    }
+
+    /// A call that ran (to an answer or a fault) took `took`.
+    pub(crate) fn record_took(&self, took: Duration) {
+        self.timings.record(took);
     }
 }
 

@@ -215,7 +215,10 @@ impl Guard {
             let _slot = permit;
             f(store).await
         };
-        let fault = match self.guests.run(task, deadline).await {
+        let started = std::time::Instant::now();
+        let ran = self.guests.run(task, deadline).await;
+        self.health.record_took(started.elapsed());
+        let fault = match ran {
             Ok(Some((store, Ok(value)))) => {
                 self.health.record_ok();
                 return Ok((store, value));

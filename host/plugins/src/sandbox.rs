@@ -134,6 +134,13 @@ impl<W: Send + 'static> Sandbox<W> {
         store.set_epoch_deadline(1);
     }
 
+    /// What the guest wrote to stderr so far, scrubbed of `scrub`'s
+    /// secrets and bounded.
+    pub(crate) fn said(&self, scrub: &Scrub) -> String {
+        let stderr = self.stderr.contents();
+        scrub.text(String::from_utf8_lossy(&stderr).trim())
+    }
+
     /// Turns a failed call's error into a typed fault; what the guest
     /// wrote to stderr is scrubbed of the call's secrets and bounded.
     pub(crate) fn classify(
@@ -162,9 +169,7 @@ impl<W: Send + 'static> Sandbox<W> {
             Some(Trap::StackOverflow) => Fault::StackOverflow,
             Some(Trap::MemoryOutOfBounds) if recursing(error) => Fault::StackOverflow,
             Some(other) => {
-                let stderr = self.stderr.contents();
-                let said = String::from_utf8_lossy(&stderr);
-                let said = scrub.text(said.trim());
+                let said = self.said(scrub);
                 Fault::Trap {
                     reason: if said.is_empty() {
                         other.to_string()

@@ -248,7 +248,12 @@ impl WebhookPlugin {
     /// One call: an idle instance (or a fresh one, instantiated inside the
     /// call's deadline), `step` run on it through the plugin's guard, the
     /// instance kept for reuse only when the call succeeded and `reuse`.
-    async fn run<R, F, Fut>(&self, req: Arc<Request>, reuse: bool, step: F) -> Result<R, CallError>
+    pub(crate) async fn run<R, F, Fut>(
+        &self,
+        req: Arc<Request>,
+        reuse: bool,
+        step: F,
+    ) -> Result<R, CallError>
     where
         R: Send + 'static,
         F: FnOnce(Webhook, WebhookStore, Arc<Request>) -> Fut + Send + 'static,

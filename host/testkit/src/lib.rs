@@ -14,6 +14,7 @@ pub mod http;
 pub mod layout;
 pub mod nats;
 pub mod openai;
+pub mod otlp;
 pub mod plugins;
 
 pub use cluster::{Cluster, Proxy};

@@ -203,7 +203,7 @@ impl Drop for ScriptedOpenAi {
     }
 }
 
-async fn bind() -> tokio::net::TcpListener {
+pub(crate) async fn bind() -> tokio::net::TcpListener {
     let mut last = None;
     for _ in 0..20 {
         match tokio::net::TcpListener::bind(("127.0.0.1", crate::free_port())).await {
@@ -211,7 +211,7 @@ async fn bind() -> tokio::net::TcpListener {
             Err(e) => last = Some(e),
         }
     }
-    panic!("scripted-openai: no free loopback port: {last:?}");
+    panic!("no free loopback port: {last:?}");
 }
 
 fn error_body(message: &str, code: &str) -> String {
