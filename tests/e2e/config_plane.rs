@@ -559,7 +559,7 @@ fn config_import_waits_for_every_node_and_names_the_one_behind() {
         .as_u64()
         .unwrap();
 
-    two.signal(libc::SIGSTOP);
+    two.freeze();
     let next = write(&sb1, "next.toml", &renamed("Acme Wait"));
     let (status, out) = run_to_exit(
         &[

@@ -163,7 +163,7 @@ catch_up_limit = 100"#,
     let first = wait_holder(&nodes, "scheduler", None);
     std::thread::sleep(Duration::from_secs(5));
     // Frozen past its TTL: a peer takes over; the frozen one wakes fenced.
-    nodes[first].as_ref().unwrap().signal(libc::SIGSTOP);
+    nodes[first].as_ref().unwrap().freeze();
     let second = wait_holder(&nodes, "scheduler", Some(first));
     std::thread::sleep(Duration::from_secs(3));
     nodes[first].as_ref().unwrap().signal(libc::SIGCONT);

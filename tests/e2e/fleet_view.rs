@@ -338,7 +338,7 @@ fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
         .position(|n| n.health()["node_id"] == frozen_id.as_str())
         .unwrap();
     let reader = if at == 0 { 1 } else { 0 };
-    f.nodes[at].signal(libc::SIGSTOP);
+    f.nodes[at].freeze();
     let begun = Instant::now();
     let read = f.nodes[reader]
         .get("/events?type=turn_ended")
@@ -399,14 +399,13 @@ fn a_coordination_store_that_does_not_answer_is_unknown_never_no() {
         holders(node)
     );
     let server = f._server.pid().expect("the nats-server runs") as i32;
-    // SAFETY: signals a child process this test started.
-    unsafe { libc::kill(server, libc::SIGSTOP) };
+    crewlet_testkit::process::stop(server);
     let begun = Instant::now();
     let view = agents(node);
     let took = begun.elapsed();
     let answered = node.get("/events?type=node_started").unwrap().json();
     let fleet = node.get("/fleet").unwrap();
-    // SAFETY: as above.
+    // SAFETY: signals a child process this test started.
     unsafe { libc::kill(server, libc::SIGCONT) };
     assert!(took < Duration::from_secs(4), "/agents took {took:?}");
     for a in view["agents"].as_array().unwrap() {

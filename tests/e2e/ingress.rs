@@ -770,8 +770,7 @@ struct Frozen(i32);
 
 impl Frozen {
     fn stop(pid: i32) -> Frozen {
-        // SAFETY: signalling our node's own nats-server child.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        crewlet_testkit::process::stop(pid);
         Frozen(pid)
     }
 }

@@ -85,7 +85,7 @@ fn a_frozen_nodes_deliveries_are_answered_by_its_peer_within_seconds() {
     );
     let b_held = b.health()["seats_held"].clone();
 
-    b.signal(libc::SIGSTOP);
+    b.freeze();
     let mut sent = Vec::new();
     for i in 0..12 {
         let seat = SEATS[i % SEATS.len()];

@@ -625,8 +625,7 @@ async fn an_unreachable_store_makes_a_seat_stale_not_lost() {
     let epoch = node.seats().held()[0].epoch;
     let pid = env.server.pid().expect("server pid") as i32;
     // Freeze the broker for well over a heartbeat but under the TTL.
-    // SAFETY: signalling the test's own, unreaped nats-server child.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    crewlet_testkit::process::stop(pid);
     let frozen = Instant::now();
     let mut saw_stale = false;
     while frozen.elapsed() < TTL * 6 / 10 {

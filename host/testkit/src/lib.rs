@@ -16,6 +16,7 @@ pub mod nats;
 pub mod openai;
 pub mod otlp;
 pub mod plugins;
+pub mod process;
 
 pub use cluster::{Cluster, Proxy};
 pub use nats::{NatsServer, free_port, nats_server_bin};

@@ -185,6 +185,12 @@ impl Node {
             .unwrap_or_else(|| panic!("no broker pid in {}", self.health())) as i32
     }
 
+    /// Stops the node (SIGSTOP) and returns once every one of its threads
+    /// is stopped — not merely once the signal is queued.
+    pub fn freeze(&self) {
+        crewlet_testkit::process::stop(self.pid());
+    }
+
     pub fn signal(&self, sig: i32) {
         // SAFETY: signalling our own, unreaped child.
         unsafe {
