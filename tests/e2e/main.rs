@@ -25,6 +25,7 @@ mod node_lifecycle;
 mod operator_access;
 mod operator_mcp;
 mod plugins_cli;
+mod plugins_try;
 mod replay;
 mod replies;
 mod sandbox;

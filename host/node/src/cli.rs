@@ -94,16 +94,21 @@ enum PluginsCmd {
         #[arg(long, value_name = "URL", env = "CREWLET_API")]
         api: Option<String>,
     },
-    /// Run a captured request through a webhook plugin, offline: verify,
-    /// parse and the host's bounds, with what the plugin wrote to stderr.
-    /// The request is JSON as a node records refused deliveries
-    /// (`[ingress] record_refused`); the manifest's secrets come from the
-    /// environment (by name, or upper-cased). Exit 0 when it would be
-    /// accepted, 1 when refused.
+    /// Run one request through a plugin and print what it made of it,
+    /// with what it wrote to stderr or its log. A webhook plugin gets a
+    /// captured request (as a node records refused deliveries with
+    /// `[ingress] record_refused`; its secrets from the environment, by name
+    /// or upper-cased): verify, parse and the host's bounds, offline. A
+    /// provider makes one `complete` call ({"model", "messages", "tools",
+    /// "options", "api_key_env"}). A module gets one event ({"event":
+    /// {"kind", "payload"}}) or one tool call ({"tool": {"name",
+    /// "arguments"}}) on empty state of its own. Exit 0 when it answered
+    /// (accepted), 1 when it refused or faulted, 2 when the request is
+    /// wrong.
     Try {
         /// The plugin's name (its manifest's `name`).
         name: String,
-        /// The captured request (JSON).
+        /// The request (JSON; its shape depends on the plugin's kind).
         #[arg(long, value_name = "FILE")]
         request: PathBuf,
         #[arg(value_name = "DIR", default_value = "plugins")]

@@ -97,8 +97,17 @@ impl ProviderPlugin {
     /// failure; `Err(_)` is a fault of the plugin.
     pub async fn complete(
         &self,
-        mut req: Request,
+        req: Request,
     ) -> Result<Result<Completion, ProviderError>, CallError> {
+        self.call(req).await.map(|(answer, _)| answer)
+    }
+
+    /// [`ProviderPlugin::complete`], with what the plugin wrote to stderr
+    /// (scrubbed of the call's credential, bounded).
+    pub(crate) async fn call(
+        &self,
+        mut req: Request,
+    ) -> Result<(Result<Completion, ProviderError>, String), CallError> {
         let Permissions::Provider {
             base_url,
             allowed_outbound_hosts,
@@ -128,6 +137,7 @@ impl ProviderPlugin {
                 })?;
         // A provider's fault text may quote what it was given: the key.
         let scrub = Scrub::of(req.credentials_for_scrub());
+        let said_scrub = scrub.clone();
         let pre = self.pre.clone();
         let deadline = self.manifest.limits.deadline;
         let (_store, result) = self
@@ -141,7 +151,8 @@ impl ProviderPlugin {
                         .await
                 }
                 .await;
-                (store, r)
+                let said = store.data().said(&said_scrub);
+                (store, r.map(|answer| (answer, said)))
             })
             .await?;
         Ok(result)

@@ -14,6 +14,12 @@
 //! - **The same calls the edge makes**: verify, then parse only when
 //!   verify passed, on one fresh instance whose stderr is returned with the
 //!   answers (scrubbed of the secrets the call was handed, bounded).
+//!
+//! A provider's one call ([`provider`]) and a module's one event or tool
+//! call ([`module`]) are tried from requests written by hand.
+
+pub mod module;
+pub mod provider;
 
 use std::sync::Arc;
 

@@ -1,0 +1,153 @@
+//! `crewlet plugins try` for the two kinds a captured delivery does not
+//! cover: a provider makes one real call (here to a local server speaking
+//! OpenAI's wire protocol, through the manifest's base URL and outbound
+//! grant, with the key from the environment), and a module runs one tool
+//! call and one event on state of its own. Exit statuses are the
+//! contract: 0 answered, 1 refused, 2 the request is wrong.
+
+use serde_json::{Value, json};
+
+use crate::common::{self, Sandbox};
+use crewlet_testkit::{PluginsDir, Reply, ScriptedOpenAi};
+
+const KEY: &str = "sk-try-0123456789";
+
+/// Runs `plugins try NAME --request FILE DIR --json` with `env`; answers
+/// the status and the JSON printed (Null when none was).
+fn try_it(
+    sb: &Sandbox,
+    dir: &str,
+    name: &str,
+    request: &Value,
+    env: &[(&str, &str)],
+) -> (i32, Value, String) {
+    let file = sb.path(&format!("{name}-request.json"));
+    std::fs::write(&file, request.to_string()).unwrap();
+    let (status, out) = common::run_to_exit(
+        &[
+            "plugins",
+            "try",
+            name,
+            "--request",
+            &file.display().to_string(),
+            dir,
+            "--json",
+        ],
+        env,
+    );
+    let v = out
+        .find('{')
+        .and_then(|at| serde_json::from_str(out[at..].trim()).ok())
+        .unwrap_or(Value::Null);
+    (status.code().unwrap(), v, out)
+}
+
+#[test]
+fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment() {
+    let sb = Sandbox::new();
+    let vendor = ScriptedOpenAi::start();
+    let plugins = PluginsDir::new(sb.path("plugins"));
+    plugins.add_provider_at(
+        "openai",
+        "plugins/providers/openai/plugin.toml",
+        &vendor.base_url(),
+        &vendor.origin(),
+    );
+    let dir = plugins.path().display().to_string();
+    let ask = json!({
+        "model": "gpt-try",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        "max_tokens": 64,
+        "api_key_env": "TRY_OPENAI_KEY",
+    });
+
+    vendor.reply("gpt-try", Reply::Text("hello from the vendor".into()));
+    let (status, v, out) = try_it(&sb, &dir, "openai", &ask, &[("TRY_OPENAI_KEY", KEY)]);
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(v["completion"]["text"], "hello from the vendor", "{out}");
+    assert_eq!(v["refused"], Value::Null);
+    let seen = vendor.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].bearer.as_deref(),
+        Some(KEY),
+        "the key from the environment"
+    );
+    assert_eq!(seen[0].messages[1]["content"], "hi");
+    assert!(!out.contains(KEY), "the key is never printed: {out}");
+
+    // The vendor refuses the key: a classified failure, exit 1.
+    vendor.reply("gpt-try", Reply::error(401, "Incorrect API key provided"));
+    let (status, v, out) = try_it(&sb, &dir, "openai", &ask, &[("TRY_OPENAI_KEY", KEY)]);
+    assert_eq!(status, 1, "{out}");
+    assert_eq!(v["refused"]["kind"], "auth", "{out}");
+    assert_eq!(v["refused"]["status"], 401, "{out}");
+
+    // The named variable is not set: the request is wrong, nothing is sent.
+    let (status, _, out) = try_it(&sb, &dir, "openai", &ask, &[]);
+    assert_eq!(status, 2, "{out}");
+    assert!(out.contains("TRY_OPENAI_KEY, which is not set"), "{out}");
+    let (status, _, out) = try_it(
+        &sb,
+        &dir,
+        "openai",
+        &json!({"model": "m", "messages": [{"role": "robot", "content": "x"}]}),
+        &[],
+    );
+    assert_eq!(status, 2, "{out}");
+    assert!(out.contains("messages[0].role"), "{out}");
+    assert_eq!(vendor.request_count(), 2, "no call for a wrong request");
+}
+
+#[test]
+fn a_module_runs_one_tool_call_and_one_event_on_state_of_its_own() {
+    let sb = Sandbox::new();
+    let plugins = PluginsDir::new(sb.path("plugins"));
+    plugins.add("notebook", "plugins/modules/notebook/plugin.toml");
+    let dir = plugins.path().display().to_string();
+
+    let write = json!({"tool": {
+        "name": "write",
+        "arguments": {"title": "Release plan", "text": "ship friday"},
+        "seat": "ada",
+    }});
+    let (status, v, out) = try_it(&sb, &dir, "notebook", &write, &[]);
+    assert_eq!(status, 0, "{out}");
+    let state = v["state"].as_array().unwrap();
+    let note = state
+        .iter()
+        .find(|s| s["bucket"] == "notes")
+        .unwrap_or_else(|| panic!("the note is in its bucket: {out}"));
+    assert!(
+        note["value"].as_str().unwrap().contains("ship friday"),
+        "{out}"
+    );
+    let published = v["published"].as_array().unwrap();
+    assert_eq!(published.len(), 1, "{out}");
+    assert_eq!(published[0]["kind"], "module.notebook.changed", "{out}");
+
+    let ended = json!({"event": {"kind": "turn_ended", "payload": {
+        "seat": "bob", "payload": {"turn_id": "t-9", "outcome": "delivered"},
+    }}});
+    let (status, v, out) = try_it(&sb, &dir, "notebook", &ended, &[]);
+    assert_eq!(status, 0, "{out}");
+    assert!(
+        v["state"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["bucket"] == "worked"),
+        "the ended turn is kept per seat: {out}"
+    );
+
+    // Arguments its schema refuses: the host's refusal, exit 1, nothing run.
+    let bad = json!({"tool": {"name": "write", "arguments": {"title": ""}}});
+    let (status, v, out) = try_it(&sb, &dir, "notebook", &bad, &[]);
+    assert_eq!(status, 1, "{out}");
+    assert!(v["refused"].as_str().unwrap().contains("schema"), "{out}");
+    assert_eq!(v["state"], json!([]), "{out}");
+    // Neither an event nor a tool call.
+    let (status, _, out) = try_it(&sb, &dir, "notebook", &json!({"poke": {}}), &[]);
+    assert_eq!(status, 2, "{out}");
+    assert!(out.contains("expected one event"), "{out}");
+}
