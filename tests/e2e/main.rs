@@ -12,6 +12,7 @@ mod duties;
 mod event_kinds;
 mod fleet;
 mod fleet_view;
+mod grants;
 mod ingress;
 mod layout;
 mod limits;

@@ -65,13 +65,25 @@ pub(crate) fn start_with(
     envs: &[(&str, &str)],
     node_extra: &str,
 ) -> World {
+    start_custom(company, envs, node_extra, |sb| {
+        plugins(sb, ai);
+    })
+}
+
+/// [`start_with`], the plugins dir filled by `plugins`.
+pub(crate) fn start_custom(
+    company: &str,
+    envs: &[(&str, &str)],
+    node_extra: &str,
+    plugins: impl FnOnce(&Sandbox),
+) -> World {
     let sb = Sandbox::new();
     let chat_log = sb.path("chat.jsonl");
     let doc = company.replace("CHAT_LOG_PATH", &chat_log.display().to_string());
     let doc = doc.replace("{chat}", &chat_server("support", &chat_log));
     let company_file = sb.path("company.toml");
     std::fs::write(&company_file, doc).unwrap();
-    plugins(&sb, ai);
+    plugins(&sb);
     let node = spawn(&sb, envs, node_extra);
     World {
         sb,

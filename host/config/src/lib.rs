@@ -115,6 +115,31 @@ pub struct NodeConfig {
     /// `[plugins] dirs`: plugin folders (relative to the file), read before
     /// any `--plugins`.
     pub plugin_dirs: Vec<PathBuf>,
+    /// `[plugins.grants.NAME]`: what this deployment grants each plugin
+    /// beyond its manifest (checked against the catalogue at start).
+    pub plugin_grants: BTreeMap<String, PluginGrant>,
+}
+
+/// One plugin's operator grant as written: a provider's `base_url` (whose
+/// origin comes with it) and more `allowed_outbound_hosts`, a webhook
+/// plugin's `max_body_bytes`. The plugin host parses and applies it
+/// against the manifest it names, refusing it with the key's path.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginGrant {
+    pub base_url: Option<String>,
+    pub allowed_outbound_hosts: Vec<String>,
+    pub max_body_bytes: Option<u64>,
+}
+
+/// Whether `name` can be a plugin's name: 1 to 63 of `a-z 0-9 -`,
+/// starting with a letter.
+pub(crate) fn valid_plugin_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// Where the keys that seal the secrets bucket live (see `credentials`).

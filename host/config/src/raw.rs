@@ -32,6 +32,8 @@ pub struct Ingress {
 #[serde(deny_unknown_fields, default)]
 pub struct Plugins {
     pub dirs: Vec<PathBuf>,
+    /// `[plugins.grants.NAME]`: what this deployment grants a plugin.
+    pub grants: BTreeMap<String, PluginGrant>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -406,6 +408,23 @@ impl File {
             ));
         }
 
+        for (name, grant) in &self.plugins.grants {
+            let key = format!("plugins.grants.{name}");
+            if !crate::valid_plugin_name(name) {
+                return Err(invalid(
+                    &key,
+                    "a plugin's name is 1 to 63 characters of a-z, 0-9 and -, starting with a letter".into(),
+                ));
+            }
+            if grant == &PluginGrant::default() {
+                return Err(invalid(
+                    &key,
+                    "grants nothing; set base_url, allowed_outbound_hosts or max_body_bytes, or remove the table".into(),
+                ));
+            }
+        }
+        let plugin_grants = self.plugins.grants;
+
         let keyring = self
             .secrets
             .keyring
@@ -436,6 +455,7 @@ impl File {
             telemetry,
             record_refused,
             plugin_dirs: self.plugins.dirs.into_iter().map(resolve).collect(),
+            plugin_grants,
         })
     }
 }

@@ -2,7 +2,9 @@
 //!
 //! Order (each step decides before the next runs, and why):
 //! 1. engine up, a plugin claims the route (404 otherwise), body at most
-//!    [`MAX_BODY`] (413) — nothing is read past the cap;
+//!    the plugin's `limits.max_body_bytes` (413): 1 MiB unless the
+//!    operator granted more (a large GitHub push parses to a small
+//!    delivery) — nothing is read past the cap;
 //! 2. an active company and a resolvable secret for the source, else 503 +
 //!    Retry-After (our outage, never the sender's fault); a company that
 //!    has no integration for the source is 404 (not an outage: a sender
@@ -81,10 +83,11 @@ pub use captures::RefusedLog;
 use refusals::Refusals;
 use release::{Releaser, forget};
 
-/// Largest body accepted: 1 MiB. GitHub caps its payloads at 25 MB, but
-/// the stream's default message limit is 1 MiB and a mention never needs
-/// more; a larger body is answered 413 before anything else reads it.
-pub const MAX_BODY: usize = 1024 * 1024;
+/// The 413's sentence for a route whose body limit is `cap` bytes.
+fn too_large(cap: u64) -> String {
+    format!("the body is larger than this route accepts ({cap} bytes)")
+}
+
 /// How long a delivery claim holds: longer than any sender's retry burst.
 pub const CLAIM_TTL: Duration = Duration::from_secs(5 * 60);
 /// How long the edge waits for the stream's ack.
@@ -252,7 +255,7 @@ impl Edge {
             })
     }
 
-    /// Serves one request: reads at most [`MAX_BODY`] of `body`. A refusal
+    /// Serves one request: reads at most the plugin's body limit of `body`. A refusal
     /// is noted (an event and a log line, rationed); every answer is
     /// counted in the node's metrics (a source no plugin serves as
     /// `unserved`, so a sender cannot mint label values).
@@ -300,10 +303,11 @@ impl Edge {
         headers: &HeaderMap,
         body: Body,
     ) -> (Outcome, Option<Bytes>) {
-        if self.plugin_for(source).is_none() {
+        let Some(plugin) = self.plugin_for(source) else {
             let why = format!("no webhook plugin serves /webhooks/{source}");
             return (refused(StatusCode::NOT_FOUND, why), None);
-        }
+        };
+        let cap = plugin.manifest().limits.max_body_bytes;
         if let Some(h) = handle
             && (h.len() > MAX_ROUTE_HANDLE
                 || !h
@@ -319,20 +323,17 @@ impl Edge {
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > MAX_BODY as u64) {
-            return (
-                refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB"),
-                None,
-            );
+        if declared.is_some_and(|n| n > cap) {
+            return (refused(StatusCode::PAYLOAD_TOO_LARGE, too_large(cap)), None);
         }
-        let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        let body = match axum::body::to_bytes(body, cap as usize).await {
             Ok(b) => b,
             Err(e) => {
                 // axum reports the cap as "length limit exceeded" in the chain.
                 let too_big =
                     format!("{e:#} {:?}", std::error::Error::source(&e)).contains("length limit");
                 let answer = if too_big {
-                    refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB")
+                    refused(StatusCode::PAYLOAD_TOO_LARGE, too_large(cap))
                 } else {
                     refused(StatusCode::BAD_REQUEST, format!("unreadable body: {e}"))
                 };
@@ -391,8 +392,9 @@ impl Edge {
                 format!("no webhook plugin serves /webhooks/{source}"),
             ));
         };
-        if body.len() > MAX_BODY {
-            return Err(refused(StatusCode::PAYLOAD_TOO_LARGE, "body above 1 MiB"));
+        let cap = plugin.manifest().limits.max_body_bytes;
+        if body.len() as u64 > cap {
+            return Err(refused(StatusCode::PAYLOAD_TOO_LARGE, too_large(cap)));
         }
         let Some(active) = self.cfg.active.current() else {
             return Err(Outcome::Unavailable("no active company".into()));

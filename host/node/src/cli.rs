@@ -93,6 +93,10 @@ enum PluginsCmd {
         /// A running node's HTTP API (e.g. http://127.0.0.1:7420).
         #[arg(long, value_name = "URL", env = "CREWLET_API")]
         api: Option<String>,
+        /// A node configuration whose `[plugins.grants]` to apply, as that
+        /// node would (its `[plugins] dirs` are read too).
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
     },
     /// Run one request through a plugin and print what it made of it,
     /// with what it wrote to stderr or its log. A webhook plugin gets a
@@ -665,7 +669,16 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                 }
             }
         }
-        PluginsCmd::List { dirs, api: None } => match crewlet_plugins::list(&dirs) {
+        PluginsCmd::List {
+            dirs,
+            api: None,
+            config: Some(file),
+        } => crate::plugins::list_granted(&file, &dirs),
+        PluginsCmd::List {
+            dirs,
+            api: None,
+            config: None,
+        } => match crewlet_plugins::list(&dirs) {
             Ok(list) => {
                 print!("{list}");
                 0

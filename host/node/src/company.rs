@@ -238,8 +238,8 @@ fn unknown_options(
         .map(|k| crewlet_company::DocError {
             path: format!("{at}.options.{k}"),
             message: format!(
-                "provider `{}` does not read the option `{k}` ({takes}); remove it (a provider's base URL and hosts are set in its plugin.toml `[provider]`)",
-                entry.provider
+                "provider `{}` does not read the option `{k}` ({takes}); remove it (a provider's base URL and hosts are its plugin.toml's `[provider]`, or granted by the operator in the node's configuration: `[plugins.grants.{}] base_url = …`)",
+                entry.provider, entry.provider
             ),
         })
         .collect()

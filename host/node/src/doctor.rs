@@ -344,9 +344,18 @@ fn plugins(
             return None;
         }
     }
-    crewlet_plugins::Catalogue::load_dirs(&dirs)
-        .ok()
-        .map(|(c, _)| c)
+    match crate::plugins::catalogue(&dirs, config) {
+        Ok((catalogue, _)) => Some(catalogue),
+        Err(e) => {
+            out.push(bad(
+                "plugin grants",
+                Verdict::Fail,
+                e.to_string(),
+                "fix the [plugins.grants] table it names: `crewlet run` refuses to start with it",
+            ));
+            None
+        }
+    }
 }
 
 fn company(

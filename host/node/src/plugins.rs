@@ -26,7 +26,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crewlet_config::NodeConfig;
 use crewlet_plugins::catalogue::Catalogue;
+use crewlet_plugins::grant::Grant;
 use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::module::{ModulePlugin, WatchState, orphaned_buckets};
 use crewlet_plugins::provider::ProviderPlugin;
@@ -70,24 +72,85 @@ pub enum ModuleState {
 pub enum StartError {
     #[error("{0}")]
     Dir(#[source] crewlet_plugins::DirError),
+    #[error("{0}")]
+    Grant(#[source] crewlet_plugins::grant::GrantError),
     #[error("the plugin engine could not start: {0}")]
     Engine(String),
     #[error("cannot create the module buckets the catalogue declares: {0}")]
     Buckets(String),
 }
 
+/// The catalogue under `dirs` with the operator's grants applied: the one
+/// way the node (its start check, its load, `doctor`) reads its plugins.
+pub fn catalogue(
+    dirs: &[std::path::PathBuf],
+    config: &NodeConfig,
+) -> Result<(Catalogue, Vec<crewlet_plugins::ManifestError>), StartError> {
+    let (mut catalogue, invalid) = Catalogue::load_dirs(dirs).map_err(StartError::Dir)?;
+    let grants: BTreeMap<String, Grant> = config
+        .plugin_grants
+        .iter()
+        .map(|(name, g)| {
+            let grant = Grant {
+                base_url: g.base_url.clone(),
+                allowed_outbound_hosts: g.allowed_outbound_hosts.clone(),
+                max_body_bytes: g.max_body_bytes,
+            };
+            (name.clone(), grant)
+        })
+        .collect();
+    let source = config.source.as_ref().map_or_else(
+        || "the node's configuration".to_string(),
+        |p| p.display().to_string(),
+    );
+    catalogue
+        .apply_grants(&grants, &source)
+        .map_err(StartError::Grant)?;
+    Ok((catalogue, invalid))
+}
+
+/// `crewlet plugins list --config FILE [DIR…]`: the plugins as the node
+/// that file configures would load them, grants applied; the exit status.
+pub fn list_granted(file: &Path, dirs: &[std::path::PathBuf]) -> i32 {
+    let env = |name: &str| std::env::var(name).ok();
+    let config = match NodeConfig::load(Some(file), &Default::default(), &env) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            return 2;
+        }
+    };
+    let dirs: Vec<std::path::PathBuf> = config.plugin_dirs.iter().chain(dirs).cloned().collect();
+    match catalogue(&dirs, &config) {
+        Ok((catalogue, invalid)) => {
+            let list = crewlet_plugins::PluginList {
+                dirs,
+                catalogue,
+                invalid,
+            };
+            print!("{list}");
+            0
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}
+
 /// Loads the catalogue under `dir`; module buckets are created with
 /// `replicas` copies (`stream.replicas`).
 pub async fn load(
     dirs: &[std::path::PathBuf],
-    data_dir: &Path,
+    config: &NodeConfig,
     client: async_nats::Client,
-    replicas: usize,
     publisher: crewlet_observe::Publisher,
 ) -> Result<Loaded, StartError> {
+    let data_dir = &config.data_dir;
+    let replicas = config.stream.replicas;
     let bus: Arc<dyn crewlet_plugins::module::ModuleBus> =
         Arc::new(crate::modules::bus::NodeBus(publisher));
-    let (catalogue, invalid) = Catalogue::load_dirs(dirs).map_err(StartError::Dir)?;
+    let (catalogue, invalid) = catalogue(dirs, config)?;
     let mut failed: Vec<(String, String)> = invalid
         .into_iter()
         .map(|e| {
@@ -229,8 +292,10 @@ fn start_module(module: Arc<ModulePlugin>, states: Arc<Mutex<BTreeMap<String, Mo
     });
 }
 
-/// What a plugin may touch, one line per grant.
+/// What a plugin may touch, one line per grant; what the operator's
+/// configuration added says so.
 pub fn permissions(m: &Manifest) -> Vec<String> {
+    let by_operator = format!(" ({})", m.granted);
     let mut out = vec![format!(
         "memory {} MiB, {} ms per call",
         m.limits.memory_bytes / (1024 * 1024),
@@ -243,15 +308,33 @@ pub fn permissions(m: &Manifest) -> Vec<String> {
         Permissions::Webhook { routes, secrets } => {
             out.extend(routes.iter().map(|r| format!("serves {r}")));
             out.extend(secrets.iter().map(|s| format!("secret {s}")));
+            let whose = match m.granted.max_body_bytes {
+                Some(_) => by_operator.as_str(),
+                None => "",
+            };
+            out.push(format!(
+                "bodies up to {} bytes{whose}",
+                m.limits.max_body_bytes
+            ));
         }
         Permissions::Provider {
+            base_url,
             allowed_outbound_hosts,
             ..
-        } => out.extend(
-            allowed_outbound_hosts
-                .iter()
-                .map(|o| format!("outbound {o}")),
-        ),
+        } => {
+            let whose = match &m.granted.base_url {
+                Some(_) => by_operator.as_str(),
+                None => "",
+            };
+            out.push(format!("base URL {base_url}{whose}"));
+            out.extend(allowed_outbound_hosts.iter().map(|o| {
+                let whose = match m.granted.outbound.contains(o) {
+                    true => by_operator.as_str(),
+                    false => "",
+                };
+                format!("outbound {o}{whose}")
+            }));
+        }
         Permissions::Module { state, reads, .. } => {
             out.extend(state.iter().map(|b| format!("owns bucket {}", b.local)));
             out.extend(reads.iter().map(|r| format!("reads bucket {r}")));

@@ -145,16 +145,10 @@ pub async fn start(
     let loaded = match p.plugins {
         [] => None,
         dirs => Some(Arc::new(
-            crate::plugins::load(
-                dirs,
-                &p.config.data_dir,
-                client.clone(),
-                p.config.stream.replicas,
-                publisher.clone(),
-            )
-            .instrument(info_span!("plugins", subsystem = "plugins"))
-            .await
-            .map_err(NodeError::Plugins)?,
+            crate::plugins::load(dirs, p.config, client.clone(), publisher.clone())
+                .instrument(info_span!("plugins", subsystem = "plugins"))
+                .await
+                .map_err(NodeError::Plugins)?,
         )),
     };
     start_tokens(p, &coord, bound, started).await;

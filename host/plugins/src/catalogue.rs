@@ -415,6 +415,15 @@ pub struct PluginList {
     pub invalid: Vec<ManifestError>,
 }
 
+/// ` (operator grant in FILE)` when `granted`, else nothing.
+fn by_operator(m: &Manifest, granted: bool) -> String {
+    if granted {
+        format!(" ({})", m.granted)
+    } else {
+        String::new()
+    }
+}
+
 impl fmt::Display for PluginList {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "plugins under {}", shown(&self.dirs))?;
@@ -447,6 +456,12 @@ impl fmt::Display for PluginList {
                     writeln!(f, "  serves: {}", routes.join(", "))?;
                     writeln!(
                         f,
+                        "  body limit: {} bytes{}",
+                        m.limits.max_body_bytes,
+                        by_operator(m, m.granted.max_body_bytes.is_some())
+                    )?;
+                    writeln!(
+                        f,
                         "  secrets: {}",
                         if secrets.is_empty() {
                             "none".to_string()
@@ -460,13 +475,17 @@ impl fmt::Display for PluginList {
                     allowed_outbound_hosts,
                     options,
                 } => {
-                    writeln!(f, "  base url: {base_url}")?;
+                    writeln!(
+                        f,
+                        "  base url: {base_url}{}",
+                        by_operator(m, m.granted.base_url.is_some())
+                    )?;
                     if !options.is_empty() {
                         writeln!(f, "  model options: {}", options.join(", "))?;
                     }
                     let hosts: Vec<String> = allowed_outbound_hosts
                         .iter()
-                        .map(|o| o.to_string())
+                        .map(|o| format!("{o}{}", by_operator(m, m.granted.outbound.contains(o))))
                         .collect();
                     writeln!(f, "  outbound http: {}", hosts.join(", "))?;
                 }

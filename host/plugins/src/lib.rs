@@ -20,6 +20,7 @@ pub mod catalogue;
 pub mod cli;
 pub mod crypto;
 pub mod fault;
+pub mod grant;
 pub mod latency;
 pub mod manifest;
 pub mod module;

@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::grant::{DEFAULT_MAX_BODY, Granted};
+
 mod module;
 
 pub(crate) use module::compile as compile_schema;
@@ -157,6 +159,9 @@ pub struct Limits {
     /// The most calls that run at once (capped by
     /// [`MAX_CONCURRENCY`]).
     pub concurrency: u32,
+    /// The largest body a webhook route reads: [`DEFAULT_MAX_BODY`]
+    /// unless the operator granted more (never the manifest).
+    pub max_body_bytes: u64,
 }
 
 /// One `scheme://host:port` a provider may reach.
@@ -273,6 +278,8 @@ pub struct Manifest {
     pub scratch: bool,
     pub limits: Limits,
     pub permissions: Permissions,
+    /// What the operator's configuration added (empty: nothing).
+    pub granted: Granted,
 }
 
 #[derive(Deserialize)]
@@ -452,6 +459,7 @@ impl Manifest {
             memory_bytes: memory_mib * 1024 * 1024,
             deadline: std::time::Duration::from_millis(deadline_ms),
             concurrency,
+            max_body_bytes: DEFAULT_MAX_BODY,
         };
 
         let sections = [
@@ -564,6 +572,7 @@ impl Manifest {
             scratch: raw.scratch,
             limits,
             permissions,
+            granted: Granted::default(),
         })
     }
 }

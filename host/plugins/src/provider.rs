@@ -20,7 +20,7 @@ use wasmtime_wasi_http::WasiHttpCtx;
 use crate::HealthReport;
 use crate::bindings::provider::ProviderPre;
 use crate::call::Guard;
-use crate::manifest::{Manifest, Permissions};
+use crate::manifest::{Manifest, Origin, Permissions};
 use crate::outbound::OutboundPolicy;
 use crate::pool::Connections;
 use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
@@ -117,6 +117,11 @@ impl ProviderPlugin {
             unreachable!("a ProviderPlugin is only loaded from a provider manifest");
         };
         req.base_url = base_url.clone();
+        // A failure names where it went: the one thing the plugin's
+        // redacted message never says, and the first an operator asks.
+        let tried = Origin::parse(base_url)
+            .map(|o| o.to_string())
+            .unwrap_or_else(|_| base_url.clone());
         let policy = OutboundPolicy::new(
             &self.manifest.name,
             &self.manifest.file.display().to_string(),
@@ -155,7 +160,12 @@ impl ProviderPlugin {
                 (store, r.map(|answer| (answer, said)))
             })
             .await?;
-        Ok(result)
+        let (answer, said) = result;
+        let answer = answer.map_err(|mut e| {
+            e.message = format!("{} (calling {tried})", e.message);
+            e
+        });
+        Ok((answer, said))
     }
 }
 
