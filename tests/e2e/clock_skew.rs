@@ -4,7 +4,7 @@
 //! node's wall clock). Their seats stay with their holders, at the same
 //! epoch, for three lease TTLs — the node ahead takes nothing live, the one
 //! behind loses nothing; and when the node ahead is killed, the one behind
-//! takes its seats (and the scheduler duty, if it held it) after the
+//! takes its seats (and the scheduler duty it held) after the
 //! deadline and within a few seconds of it, not a minute late.
 
 use crate::common;
@@ -110,8 +110,14 @@ fn skewed_clocks_neither_steal_nor_lose_a_lease_and_a_killed_holder_is_taken_ove
         .add("scripted", "plugins/providers/scripted/plugin.toml");
     let (sb_ahead, sb_behind) = (Sandbox::new(), Sandbox::new());
     let mut ahead = spawn(&sb_ahead, &server, "ahead", 60_000, &shared);
-    let mut behind = spawn(&sb_behind, &server, "behind", -60_000, &shared);
     ahead.wait_ready(Duration::from_secs(60));
+    // The node ahead takes the scheduler first, so its death is a duty
+    // the node behind must take in time as well.
+    assert!(
+        eventually(Duration::from_secs(15), || holds_scheduler(&ahead)),
+        "the first node never took the scheduler duty"
+    );
+    let mut behind = spawn(&sb_behind, &server, "behind", -60_000, &shared);
     behind.wait_ready(Duration::from_secs(60));
 
     // Two seats each, every one held.
@@ -125,10 +131,9 @@ fn skewed_clocks_neither_steal_nor_lose_a_lease_and_a_killed_holder_is_taken_ove
         "seats never spread two and two: {view:?}"
     );
     let settled = tenures(&view);
-    let scheduler_ahead = holds_scheduler(&ahead);
-    let scheduler_behind = holds_scheduler(&behind);
+    assert!(holds_scheduler(&ahead) && !holds_scheduler(&behind));
     eprintln!(
-        "clock_skew: spread after {:?}: {settled:?}; scheduler ahead {scheduler_ahead}, behind {scheduler_behind}",
+        "clock_skew: spread after {:?}: {settled:?}",
         begun.elapsed()
     );
 
@@ -140,9 +145,8 @@ fn skewed_clocks_neither_steal_nor_lose_a_lease_and_a_killed_holder_is_taken_ove
             let now = tenures(&seats(n));
             assert_eq!(now, settled, "a seat changed hands while both nodes live");
         }
-        assert_eq!(
-            (holds_scheduler(&ahead), holds_scheduler(&behind)),
-            (scheduler_ahead, scheduler_behind),
+        assert!(
+            holds_scheduler(&ahead) && !holds_scheduler(&behind),
             "the scheduler duty moved while both nodes live"
         );
         // The pace of a reader; leases beat every second.
@@ -166,9 +170,11 @@ fn skewed_clocks_neither_steal_nor_lose_a_lease_and_a_killed_holder_is_taken_ove
     );
     let took = killed.elapsed();
     eprintln!("clock_skew: seats taken over {took:?} after the kill");
-    // Its last renew was at most a heartbeat (1 s) before the kill.
+    // Its last renew was about half a heartbeat (0.5 s) before the kill;
+    // two heartbeats of slack for a loaded machine. Taken on the node's
+    // clock a minute ahead, they moved at once.
     assert!(
-        took >= TTL - Duration::from_secs(1),
+        took >= TTL - Duration::from_secs(2),
         "seats taken {took:?} after the kill: before their leases lapsed"
     );
     for (seat, (_, epoch, _)) in &last {
@@ -176,12 +182,11 @@ fn skewed_clocks_neither_steal_nor_lose_a_lease_and_a_killed_holder_is_taken_ove
             assert!(*epoch > settled[seat].1, "{seat}: {last:?}");
         }
     }
-    if scheduler_ahead {
-        assert!(
-            eventually(Duration::from_secs(5), || holds_scheduler(&behind)),
-            "the node behind never took the scheduler duty"
-        );
-    }
+    // The duty's TTL is shorter than the seats': it lapsed by now.
+    assert!(
+        eventually(Duration::from_secs(3), || holds_scheduler(&behind)),
+        "the node behind never took the scheduler duty"
+    );
     assert_eq!(SEATS.len(), last.len());
     eprintln!("clock_skew: whole test {:?}", begun.elapsed());
 }
