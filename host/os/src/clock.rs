@@ -33,7 +33,10 @@ fn shifted(t: SystemTime, offset_ms: i64) -> SystemTime {
     if offset_ms >= 0 {
         t.checked_add(by).unwrap_or(t)
     } else {
-        t.checked_sub(by).unwrap_or(UNIX_EPOCH)
+        // Never before 1970, like `now_ms`.
+        t.checked_sub(by)
+            .filter(|s| *s >= UNIX_EPOCH)
+            .unwrap_or(UNIX_EPOCH)
     }
 }
 
