@@ -5,6 +5,7 @@
 
 mod common;
 
+mod clock_skew;
 mod config_plane;
 mod dashboard;
 mod doctor;

@@ -166,4 +166,10 @@ impl Kv for Faulty {
     fn now(&self) -> SystemTime {
         self.inner.now()
     }
+    fn broker_now<'a>(&'a self, bucket: Bucket) -> BoxFuture<'a, KvResult<SystemTime>> {
+        Box::pin(async move {
+            self.read_gate()?;
+            self.inner.broker_now(bucket).await
+        })
+    }
 }

@@ -22,7 +22,8 @@ pub struct Entry {
     pub value: Bytes,
     /// The stream sequence of this record: the key's revision.
     pub revision: u64,
-    /// When the store received it (the broker's clock).
+    /// When the store received it (the broker's clock: judge it only
+    /// against [`Kv::broker_now`]).
     pub written_at: SystemTime,
     /// True for a delete/purge marker.
     pub removed: bool,
@@ -127,6 +128,14 @@ pub trait Kv: Send + Sync + 'static {
     /// The age in force for a bucket (as adopted), `None` for no age.
     fn age(&self, bucket: Bucket) -> Option<Duration>;
 
-    /// The reader's clock, against which deadlines in records are judged.
+    /// This node's wall clock: for what the design judges on the reader's
+    /// own clock (a delivery claim's deadline, a valve's window, budget
+    /// windows, cooldowns). Never a lease's liveness: see [`Kv::broker_now`].
     fn now(&self) -> SystemTime;
+
+    /// The broker's time now, as a floor (never later than the clock that
+    /// stamps `bucket`'s writes, never going backwards): what a deadline
+    /// counted from a record's `written_at` — a lease's — is judged against.
+    /// `Err` when it cannot be established: unknown, never "expired".
+    fn broker_now<'a>(&'a self, bucket: Bucket) -> BoxFuture<'a, KvResult<SystemTime>>;
 }

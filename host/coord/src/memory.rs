@@ -35,13 +35,13 @@ pub trait Clock: Send + Sync + 'static {
     fn now(&self) -> SystemTime;
 }
 
-/// The system clock.
+/// This node's wall clock (`crewlet_os::wall_now`, which a test may shift).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> SystemTime {
-        SystemTime::now()
+        crewlet_os::wall_now()
     }
 }
 
@@ -360,6 +360,11 @@ impl Kv for MemoryKv {
 
     fn now(&self) -> SystemTime {
         self.inner.clock.now()
+    }
+
+    /// The twin is its own broker: its clock stamps its writes.
+    fn broker_now<'a>(&'a self, _bucket: Bucket) -> BoxFuture<'a, KvResult<SystemTime>> {
+        Box::pin(async move { Ok(self.inner.clock.now()) })
     }
 }
 

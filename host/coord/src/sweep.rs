@@ -10,6 +10,7 @@
 //! a record created again after the sweep saw the marker has a later
 //! revision and survives (a bare purge would take it with the marker).
 //! Nothing takes a marker as an answer, so sweeping changes no answer.
+//! A marker's age is counted on the broker's clock, which stamped it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,8 +52,10 @@ impl Coord {
         let mut report = SweepReport::default();
         for b in self.swept_buckets() {
             let kv = self.kv(b);
-            let before = kv.now().checked_sub(age).unwrap_or(std::time::UNIX_EPOCH);
             let result = async {
+                // A marker's write instant is the broker's: so is its age.
+                let now = kv.broker_now(b).await?;
+                let before = now.checked_sub(age).unwrap_or(std::time::UNIX_EPOCH);
                 let markers = kv.markers(b, before).await?;
                 for m in &markers {
                     kv.purge_through(b, &m.key, m.revision).await?;

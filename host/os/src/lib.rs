@@ -2,8 +2,9 @@
 //!
 //! Pieces the node, the MCP children, the embedded broker, the plugin host and the test
 //! kit each needed, kept here so that there is one reading of each:
-//! - [`now_ms`]: the wall clock as Unix milliseconds, the unit of every
-//!   stored and published timestamp.
+//! - [`now_ms`] / [`wall_now`]: the wall clock as Unix milliseconds, the
+//!   unit of every stored and published timestamp (shifted, in tests only,
+//!   by [`TEST_CLOCK_OFFSET_ENV`]).
 //! - [`DieWithParent`]: a child that gets SIGKILL when the thread that forked
 //!   it ends, so a crashed or killed parent leaves no orphans behind.
 //! - [`lower_thread_priority`]: a thread the kernel serves after the node's
@@ -15,6 +16,6 @@ mod clock;
 mod priority;
 mod spawn;
 
-pub use clock::now_ms;
+pub use clock::{TEST_CLOCK_OFFSET_ENV, now_ms, wall_now};
 pub use priority::lower_thread_priority;
 pub use spawn::DieWithParent;

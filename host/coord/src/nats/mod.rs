@@ -33,6 +33,9 @@
 //!   stale one is a conflict, any other failure is unavailable. What a
 //!   refused write means is read from the ack's JetStream error code, never
 //!   from its text.
+//! - A lease's liveness is judged on the broker's clock ([`clock`]), never
+//!   this node's: [`Kv::broker_now`]. [`Kv::now`] is the node's wall clock,
+//!   for what the design judges on the reader's own clock.
 //! - Buckets that exist are adopted, never reconfigured — except a named
 //!   bucket whose owner's spec differs from it ([`crate::named`]), served
 //!   by the same primitives as the coordination buckets.
@@ -49,12 +52,14 @@ use futures::future::BoxFuture;
 
 use crate::bucket::{Bucket, Retentions};
 use crate::kv::{Change, Conflict, Entry, Expect, Kv, KvResult, Unavailable, Watch, WriteResult};
+use crate::memory::{Clock, SystemClock};
 use crate::named::{
     BucketName, Existing, NamedError, NamedKv, NamedOpened, NamedResult, NamedSpec, NamedUsage,
     NamedWrite, Refused,
 };
 use crate::open::OpenError;
 
+pub mod clock;
 mod listing;
 mod named;
 
@@ -142,11 +147,15 @@ struct Opened {
     stream: stream::Stream,
     prefix: String,
     age: Option<Duration>,
+    /// The clock of the server that stamps this bucket's writes.
+    clock: clock::BrokerClock,
 }
 
 /// The JetStream KV backend, on the node's one connection.
 pub struct NatsKv {
     js: jetstream::Context,
+    /// This node's wall clock ([`Kv::now`]).
+    wall: Arc<dyn Clock>,
     buckets: HashMap<Bucket, Arc<Opened>>,
     /// Buckets opened (or adopted on first use) by name.
     named: Mutex<HashMap<BucketName, Arc<Opened>>>,
@@ -176,6 +185,7 @@ impl Opened {
             name,
             stream,
             age: (!max_age.is_zero()).then_some(max_age),
+            clock: clock::BrokerClock::default(),
         }
     }
 }
@@ -239,6 +249,7 @@ impl NatsKv {
         }
         Ok(NatsKv {
             js,
+            wall: Arc::new(SystemClock),
             buckets: opened_all,
             named: Mutex::default(),
         })
@@ -251,9 +262,18 @@ impl NatsKv {
         js.set_timeout(request_timeout);
         NatsKv {
             js,
+            wall: Arc::new(SystemClock),
             buckets: HashMap::new(),
             named: Mutex::default(),
         }
+    }
+
+    /// The same backend with another wall clock for this node: tests stand
+    /// in a node whose clock is wrong (the process-wide way is
+    /// `crewlet_os::TEST_CLOCK_OFFSET_ENV`).
+    pub fn with_wall_clock(mut self, wall: Arc<dyn Clock>) -> NatsKv {
+        self.wall = wall;
+        self
     }
 
     fn bucket(&self, b: Bucket) -> KvResult<&Arc<Opened>> {
@@ -541,6 +561,10 @@ impl Kv for NatsKv {
     }
 
     fn now(&self) -> SystemTime {
-        SystemTime::now()
+        self.wall.now()
+    }
+
+    fn broker_now<'a>(&'a self, bucket: Bucket) -> BoxFuture<'a, KvResult<SystemTime>> {
+        Box::pin(async move { self.broker_now_in(self.bucket(bucket)?).await })
     }
 }

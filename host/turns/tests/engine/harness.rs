@@ -295,6 +295,9 @@ impl Kv for BlindLedger {
     fn now(&self) -> SystemTime {
         self.inner.now()
     }
+    fn broker_now<'a>(&'a self, b: Bucket) -> BoxFuture<'a, KvResult<SystemTime>> {
+        self.inner.broker_now(b)
+    }
 }
 
 /// One engine over the twin, with its ports' far sides in reach.

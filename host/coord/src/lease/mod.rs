@@ -21,8 +21,13 @@
 //!   incarnation, not a host, so a restarted node is a new owner.
 //! - An acquire whose answer was lost (unknown) is finished by the same
 //!   owner asking again: it finds its own record and gets the same epoch.
+//! - Whether a deadline has passed is judged on the broker's clock
+//!   ([`crate::Kv::broker_now`]), the clock that stamped the record's write
+//!   instant — never this node's, whose error would steal a live lease (a
+//!   clock ahead) or lose one (a holder's clock ahead). Broker time unknown
+//!   makes the answer unknown, never "expired".
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
@@ -32,6 +37,10 @@ use crate::bucket::{Bucket, MAX_DUTY_TTL};
 use crate::kv::{Entry, Expect};
 use crate::names::{ResourceName, check_class};
 use crate::{Coord, decode, encode};
+
+mod status;
+
+pub use status::{BrokerRow, DutyRow, NodeStatus, ServerRow};
 
 /// A process incarnation: who holds a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -51,68 +60,6 @@ impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
-}
-
-/// What a node says about itself on its presence lease. Keys this build
-/// does not know are ignored, so a newer peer can add fields.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct NodeStatus {
-    pub roles: Vec<String>,
-    pub labels: BTreeMap<String, String>,
-    pub turns_in_flight: u32,
-    pub draining: bool,
-    pub posture: String,
-    /// Unix milliseconds.
-    pub started_at_ms: i64,
-    /// Seats this node serves (acquired, equipped and attached).
-    pub seats_held: u32,
-    /// One row per MCP server this node runs children of.
-    pub mcp: Vec<ServerRow>,
-    /// The singleton duties this node holds now.
-    pub duties: Vec<DutyRow>,
-    /// The NATS server this node's one connection is on (absent from
-    /// builds that did not say, and until the node is connected).
-    pub broker: Option<BrokerRow>,
-}
-
-/// The NATS server a node is connected to, from the server's INFO, and
-/// the URLs it was given (credentials stripped).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct BrokerRow {
-    pub server_name: String,
-    pub server_id: String,
-    /// The server's cluster, when it is in one.
-    pub cluster: Option<String>,
-    pub version: String,
-    /// `host:port` as the server advertises itself.
-    pub advertised: String,
-    pub urls: Vec<String>,
-}
-
-/// A singleton duty a node holds: its `worker:` lease's epoch, and since
-/// when (Unix milliseconds) this node has held it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DutyRow {
-    pub duty: String,
-    pub epoch: u64,
-    pub since_ms: i64,
-}
-
-/// One MCP server on a node: children started and failed (over its seats,
-/// or one shared child), tools it offers, and the last failure's reason
-/// (at most 240 bytes).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct ServerRow {
-    pub server: String,
-    pub shared: bool,
-    pub started: u32,
-    pub failed: u32,
-    pub tools: u32,
-    pub last_failure: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -138,7 +85,9 @@ pub struct Lease {
     /// The fencing epoch.
     pub epoch: u64,
     pub ttl: Duration,
-    /// When the record lapses (store write instant + TTL).
+    /// When the record lapses, on the broker's clock (its write instant +
+    /// TTL; a holder's own is counted from before its write was sent).
+    /// Compare it with the broker's time, never this node's wall clock.
     pub deadline: SystemTime,
     pub status: Option<NodeStatus>,
     /// The lease key's revision at the read or write that produced this.
@@ -175,6 +124,9 @@ fn bucket_for(class: &str) -> Bucket {
 }
 
 struct Read {
+    /// The broker's time, a floor taken beside the reads (so no later than
+    /// any instant they were answered at).
+    now: SystemTime,
     /// The lease key's latest revision, a marker's included (0: nothing).
     lease_rev: u64,
     lease: Option<(Entry, LeaseRecord)>,
@@ -222,11 +174,12 @@ impl Coord {
     async fn read_tenure(&self, name: &ResourceName) -> Result<Read, CoordError> {
         let b = bucket_for(name.class());
         let key = name.key();
-        let (l, e) = futures::join!(
+        let (now, l, e) = futures::join!(
+            self.kv(b).broker_now(b),
             self.kv(b).get(b, &key),
             self.kv(Bucket::Epochs).get(Bucket::Epochs, &key)
         );
-        let l = l?;
+        let (now, l) = (now?, l?);
         let lease_rev = l.as_ref().map_or(0, |e| e.revision);
         let lease = match l {
             Some(e) if !e.removed => {
@@ -243,14 +196,11 @@ impl Coord {
             _ => None,
         };
         Ok(Read {
+            now,
             lease_rev,
             lease,
             epoch,
         })
-    }
-
-    fn live(&self, b: Bucket, e: &Entry, r: &LeaseRecord) -> bool {
-        !e.removed && deadline(e, r) > self.kv(b).now()
     }
 
     fn to_lease(name: &ResourceName, e: &Entry, r: &LeaseRecord) -> Lease {
@@ -305,15 +255,16 @@ impl Coord {
             if attempt > 0 {
                 crate::backoff(attempt - 1).await;
             }
-            let sent = kv.now();
             let read = self.read_tenure(name).await?;
+            // The broker's time before any write below was sent.
+            let sent = read.now;
             let (cur_epoch, epoch_rev, epoch_owner) = match &read.epoch {
                 Some((e, r)) => (r.epoch, e.revision, Some(r.owner.clone())),
                 None => (0, 0, None),
             };
             let lease_rev = read.lease_rev;
             if let Some((e, r)) = &read.lease
-                && self.live(b, e, r)
+                && live(e, r, read.now)
             {
                 {
                     if &r.owner != owner {
@@ -440,7 +391,8 @@ impl Coord {
         let b = bucket_for(lease.name.class());
         let key = lease.name.key();
         let kv = self.kv(b);
-        let sent = kv.now();
+        // The broker's time before either write below was sent.
+        let sent = kv.broker_now(b).await?;
         // Fast path: a compare-and-swap on the revision of our own last
         // write. It lands only if nobody wrote the key since — so the record
         // there is still ours, at our epoch — and only while our own
@@ -477,7 +429,7 @@ impl Coord {
             return Ok(Answer::No(NotHeld::Free));
         }
         let r: LeaseRecord = decode(b, &cur)?;
-        if !self.live(b, &cur, &r) {
+        if !live(&cur, &r, sent) {
             return Ok(Answer::No(NotHeld::Free));
         }
         if r.owner != lease.owner || r.epoch != lease.epoch {
@@ -518,7 +470,8 @@ impl Coord {
         let b = bucket_for(lease.name.class());
         let key = lease.name.key();
         let kv = self.kv(b);
-        let Some(cur) = kv.get(b, &key).await? else {
+        let (now, cur) = futures::join!(kv.broker_now(b), kv.get(b, &key));
+        let Some(cur) = cur? else {
             return Ok(Answer::No(NotHeld::Free));
         };
         if cur.removed {
@@ -531,7 +484,7 @@ impl Coord {
                 epoch: r.epoch,
             }));
         }
-        if !self.live(b, &cur, &r) {
+        if !live(&cur, &r, now?) {
             return Ok(Answer::No(NotHeld::Free));
         }
         match kv.remove(b, &key, Expect::Revision(cur.revision)).await? {
@@ -543,10 +496,9 @@ impl Coord {
     /// Who holds `name` now: Yes with the live tenure (its epoch minted to
     /// its owner), or No. Leader reads only.
     pub async fn get(&self, name: &ResourceName) -> Reply<Lease, NotHeld> {
-        let b = bucket_for(name.class());
         let read = self.read_tenure(name).await?;
         match read.lease {
-            Some((e, r)) if self.live(b, &e, &r) => {
+            Some((e, r)) if live(&e, &r, read.now) => {
                 let minted = read
                     .epoch
                     .as_ref()
@@ -577,7 +529,8 @@ impl Coord {
     pub async fn list_live(&self, class: &str) -> Result<Vec<Lease>, CoordError> {
         check_class(class)?;
         let b = bucket_for(class);
-        let (leases, epochs) = futures::join!(
+        let (now, leases, epochs) = futures::join!(
+            self.kv(b).broker_now(b),
             self.kv(b).list(b, Some(class)),
             self.kv(Bucket::Epochs).list(Bucket::Epochs, Some(class))
         );
@@ -585,6 +538,7 @@ impl Coord {
             .iter()
             .map(|e| Ok((e.key.clone(), decode::<EpochRecord>(Bucket::Epochs, e)?)))
             .collect::<Result<_, CoordError>>()?;
+        let now = now?;
         let mut out = Vec::new();
         for e in leases? {
             let r: LeaseRecord = decode(b, &e)?;
@@ -594,7 +548,7 @@ impl Coord {
             let minted = epochs
                 .get(&e.key)
                 .is_some_and(|er| er.epoch == r.epoch && er.owner == r.owner);
-            if minted && self.live(b, &e, &r) {
+            if minted && live(&e, &r, now) {
                 out.push(Coord::to_lease(&name, &e, &r));
             }
         }
@@ -604,6 +558,12 @@ impl Coord {
 
 fn deadline(e: &Entry, r: &LeaseRecord) -> SystemTime {
     e.written_at + Duration::from_millis(r.ttl_ms)
+}
+
+/// Whether a record's tenure runs at `broker_now` (the broker's time: the
+/// clock that stamped `e.written_at`).
+fn live(e: &Entry, r: &LeaseRecord, broker_now: SystemTime) -> bool {
+    !e.removed && deadline(e, r) > broker_now
 }
 
 #[cfg(test)]
