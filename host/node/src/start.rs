@@ -103,7 +103,10 @@ pub async fn start(
     let urls = broker.health().urls.join(",");
     started.push_base("stream", move || Box::pin(broker.stop()));
     let jetstream = async_nats::jetstream::new(client.clone());
-    crewlet_stream::streams::ensure_streams(&jetstream, p.config.stream.replicas)
+    // Embedded servers clustering side by side: a peer may not have started.
+    let joining = matches!(&p.config.stream.mode,
+        crewlet_config::StreamMode::Embedded(b) if b.cluster.is_some());
+    crewlet_stream::streams::ensure_streams_joining(&jetstream, p.config.stream.replicas, joining)
         .instrument(info_span!("streams", subsystem = "stream"))
         .await?;
 
