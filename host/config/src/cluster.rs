@@ -52,7 +52,7 @@ impl ClusterConfig {
     /// route naming this server by another address counts twice.
     pub fn known_size(&self) -> usize {
         let own = self.listen.to_string();
-        let listed = self.routes.iter().any(|r| *r == own);
+        let listed = self.routes.contains(&own);
         self.routes.len() + usize::from(!listed)
     }
 }
@@ -177,7 +177,7 @@ fn parse_route(url: &str) -> Option<String> {
         && bare
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:".contains(&b))
-        && ((bare == host) == !bare.contains(':'));
+        && ((bare == host) != bare.contains(':'));
     host_ok.then(|| format!("{host}:{port}"))
 }
 

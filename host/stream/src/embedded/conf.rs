@@ -115,7 +115,7 @@ pub(crate) fn reported_ports(dir: &Path, pid: u32) -> Option<(u16, Option<u16>)>
 mod tests {
     use super::*;
 
-    fn conf<'a>(port: Option<u16>, sync: SyncPolicy, cluster: Option<&'a ClusterConfig>) -> String {
+    fn conf(port: Option<u16>, sync: SyncPolicy, cluster: Option<&ClusterConfig>) -> String {
         ServerConf {
             node_id: "n1",
             port,
