@@ -91,9 +91,11 @@ pub async fn start(
     started: &mut Started,
 ) -> Result<Option<crewlet_observe::Publisher>, NodeError> {
     let bound = serve_http(p, descriptors, started).await?;
-    let broker = match Broker::start(&p.config.stream, p.node_id, shutdown)
-        .instrument(info_span!("stream", subsystem = "stream"))
-        .await
+    let broker = match Broker::start_reporting(&p.config.stream, p.node_id, shutdown, |server| {
+        p.state.attach_broker_server(server)
+    })
+    .instrument(info_span!("stream", subsystem = "stream"))
+    .await
     {
         Ok(b) => b,
         Err(StreamError::Interrupted) => return Ok(None),

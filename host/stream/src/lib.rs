@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub use credential::BrokerCredential;
-pub use embedded::{BrokerStatus, Supervisor};
+pub use embedded::{BrokerStatus, ClusterStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
 pub use mailboxes::{
@@ -106,7 +106,20 @@ impl Broker {
     pub async fn start(
         config: &StreamConfig,
         node_id: &str,
+        cancel: watch::Receiver<bool>,
+    ) -> Result<Broker, StreamError> {
+        Self::start_reporting(config, node_id, cancel, |_| {}).await
+    }
+
+    /// [`Broker::start`], handing `early` the embedded server's status as
+    /// soon as the child accepts connections — before JetStream answers,
+    /// which for a cluster still forming may be minutes — so `/health` can
+    /// show what the server sees while the node waits.
+    pub async fn start_reporting(
+        config: &StreamConfig,
+        node_id: &str,
         mut cancel: watch::Receiver<bool>,
+        early: impl FnOnce(ServerWatch),
     ) -> Result<Broker, StreamError> {
         // A clustered embedded server answers JetStream only once its meta
         // group has a leader, which needs a quorum of members started.
@@ -117,6 +130,7 @@ impl Broker {
         let (urls, supervisor, options, auth) = match &config.mode {
             StreamMode::Embedded(spec) => {
                 let sup = Supervisor::start(spec, node_id, cancel.clone()).await?;
+                early(ServerWatch(sup.status_handle()));
                 let options = sup.credential().options();
                 (vec![sup.client_url()], Some(sup), options, "nkey")
             }
@@ -201,6 +215,17 @@ impl Broker {
             sup.stop().await;
         }
         info!(subsystem = "stream", "stream stopped");
+    }
+}
+
+/// The embedded server's status, readable while the node still waits for
+/// JetStream (see [`Broker::start_reporting`]).
+#[derive(Clone)]
+pub struct ServerWatch(Arc<std::sync::Mutex<BrokerStatus>>);
+
+impl ServerWatch {
+    pub fn status(&self) -> BrokerStatus {
+        self.0.lock().expect("broker status lock").clone()
     }
 }
 
