@@ -187,11 +187,12 @@ fn three_embedded_servers_cluster_and_two_take_over_from_a_killed_one() {
     let killed = Instant::now();
 
     // The two others keep serving, and take the orphaned seat within the
-    // lease TTL and a few heartbeats.
+    // lease TTL plus the re-elections the lost server forces (the meta
+    // group's and every R3 stream's it led: seen 7 to 13 s in all here).
     let survivors = &nodes[..victim];
     let mut now_held = Vec::new();
     assert!(
-        eventually(LEASE_TTL + Duration::from_secs(10), || {
+        eventually(LEASE_TTL + Duration::from_secs(14), || {
             now_held = holders(&survivors[0]);
             now_held.len() == 3 && now_held.iter().all(|(_, n)| n != victim_id)
         }),
