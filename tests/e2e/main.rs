@@ -10,6 +10,7 @@ mod config_plane;
 mod dashboard;
 mod doctor;
 mod duties;
+mod embedded_cluster;
 mod event_kinds;
 mod fleet;
 mod fleet_view;

@@ -9,6 +9,7 @@
 //! Relative paths in the file resolve against the file's own directory;
 //! paths given on the command line resolve against the working directory.
 
+mod cluster;
 mod credentials;
 pub mod duties;
 mod interpolate;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use cluster::{ClusterConfig, MIN_ROUTE_SECRET};
 pub use credentials::{NatsAuth, NatsCredentials, NatsTls};
 pub use duties::DutiesConfig;
 pub use interpolate::{InterpolateError, interpolate_str};
@@ -194,6 +196,9 @@ pub struct EmbeddedBroker {
     /// The node's nkey seed for its own broker: `<data_dir>/broker.nkey`,
     /// made at the first start, mode 0600.
     pub credential: PathBuf,
+    /// `[stream.cluster]`: this server's routes to its peers' embedded
+    /// servers; `None` runs it alone.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// When the broker fsyncs JetStream writes.

@@ -145,6 +145,7 @@ pub struct Stream {
     pub tls_ca: Option<PathBuf>,
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    pub cluster: Option<crate::cluster::raw::Cluster>,
 }
 
 impl Stream {
@@ -251,10 +252,10 @@ impl File {
             Some(Urls::Many(v)) => v.len() > 1,
             None => false,
         };
-        if local && (many_urls || replicas > 1) {
+        if local && (many_urls || replicas > 1 || self.stream.cluster.is_some()) {
             return Err(invalid(
                 "coordination.type",
-                "`local` leases are held in this process and fence nothing on another node, so they cannot run on a NATS cluster (several `stream.url`s or `stream.replicas` > 1); use `nats`".into(),
+                "`local` leases are held in this process and fence nothing on another node, so they cannot run on a NATS cluster (several `stream.url`s, `[stream.cluster]` or `stream.replicas` > 1); use `nats`".into(),
             ));
         }
         let auth = self.stream.take_auth();
@@ -265,6 +266,7 @@ impl File {
                     ("stream.port", self.stream.port.is_some()),
                     ("stream.nats_server", self.stream.nats_server.is_some()),
                     ("stream.sync", self.stream.sync.is_some()),
+                    ("stream.cluster", self.stream.cluster.is_some()),
                 ] {
                     if set {
                         return Err(invalid(
@@ -295,13 +297,31 @@ impl File {
                         "applies to an external NATS (`stream.url`) only; the embedded broker makes its own credential in the data dir".into(),
                     ));
                 }
-                if replicas > 1 {
-                    return Err(invalid(
-                        "stream.replicas",
-                        format!(
-                            "{replicas} replicas need a NATS cluster, and the embedded broker is one server; set `stream.url` to the cluster or use 1"
-                        ),
-                    ));
+                let cluster = self
+                    .stream
+                    .cluster
+                    .map(|c| c.validate())
+                    .transpose()
+                    .map_err(|(key, message)| invalid(key, message))?;
+                match &cluster {
+                    None if replicas > 1 => {
+                        return Err(invalid(
+                            "stream.replicas",
+                            format!(
+                                "{replicas} replicas need a NATS cluster, and this embedded broker is one server; cluster the fleet's embedded brokers with `[stream.cluster]`, set `stream.url` to an external cluster, or use 1"
+                            ),
+                        ));
+                    }
+                    Some(c) if replicas > c.known_size() => {
+                        return Err(invalid(
+                            "stream.replicas",
+                            format!(
+                                "{replicas} replicas need {replicas} servers, and `stream.cluster.routes` reach at most {} (with this one); add routes or lower the replicas",
+                                c.known_size()
+                            ),
+                        ));
+                    }
+                    _ => {}
                 }
                 StreamMode::Embedded(EmbeddedBroker {
                     store_dir: self
@@ -313,6 +333,7 @@ impl File {
                     nats_server: self.stream.nats_server.map(resolve),
                     sync: self.stream.sync.unwrap_or(SyncPolicy::Always),
                     credential: data_dir.join("broker.nkey"),
+                    cluster,
                 })
             }
         };

@@ -274,6 +274,11 @@ fn ports(config: &NodeConfig) -> Vec<Finding> {
             "stream.port",
         ));
     }
+    if let StreamMode::Embedded(spec) = &config.stream.mode
+        && let Some(cluster) = &spec.cluster
+    {
+        wanted.push(("route port", cluster.listen, "stream.cluster.listen"));
+    }
     wanted
         .into_iter()
         .map(|(check, addr, key)| match TcpListener::bind(addr) {

@@ -91,9 +91,11 @@ pub async fn start(
     started: &mut Started,
 ) -> Result<Option<crewlet_observe::Publisher>, NodeError> {
     let bound = serve_http(p, descriptors, started).await?;
-    let broker = match Broker::start(&p.config.stream, p.node_id, shutdown)
-        .instrument(info_span!("stream", subsystem = "stream"))
-        .await
+    let broker = match Broker::start_reporting(&p.config.stream, p.node_id, shutdown, |server| {
+        p.state.attach_broker_server(server)
+    })
+    .instrument(info_span!("stream", subsystem = "stream"))
+    .await
     {
         Ok(b) => b,
         Err(StreamError::Interrupted) => return Ok(None),
@@ -103,7 +105,10 @@ pub async fn start(
     let urls = broker.health().urls.join(",");
     started.push_base("stream", move || Box::pin(broker.stop()));
     let jetstream = async_nats::jetstream::new(client.clone());
-    crewlet_stream::streams::ensure_streams(&jetstream, p.config.stream.replicas)
+    // Embedded servers clustering side by side: a peer may not have started.
+    let joining = matches!(&p.config.stream.mode,
+        crewlet_config::StreamMode::Embedded(b) if b.cluster.is_some());
+    crewlet_stream::streams::ensure_streams_joining(&jetstream, p.config.stream.replicas, joining)
         .instrument(info_span!("streams", subsystem = "stream"))
         .await?;
 

@@ -76,6 +76,8 @@ pub struct NodeState {
     started: Instant,
     phase: AtomicU8,
     stream: OnceLock<BrokerMonitor>,
+    /// The embedded server, known before the stream answers.
+    broker_server: OnceLock<crewlet_stream::ServerWatch>,
     live: OnceLock<LiveFeed>,
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
@@ -113,6 +115,7 @@ impl NodeState {
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
             stream: OnceLock::new(),
+            broker_server: OnceLock::new(),
             live: OnceLock::new(),
             presence: OnceLock::new(),
             plugins: OnceLock::new(),
@@ -138,6 +141,12 @@ impl NodeState {
 
     pub fn attach_stream(&self, monitor: BrokerMonitor) {
         let _ = self.stream.set(monitor);
+    }
+
+    /// The embedded server's status while the node waits for its stream
+    /// (a cluster forming): `/health` shows it until the stream attaches.
+    pub fn attach_broker_server(&self, server: crewlet_stream::ServerWatch) {
+        let _ = self.broker_server.set(server);
     }
 
     pub fn attach_live(&self, feed: LiveFeed) {
@@ -318,7 +327,15 @@ impl NodeState {
 impl Probe for NodeState {
     fn health(&self) -> serde_json::Value {
         let phase = self.phase();
-        let stream = self.stream.get().map(BrokerMonitor::health);
+        let stream = match (self.stream.get(), self.broker_server.get()) {
+            (Some(m), _) => Some(json!(m.health())),
+            (None, Some(server)) => Some(json!({
+                "mode": "embedded",
+                "connected": false,
+                "server": server.status(),
+            })),
+            (None, None) => None,
+        };
         let posture = self.posture.borrow().clone();
         json!({
             "status": "ok",

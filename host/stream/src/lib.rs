@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 pub use credential::BrokerCredential;
-pub use embedded::{BrokerStatus, Supervisor};
+pub use embedded::{BrokerStatus, ClusterStatus, Supervisor};
 pub use locate::{NatsServerNotFound, locate_nats_server};
 pub use lock::{DirLock, LockError};
 pub use mailboxes::{
@@ -65,6 +65,10 @@ pub enum StreamError {
         "NATS at {urls} answers but JetStream is not available ({detail}); enable JetStream on the server (`-js` / `jetstream {{}}`)"
     )]
     NoJetStream { urls: String, detail: String },
+    #[error(
+        "the embedded servers did not form a JetStream cluster within {waited:?} (last answer: {detail}); start the other members named in `stream.cluster.routes`, check that every member has the same `stream.cluster.name` and `secret` and that each `listen` address is reachable from the others (`/health` shows `stream.server.cluster`)"
+    )]
+    ClusterNotFormed { waited: Duration, detail: String },
     #[error("start-up was interrupted by a shutdown signal")]
     Interrupted,
     #[error(
@@ -102,11 +106,31 @@ impl Broker {
     pub async fn start(
         config: &StreamConfig,
         node_id: &str,
-        mut cancel: watch::Receiver<bool>,
+        cancel: watch::Receiver<bool>,
     ) -> Result<Broker, StreamError> {
+        Self::start_reporting(config, node_id, cancel, |_| {}).await
+    }
+
+    /// [`Broker::start`], handing `early` the embedded server's status as
+    /// soon as the child accepts connections — before JetStream answers,
+    /// which for a cluster still forming may be minutes — so `/health` can
+    /// show what the server sees while the node waits.
+    pub async fn start_reporting(
+        config: &StreamConfig,
+        node_id: &str,
+        mut cancel: watch::Receiver<bool>,
+        early: impl FnOnce(ServerWatch),
+    ) -> Result<Broker, StreamError> {
+        // A clustered embedded server answers JetStream only once its meta
+        // group has a leader, which needs a quorum of members started.
+        let form_within = match &config.mode {
+            StreamMode::Embedded(spec) if spec.cluster.is_some() => Some(streams::START_WITHIN),
+            _ => None,
+        };
         let (urls, supervisor, options, auth) = match &config.mode {
             StreamMode::Embedded(spec) => {
                 let sup = Supervisor::start(spec, node_id, cancel.clone()).await?;
+                early(ServerWatch(sup.status_handle()));
                 let options = sup.credential().options();
                 (vec![sup.client_url()], Some(sup), options, "nkey")
             }
@@ -117,7 +141,7 @@ impl Broker {
                 credential::describe(auth),
             ),
         };
-        let connect = connect(&urls, node_id, options);
+        let connect = connect(&urls, node_id, options, form_within);
         let client = tokio::select! {
             c = connect => c,
             _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
@@ -194,6 +218,17 @@ impl Broker {
     }
 }
 
+/// The embedded server's status, readable while the node still waits for
+/// JetStream (see [`Broker::start_reporting`]).
+#[derive(Clone)]
+pub struct ServerWatch(Arc<std::sync::Mutex<BrokerStatus>>);
+
+impl ServerWatch {
+    pub fn status(&self) -> BrokerStatus {
+        self.0.lock().expect("broker status lock").clone()
+    }
+}
+
 /// Answers the stream's health without holding the broker itself.
 #[derive(Clone)]
 pub struct BrokerMonitor {
@@ -246,11 +281,14 @@ impl BrokerMonitor {
 }
 
 /// Dials `urls`, waiting (with the client's own reconnect backoff) until the
-/// first connection is up and JetStream answers.
+/// first connection is up and JetStream answers — for at most
+/// `form_within` after the connection is up, when given (a cluster
+/// forming), else until cancelled.
 async fn connect(
     urls: &[String],
     node_id: &str,
     options: async_nats::ConnectOptions,
+    form_within: Option<Duration>,
 ) -> Result<async_nats::Client, StreamError> {
     let joined = urls.join(",");
     let addrs: Vec<async_nats::ServerAddr> = urls
@@ -326,25 +364,35 @@ async fn connect(
         }
     }
     let js = async_nats::jetstream::new(client.clone());
+    let asked_from = std::time::Instant::now();
+    let mut wait = Duration::from_millis(100);
     loop {
-        match tokio::time::timeout(Duration::from_secs(5), js.query_account()).await {
+        let detail = match tokio::time::timeout(Duration::from_secs(5), js.query_account()).await {
             Ok(Ok(_)) => return Ok(client),
             Ok(Err(e)) => {
                 let detail = e.to_string();
                 // "JetStream not enabled" is final; anything else is the
-                // server still coming up, so ask again.
+                // server (or its cluster) still coming up, so ask again.
                 if detail.contains("not enabled") {
                     return Err(StreamError::NoJetStream {
                         urls: joined,
                         detail,
                     });
                 }
-                warn!(subsystem = "stream", urls = %joined, %detail, "JetStream not answering yet");
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                detail
             }
-            Err(_) => {
-                warn!(subsystem = "stream", urls = %joined, "JetStream account query timed out")
-            }
+            Err(_) => "the account query timed out".to_owned(),
+        };
+        if let Some(within) = form_within
+            && asked_from.elapsed() >= within
+        {
+            return Err(StreamError::ClusterNotFormed {
+                waited: within,
+                detail,
+            });
         }
+        warn!(subsystem = "stream", urls = %joined, %detail, retry_in = ?wait, "JetStream not answering yet (a cluster still electing its meta leader?)");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(2));
     }
 }

@@ -112,11 +112,28 @@ pub enum StreamsError {
 /// cannot read, create or reach yet is asked for again with backoff for up
 /// to [`START_WITHIN`]; too few replicas is final at once.
 pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<(), StreamsError> {
+    ensure_streams_joining(js, replicas, false).await
+}
+
+/// [`ensure_streams`] on a cluster whose members may still be joining
+/// (embedded servers started side by side, `[stream.cluster]`): a server
+/// that has too few peers for `replicas` yet ("insufficient resources") is
+/// asked again too, within the same [`START_WITHIN`], since the peer it
+/// lacks may be a member that has not started. On a cluster of fixed size
+/// (`joining` false) that answer is final at once.
+pub async fn ensure_streams_joining(
+    js: &jetstream::Context,
+    replicas: usize,
+    joining: bool,
+) -> Result<(), StreamsError> {
     let started = std::time::Instant::now();
     let mut wait = Duration::from_millis(250);
     loop {
         match ensure_once(js, replicas).await {
-            Err(e) if e.transient() && started.elapsed() < START_WITHIN => {
+            Err(e)
+                if (e.transient() || (joining && e.too_few_peers()))
+                    && started.elapsed() < START_WITHIN =>
+            {
                 warn!(subsystem = "stream", error = %e, retry_in = ?wait, "streams not ready yet (a cluster still electing its leaders?); retrying");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(5));
@@ -127,6 +144,12 @@ pub async fn ensure_streams(js: &jetstream::Context, replicas: usize) -> Result<
 }
 
 impl StreamsError {
+    /// The server knows too few JetStream peers for the replicas asked.
+    fn too_few_peers(&self) -> bool {
+        matches!(self, StreamsError::Unavailable { detail, .. }
+            if detail.to_ascii_lowercase().contains("insufficient resources"))
+    }
+
     /// Whether asking again may succeed: a server that timed out, had no
     /// leader or did not answer, not one that refused the stream (too few
     /// servers for its replicas, an account without room).

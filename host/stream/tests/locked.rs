@@ -15,6 +15,7 @@ fn spec(dir: &std::path::Path) -> EmbeddedBroker {
         nats_server: Some(crewlet_testkit::nats_server_bin()),
         sync: SyncPolicy::ServerDefault,
         credential: dir.join("broker.nkey"),
+        cluster: None,
     }
 }
 

@@ -13,9 +13,20 @@
 //! One store dir, one server: the store dir is locked for the life of the
 //! supervisor, and a second node pointed at it refuses to start.
 //!
-//! Locked: the server listens on 127.0.0.1 only and admits one user, the
-//! node's own nkey ([`crate::credential`]); its config file names the public
-//! key alone. A client without the seed is refused at connect.
+//! Locked: the server takes clients on 127.0.0.1 only and admits one user,
+//! the node's own nkey ([`crate::credential`]); its config file names the
+//! public key alone. A client without the seed is refused at connect.
+//!
+//! Clustered (`[stream.cluster]`): the server also takes routes from its
+//! peers' embedded servers where `listen` says, admitting only the shared
+//! route secret, and JetStream replicates the fleet's streams across them
+//! ([`conf`]); its peers and meta leader are read for `/health`
+//! ([`peers`]).
+
+mod conf;
+mod peers;
+
+pub use peers::{CLUSTER_POLL, ClusterStatus};
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -23,6 +34,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use conf::{ServerConf, reported_ports};
 use crewlet_config::{EmbeddedBroker, SyncPolicy};
 use crewlet_os::DieWithParent;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -60,6 +72,9 @@ pub struct BrokerStatus {
     pub restarts: u32,
     /// The file holding the node's nkey seed: a client needs it to connect.
     pub credential_file: String,
+    /// `[stream.cluster]`: the routes up and the JetStream meta group, read
+    /// every [`CLUSTER_POLL`]; `None` for a server that runs alone.
+    pub cluster: Option<ClusterStatus>,
 }
 
 /// The running child and the task that watches it.
@@ -108,17 +123,15 @@ impl Supervisor {
         // window in which any outgoing connection may be given that port.
         let requested = (spec.port != 0).then_some(spec.port);
         let conf = store_dir.join("nats-server.conf");
-        std::fs::write(
-            &conf,
-            server_config(
-                node_id,
-                requested,
-                &store_dir,
-                spec.sync,
-                credential.public_key(),
-            ),
-        )
-        .map_err(files(&conf))?;
+        let server_conf = |port| ServerConf {
+            node_id,
+            port,
+            store_dir: &store_dir,
+            sync: spec.sync,
+            user: credential.public_key(),
+            cluster: spec.cluster.as_ref(),
+        };
+        server_conf(requested).write(&conf).map_err(files(&conf))?;
 
         let launch = Launch {
             binary,
@@ -138,6 +151,7 @@ impl Supervisor {
             pid: child.id(),
             restarts: 0,
             credential_file: credential.path().display().to_string(),
+            cluster: spec.cluster.as_ref().map(ClusterStatus::new),
         }));
 
         let waited = tokio::select! {
@@ -153,16 +167,7 @@ impl Supervisor {
         };
         status.lock().expect("status").port = port;
         // A restart comes back on the same port: the client reconnects to it.
-        if let Err(e) = std::fs::write(
-            &launch.conf,
-            server_config(
-                node_id,
-                Some(port),
-                &store_dir,
-                spec.sync,
-                credential.public_key(),
-            ),
-        ) {
+        if let Err(e) = server_conf(Some(port)).write(&launch.conf) {
             terminate(&mut child).await;
             return Err(files(&launch.conf)(e));
         }
@@ -176,6 +181,11 @@ impl Supervisor {
         );
 
         let (stop, stop_rx) = watch::channel(false);
+        if spec.cluster.is_some() {
+            tokio::spawn(
+                watch_cluster(status.clone(), store_dir.clone(), stop_rx.clone()).in_current_span(),
+            );
+        }
         let task =
             tokio::spawn(supervise(launch, child, status.clone(), stop_rx).in_current_span());
         Ok(Supervisor {
@@ -239,52 +249,6 @@ impl Launch {
     }
 }
 
-/// The server's configuration file. Paths are quoted JSON strings, which the
-/// NATS config format reads verbatim. `user` is the one nkey admitted.
-fn server_config(
-    node_id: &str,
-    port: Option<u16>,
-    store_dir: &Path,
-    sync: SyncPolicy,
-    user: &str,
-) -> String {
-    let quote = |s: &str| serde_json::to_string(s).expect("string to JSON");
-    let listen = match port {
-        Some(p) => p.to_string(),
-        None => "-1".to_owned(),
-    };
-    let mut conf = format!(
-        "# Written by crewlet at every start; edits are overwritten.\n\
-         server_name: {name}\n\
-         listen: \"127.0.0.1:{listen}\"\n\
-         ports_file_dir: {store}\n\
-         authorization {{\n  users: [ {{ nkey: {user} }} ]\n}}\n\
-         jetstream {{\n  store_dir: {store}\n",
-        name = quote(&format!("crewlet-{node_id}")),
-        store = quote(&store_dir.display().to_string()),
-        user = quote(user),
-    );
-    if sync == SyncPolicy::Always {
-        conf.push_str("  sync_interval: always\n");
-    }
-    conf.push_str("}\n");
-    conf
-}
-
-/// The client port the server with `pid` reported in its ports file
-/// (`<exe>_<pid>.ports` in `dir`, JSON with the `nats` client URLs).
-fn reported_port(dir: &Path, pid: u32) -> Option<u16> {
-    let suffix = format!("_{pid}.ports");
-    let file = std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))?;
-    let ports: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(file.path()).ok()?).ok()?;
-    let url = ports["nats"].get(0)?.as_str()?;
-    url.rsplit(':').next()?.parse().ok()
-}
-
 /// Waits until the child accepts clients; answers its client port.
 async fn wait_accepting(
     requested: Option<u16>,
@@ -313,7 +277,7 @@ async fn wait_accepting(
                 last_lines,
             });
         }
-        let port = requested.or_else(|| reported_port(ports_dir, pid));
+        let port = requested.or_else(|| reported_ports(ports_dir, pid).map(|(client, _)| client));
         if let Some(port) = port
             && tokio::net::TcpStream::connect(("127.0.0.1", port))
                 .await
@@ -328,6 +292,26 @@ async fn wait_accepting(
             });
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Reads the server's cluster state into `status` every [`CLUSTER_POLL`]
+/// until `stop` flips.
+async fn watch_cluster(
+    status: Arc<Mutex<BrokerStatus>>,
+    ports_dir: PathBuf,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let pid = status.lock().expect("broker status").pid;
+        let read = peers::read(&ports_dir, pid).await;
+        if let Some(c) = status.lock().expect("broker status").cluster.as_mut() {
+            c.apply(read);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(CLUSTER_POLL) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
     }
 }
 
@@ -453,28 +437,5 @@ async fn forward_log(stderr: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeq
                 "{msg}"
             );
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn config_syncs_always_unless_told_otherwise() {
-        let c = server_config(
-            "n1",
-            Some(4222),
-            Path::new("/var/x \"y\""),
-            SyncPolicy::Always,
-            "UABC",
-        );
-        assert!(c.contains(r#"users: [ { nkey: "UABC" } ]"#), "{c}");
-        assert!(c.contains("sync_interval: always"), "{c}");
-        assert!(c.contains(r#"store_dir: "/var/x \"y\"""#), "{c}");
-        assert!(c.contains("listen: \"127.0.0.1:4222\""), "{c}");
-        let lazy = server_config("n1", None, Path::new("/s"), SyncPolicy::ServerDefault, "U");
-        assert!(!lazy.contains("sync_interval"), "{lazy}");
-        assert!(lazy.contains("listen: \"127.0.0.1:-1\""), "{lazy}");
     }
 }
