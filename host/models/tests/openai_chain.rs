@@ -321,7 +321,10 @@ async fn an_overloaded_model_falls_back_to_the_next_and_says_so() {
     assert_eq!(fallbacks[0].trace_id.as_deref(), Some("trace-t7"));
     assert_eq!(
         p["reason"],
-        "overloaded (HTTP 503, request req-1): The engine is currently overloaded"
+        format!(
+            "overloaded (HTTP 503, request req-1): The engine is currently overloaded (calling {})",
+            server.origin()
+        )
     );
     assert!(
         node.coord.cooldowns().await.unwrap().is_empty(),

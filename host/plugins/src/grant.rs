@@ -19,16 +19,9 @@
 //!   the start before anything runs.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use crate::catalogue::Catalogue;
-use crate::manifest::{Kind, Manifest, Origin, Permissions};
-
-/// The body a webhook route reads when no grant says otherwise: 1 MiB.
-pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
-/// The most an operator may grant a webhook route: 25 MiB, GitHub's own
-/// cap on a delivery.
-pub const MAX_GRANTED_BODY: u64 = 25 * 1024 * 1024;
+use crate::manifest::{Granted, Kind, MAX_GRANTED_BODY, Manifest, Origin, Permissions};
 
 /// One plugin's grant as the configuration states it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,23 +33,6 @@ pub struct Grant {
     pub allowed_outbound_hosts: Vec<String>,
     /// A webhook plugin's body limit.
     pub max_body_bytes: Option<u64>,
-}
-
-/// What the operator added to a manifest, kept for display.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Granted {
-    /// Where the grant was read (the node's configuration file).
-    pub source: String,
-    pub base_url: Option<String>,
-    pub outbound: Vec<Origin>,
-    pub max_body_bytes: Option<u64>,
-}
-
-impl Granted {
-    /// Whether the operator granted anything.
-    pub fn is_empty(&self) -> bool {
-        self.base_url.is_none() && self.outbound.is_empty() && self.max_body_bytes.is_none()
-    }
 }
 
 /// A grant refused, naming its key.
@@ -172,15 +148,10 @@ fn apply(manifest: &mut Manifest, grant: &Grant, source: &str) -> Result<(), (St
     Ok(())
 }
 
-impl fmt::Display for Granted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "operator grant in {}", self.source)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manifest::DEFAULT_MAX_BODY;
     use std::path::Path;
 
     fn catalogue() -> Catalogue {

@@ -20,8 +20,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::grant::{DEFAULT_MAX_BODY, Granted};
-
 mod module;
 
 pub(crate) use module::compile as compile_schema;
@@ -162,6 +160,35 @@ pub struct Limits {
     /// The largest body a webhook route reads: [`DEFAULT_MAX_BODY`]
     /// unless the operator granted more (never the manifest).
     pub max_body_bytes: u64,
+}
+
+/// The body a webhook route reads when no grant says otherwise: 1 MiB.
+pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
+/// The most an operator may grant a webhook route: 25 MiB, GitHub's own
+/// cap on a delivery.
+pub const MAX_GRANTED_BODY: u64 = 25 * 1024 * 1024;
+
+/// What the operator added to a manifest, kept for display.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Granted {
+    /// Where the grant was read (the node's configuration file).
+    pub source: String,
+    pub base_url: Option<String>,
+    pub outbound: Vec<Origin>,
+    pub max_body_bytes: Option<u64>,
+}
+
+impl Granted {
+    /// Whether the operator granted anything.
+    pub fn is_empty(&self) -> bool {
+        self.base_url.is_none() && self.outbound.is_empty() && self.max_body_bytes.is_none()
+    }
+}
+
+impl fmt::Display for Granted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "operator grant in {}", self.source)
+    }
 }
 
 /// One `scheme://host:port` a provider may reach.
