@@ -15,6 +15,7 @@ mod event_kinds;
 mod fleet;
 mod fleet_view;
 mod grants;
+mod hot_reload;
 mod ingress;
 mod layout;
 mod limits;

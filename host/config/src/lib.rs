@@ -117,6 +117,9 @@ pub struct NodeConfig {
     /// `[plugins] dirs`: plugin folders (relative to the file), read before
     /// any `--plugins`.
     pub plugin_dirs: Vec<PathBuf>,
+    /// `[plugins] reload` (on by default): a changed manifest or component
+    /// in a plugins folder is validated and swapped in without a restart.
+    pub plugin_reload: bool,
     /// `[plugins.grants.NAME]`: what this deployment grants each plugin
     /// beyond its manifest (checked against the catalogue at start).
     pub plugin_grants: BTreeMap<String, PluginGrant>,

@@ -32,6 +32,8 @@ pub struct Ingress {
 #[serde(deny_unknown_fields, default)]
 pub struct Plugins {
     pub dirs: Vec<PathBuf>,
+    /// Whether changed plugin files are swapped in while the node runs.
+    pub reload: Option<bool>,
     /// `[plugins.grants.NAME]`: what this deployment grants a plugin.
     pub grants: BTreeMap<String, PluginGrant>,
 }
@@ -476,6 +478,7 @@ impl File {
             telemetry,
             record_refused,
             plugin_dirs: self.plugins.dirs.into_iter().map(resolve).collect(),
+            plugin_reload: self.plugins.reload.unwrap_or(true),
             plugin_grants,
         })
     }

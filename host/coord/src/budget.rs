@@ -9,7 +9,8 @@
 //!   has room for it; it is one compare-and-swap per scope, the company
 //!   first, then the seat. A refused round is still counted (the vendor has
 //!   billed it). Contended CAS waits a jittered 1 ms doubling to 32 ms, for
-//!   16 attempts, then fails closed with an error that is not a refusal.
+//!   16 attempts and 2 s at least ([`crate::Contention`]), then fails
+//!   closed with an error that is not a refusal.
 //! - The roll is the reset: a slot on an earlier window is moved onto the
 //!   current one inside the charge. A slot never rolls back: a node whose
 //!   clock trails finds the slot on the next window and counts there.
@@ -30,7 +31,7 @@ use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::Bucket;
 use crate::kv::Expect;
 use crate::names::encode_token;
-use crate::{CAS_ATTEMPTS, Coord, backoff, decode, encode};
+use crate::{Contention, Coord, decode, encode};
 
 /// A calendar period a budget slot counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -307,9 +308,10 @@ impl Coord {
         let company = Scope::Company;
         let seat_scope = Scope::Seat(seat.to_owned());
         let mut landed = None;
-        for attempt in 0..CAS_ATTEMPTS {
-            if attempt > 0 {
-                backoff(attempt - 1).await;
+        let mut tries = Contention::new();
+        loop {
+            if !tries.again().await {
+                break;
             }
             let (c, s) = futures::join!(self.budget_read(&company), self.budget_read(&seat_scope));
             let ((crec, crev), (srec, _)) = (c?, s?);
@@ -332,7 +334,7 @@ impl Coord {
         let Some((refusal, new_c)) = landed else {
             return Err(CoordError::Contended {
                 key: "budgets/company".into(),
-                attempts: CAS_ATTEMPTS,
+                attempts: tries.made(),
             });
         };
         // The round is spent whatever the caller does next: finish the
@@ -387,9 +389,10 @@ impl Coord {
         admitted: bool,
     ) -> Result<BudgetRec, CoordError> {
         let b = Bucket::Budgets;
-        for attempt in 0..CAS_ATTEMPTS {
-            if attempt > 0 {
-                backoff(attempt - 1).await;
+        let mut tries = Contention::new();
+        loop {
+            if !tries.again().await {
+                break;
             }
             let (rec, rev) = self.budget_read(seat).await?;
             let new = rec
@@ -406,7 +409,7 @@ impl Coord {
         }
         Err(CoordError::Contended {
             key: seat.key(),
-            attempts: CAS_ATTEMPTS,
+            attempts: tries.made(),
         })
     }
 
@@ -426,9 +429,13 @@ impl Coord {
         ];
         let b = Bucket::Budgets;
         for (scope, caps) in scopes {
-            for attempt in 0..CAS_ATTEMPTS {
-                if attempt > 0 {
-                    backoff(attempt - 1).await;
+            let mut tries = Contention::new();
+            loop {
+                if !tries.again().await {
+                    return Err(CoordError::Contended {
+                        key: scope.key(),
+                        attempts: tries.made(),
+                    });
                 }
                 let (rec, rev) = self.budget_read(&scope).await?;
                 let now_ms = ms(self.kv(b).now());
@@ -459,12 +466,6 @@ impl Coord {
                     .is_ok()
                 {
                     return Ok(Answer::Yes(refusal));
-                }
-                if attempt + 1 == CAS_ATTEMPTS {
-                    return Err(CoordError::Contended {
-                        key: scope.key(),
-                        attempts: CAS_ATTEMPTS,
-                    });
                 }
             }
         }

@@ -277,12 +277,54 @@ pub(crate) fn encode<T: serde::Serialize>(v: &T) -> Bytes {
 }
 
 /// Contended compare-and-swap waits a jittered 1 ms, doubling to 32 ms,
-/// across [`CAS_ATTEMPTS`] attempts (about a third of a second) before the
-/// call fails closed. Retried at once, 32 concurrent charges on one record
-/// ran out of attempts in four runs of ten.
+/// across at least [`CAS_ATTEMPTS`] attempts and at least [`CAS_PATIENCE`]
+/// before the call fails closed. Retried at once, 32 concurrent charges on
+/// one record ran out of attempts in four runs of ten.
 pub const CAS_ATTEMPTS: u32 = 16;
 
-pub(crate) async fn backoff(attempt: u32) {
+/// The least time a contended compare-and-swap keeps trying. A record many
+/// callers write at once (the company's budget) is won by one of them per
+/// round, and a loaded machine makes rounds slow: an attempt count alone
+/// ran out on 32 concurrent charges while the record was still moving
+/// (every loss is someone else's win), failing a call that only had to
+/// wait its turn.
+pub const CAS_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The attempts of one compare-and-swap loop ([`CAS_ATTEMPTS`],
+/// [`CAS_PATIENCE`]).
+pub(crate) struct Contention {
+    started: std::time::Instant,
+    made: u32,
+}
+
+impl Contention {
+    pub(crate) fn new() -> Contention {
+        Contention {
+            started: std::time::Instant::now(),
+            made: 0,
+        }
+    }
+
+    /// Whether to make another attempt; waits its backoff first when one
+    /// was already made.
+    pub(crate) async fn again(&mut self) -> bool {
+        if self.made > 0 {
+            if self.made >= CAS_ATTEMPTS && self.started.elapsed() >= CAS_PATIENCE {
+                return false;
+            }
+            backoff(self.made - 1).await;
+        }
+        self.made += 1;
+        true
+    }
+
+    /// Attempts made so far.
+    pub(crate) fn made(&self) -> u32 {
+        self.made
+    }
+}
+
+async fn backoff(attempt: u32) {
     let cap_ms = 1u64 << attempt.min(5); // 1, 2, 4, 8, 16, 32
     let r = uuid::Uuid::new_v4().as_u128() as u64;
     // Jitter in [cap/2, cap] ms, at microsecond grain.

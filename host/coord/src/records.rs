@@ -15,7 +15,7 @@ use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::Bucket;
 use crate::kv::{Change, Expect};
 use crate::names::{check_class, decode_token, encode_token};
-use crate::{CAS_ATTEMPTS, Coord, backoff, decode, encode};
+use crate::{Contention, Coord, decode, encode};
 
 /// The rate valve's count in the current window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,9 +133,10 @@ impl Coord {
         }
         let idx = ms(kv.now()) / window.as_millis().max(1) as u64;
         let key = format!("{}.{idx}", encode_token(scope));
-        for attempt in 0..CAS_ATTEMPTS {
-            if attempt > 0 {
-                backoff(attempt - 1).await;
+        let mut tries = Contention::new();
+        loop {
+            if !tries.again().await {
+                break;
             }
             let (count, expect) = match kv.get(b, &key).await? {
                 Some(e) if !e.removed => (decode::<u64>(b, &e)?, e.revision),
@@ -159,7 +160,7 @@ impl Coord {
         }
         Err(CoordError::Contended {
             key,
-            attempts: CAS_ATTEMPTS,
+            attempts: tries.made(),
         })
     }
 
@@ -176,9 +177,10 @@ impl Coord {
         let b = Bucket::Cooldowns;
         let kv = self.kv(b);
         let key = format!("{}.{}", encode_token(provider), hint.0);
-        for attempt in 0..CAS_ATTEMPTS {
-            if attempt > 0 {
-                backoff(attempt - 1).await;
+        let mut tries = Contention::new();
+        loop {
+            if !tries.again().await {
+                break;
             }
             let (cur, expect) = match kv.get(b, &key).await? {
                 Some(e) if !e.removed => (decode::<CooldownRecord>(b, &e)?.until_ms, e.revision),
@@ -201,7 +203,7 @@ impl Coord {
         }
         Err(CoordError::Contended {
             key,
-            attempts: CAS_ATTEMPTS,
+            attempts: tries.made(),
         })
     }
 

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::Bucket;
 use crate::kv::Expect;
-use crate::{CAS_ATTEMPTS, Coord, backoff, decode, encode};
+use crate::{Contention, Coord, decode, encode};
 
 /// The record class of a token in the tokens bucket (`token.ID`).
 pub const TOKEN_CLASS: &str = "token";
@@ -84,9 +84,10 @@ impl Coord {
         let b = Bucket::Tokens;
         let key = crate::records::class_key(TOKEN_CLASS, id)?;
         let kv = self.kv(b);
-        for attempt in 0..CAS_ATTEMPTS {
-            if attempt > 0 {
-                backoff(attempt - 1).await;
+        let mut tries = Contention::new();
+        loop {
+            if !tries.again().await {
+                break;
             }
             let e = match kv.get(b, &key).await? {
                 Some(e) if !e.removed => e,
@@ -107,7 +108,7 @@ impl Coord {
         }
         Err(CoordError::Contended {
             key,
-            attempts: CAS_ATTEMPTS,
+            attempts: tries.made(),
         })
     }
 

@@ -199,7 +199,7 @@ async fn main() {
         coord,
         publisher: publisher.clone(),
         active: ActiveCompany::new(Some(Active::local(company))),
-        webhooks: vec![github.clone()],
+        plugins: crewlet_plugins::Installed::webhooks_only(vec![github.clone()]),
         secrets: crewlet_secrets::Resolver::new(|_| {
             crewlet_secrets::Lookup::Found(SECRET.to_owned())
         }),

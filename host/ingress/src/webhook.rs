@@ -62,7 +62,7 @@ use bytes::Bytes;
 use crewlet_company::ActiveCompany;
 use crewlet_coord::{Answer, Coord};
 use crewlet_observe::Publisher;
-use crewlet_plugins::manifest::Permissions;
+use crewlet_plugins::Installed;
 use crewlet_plugins::webhook::{
     Delivery, Header, Request, Secret, Unbounded, WebhookPlugin, check_bounds,
 };
@@ -102,7 +102,9 @@ pub struct EdgeConfig {
     pub coord: Coord,
     pub publisher: Publisher,
     pub active: ActiveCompany,
-    pub webhooks: Vec<Arc<WebhookPlugin>>,
+    /// The plugins the node serves now; each request looks its route up
+    /// afresh, so a reloaded plugin serves the next request.
+    pub plugins: Arc<Installed>,
     /// Resolves an integration's secret by the name the company gives it
     /// ([`crewlet_secrets::Secrets::resolver`]).
     pub secrets: Resolver,
@@ -244,15 +246,10 @@ impl Edge {
     }
 
     /// The plugin whose manifest claims `/webhooks/{source}`.
-    pub fn plugin_for(&self, source: &str) -> Option<&Arc<WebhookPlugin>> {
-        let route = format!("/webhooks/{source}");
+    pub fn plugin_for(&self, source: &str) -> Option<Arc<WebhookPlugin>> {
         self.cfg
-            .webhooks
-            .iter()
-            .find(|p| match &p.manifest().permissions {
-                Permissions::Webhook { routes, .. } => routes.iter().any(|r| r == &route),
-                _ => false,
-            })
+            .plugins
+            .webhook_serving(&format!("/webhooks/{source}"))
     }
 
     /// Serves one request: reads at most the plugin's body limit of `body`. A refusal

@@ -52,7 +52,7 @@ async fn an_unknown_claim_fails_open_the_delivery_is_published_and_answered_202(
         coord: w.coord.clone(),
         publisher: w.publisher.clone(),
         active: w.active.clone(),
-        webhooks: vec![github],
+        plugins: crewlet_plugins::Installed::webhooks_only(vec![github]),
         secrets: crewlet_secrets::Resolver::new(|_| {
             crewlet_secrets::Lookup::Found(SECRET.to_owned())
         }),

@@ -91,6 +91,12 @@ async fn max_deliver_real_failures_dead_letter_with_the_reason() {
     let original: crewlet_bus::Inbound =
         serde_json::from_str(letter["original"].as_str().unwrap()).unwrap();
     assert_eq!(original, sent);
+    // The event is recorded after the delivery is acknowledged, so
+    // "settled" does not mean "recorded" yet.
+    until(Duration::from_secs(10), "the dead-letter event", || async {
+        !w.events("delivery_dead_lettered").is_empty()
+    })
+    .await;
     let dead = w.events("delivery_dead_lettered");
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].trace_id.as_deref(), Some(sent.trace_id.as_str()));

@@ -102,7 +102,7 @@ async fn run() {
     );
     let coord = Coord::memory(kv, opts);
     let models = Models::new(
-        vec![plugin.clone()],
+        crewlet_plugins::Installed::providers_only(vec![plugin.clone()]),
         coord,
         None,
         crewlet_models::Resolve::fixed::<&str, &str>([]),

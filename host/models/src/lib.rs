@@ -25,13 +25,13 @@
 pub mod failure;
 pub mod pool;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crewlet_company::ModelRef;
 use crewlet_coord::{Cooldown, Coord, KeyHint};
 use crewlet_observe::Publisher;
+use crewlet_plugins::Installed;
 use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::provider::{Credential as WitCredential, ProviderPlugin, Request};
 use serde::Serialize;
@@ -149,13 +149,22 @@ pub struct Models {
 }
 
 struct Inner {
-    /// Each loaded provider plugin with its base URL.
-    providers: HashMap<String, (Arc<ProviderPlugin>, String)>,
+    /// The node's plugins: a provider is looked up for each call, so a
+    /// reloaded one serves the next call.
+    providers: Arc<Installed>,
     coord: Coord,
     publisher: Option<Publisher>,
     resolve: Resolve,
     opts: ModelsOptions,
     pool: CredentialPool,
+}
+
+/// The base URL a provider plugin calls (its cooldown scope).
+fn base_url(p: &ProviderPlugin) -> String {
+    match &p.manifest().permissions {
+        Permissions::Provider { base_url, .. } => base_url.clone(),
+        _ => String::new(),
+    }
 }
 
 fn label(m: &ModelRef) -> String {
@@ -172,22 +181,12 @@ impl Models {
     /// call already skips keys a peer benched), then every
     /// `opts.pull_every` until shut down. Must run inside a tokio runtime.
     pub async fn new(
-        providers: Vec<Arc<ProviderPlugin>>,
+        providers: Arc<Installed>,
         coord: Coord,
         publisher: Option<Publisher>,
         resolve: Resolve,
         opts: ModelsOptions,
     ) -> Models {
-        let providers = providers
-            .into_iter()
-            .map(|p| {
-                let base = match &p.manifest().permissions {
-                    Permissions::Provider { base_url, .. } => base_url.clone(),
-                    _ => String::new(),
-                };
-                (p.manifest().name.clone(), (p, base))
-            })
-            .collect();
         let inner = Arc::new(Inner {
             providers,
             coord,
@@ -227,8 +226,8 @@ impl Models {
     pub fn provider_key(&self, entry: &ModelRef) -> Option<ProviderKey> {
         self.inner
             .providers
-            .get(&entry.provider)
-            .map(|(_, base)| ProviderKey::new(&entry.provider, &entry.model, base))
+            .provider(&entry.provider)
+            .map(|p| ProviderKey::new(&entry.provider, &entry.model, &base_url(&p)))
     }
 
     /// Pulls the fleet's cooldowns now; answers the entries a peer extended.
@@ -345,7 +344,7 @@ impl Inner {
                 elapsed: t,
             });
         };
-        let Some((plugin, base)) = self.providers.get(&entry.provider) else {
+        let Some(plugin) = self.providers.provider(&entry.provider) else {
             let line = format!(
                 "no-provider: no provider plugin named {:?} is loaded; check the plugins directory or the model entry's `provider`",
                 entry.provider
@@ -356,7 +355,7 @@ impl Inner {
                 line,
             });
         };
-        let pkey = &ProviderKey::new(&entry.provider, &entry.model, base);
+        let pkey = &ProviderKey::new(&entry.provider, &entry.model, &base_url(&plugin));
         let (mut keys, unresolved) = resolve_all(&entry.credentials, &self.resolve);
         let all_keys = keys.clone();
         let options_json =

@@ -33,7 +33,7 @@ async fn the_puller_merges_a_peer_bench_and_never_shortens_its_own() {
     let host = Host::new();
     let node = Node::join(&nats, "node-a").await;
     let models = Models::new(
-        vec![host.openai(&server)],
+        crewlet_plugins::Installed::providers_only(vec![host.openai(&server)]),
         node.coord.clone(),
         Some(node.publisher.clone()),
         resolver(&[("K1", KEY_1), ("K2", KEY_2)]),
@@ -102,7 +102,7 @@ async fn with_coordination_down_the_local_bench_still_rotates_keys() {
     let host = Host::new();
     let node = Node::join(&nats, "node-a").await;
     let models = Models::new(
-        vec![host.openai(&server)],
+        crewlet_plugins::Installed::providers_only(vec![host.openai(&server)]),
         node.coord.clone(),
         None,
         resolver(&[("K1", KEY_1), ("K2", KEY_2)]),

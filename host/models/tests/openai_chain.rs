@@ -221,7 +221,7 @@ async fn a_429_advising_one_second_benches_the_key_for_the_floor() {
         ("gpt-b", configured, 120),
     ] {
         let models = Models::new(
-            vec![plugin.clone()],
+            crewlet_plugins::Installed::providers_only(vec![plugin.clone()]),
             node.coord.clone(),
             Some(node.publisher.clone()),
             resolver(&secrets),

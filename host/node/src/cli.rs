@@ -82,6 +82,10 @@ enum PluginsCmd {
     Check {
         #[arg(value_name = "DIR", required = true)]
         dirs: Vec<PathBuf>,
+        /// Check again whenever a manifest or component under DIR changes
+        /// (and held still for a second), until interrupted.
+        #[arg(long)]
+        watch: bool,
     },
     /// Print each plugin's effective permissions: routes and secrets,
     /// outbound hosts, buckets owned and read, limits. With --api, what
@@ -640,18 +644,40 @@ fn mcp_chat() -> i32 {
     }
 }
 
+/// One `crewlet plugins check`: the report printed, the exit status.
+fn check_once(dirs: &[PathBuf]) -> i32 {
+    match crewlet_plugins::check(dirs) {
+        Ok(report) => {
+            print!("{report}");
+            if report.is_ok() { 0 } else { 1 }
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
+        }
+    }
+}
+
 fn plugins(cmd: PluginsCmd) -> i32 {
     match cmd {
-        PluginsCmd::Check { dirs } => match crewlet_plugins::check(&dirs) {
-            Ok(report) => {
-                print!("{report}");
-                if report.is_ok() { 0 } else { 1 }
+        PluginsCmd::Check { dirs, watch: false } => check_once(&dirs),
+        PluginsCmd::Check { dirs, watch: true } => {
+            use crate::plugins::reload::{stamp_all, wait_for_change};
+            let mut stamps = stamp_all(&dirs);
+            loop {
+                let at = time::OffsetDateTime::now_utc();
+                println!(
+                    "--- checked at {:02}:{:02}:{:02} UTC ---",
+                    at.hour(),
+                    at.minute(),
+                    at.second()
+                );
+                check_once(&dirs);
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                stamps = wait_for_change(&dirs, &stamps);
             }
-            Err(e) => {
-                eprintln!("crewlet: {e}");
-                1
-            }
-        },
+        }
         PluginsCmd::List { api: Some(api), .. } => {
             match crate::client::request(&api, "GET", "/plugins", &[], b"") {
                 Ok((200, body)) => {

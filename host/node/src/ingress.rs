@@ -25,10 +25,10 @@ use crate::engine::{EngineContext, Late, Started};
 /// A webhook edge over the node's context: one per node, built once the
 /// notification consumer exists.
 fn edge_for(ctx: &EngineContext) -> Edge {
-    let webhooks = ctx
+    let plugins = ctx
         .plugins
         .as_ref()
-        .map(|p| p.webhooks.clone())
+        .map(|p| p.installed.clone())
         .unwrap_or_default();
     Edge::new(EdgeConfig {
         node_id: ctx.node_id.clone(),
@@ -36,7 +36,7 @@ fn edge_for(ctx: &EngineContext) -> Edge {
         coord: ctx.coord.clone(),
         publisher: ctx.publisher.clone(),
         active: ctx.active.clone(),
-        webhooks,
+        plugins,
         secrets: ctx.secrets.resolver(),
         refused_log: refused_log(ctx),
     })

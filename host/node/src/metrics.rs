@@ -82,17 +82,11 @@ impl Scrape {
             };
             plugins.extend(
                 loaded
-                    .webhooks
+                    .installed
+                    .all()
                     .iter()
                     .map(|p| row(p.manifest(), p.health())),
             );
-            plugins.extend(
-                loaded
-                    .providers
-                    .iter()
-                    .map(|p| row(p.manifest(), p.health())),
-            );
-            plugins.extend(loaded.modules.iter().map(|p| row(p.manifest(), p.health())));
         }
         Scrape {
             plugins,

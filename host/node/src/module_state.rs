@@ -44,7 +44,7 @@ async fn state(State(late): State<Late>, Path((name, bucket)): Path<(String, Str
     let Some(loaded) = &ctx.plugins else {
         return not_found("no plugins directory on this node".into());
     };
-    let Some(module) = loaded.modules.iter().find(|m| m.manifest().name == name) else {
+    let Some(module) = loaded.installed.module(&name) else {
         return not_found(format!("no module {name:?} runs on this node"));
     };
     let owns = match &module.manifest().permissions {

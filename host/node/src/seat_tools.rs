@@ -13,13 +13,17 @@
 use std::sync::Arc;
 
 use crewlet_mcp::{SeatTools, ServerState};
+use crewlet_plugins::Installed;
 use crewlet_plugins::module::{ModulePlugin, ToolCaller, ToolError};
 use crewlet_turns::{ServerInfo, ToolDef, ToolOutput, Toolbox};
 
 /// A served seat: its own tool registry and its role's modules.
 pub struct Equipped {
     pub(crate) tools: SeatTools,
-    pub(crate) modules: Vec<Arc<ModulePlugin>>,
+    /// The role's modules this node ran when the seat was equipped; each
+    /// call meets the version serving now (a reload swaps it).
+    pub(crate) modules: Vec<String>,
+    pub(crate) installed: Arc<Installed>,
     pub(crate) seat: String,
 }
 
@@ -28,8 +32,11 @@ impl Equipped {
         &self.tools
     }
 
-    fn module(&self, name: &str) -> Option<&Arc<ModulePlugin>> {
-        self.modules.iter().find(|m| m.manifest().name == name)
+    fn module(&self, name: &str) -> Option<Arc<ModulePlugin>> {
+        match self.modules.iter().any(|m| m == name) {
+            true => self.installed.module(name),
+            false => None,
+        }
     }
 }
 
@@ -47,12 +54,16 @@ impl Toolbox for Equipped {
                 failed,
             }
         });
-        let modules = self.modules.iter().map(|m| ServerInfo {
-            name: m.manifest().name.clone(),
-            about: Some(format!("the {} module", m.manifest().name)),
-            tools: Some(m.tools().len()),
-            failed: None,
-        });
+        let modules = self
+            .modules
+            .iter()
+            .filter_map(|name| self.module(name))
+            .map(|m| ServerInfo {
+                name: m.manifest().name.clone(),
+                about: Some(format!("the {} module", m.manifest().name)),
+                tools: Some(m.tools().len()),
+                failed: None,
+            });
         mcp.chain(modules).collect()
     }
 

@@ -207,8 +207,8 @@ pub struct NodeSeats {
     /// The fleet's paused seats: a paused seat's turn stops before its
     /// next model call.
     pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
-    /// The modules this node runs; a seat gets those its role lists.
-    pub modules: Vec<Arc<crewlet_plugins::module::ModulePlugin>>,
+    /// The plugins this node serves; a seat gets the modules its role lists.
+    pub installed: Arc<crewlet_plugins::Installed>,
 }
 
 impl NodeSeats {
@@ -311,8 +311,8 @@ impl SeatHost for NodeSeats {
         info!(subsystem = "seats", seat = %spec.handle, servers = servers.len(), "seat equipped");
         let mut modules = Vec::new();
         for name in &role.modules {
-            match self.modules.iter().find(|m| &m.manifest().name == name) {
-                Some(m) => modules.push(m.clone()),
+            match self.installed.module(name) {
+                Some(_) => modules.push(name.clone()),
                 None => {
                     warn!(subsystem = "seats", seat = %spec.handle, module = %name, "the role lists a module this node does not run; the seat runs without its tools")
                 }
@@ -321,6 +321,7 @@ impl SeatHost for NodeSeats {
         Ok(Equipped {
             tools,
             modules,
+            installed: self.installed.clone(),
             seat: spec.handle.to_string(),
         })
     }
@@ -430,7 +431,7 @@ pub async fn start(
     let providers = ctx
         .plugins
         .as_ref()
-        .map(|p| p.providers.clone())
+        .map(|p| p.installed.clone())
         .unwrap_or_default();
     let resolve = ctx.secrets.resolver();
     let models = Arc::new(
@@ -477,10 +478,10 @@ pub async fn start(
         exe: std::env::current_exe().ok(),
         registries: std::sync::Mutex::default(),
         pauses: ctx.pauses.clone(),
-        modules: ctx
+        installed: ctx
             .plugins
             .as_ref()
-            .map(|p| p.modules.clone())
+            .map(|p| p.installed.clone())
             .unwrap_or_default(),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(

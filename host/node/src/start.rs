@@ -160,8 +160,8 @@ pub async fn start(
     if let Some(loaded) = &loaded {
         info!(
             subsystem = "plugins",
-            loaded = loaded.webhooks.len() + loaded.providers.len() + loaded.modules.len(),
-            failed = loaded.failed.len(),
+            loaded = loaded.installed.len(),
+            failed = loaded.failed().len(),
             "plugins loaded"
         );
         p.state.attach_plugins(loaded.clone());
@@ -208,7 +208,7 @@ pub async fn start(
         .await
         .map_err(NodeError::Engine)?;
     // Modules consume before the seats start, so a drain stops them after.
-    start_modules(&ctx, started);
+    start_modules(&ctx, started).await;
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
@@ -220,13 +220,38 @@ pub async fn start(
     Ok(Some(publisher))
 }
 
-/// Every loaded module's subscriptions, consumed on this node.
-fn start_modules(ctx: &EngineContext, started: &mut Started) {
+/// Every loaded module's subscriptions, consumed on this node, then the
+/// plugin reload loop (`[plugins] reload`), which is stopped first.
+async fn start_modules(ctx: &EngineContext, started: &mut Started) {
     let Some(loaded) = &ctx.plugins else { return };
     let js = async_nats::jetstream::new(ctx.client.clone());
-    if let Some(running) = crate::modules::start(&js, &loaded.modules, &loaded.board) {
-        started.push("modules", move || Box::pin(running.stop()));
+    let consumers = crate::modules::Consumers::new(js, loaded.board.clone());
+    for module in loaded.installed.modules() {
+        consumers.start(&module).await;
     }
+    let all = consumers.clone();
+    started.push("modules", move || {
+        Box::pin(async move { all.stop_all().await })
+    });
+    if !ctx.config.plugin_reload {
+        info!(
+            subsystem = "plugins",
+            "[plugins] reload = false: plugin files are read at start only"
+        );
+        return;
+    }
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(crate::plugins::watch(
+        loaded.clone(),
+        Some(consumers),
+        stopped,
+    ));
+    started.push("plugin-reload", move || {
+        Box::pin(async move {
+            let _ = stop.send(true);
+            let _ = task.await;
+        })
+    });
 }
 
 /// The company's duties (with `workers`), this node's retention and the

@@ -363,8 +363,8 @@ impl Probe for NodeState {
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
             "plugins": self.plugins.get().map(|p| json!({
-                "loaded": p.webhooks.len() + p.providers.len() + p.modules.len(),
-                "failed": p.failed.len(),
+                "loaded": p.installed.len(),
+                "failed": p.failed().len(),
                 "watches_reopening": p.watches_reopening(),
             })),
             "store": {

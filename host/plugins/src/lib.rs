@@ -9,7 +9,8 @@
 //! - [`call`]: the one way into a guest (breaker, concurrency bound, guest
 //!   threads, deadline); [`breaker`]: health and quarantine; [`scrub`]:
 //!   what a plugin says, made safe to repeat.
-//! - [`webhook`], [`provider`], [`module`]: one host per world.
+//! - [`webhook`], [`provider`], [`module`]: one host per world;
+//!   [`installed`]: the ones a node serves now, swapped whole on reload.
 //! - [`state`]: module state on NATS JetStream key-value buckets (ADR 202).
 //! - [`scaffold`]: `crewlet plugins new`.
 
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod crypto;
 pub mod fault;
 pub mod grant;
+pub mod installed;
 pub mod latency;
 pub mod manifest;
 pub mod module;
@@ -39,6 +41,7 @@ pub use breaker::{BreakerState, HealthReport};
 pub use call::GuestThreads;
 pub use catalogue::{Catalogue, CheckReport, DirError, PluginList};
 pub use cli::{PluginsError, check, list};
+pub use installed::{Installed, Plugin};
 pub use latency::Latency;
 pub use manifest::{Kind, Manifest, ManifestError};
 pub use runtime::{CallError, Fault, LoadError, Runtime, RuntimeConfig};

@@ -235,7 +235,21 @@ impl Drop for Node {
 
 /// Runs `crewlet` to completion with `args`, answering (status, output).
 pub fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (ExitStatus, String) {
-    let out = Command::new(crewlet_bin())
+    run_to_exit_without(args, envs, &[])
+}
+
+/// [`run_to_exit`] with the variables `unset` removed from what the child
+/// inherits (`./dev` exports the example's secrets to everything it runs).
+pub fn run_to_exit_without(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    unset: &[&str],
+) -> (ExitStatus, String) {
+    let mut cmd = Command::new(crewlet_bin());
+    for name in unset {
+        cmd.env_remove(name);
+    }
+    let out = cmd
         .args(args)
         .env_remove("CREWLET_CONFIG")
         .env_remove("CREWLET_DATA_DIR")

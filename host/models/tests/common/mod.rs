@@ -136,7 +136,7 @@ impl Node {
         secrets: &[(&str, &str)],
     ) -> Models {
         Models::new(
-            providers,
+            crewlet_plugins::Installed::providers_only(providers),
             self.coord.clone(),
             Some(self.publisher.clone()),
             resolver(secrets),

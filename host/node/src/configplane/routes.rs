@@ -66,7 +66,12 @@ async fn put_config(State(late): State<Late>, body: Bytes) -> Response {
             .into_response();
     };
     let accepted = crate::company::accept(document, &crate::company::policy(&ctx.config)).and_then(
-        |company| crate::company::runnable(company, ctx.plugins.as_ref().map(|l| &l.catalogue)),
+        |company| {
+            crate::company::runnable(
+                company,
+                ctx.plugins.as_ref().map(|l| l.catalogue()).as_ref(),
+            )
+        },
     );
     let company = match accepted {
         Ok(c) => c,

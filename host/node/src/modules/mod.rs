@@ -137,15 +137,15 @@ pub fn view(module: &ModulePlugin, board: &Board) -> Value {
     })
 }
 
-/// The consumers this node runs, until [`Running::stop`].
-pub struct Running {
+/// The consumers of one module's subscriptions, until [`Running::stop`].
+struct Running {
     stop: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Running {
     /// Stops pulling and waits for every consumer to end.
-    pub async fn stop(self) {
+    async fn stop(self) {
         let _ = self.stop.send(true);
         for task in self.tasks {
             let _ = task.await;
@@ -153,34 +153,66 @@ impl Running {
     }
 }
 
-/// Starts a consumer for every subscription of every module in `modules`,
-/// each reporting on `board`; `None` when there is none.
-pub fn start(
-    js: &async_nats::jetstream::Context,
-    modules: &[Arc<ModulePlugin>],
-    board: &Board,
-) -> Option<Running> {
-    let (stop, stopped) = watch::channel(false);
-    let mut tasks = Vec::new();
-    for module in modules {
-        for sub in module.subscriptions() {
-            let kind = sub.source.subject_kind();
-            let subscription = Subscription {
-                module: module.clone(),
-                stats: board.stats(&module.manifest().name, &kind),
-                kind,
-                delivery: sub.delivery,
-            };
-            tasks.push(tokio::spawn(subscription.run(js.clone(), stopped.clone())));
+/// Every module's consumers on this node, started and stopped module by
+/// module (a reloaded module's consumers are replaced; the rest run on).
+pub struct Consumers {
+    js: async_nats::jetstream::Context,
+    board: Arc<Board>,
+    running: tokio::sync::Mutex<BTreeMap<String, Running>>,
+}
+
+impl Consumers {
+    pub fn new(js: async_nats::jetstream::Context, board: Arc<Board>) -> Arc<Consumers> {
+        Arc::new(Consumers {
+            js,
+            board,
+            running: tokio::sync::Mutex::default(),
+        })
+    }
+
+    /// Starts a consumer for each of `module`'s subscriptions, replacing
+    /// (stopping first) any running under its name.
+    pub async fn start(&self, module: &Arc<ModulePlugin>) {
+        let name = module.manifest().name.clone();
+        let mut running = self.running.lock().await;
+        if let Some(old) = running.remove(&name) {
+            old.stop().await;
+        }
+        let (stop, stopped) = watch::channel(false);
+        let tasks: Vec<_> = module
+            .subscriptions()
+            .iter()
+            .map(|sub| {
+                let kind = sub.source.subject_kind();
+                let subscription = Subscription {
+                    module: module.clone(),
+                    stats: self.board.stats(&name, &kind),
+                    kind,
+                    delivery: sub.delivery,
+                };
+                tokio::spawn(subscription.run(self.js.clone(), stopped.clone()))
+            })
+            .collect();
+        if !tasks.is_empty() {
+            info!(subsystem = "modules", module = %name, subscriptions = tasks.len(), "module subscriptions consuming");
+        }
+        running.insert(name, Running { stop, tasks });
+    }
+
+    /// Stops `name`'s consumers (an event in hand is left unacknowledged,
+    /// so the durable offers it again).
+    pub async fn stop(&self, name: &str) {
+        let old = self.running.lock().await.remove(name);
+        if let Some(old) = old {
+            old.stop().await;
         }
     }
-    if tasks.is_empty() {
-        return None;
+
+    /// Stops every module's consumers (the drain).
+    pub async fn stop_all(&self) {
+        let all = std::mem::take(&mut *self.running.lock().await);
+        for (_, running) in all {
+            running.stop().await;
+        }
     }
-    info!(
-        subsystem = "modules",
-        subscriptions = tasks.len(),
-        "module subscriptions consuming"
-    );
-    Some(Running { stop, tasks })
 }
