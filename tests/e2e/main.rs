@@ -18,6 +18,7 @@ mod grants;
 mod ingress;
 mod layout;
 mod limits;
+mod litellm;
 mod live_view;
 mod local_coordination;
 mod mcp_allowlist;
