@@ -127,6 +127,11 @@ fn a_granted_provider_completes_a_turn_through_litellm_and_without_the_grant_nam
     let host = "calling https://api.openai.com:443";
     let down = w.wait_events("llm_unavailable", 1)[0].to_string();
     assert!(down.contains(host), "{down}");
+    let failed = &w.events("turn_ended")[0]["payload"];
+    assert!(
+        failed["detail"].as_str().is_some_and(|d| d.contains(host)),
+        "the turn's failure reason names the host: {failed}"
+    );
     assert!(
         eventually(Duration::from_secs(10), || w.node.log_text().contains(host)),
         "the node's log names the host: {}",
