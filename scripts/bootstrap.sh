@@ -13,8 +13,10 @@
 #     packages of tests/browser (playwright-core, from its lock file) and the
 #     official MCP inspector (pinned) into .tools/npm/inspector, which
 #     tests/e2e/operator_mcp.rs drives in its `--cli` mode, and the Python
-#     `prometheus-client` whose parser tests/e2e/metrics.rs reads
-#     `/metrics` with.
+#     `prometheus-client` whose parser tests/e2e/telemetry.rs reads
+#     `/metrics` with, and LiteLLM's proxy (PyPI `litellm[proxy]`, pinned)
+#     into its own .tools/litellm-venv, the third-party OpenAI-compatible
+#     server tests/e2e/litellm.rs completes a turn against.
 set -euo pipefail
 
 browser=0
@@ -29,6 +31,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NATS_SERVER_VERSION="2.15.1"
 MCP_INSPECTOR_VERSION="2.12.0"
 PROMETHEUS_CLIENT_VERSION="0.26.0"
+LITELLM_VERSION="1.108.7"
 TOOLS="$ROOT/.tools"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -96,13 +99,25 @@ if [[ $browser == 1 ]]; then
         (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
     fi
     # The Prometheus project's own text-format parser (PyPI
-    # `prometheus-client`, pinned), which tests/e2e/metrics.rs parses
+    # `prometheus-client`, pinned), which tests/e2e/telemetry.rs parses
     # `/metrics` with, in the venv step 2 made.
     if ! "$TOOLS/venv/bin/python" -c "import prometheus_client, sys; sys.exit(prometheus_client.__version__ != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
         say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (Python) into .tools/venv"
         python3 -m venv "$TOOLS/venv"
         "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
             "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
+    fi
+    # LiteLLM's proxy, in a venv of its own: its ~120 dependencies stay
+    # out of the one nats-server and prometheus-client share. Checked by
+    # the installed distribution's metadata (importing litellm takes
+    # seconds). A cold install took ~60 s and ~760 MB here.
+    litellm_venv="$TOOLS/litellm-venv"
+    if ! "$litellm_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('litellm') != '$LITELLM_VERSION')" 2>/dev/null \
+        || [[ ! -x "$litellm_venv/bin/litellm" ]]; then
+        say "installing litellm[proxy] $LITELLM_VERSION (Python) into .tools/litellm-venv"
+        python3 -m venv "$litellm_venv"
+        "$litellm_venv/bin/pip" install --quiet --disable-pip-version-check \
+            "litellm[proxy]==$LITELLM_VERSION"
     fi
     inspector_dir="$TOOLS/npm/inspector"
     inspector_pkg="$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json"

@@ -19,6 +19,7 @@ mod hot_reload;
 mod ingress;
 mod layout;
 mod limits;
+mod litellm;
 mod live_view;
 mod local_coordination;
 mod mcp_allowlist;

@@ -119,6 +119,13 @@ impl World {
         self.node = spawn(&self.sb, envs, &self.node_extra);
     }
 
+    /// [`World::restart`] with `node_extra` replacing the configuration's
+    /// extra part from now on.
+    pub(crate) fn restart_with(&mut self, envs: &[(&str, &str)], node_extra: &str) {
+        self.node_extra = node_extra.to_string();
+        self.restart(envs);
+    }
+
     /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.
     pub(crate) fn mention(
         &self,

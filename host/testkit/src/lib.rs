@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod github;
 pub mod http;
 pub mod layout;
+pub mod litellm;
 pub mod nats;
 pub mod openai;
 pub mod otlp;
@@ -19,6 +20,7 @@ pub mod plugins;
 pub mod process;
 
 pub use cluster::{Cluster, Proxy};
+pub use litellm::{LiteLlm, MockModel};
 pub use nats::{NatsServer, free_port, nats_server_bin};
 pub use openai::{Reply, ScriptedOpenAi, SeenRequest};
 pub use plugins::PluginsDir;
