@@ -509,3 +509,85 @@ fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
     }
     assert!(dir_is_absent_or_empty(&data), "nothing started: {out}");
 }
+
+/// Hot reload of a module: a new version takes over its subscription (the
+/// counts go on from where they were); a version the host refuses leaves
+/// the running one consuming.
+#[test]
+fn a_reloaded_module_takes_over_its_subscription_and_a_refused_one_leaves_it_consuming() {
+    let w = start(r#""notebook""#, "");
+    let health = w.node.health();
+    let url = health["stream"]["urls"][0].as_str().unwrap().to_owned();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let js = rt.block_on(async {
+        let client = common::broker_login(&health).connect(url).await.unwrap();
+        async_nats::jetstream::new(client)
+    });
+    let sub = |w: &World| w.plugin("tool-module")["subscriptions"]["turn_ended"].clone();
+    let handled_reaches = |n: u64| eventually(Duration::from_secs(20), || sub(&w)["handled"] == n);
+    assert!(eventually(Duration::from_secs(20), || sub(&w)["state"] == "consuming"));
+    rt.block_on(publish_turn_ended(
+        &js,
+        "one",
+        json!({"outcome": "delivered"}),
+    ));
+    assert!(handled_reaches(1), "{}", sub(&w));
+
+    let manifest = w._sb.path("plugins/tool-module/plugin.toml");
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(
+        &manifest,
+        text.replace("version = \"0.1.0\"", "version = \"0.2.0\""),
+    )
+    .unwrap();
+    assert!(
+        eventually(
+            Duration::from_secs(30),
+            || w.plugin("tool-module")["version"] == "0.2.0"
+        ),
+        "{}",
+        w.plugin("tool-module")
+    );
+    assert_eq!(w.plugin("tool-module")["state"], "running");
+    rt.block_on(publish_turn_ended(
+        &js,
+        "two",
+        json!({"outcome": "delivered"}),
+    ));
+    assert!(handled_reaches(2), "the new version consumes: {}", sub(&w));
+
+    // Over the module world's deadline ceiling: refused, 0.2.0 goes on.
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let broken = text
+        .replace("version = \"0.2.0\"", "version = \"0.3.0\"")
+        .replace("deadline_ms = 500", "deadline_ms = 999999");
+    std::fs::write(&manifest, broken).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            !w.plugin("tool-module")["reload_refused"].is_null()
+        }),
+        "{}",
+        w.plugin("tool-module")
+    );
+    let row = w.plugin("tool-module");
+    assert_eq!(row["version"], "0.2.0", "{row}");
+    assert!(
+        row["reload_refused"]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("deadline_ms")),
+        "{row}"
+    );
+    rt.block_on(publish_turn_ended(
+        &js,
+        "three",
+        json!({"outcome": "delivered"}),
+    ));
+    assert!(
+        handled_reaches(3),
+        "the running version still consumes: {}",
+        sub(&w)
+    );
+}
