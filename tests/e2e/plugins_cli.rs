@@ -49,40 +49,31 @@ fn check_fails_naming_the_file_and_field() {
     assert!(out.contains("secretz"), "{out}");
 }
 
+/// `plugins new` out of tree: a webhook and a provider, made in a temp
+/// dir with nothing of the repository's beside them, build for
+/// wasm32-wasip2 with plain cargo, offline (the shipped `Cargo.lock` pins
+/// what the repository's plugins were built with), and pass `plugins
+/// check`; an unbuilt module's manifest passes but for its component.
 #[test]
-fn new_scaffolds_a_plugin_that_check_accepts_as_a_manifest() {
+fn new_plugins_build_out_of_tree_on_the_shipped_sdk_and_pass_check() {
     let dir = tempfile::tempdir().unwrap();
-    let (status, out) = run_to_exit(
-        &[
-            "plugins",
-            "new",
-            "--kind",
-            "webhook",
-            "acme-hook",
-            "--dir",
-            dir.path().to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(status.success(), "{out}");
-    let manifest = dir.path().join("acme-hook/plugin.toml");
-    assert!(manifest.is_file(), "{out}");
+    let dir_s = dir.path().to_str().unwrap();
+    for (kind, name) in [
+        ("webhook", "acme-hook"),
+        ("provider", "acme-llm"),
+        ("module", "acme-mod"),
+    ] {
+        let (status, out) = run_to_exit(
+            &["plugins", "new", "--kind", kind, name, "--dir", dir_s],
+            &[],
+        );
+        assert!(status.success(), "{out}");
+        assert!(out.contains("crewlet-sdk/ (crewlet-plugin-sdk "), "{out}");
+        assert!(dir.path().join(name).join("plugin.toml").is_file(), "{out}");
+    }
 
     // A module: its manifest (a subscription, a tool with a schema, a
     // bucket) passes; only the component, not built yet, is missing.
-    let (status, out) = run_to_exit(
-        &[
-            "plugins",
-            "new",
-            "--kind",
-            "module",
-            "acme-mod",
-            "--dir",
-            dir.path().to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(status.success(), "{out}");
     let module = dir.path().join("acme-mod");
     let (status, out) = run_to_exit(&["plugins", "check", module.to_str().unwrap()], &[]);
     assert_eq!(status.code(), Some(1), "{out}");
@@ -100,6 +91,61 @@ fn new_scaffolds_a_plugin_that_check_accepts_as_a_manifest() {
     }
     let (status, out) = run_to_exit(&["plugins", "new", "--kind", "daemon", "x"], &[]);
     assert_eq!(status.code(), Some(2), "{out}");
+    std::fs::remove_dir_all(&module).unwrap();
+
+    for (name, artifact) in [("acme-hook", "acme_hook"), ("acme-llm", "acme_llm")] {
+        build_out_of_tree(&dir.path().join(name), artifact);
+    }
+    let (status, out) = run_to_exit(&["plugins", "check", dir_s], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("checked 2 plugin(s)"), "{out}");
+    assert!(out.contains("all plugins pass"), "{out}");
+    let (status, out) = run_to_exit(&["plugins", "list", dir_s], &[]);
+    assert!(status.success(), "{out}");
+    assert!(out.contains("acme-llm 0.1.0 (provider)"), "{out}");
+    assert!(out.contains("serves: /webhooks/acme-hook"), "{out}");
+}
+
+/// `cargo build --release --offline --target wasm32-wasip2` of the plugin
+/// in `root`, with the repository's pinned toolchain (the temp dir has no
+/// rust-toolchain.toml) and the guest workspace's target directory (the
+/// plugin's release profile is that workspace's, so what both build is
+/// compiled once); the component is then put where its manifest says.
+fn build_out_of_tree(root: &Path, artifact: &str) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let toolchain = std::fs::read_to_string(repo.join("rust-toolchain.toml")).unwrap();
+    let toolchain = toolchain
+        .lines()
+        .find_map(|l| l.strip_prefix("channel = "))
+        .unwrap()
+        .trim_matches('"');
+    let target = repo.join("plugins/target");
+    let out = std::process::Command::new("cargo")
+        .args([
+            "build",
+            "--release",
+            "--offline",
+            "--quiet",
+            "--target",
+            "wasm32-wasip2",
+        ])
+        .current_dir(root)
+        .env("RUSTUP_TOOLCHAIN", toolchain)
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTC_WORKSPACE_WRAPPER")
+        .env_remove("CLIPPY_ARGS")
+        .output()
+        .expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cargo build of {} failed:\n{}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = format!("crewlet_plugin_{artifact}.wasm");
+    let wanted = root.join("target/wasm32-wasip2/release").join(&file);
+    std::fs::create_dir_all(wanted.parent().unwrap()).unwrap();
+    std::fs::copy(target.join("wasm32-wasip2/release").join(&file), &wanted).unwrap();
 }
 
 /// Several plugin folders, one linked in from elsewhere: `check` reads

@@ -18,6 +18,10 @@ pub enum PluginsError {
     Dir(#[from] DirError),
     #[error("`{name}` is not a plugin name: use 1–63 of a-z, 0-9 and -, starting with a letter")]
     BadName { name: String },
+    #[error(
+        "`{name}` would name the plugin's crate `crewlet-plugin-{name}`, the guest SDK's own; choose another name"
+    )]
+    SdkName { name: String },
     #[error("{} already exists; choose another name or directory", path.display())]
     Exists { path: PathBuf },
     #[error("cannot write {}: {source}", path.display())]

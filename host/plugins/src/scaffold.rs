@@ -1,49 +1,67 @@
 //! `crewlet plugins new --kind KIND NAME [--dir DIR]`: a plugin crate that
-//! builds for `wasm32-wasip2` and passes its own test.
+//! builds for `wasm32-wasip2` out of tree and passes its own test.
 //!
-//! The crate is standalone (its own `[workspace]`, the WIT copied into
-//! `wit/`) so it builds wherever it is created, with only `wit-bindgen` as a
-//! dependency (and `serde_json` for a module, whose tools take JSON). Its logic sits in plain functions with native unit tests
-//! (`cargo test`), and `crewlet plugins check DIR` validates its manifest and
-//! world once built.
+//! Rules, and why:
+//! - The plugin depends on the same guest SDK the repository's plugins use,
+//!   shipped inside this binary ([`SDK_FILES`], embedded file by file by
+//!   `build.rs`, so no copy is kept by hand) and written beside the plugin
+//!   as `crewlet-sdk/` with the WIT. No registry or git host is needed, and
+//!   the plugin's own code is only its logic: the SDK generates the
+//!   bindings and carries the HTTP client and error classifier providers
+//!   need.
+//! - `crewlet-sdk/` mirrors the repository (`plugins/sdk/` beside `wit/`),
+//!   so the SDK builds there unchanged; the dependency names the SDK's
+//!   version, so a plugin knows which it was made against.
+//! - A `Cargo.lock` cut from the guest workspace's ([`lock`]) pins what the
+//!   repository's plugins were tested with, so the build is repeatable and
+//!   works `--offline` where those plugins were built; `[profile.release]`
+//!   is the guest workspace's too (small components, and a build that can
+//!   share that workspace's target directory).
+//! - The crate is standalone (its own `[workspace]`); its logic sits in
+//!   plain functions with native unit tests (`cargo test`), and
+//!   `crewlet plugins check DIR` validates its manifest and world once
+//!   built. It never overwrites.
+
+mod lock;
+mod templates;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::cli::PluginsError;
 use crate::manifest::{Kind, valid_name};
+use templates::*;
 
-const WIT_FILES: &[(&str, &str)] = &[
-    ("wit/plugin.wit", include_str!("../../../wit/plugin.wit")),
-    (
-        "wit/deps/cli/cli.wit",
-        include_str!("../../../wit/deps/cli/cli.wit"),
-    ),
-    (
-        "wit/deps/clocks/clocks.wit",
-        include_str!("../../../wit/deps/clocks/clocks.wit"),
-    ),
-    (
-        "wit/deps/filesystem/filesystem.wit",
-        include_str!("../../../wit/deps/filesystem/filesystem.wit"),
-    ),
-    (
-        "wit/deps/http/http.wit",
-        include_str!("../../../wit/deps/http/http.wit"),
-    ),
-    (
-        "wit/deps/io/io.wit",
-        include_str!("../../../wit/deps/io/io.wit"),
-    ),
-    (
-        "wit/deps/random/random.wit",
-        include_str!("../../../wit/deps/random/random.wit"),
-    ),
-    (
-        "wit/deps/sockets/sockets.wit",
-        include_str!("../../../wit/deps/sockets/sockets.wit"),
-    ),
-];
+include!(concat!(env!("OUT_DIR"), "/sdk_files.rs"));
+
+/// The SDK crate's name; a plugin of this name would collide with it.
+const SDK_CRATE: &str = "crewlet-plugin-sdk";
+const SDK_MANIFEST: &str = include_str!("../../../plugins/sdk/Cargo.toml");
+const WORKSPACE_MANIFEST: &str = include_str!("../../../plugins/Cargo.toml");
+const WORKSPACE_LOCK: &str = include_str!("../../../plugins/Cargo.lock");
+
+/// The shipped SDK's version (`crewlet-sdk/plugins/sdk/Cargo.toml`).
+pub fn sdk_version() -> String {
+    let manifest: toml::Table = toml::from_str(SDK_MANIFEST).expect("the SDK manifest is TOML");
+    manifest["package"]["version"]
+        .as_str()
+        .expect("the SDK manifest names its version")
+        .to_string()
+}
+
+/// The guest workspace's `[profile.release]`, as a manifest section.
+fn release_profile() -> String {
+    let manifest: toml::Table =
+        toml::from_str(WORKSPACE_MANIFEST).expect("the plugins workspace manifest is TOML");
+    let mut release = toml::Table::new();
+    release.insert("release".into(), manifest["profile"]["release"].clone());
+    let mut profile = toml::Table::new();
+    profile.insert("profile".into(), toml::Value::Table(release));
+    format!(
+        "# The repository's plugins build with the same.\n{}",
+        toml::to_string(&profile).expect("a TOML table serialises")
+    )
+}
 
 /// What `scaffold` created.
 #[derive(Debug, Clone)]
@@ -60,9 +78,14 @@ impl fmt::Display for ScaffoldReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dir = self.dir.display();
         writeln!(f, "created {} plugin `{}` in {dir}", self.kind, self.name)?;
-        for file in &self.files {
+        for file in self.files.iter().filter(|p| !p.starts_with("crewlet-sdk")) {
             writeln!(f, "  {}", file.display())?;
         }
+        writeln!(
+            f,
+            "  crewlet-sdk/ (crewlet-plugin-sdk {} and the WIT it binds)",
+            sdk_version()
+        )?;
         writeln!(f, "test:  cargo test --manifest-path {dir}/Cargo.toml")?;
         writeln!(
             f,
@@ -84,6 +107,11 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
         return Err(PluginsError::Exists { path: root });
     }
     let krate = format!("crewlet-plugin-{name}");
+    if krate == SDK_CRATE {
+        return Err(PluginsError::SdkName {
+            name: name.to_string(),
+        });
+    }
     let artifact = krate.replace('-', "_");
     let fill = |t: &str| {
         t.replace("{{name}}", name)
@@ -91,30 +119,30 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
             .replace("{{artifact}}", &artifact)
             .replace("{{secret}}", &name.replace('-', "_"))
             .replace("{{tool_prefix}}", &name.replace('-', "_"))
-            .replace(
-                "{{extra_dependencies}}",
-                if kind == Kind::Module {
-                    "serde_json = \"1\"\n"
-                } else {
-                    ""
-                },
-            )
+            .replace("{{sdk_version}}", &sdk_version())
+            .replace("{{kind}}", kind.world())
     };
     let (lib, manifest_tail) = match kind {
         Kind::Webhook => (WEBHOOK_LIB, WEBHOOK_MANIFEST),
         Kind::Provider => (PROVIDER_LIB, PROVIDER_MANIFEST),
         Kind::Module => (MODULE_LIB, MODULE_MANIFEST),
     };
+    let lock = lock::for_plugin(WORKSPACE_LOCK, &krate, SDK_CRATE)
+        .expect("the embedded plugins/Cargo.lock holds the SDK (lock.rs tests)");
     let mut files: Vec<(String, String)> = vec![
-        ("Cargo.toml".to_string(), fill(CARGO_TOML)),
+        (
+            "Cargo.toml".to_string(),
+            format!("{}{}", fill(CARGO_TOML), release_profile()),
+        ),
+        ("Cargo.lock".to_string(), lock),
         (
             "plugin.toml".to_string(),
-            fill(&format!("{MANIFEST_HEAD}{manifest_tail}")).replace("{{kind}}", kind.world()),
+            fill(&format!("{MANIFEST_HEAD}{manifest_tail}")),
         ),
         ("src/lib.rs".to_string(), fill(lib)),
         (".gitignore".to_string(), "/target\n".to_string()),
     ];
-    for (path, text) in WIT_FILES {
+    for (path, text) in SDK_FILES {
         files.push((path.to_string(), text.to_string()));
     }
     let mut written = Vec::new();
@@ -140,260 +168,5 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
     })
 }
 
-const CARGO_TOML: &str = r#"[package]
-name = "{{crate}}"
-version = "0.1.0"
-edition = "2024"
-publish = false
-
-# A cdylib built with `--target wasm32-wasip2` is a component. `cargo test`
-# runs the unit tests natively (it builds the test harness, not the cdylib).
-[lib]
-crate-type = ["cdylib"]
-
-[dependencies]
-wit-bindgen = "0.61"
-{{extra_dependencies}}
-[workspace]
-"#;
-
-const MANIFEST_HEAD: &str = r#"name = "{{name}}"
-version = "0.1.0"
-kind = "{{kind}}"
-component = "target/wasm32-wasip2/release/{{artifact}}.wasm"
-
-[limits]
-memory_mib = 32
-"#;
-
-const WEBHOOK_MANIFEST: &str = r#"deadline_ms = 500
-
-[webhook]
-routes = ["/webhooks/{{name}}"]
-secrets = ["{{secret}}_token"]
-"#;
-
-const PROVIDER_MANIFEST: &str = r#"deadline_ms = 120000
-
-[provider]
-base_url = "https://api.example.com/v1"
-allowed_outbound_hosts = ["https://api.example.com:443"]
-"#;
-
-const MODULE_MANIFEST: &str = r#"deadline_ms = 2000
-
-[module]
-# Local topic names; published as `module.{{name}}.<topic>`.
-publishes = ["noted"]
-
-# A company event kind (or another module's topic: `topic = "MODULE.TOPIC"`).
-[[module.subscribe]]
-event = "turn_ended"
-delivery = "once"
-
-[module.state.notes]
-history = 1
-
-# A tool seats may call (as `{{tool_prefix}}__add_note`); the host checks
-# every call's arguments against this JSON Schema before the module runs.
-[module.tools.add-note]
-description = "Keeps a note under a key, in the bucket `notes`"
-arguments = { type = "object", properties = { key = { type = "string" }, text = { type = "string" } }, required = ["key", "text"] }
-"#;
-
-const WEBHOOK_LIB: &str = r#"//! The `{{name}}` webhook plugin: a shared token in `x-{{name}}-token`,
-//! compared in constant time with the secret `{{secret}}_token`; the body,
-//! as text, becomes one delivery.
-
-wit_bindgen::generate!({ world: "webhook", path: "wit" });
-
-use exports::crewlet::plugin::inbound::{
-    Addressed, Delivery, Guest, ParseError, Parsed, Request, VerifyError,
-};
-
-/// Equal length and content, in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Checks the token header against the secret.
-pub fn check_token(header: Option<&str>, secret: Option<&[u8]>) -> Result<(), VerifyError> {
-    let secret = secret.ok_or_else(|| VerifyError::MissingSecret("{{secret}}_token".into()))?;
-    let header = header.ok_or_else(|| VerifyError::MissingHeader("x-{{name}}-token".into()))?;
-    if constant_time_eq(header.as_bytes(), secret) {
-        Ok(())
-    } else {
-        Err(VerifyError::Mismatch)
-    }
-}
-
-struct Plugin;
-
-impl Guest for Plugin {
-    fn verify(req: Request) -> Result<(), VerifyError> {
-        let header = req.headers.iter().find(|h| h.name == "x-{{name}}-token").map(|h| h.value.as_str());
-        let secret = req.secrets.iter().find(|s| s.name == "{{secret}}_token").map(|s| s.value.as_slice());
-        check_token(header, secret)
-    }
-
-    fn parse(req: Request) -> Result<Parsed, ParseError> {
-        let text = String::from_utf8(req.body.clone())
-            .map_err(|_| ParseError::MalformedBody("the body is not UTF-8".into()))?;
-        let id = req.headers.iter().find(|h| h.name == "x-request-id").map(|h| h.value.clone());
-        Ok(Parsed {
-            deliveries: vec![Delivery {
-                source: "{{name}}".into(),
-                event_type: "message".into(),
-                delivery_id: id.ok_or_else(|| ParseError::MissingField("header x-request-id".into()))?,
-                addressed: Addressed { mentions: vec![], assignees: vec![], reviewers: vec![], channel: None, thread: None },
-                text: Some(text),
-                payload: req.body,
-            }],
-            reply: None,
-        })
-    }
-}
-
-export!(Plugin);
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn token_must_match() {
-        assert!(check_token(Some("s3cret"), Some(b"s3cret")).is_ok());
-        assert!(matches!(check_token(Some("s3creT"), Some(b"s3cret")), Err(VerifyError::Mismatch)));
-        assert!(matches!(check_token(None, Some(b"s3cret")), Err(VerifyError::MissingHeader(_))));
-        assert!(matches!(check_token(Some("x"), None), Err(VerifyError::MissingSecret(_))));
-    }
-}
-"#;
-
-const PROVIDER_LIB: &str = r#"//! The `{{name}}` provider plugin. Translate `Request` to your vendor's wire
-//! format, send it with `wasi:http/outgoing-handler` (the only import this
-//! world has; the host checks every request against allowed_outbound_hosts),
-//! and classify failures. Until then every call answers a bad-request error
-//! that says so.
-
-wit_bindgen::generate!({ world: "provider", path: "wit", generate_all });
-
-use exports::crewlet::plugin::completions::{Completion, ErrorKind, Guest, ProviderError, Request};
-
-/// The vendor endpoint for a base URL.
-pub fn endpoint(base_url: &str) -> String {
-    format!("{}/chat/completions", base_url.trim_end_matches('/'))
-}
-
-struct Plugin;
-
-impl Guest for Plugin {
-    fn complete(req: Request) -> Result<Completion, ProviderError> {
-        Err(ProviderError {
-            kind: ErrorKind::BadRequest,
-            status: None,
-            request_id: None,
-            message: format!("{{name}} does not speak to {} yet: implement complete()", endpoint(&req.base_url)),
-        })
-    }
-}
-
-export!(Plugin);
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn endpoint_joins_without_double_slash() {
-        assert_eq!(super::endpoint("https://api.example.com/v1/"), "https://api.example.com/v1/chat/completions");
-    }
-}
-"#;
-
-const MODULE_LIB: &str = r##"//! The `{{name}}` module: owns the bucket `notes`. Its tool `add-note`
-//! keeps a note under a key and publishes `noted`; every `turn_ended` event
-//! adds one to the count under `turns-ended`.
-
-wit_bindgen::generate!({ world: "module", path: "wit" });
-
-use crewlet::plugin::{bus, log, state};
-use exports::crewlet::plugin::handlers::{Event, Guest, StateEvent, ToolCall};
-
-/// The key and text of an `add-note` call (the host has already checked
-/// them against the manifest's schema).
-pub fn note(arguments_json: &str) -> Result<(String, String), String> {
-    let v: serde_json::Value = serde_json::from_str(arguments_json).map_err(|e| e.to_string())?;
-    let key = v["key"].as_str().ok_or("`key` must be a string")?;
-    let text = v["text"].as_str().ok_or("`text` must be a string")?;
-    Ok((key.to_string(), text.to_string()))
-}
-
-/// The count after one more, from the stored text (absent or unreadable: 0).
-pub fn next_count(stored: Option<&[u8]>) -> u64 {
-    stored
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .and_then(|t| t.parse::<u64>().ok())
-        .unwrap_or(0)
-        + 1
-}
-
-struct Module;
-
-impl Guest for Module {
-    fn init() -> Result<(), String> {
-        log::write(log::Level::Info, "{{name}} ready");
-        Ok(())
-    }
-
-    fn on_event(event: Event) -> Result<(), String> {
-        match event.topic.as_str() {
-            "turn_ended" => {
-                let stored = state::get("notes", "turns-ended").map_err(|e| format!("{e:?}"))?;
-                let count = next_count(stored.as_ref().map(|e| e.value.as_slice()));
-                state::put("notes", "turns-ended", count.to_string().as_bytes())
-                    .map_err(|e| format!("{e:?}"))?;
-                Ok(())
-            }
-            other => Err(format!("{{name}} does not handle `{other}`")),
-        }
-    }
-
-    fn on_state(_event: StateEvent) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn call_tool(call: ToolCall) -> Result<String, String> {
-        match call.name.as_str() {
-            "add-note" => {
-                let (key, text) = note(&call.arguments_json)?;
-                let revision = state::put("notes", &key, text.as_bytes()).map_err(|e| format!("{e:?}"))?;
-                let event = serde_json::json!({ "key": key, "by": call.caller.seat });
-                bus::publish("noted", event.to_string().as_bytes()).map_err(|e| format!("{e:?}"))?;
-                Ok(format!("noted `{key}` (revision {revision})"))
-            }
-            other => Err(format!("{{name}} has no tool `{other}`")),
-        }
-    }
-}
-
-export!(Module);
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_note_needs_a_key_and_a_text() {
-        assert_eq!(
-            super::note(r#"{"key":"a","text":"b"}"#),
-            Ok(("a".to_string(), "b".to_string()))
-        );
-        assert!(super::note(r#"{"key":"a"}"#).is_err());
-        assert!(super::note("not json").is_err());
-    }
-
-    #[test]
-    fn counts_start_at_one() {
-        assert_eq!(super::next_count(None), 1);
-        assert_eq!(super::next_count(Some(b"41")), 42);
-        assert_eq!(super::next_count(Some(b"junk")), 1);
-    }
-}
-"##;
+mod tests;

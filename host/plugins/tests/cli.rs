@@ -188,6 +188,21 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_buil
             ],
             &target,
         );
+        if kind == Kind::Provider {
+            // The shipped SDK's own tests (its error classification among
+            // them) pass where a third party gets it.
+            cargo(
+                &[
+                    "test",
+                    "--quiet",
+                    "--manifest-path",
+                    manifest.to_str().unwrap(),
+                    "-p",
+                    "crewlet-plugin-sdk",
+                ],
+                &target,
+            );
+        }
     }
     assert!(
         scaffold(Kind::Module, "acme-mod", dir.path()).is_err(),

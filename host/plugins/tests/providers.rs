@@ -468,6 +468,88 @@ async fn anthropic_messages_success_and_failures() {
     );
 }
 
+/// The SDK's one classifier, through both real components: each vendor's
+/// documented body for a failure, and the other vendor's, gives the same
+/// kind from both plugins (a context-window error was `bad-request` in one
+/// and `context-too-long` in the other when each kept its own table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_and_anthropic_classify_the_same_failure_the_same_way() {
+    let failures: &[(u16, &str, &str)] = &[
+        (
+            400,
+            "context-too-long",
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens. However, your messages resulted in 130314 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
+        ),
+        (
+            400,
+            "context-too-long",
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210345 tokens > 200000 maximum"}}"#,
+        ),
+        (
+            400,
+            "context-too-long",
+            r#"{"type":"error","error":{"type":"invalid_request_error","message":"input length and `max_tokens` exceed context limit: 197000 + 8192 > 200000, decrease input length or `max_tokens` and try again"}}"#,
+        ),
+        (
+            400,
+            "context-too-long",
+            r#"{"object":"error","message":"This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.","type":"BadRequestError","param":null,"code":400}"#,
+        ),
+        (
+            529,
+            "overloaded",
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+        ),
+        (
+            503,
+            "overloaded",
+            r#"{"error":{"message":"The engine is currently overloaded, please try again later.","type":"server_error","param":null,"code":null}}"#,
+        ),
+        (
+            402,
+            "auth",
+            r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low."}}"#,
+        ),
+        (
+            429,
+            "auth",
+            r#"{"error":{"message":"You exceeded your current quota.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
+        ),
+        (
+            504,
+            "transient",
+            r#"{"type":"error","error":{"type":"timeout_error","message":"Request timed out"}}"#,
+        ),
+        (
+            400,
+            "bad-request",
+            r#"{"error":{"message":"Unrecognized request argument supplied: temperatur","type":"invalid_request_error","param":null,"code":null}}"#,
+        ),
+    ];
+    let server = VendorServer::start().await;
+    let (openai, _d1) = plugin("openai", server.port);
+    let (anthropic, _d2) = plugin("anthropic", server.port);
+    for (status, expected, body) in failures {
+        for (vendor, p) in [("openai", &openai), ("anthropic", &anthropic)] {
+            server.answer(*status, &[], body);
+            let e = p.complete(request()).await.unwrap().unwrap_err();
+            let kind = match e.kind {
+                ErrorKind::ContextTooLong => "context-too-long",
+                ErrorKind::Overloaded => "overloaded",
+                ErrorKind::Auth => "auth",
+                ErrorKind::Transient => "transient",
+                ErrorKind::BadRequest => "bad-request",
+                _ => "other",
+            };
+            assert_eq!(
+                (kind, e.status),
+                (*expected, Some(*status)),
+                "{vendor} on {body}: {e:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_covers_time_spent_waiting_in_host_calls() {
     let server = VendorServer::start().await;

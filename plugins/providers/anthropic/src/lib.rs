@@ -4,13 +4,12 @@
 //! 2023-06-01`. System messages become the top-level `system`; tool answers
 //! become `tool_result` blocks in a user turn, as the Messages API requires.
 //!
-//! Classification (it never retries): 429 → rate-limited with
-//! `retry-after`; 401/403 → auth; 529 and 503 → overloaded; 400 whose
-//! message says the prompt is too long → context-too-long, other 4xx →
-//! bad-request; other 5xx and an undocumented body → transient. The request
-//! id is the `request-id` header. The message is redacted.
+//! Failures are classified by the SDK's one classifier
+//! (`crewlet_plugin_sdk::provider::classify`), the same way as every other
+//! provider's: this plugin never retries and keeps no table of its own. The
+//! request id is the `request-id` header.
 
-use crewlet_plugin_sdk::provider::classify::{VendorError, classify, denied_or_network};
+use crewlet_plugin_sdk::provider::classify::{classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
     Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
@@ -35,7 +34,7 @@ impl Guest for Plugin {
             .map_err(|f| denied_or_network(f, &req.credential.api_key))?;
         let request_id = response.header("request-id").map(str::to_string);
         if response.status != 200 {
-            return Err(vendor_error(&response, request_id, &req.credential.api_key));
+            return Err(classify(&response, request_id, &req.credential.api_key));
         }
         parse_completion(&response.body, request_id)
     }
@@ -134,21 +133,6 @@ fn parse_completion(body: &[u8], request_id: Option<String>) -> Result<Completio
             .to_string(),
         request_id: request_id.or_else(|| value["id"].as_str().map(str::to_string)),
     })
-}
-
-fn vendor_error(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
-    let value: Option<Value> = serde_json::from_slice(&response.body).ok();
-    let error = value.as_ref().map(|v| &v["error"]);
-    let message = error
-        .and_then(|e| e["message"].as_str())
-        .unwrap_or_default();
-    let vendor = VendorError {
-        message,
-        context_too_long: message.contains("prompt is too long")
-            || message.contains("context window"),
-        overloaded: &[529, 503],
-    };
-    classify(response, request_id, key, vendor)
 }
 
 crewlet_plugin_sdk::provider::export_provider!(Plugin);

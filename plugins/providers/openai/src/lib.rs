@@ -4,14 +4,12 @@
 //! Any server speaking this wire format works (OpenAI, Azure-style proxies,
 //! vLLM, Ollama); the base URL comes from the manifest.
 //!
-//! Classification (it never retries): 429 → rate-limited with `Retry-After`
-//! (or `retry-after-ms`); 401/403 → auth; 400 whose `error.code` is
-//! `context_length_exceeded` → context-too-long, other 4xx → bad-request;
-//! 503 → overloaded; other 5xx and an undocumented body → transient; a host
-//! refusal → request-denied. The message is the vendor's `error.message`,
-//! redacted — never the raw body, the URL or the key.
+//! Failures are classified by the SDK's one classifier
+//! (`crewlet_plugin_sdk::provider::classify`), the same way as every other
+//! provider's: this plugin never retries and keeps no table of its own. The
+//! request id is the `x-request-id` header.
 
-use crewlet_plugin_sdk::provider::classify::{VendorError, classify, denied_or_network};
+use crewlet_plugin_sdk::provider::classify::{classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
     Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
@@ -33,7 +31,7 @@ impl Guest for Plugin {
             .map_err(|f| denied_or_network(f, &req.credential.api_key))?;
         let request_id = response.header("x-request-id").map(str::to_string);
         if response.status != 200 {
-            return Err(vendor_error(&response, request_id, &req.credential.api_key));
+            return Err(classify(&response, request_id, &req.credential.api_key));
         }
         parse_completion(&response.body, request_id)
     }
@@ -132,21 +130,6 @@ fn parse_completion(body: &[u8], request_id: Option<String>) -> Result<Completio
             .to_string(),
         request_id: request_id.or_else(|| value["id"].as_str().map(str::to_string)),
     })
-}
-
-fn vendor_error(response: &http::Response, request_id: Option<String>, key: &str) -> ProviderError {
-    let value: Option<Value> = serde_json::from_slice(&response.body).ok();
-    let error = value.as_ref().map(|v| &v["error"]);
-    let code = error.and_then(|e| e["code"].as_str()).unwrap_or_default();
-    let message = error
-        .and_then(|e| e["message"].as_str())
-        .unwrap_or_default();
-    let vendor = VendorError {
-        message,
-        context_too_long: code == "context_length_exceeded",
-        overloaded: &[503],
-    };
-    classify(response, request_id, key, vendor)
 }
 
 crewlet_plugin_sdk::provider::export_provider!(Plugin);
