@@ -33,6 +33,7 @@ mod replay;
 mod replies;
 mod sandbox;
 mod secrets;
+mod speak;
 mod stall;
 mod telemetry;
 mod turns;

@@ -203,10 +203,13 @@ arguments = { type = "object", properties = { key = { type = "string" }, text = 
 
 const WEBHOOK_LIB: &str = r#"//! The `{{name}}` webhook plugin: a shared token in `x-{{name}}-token`,
 //! compared in constant time with the secret `{{secret}}_token`; the body,
-//! as text, becomes one delivery.
+//! as text, becomes one delivery. Set `owed` to where a person waits for an
+//! answer (a channel, a thread) when the delivery asks a question; it is
+//! `None` here: a bare message asks for nothing.
 
 wit_bindgen::generate!({ world: "webhook", path: "wit" });
 
+use crewlet::plugin::log::{self, Level};
 use exports::crewlet::plugin::inbound::{
     Addressed, Delivery, Guest, ParseError, Parsed, Request, VerifyError,
 };
@@ -240,6 +243,7 @@ impl Guest for Plugin {
         let text = String::from_utf8(req.body.clone())
             .map_err(|_| ParseError::MalformedBody("the body is not UTF-8".into()))?;
         let id = req.headers.iter().find(|h| h.name == "x-request-id").map(|h| h.value.clone());
+        log::write(Level::Debug, &format!("{} bytes of text", text.len()));
         Ok(Parsed {
             deliveries: vec![Delivery {
                 source: "{{name}}".into(),
@@ -248,6 +252,7 @@ impl Guest for Plugin {
                 addressed: Addressed { mentions: vec![], assignees: vec![], reviewers: vec![], channel: None, thread: None },
                 text: Some(text),
                 payload: req.body,
+                owed: None,
             }],
             reply: None,
         })
