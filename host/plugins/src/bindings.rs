@@ -10,6 +10,7 @@ pub mod webhook {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "crewlet:plugin/webhook",
+        imports: { default: async },
         exports: { default: async },
         additional_derives: [PartialEq, Eq],
         with: {

@@ -12,8 +12,9 @@
 //!   route's secrets is scrubbed from what is kept; a signature (a MAC of
 //!   the body) is not a secret and stays, so the replay verifies.
 //! - **The same calls the edge makes**: verify, then parse only when
-//!   verify passed, on one fresh instance whose stderr is returned with the
-//!   answers (scrubbed of the secrets the call was handed, bounded).
+//!   verify passed, on one fresh instance whose stderr and `log` lines are
+//!   returned with the answers (scrubbed of the secrets the call was
+//!   handed, bounded).
 //!
 //! A provider's one call ([`provider`]) and a module's one event or tool
 //! call ([`module`]) are tried from requests written by hand.

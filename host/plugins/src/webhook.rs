@@ -41,7 +41,7 @@ type WebhookStore = Store<Sandbox<()>>;
 /// The `crypto` import: a pure function of its arguments, so any plugin
 /// may have it; computed by [`crate::crypto`].
 impl crypto::Host for Sandbox<()> {
-    fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
+    async fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
         crate::crypto::hmac_sha256(&key, &data).to_vec()
     }
 }

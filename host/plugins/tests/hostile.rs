@@ -220,7 +220,7 @@ async fn a_plugin_speaks_scrubbed_and_bounded_and_a_flood_fails_nothing() {
     // A deadline a loaded machine cannot miss: the flood is what is tested.
     let m = manifest_text(
         "testdata/hostile-webhook",
-        "name = \"hostile-webhook\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"../../target/wasm32-wasip2/release/crewlet_test_hostile_webhook.wasm\"\n[limits]\nmemory_mib = 64\ndeadline_ms = 20000\n[webhook]\nroutes = [\"/webhooks/hostile\"]\nsecrets = [\"hostile_secret\"]\n",
+        "name = \"hostile-webhook\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"../../target/wasm32-wasip2/release/crewlet_test_hostile_webhook.wasm\"\n[limits]\nmemory_mib = 64\ndeadline_ms = 5000\n[webhook]\nroutes = [\"/webhooks/hostile\"]\nsecrets = [\"hostile_secret\"]\n",
     );
     let hostile = WebhookPlugin::load(&rt, m).unwrap();
     let t = hostile.trial(with_secret(b"speak-secret")).await.unwrap();
