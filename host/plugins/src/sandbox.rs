@@ -31,6 +31,7 @@ use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use crate::bindings::module::crewlet::plugin::log::{self, Level};
 use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
 use crate::scrub::{MAX_PLUGIN_TEXT, Scrub};
@@ -183,6 +184,13 @@ impl<W: Send + 'static> Sandbox<W> {
                 reason: scrub.text(&format!("{error:#}")),
             },
         }
+    }
+}
+
+/// The `log` import, the same for every world ([`crate::voice`]).
+impl<W: Send + 'static> log::Host for Sandbox<W> {
+    async fn write(&mut self, level: Level, message: String) {
+        self.voice.write(level, &message);
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! Rules, and why:
 //! - **One voice per plugin, one implementation for every world**: the
-//!   `log` import is served by `impl log::Host for Sandbox<W>` for any `W`,
-//!   so a webhook, a provider and a module speak by the same rules.
+//!   `log` import is served for any world by the sandbox
+//!   ([`crate::sandbox`]: `impl log::Host for Sandbox<W>`), which hands the
+//!   line to [`Voice::write`]; a webhook, a provider and a module speak by
+//!   the same rules.
 //! - **Tagged**: every line carries `plugin` (its name), `kind` (its world)
 //!   and `from` (`log` or `stderr`), and the guest's level is kept.
 //! - **Nothing secret, nothing unbounded**: a line is scrubbed of the secrets
@@ -31,10 +33,9 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-use crate::bindings::module::crewlet::plugin::log::{self, Level};
+use crate::bindings::module::crewlet::plugin::log::Level;
 use crate::manifest::Kind;
 use crate::ration::{Ration, Verdict};
-use crate::sandbox::Sandbox;
 use crate::scrub::{Scrub, bound};
 
 /// The longest line a plugin puts in the log, in bytes.
@@ -203,16 +204,10 @@ impl Voice {
         }
     }
 
-    fn write(&self, level: Level, message: &str) {
+    /// One `log` line of the guest's.
+    pub(crate) fn write(&self, level: Level, message: &str) {
         let text = bound(&self.scrub.replace(message), MAX_LINE);
         self.speaker.say(level, Via::Log, text);
-    }
-}
-
-/// The `log` import, the same for every world.
-impl<W: Send + 'static> log::Host for Sandbox<W> {
-    async fn write(&mut self, level: Level, message: String) {
-        self.voice.write(level, &message);
     }
 }
 
