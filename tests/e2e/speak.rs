@@ -113,3 +113,47 @@ fn a_third_party_source_says_where_a_reply_is_owed_and_its_log_reaches_the_node(
     // stderr of a call that succeeded is said at DEBUG: not at INFO.
     assert!(!log.contains("custom-source parsed ticket"), "{log}");
 }
+
+/// `plugins try` on a captured ticket prints the delivery's `owed`, what
+/// the plugin wrote to stderr and what it logged, on a call that succeeded.
+#[test]
+fn plugins_try_prints_where_a_reply_is_owed_and_what_the_plugin_said() {
+    use base64::Engine as _;
+
+    let sb = Sandbox::new();
+    let dir = PluginsDir::new(sb.path("plugins"));
+    dir.add(
+        "custom-source",
+        "plugins/testdata/custom-source/plugin.toml",
+    );
+    let body = json!({"id": "T-9", "kind": "ticket.commented", "to": "ada",
+                      "asks": true, "channel": "ops", "thread": "42"})
+    .to_string();
+    let capture = json!({
+        "route": "/webhooks/tickets",
+        "headers": [["x-tickets-token", TOKEN], ["content-type", "application/json"]],
+        "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
+        "received_unix": 1_700_000_000,
+    });
+    let file = sb.path("ticket.json");
+    std::fs::write(&file, capture.to_string()).unwrap();
+    let (status, out) = crate::common::run_to_exit(
+        &[
+            "plugins",
+            "try",
+            "custom-source",
+            "--request",
+            &file.display().to_string(),
+            &dir.path().display().to_string(),
+        ],
+        &[("CUSTOM_TOKEN", TOKEN)],
+    );
+    assert_eq!(status.code(), Some(0), "{out}");
+    for expected in [
+        r#""owed":{"channel":"ops","thread":"42"}"#,
+        "plugin said: custom-source parsed ticket T-9",
+        "plugin logged: ticket T-9: ticket.commented for ada, reply owed: ops#42",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?} in:\n{out}");
+    }
+}
