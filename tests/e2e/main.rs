@@ -35,6 +35,7 @@ mod replay;
 mod replies;
 mod sandbox;
 mod secrets;
+mod speak;
 mod stall;
 mod telemetry;
 mod turns;

@@ -66,7 +66,7 @@
 
 mod message;
 
-pub use message::{DeadLetter, Inbound, Wake};
+pub use message::{DeadLetter, Inbound, ReplyTo, Wake};
 
 /// Stream of seat mailboxes (interest retention).
 pub const AGENT_STREAM: &str = "CREWLET_AGENT";

@@ -21,6 +21,10 @@ pub struct Inbound {
     pub channel: Option<String>,
     pub thread: Option<String>,
     pub text: Option<String>,
+    /// Set when the source's plugin said a person waits for an answer, and
+    /// where (absent in deliveries published before WIT 0.4.0).
+    #[serde(default)]
+    pub owed: Option<ReplyTo>,
     /// The node whose edge accepted it.
     pub received_by: String,
     pub received_at_ms: i64,
@@ -41,6 +45,20 @@ pub struct Wake {
     /// The conversation the delivery belongs to (`channel#thread`), if any.
     pub conversation: Option<String>,
     pub channel: Option<String>,
+    pub thread: Option<String>,
+    /// Where the delivery's plugin said a person waits for an answer
+    /// (absent in wakes published before WIT 0.4.0, and for schedules,
+    /// whose `channel` says where their result goes).
+    #[serde(default)]
+    pub owed: Option<ReplyTo>,
+}
+
+/// Where a person waits for an answer: a channel and, within it, a thread
+/// (in the source's vocabulary). The webhook plugin decides it (WIT
+/// `delivery.owed`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplyTo {
+    pub channel: String,
     pub thread: Option<String>,
 }
 

@@ -535,6 +535,7 @@ impl Worker {
                 conversation: conversation.clone(),
                 channel: inbound.channel.clone(),
                 thread: inbound.thread.clone(),
+                owed: inbound.owed.clone(),
             };
             let msg_id = format!("{}:{h}", inbound.key);
             self.publish(

@@ -601,6 +601,10 @@ impl Edge {
             channel: d.addressed.channel,
             thread: d.addressed.thread,
             text: d.text,
+            owed: d.owed.map(|o| crewlet_bus::ReplyTo {
+                channel: o.channel,
+                thread: o.thread,
+            }),
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };

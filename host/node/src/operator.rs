@@ -342,6 +342,9 @@ impl Operator {
             },
             payload: m.text.as_bytes().to_vec(),
             text: Some(m.text),
+            // As before WIT 0.4.0: the operator reads the turn's events,
+            // no reply is owed in a chat.
+            owed: None,
         };
         let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
         let started = std::time::Instant::now();

@@ -1,18 +1,26 @@
 //! Host-side bindings of the three worlds in `wit/plugin.wit`.
+//!
+//! The `log` interface is generated once (with the module world) and shared
+//! by the other two, so one implementation serves all three
+//! ([`crate::voice`]).
 
-/// The `webhook` world; its only import, `crypto`, is pure (see
-/// [`crate::webhook`]).
+/// The `webhook` world; its imports are `crypto`, pure (see
+/// [`crate::webhook`]), and `log`.
 pub mod webhook {
     wasmtime::component::bindgen!({
         path: "../../wit",
         world: "crewlet:plugin/webhook",
+        imports: { default: async },
         exports: { default: async },
         additional_derives: [PartialEq, Eq],
+        with: {
+            "crewlet:plugin/log": crate::bindings::module::crewlet::plugin::log,
+        },
     });
 }
 
-/// The `provider` world; its only import, `wasi:http`, is served by
-/// `wasmtime-wasi-http`.
+/// The `provider` world; its import `wasi:http` is served by
+/// `wasmtime-wasi-http`, `log` by [`crate::voice`].
 pub mod provider {
     wasmtime::component::bindgen!({
         path: "../../wit",
@@ -24,11 +32,13 @@ pub mod provider {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,
             "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            "crewlet:plugin/log": crate::bindings::module::crewlet::plugin::log,
         },
     });
 }
 
-/// The `module` world: `state` and `log` are served by the module runtime.
+/// The `module` world: `state` and `bus` are served by the module runtime,
+/// `log` by [`crate::voice`].
 pub mod module {
     wasmtime::component::bindgen!({
         path: "../../wit",

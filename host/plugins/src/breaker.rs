@@ -16,9 +16,9 @@
 //!   a fault opens it again for twice as long, up to
 //!   [`BreakerPolicy::max_backoff`]. A probe that never settles (its
 //!   caller went away) frees the probe slot after its deadline.
-//! - **Fault lines are rate-limited per plugin**: at most one WARN line per
-//!   [`FAULT_LOG_INTERVAL`]; the next line says how many were suppressed.
-//!   Breaker transitions are always logged.
+//! - **Fault lines are rationed per plugin** ([`crate::ration`]): at most
+//!   one WARN line per [`FAULT_LOG_INTERVAL`]; the next line says how many
+//!   were suppressed. Breaker transitions are always logged.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::fault::Fault;
 use crate::latency::{Latency, Timings};
+use crate::ration::{Ration, Verdict};
 
 /// The shortest gap between two fault lines of one plugin.
 pub const FAULT_LOG_INTERVAL: Duration = Duration::from_secs(1);
@@ -94,8 +95,6 @@ struct Inner {
     consecutive: u32,
     last_fault: Option<String>,
     last_fault_kind: Option<&'static str>,
-    log_next_at: Option<Instant>,
-    log_suppressed: u64,
 }
 
 /// A plugin's health as reported to operators (`GET /plugins`).
@@ -129,6 +128,7 @@ pub struct Health {
     calls: AtomicU64,
     refused: AtomicU64,
     timings: Timings,
+    fault_lines: Ration,
 }
 
 impl Health {
@@ -142,13 +142,12 @@ impl Health {
                 consecutive: 0,
                 last_fault: None,
                 last_fault_kind: None,
-                log_next_at: None,
-                log_suppressed: 0,
             }),
             faults: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             timings: Timings::default(),
+            fault_lines: Ration::new(1, FAULT_LOG_INTERVAL),
         }
     }
 
@@ -227,7 +226,7 @@ impl Health {
         while inner.recent.len() > cap {
             inner.recent.pop_front();
         }
-        self.log_fault(&mut inner, now, fault);
+        self.log_fault(now, fault);
         let reopen = match inner.phase {
             Phase::HalfOpen { backoff, .. } => Some((backoff * 2).min(self.policy.max_backoff)),
             Phase::Closed if inner.recent.len() >= cap => Some(self.policy.first_backoff),
@@ -248,13 +247,13 @@ impl Health {
         }
     }
 
-    fn log_fault(&self, inner: &mut Inner, now: Instant, fault: &Fault) {
-        if inner.log_next_at.is_some_and(|t| now < t) {
-            inner.log_suppressed += 1;
+    fn log_fault(&self, now: Instant, fault: &Fault) {
+        let Verdict::Write {
+            dropped: suppressed,
+        } = self.fault_lines.take(now)
+        else {
             return;
-        }
-        let suppressed = std::mem::take(&mut inner.log_suppressed);
-        inner.log_next_at = Some(now + FAULT_LOG_INTERVAL);
+        };
         tracing::warn!(
             plugin = %self.plugin,
             fault = fault.kind(),

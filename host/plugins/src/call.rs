@@ -17,7 +17,9 @@
 //!    lowered priority; a guest that spins holds an I/O thread for at most
 //!    one tick, then competes only on the guest threads;
 //! 4. **settling**: the result or a typed fault, recorded in the plugin's
-//!    health. A store whose call failed is dropped, never re-entered.
+//!    health, and what the guest wrote to stderr said in the log
+//!    ([`crate::voice`]). A store whose call failed is dropped, never
+//!    re-entered.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -28,9 +30,11 @@ use wasmtime::Store;
 
 use crate::breaker::{Admission, BreakerPolicy, Health};
 use crate::fault::{CallError, Fault};
+use crate::manifest::Kind;
 use crate::manifest::MAX_CONCURRENCY;
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
+use crate::voice::Speaker;
 
 /// Where guest code runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,10 +139,11 @@ impl Drop for Guests {
     }
 }
 
-/// A plugin's way in: its health and breaker, its concurrency bound and
-/// the guest threads.
+/// A plugin's way in: its health and breaker, its concurrency bound, the
+/// guest threads, and its voice in the log ([`crate::voice`]).
 pub(crate) struct Guard {
     plugin: String,
+    speaker: Arc<Speaker>,
     health: Health,
     permits: Arc<Semaphore>,
     concurrency: u32,
@@ -148,6 +153,7 @@ pub(crate) struct Guard {
 impl Guard {
     pub(crate) fn new(
         plugin: &str,
+        kind: Kind,
         concurrency: u32,
         breaker: BreakerPolicy,
         guests: Arc<Guests>,
@@ -155,6 +161,7 @@ impl Guard {
         let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
         Guard {
             plugin: plugin.to_string(),
+            speaker: Arc::new(Speaker::new(plugin, kind)),
             health: Health::new(plugin, breaker),
             permits: Arc::new(Semaphore::new(concurrency as usize)),
             concurrency,
@@ -164,6 +171,11 @@ impl Guard {
 
     pub(crate) fn health(&self) -> &Health {
         &self.health
+    }
+
+    /// The plugin's voice, shared by all its instances.
+    pub(crate) fn speaker(&self) -> Arc<Speaker> {
+        self.speaker.clone()
     }
 
     /// A slot under the plugin's concurrency bound: at once when one is
@@ -210,7 +222,8 @@ impl Guard {
                 concurrency: self.concurrency,
             });
         };
-        Sandbox::prepare(&mut store, deadline);
+        Sandbox::prepare(&mut store, deadline, scrub);
+        let voice = store.data().voice.clone();
         let task = async move {
             let _slot = permit;
             f(store).await
@@ -221,6 +234,7 @@ impl Guard {
         let fault = match ran {
             Ok(Some((store, Ok(value)))) => {
                 self.health.record_ok();
+                voice.settle(true);
                 return Ok((store, value));
             }
             Ok(Some((mut store, Err(error)))) => store.data_mut().classify(&error, deadline, scrub),
@@ -230,6 +244,7 @@ impl Guard {
             },
         };
         self.health.record_fault(&fault);
+        voice.settle(false);
         Err(CallError::Fault {
             plugin: self.plugin.clone(),
             fault,

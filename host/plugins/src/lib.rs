@@ -8,7 +8,8 @@
 //!   typed faults; [`sandbox`]: what one instance's store holds, per world.
 //! - [`call`]: the one way into a guest (breaker, concurrency bound, guest
 //!   threads, deadline); [`breaker`]: health and quarantine; [`scrub`]:
-//!   what a plugin says, made safe to repeat.
+//!   what a plugin says, made safe to repeat; [`voice`]: its `log` lines
+//!   and stderr in the node's log, rationed by [`ration`].
 //! - [`webhook`], [`provider`], [`module`]: one host per world;
 //!   [`installed`]: the ones a node serves now, swapped whole on reload.
 //! - [`state`]: module state on NATS JetStream key-value buckets (ADR 202).
@@ -29,12 +30,14 @@ pub mod module;
 pub mod outbound;
 pub mod pool;
 pub mod provider;
+pub mod ration;
 pub mod runtime;
 pub mod sandbox;
 pub mod scaffold;
 pub mod scrub;
 pub mod state;
 pub mod trial;
+pub mod voice;
 pub mod webhook;
 
 pub use breaker::{BreakerState, HealthReport};

@@ -73,10 +73,6 @@ pub trait ModuleBus: Send + Sync + 'static {
 }
 pub use watch::{WatchBoard, WatchState, WatchView};
 
-/// Log lines kept per module for [`ModulePlugin::logs`].
-const KEEP_LOG_LINES: usize = 1000;
-/// The longest log line kept, in bytes.
-const MAX_LOG_LINE: usize = 4096;
 /// Watch steps queued per module before its watches stop reading.
 pub const WATCH_QUEUE: usize = 64;
 /// Watches one module instance may hold.
@@ -102,7 +98,6 @@ pub struct ModulePlugin {
     events: tokio::sync::mpsc::Sender<Queued>,
     listing: Arc<tokio::sync::Semaphore>,
     guard: Guard,
-    logs: Arc<Mutex<Vec<String>>>,
     watch_board: Arc<WatchBoard>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
     bus: Arc<dyn ModuleBus>,
@@ -190,7 +185,6 @@ impl ModulePlugin {
             generation: Mutex::new(0),
             events: tx,
             listing: Arc::new(tokio::sync::Semaphore::new(1)),
-            logs: Arc::default(),
             watch_board: Arc::default(),
             dispatcher: Mutex::new(None),
             bus,
@@ -259,9 +253,9 @@ impl ModulePlugin {
         self.watch_board.views()
     }
 
-    /// The module's recent log lines, oldest first.
+    /// The module's recent `log` lines, oldest first.
     pub fn logs(&self) -> Vec<String> {
-        self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.guard.speaker().logged_since(0)
     }
 
     async fn ensure_live(&self, live: &mut Option<Live>) -> Result<(), StartError> {
@@ -283,16 +277,18 @@ impl ModulePlugin {
             watches: Vec::new(),
             board: self.watch_board.clone(),
             next_watch: 0,
-            logs: self.logs.clone(),
             bus: self.bus.clone(),
             publishes: self.publishes.clone(),
         };
-        let store = self.runtime.new_store(&self.manifest, world).map_err(|e| {
-            StartError::Call(CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
-                reason: e.to_string(),
-            })
-        })?;
+        let store = self
+            .runtime
+            .new_store(&self.manifest, self.guard.speaker(), world)
+            .map_err(|e| {
+                StartError::Call(CallError::Instantiate {
+                    plugin: self.manifest.name.clone(),
+                    reason: e.to_string(),
+                })
+            })?;
         let pre = self.pre.clone();
         let (store, (bindings, init)) = self
             .guard

@@ -13,11 +13,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use wasmtime::component::Linker;
+use wasmtime::component::{HasSelf, Linker};
 
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::HealthReport;
+use crate::bindings::module::crewlet::plugin::log;
 use crate::bindings::provider::ProviderPre;
 use crate::call::Guard;
 use crate::manifest::{Manifest, Origin, Permissions};
@@ -52,6 +53,11 @@ impl ProviderPlugin {
         let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
         wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
+        log::add_to_linker::<Sandbox<ProviderCtx>, HasSelf<Sandbox<ProviderCtx>>>(
+            &mut linker,
+            |s| s,
+        )
+        .map_err(engine_error)?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(ProviderPre::new)
@@ -83,6 +89,11 @@ impl ProviderPlugin {
     /// The plugin's health.
     pub fn health(&self) -> HealthReport {
         self.guard.health().report()
+    }
+
+    /// The plugin's voice in the log ([`crate::voice`]).
+    pub(crate) fn speaker(&self) -> Arc<crate::voice::Speaker> {
+        self.guard.speaker()
     }
 
     /// Every origin this plugin was refused, oldest first.
@@ -133,16 +144,15 @@ impl ProviderPlugin {
             http: WasiHttpCtx::new(),
             outbound: policy,
         };
-        let store =
-            self.runtime
-                .new_store(&self.manifest, world)
-                .map_err(|e| CallError::Instantiate {
-                    plugin: self.manifest.name.clone(),
-                    reason: e.to_string(),
-                })?;
+        let store = self
+            .runtime
+            .new_store(&self.manifest, self.guard.speaker(), world)
+            .map_err(|e| CallError::Instantiate {
+                plugin: self.manifest.name.clone(),
+                reason: e.to_string(),
+            })?;
         // A provider's fault text may quote what it was given: the key.
         let scrub = Scrub::of(req.credentials_for_scrub());
-        let said_scrub = scrub.clone();
         let pre = self.pre.clone();
         let deadline = self.manifest.limits.deadline;
         let (_store, result) = self
@@ -156,7 +166,7 @@ impl ProviderPlugin {
                         .await
                 }
                 .await;
-                let said = store.data().said(&said_scrub);
+                let said = store.data().said();
                 (store, r.map(|answer| (answer, said)))
             })
             .await?;

@@ -29,24 +29,22 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx};
 
 use crate::call::{GuestThreads, Guests};
 pub use crate::fault::{CallError, Fault};
 use crate::manifest::{Kind, Manifest};
 use crate::sandbox::{Bounds, EPOCH_TICK, Sandbox, ZeroClock};
+use crate::voice::{Speaker, Voice};
 
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements; a component of any other minor
-/// version (0.2.x included: its module world had no `bus` nor `call-tool`)
-/// is refused naming it.
-pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.3.0";
+/// version (0.3.x included: its webhook `delivery` had no `owed`) is
+/// refused naming it.
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.4.0";
 /// The version prefix of [`SUPPORTED_PACKAGE`] a component must carry.
-const SUPPORTED_PREFIX: &str = "0.3.";
-/// The most a guest may write to stderr that a fault report keeps.
-const STDERR_CAPTURE: usize = 4096;
+const SUPPORTED_PREFIX: &str = "0.4.";
 
 /// Why a plugin could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -221,6 +219,7 @@ impl Runtime {
     pub(crate) fn guard(&self, manifest: &Manifest) -> crate::call::Guard {
         crate::call::Guard::new(
             &manifest.name,
+            manifest.kind,
             manifest.limits.concurrency,
             self.config.breaker,
             self.guests.clone(),
@@ -315,11 +314,12 @@ impl Runtime {
     pub(crate) fn new_store<W: Send + 'static>(
         &self,
         manifest: &Manifest,
+        speaker: Arc<Speaker>,
         world: W,
     ) -> Result<Store<Sandbox<W>>, LoadError> {
-        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let voice = Voice::new(speaker);
         let mut wasi = WasiCtx::builder();
-        wasi.stderr(stderr.clone())
+        wasi.stderr(voice.stderr())
             .allow_tcp(false)
             .allow_udp(false)
             .allow_ip_name_lookup(false)
@@ -339,7 +339,7 @@ impl Runtime {
             memory: manifest.limits.memory_bytes as usize,
             transfer: manifest.kind.ceiling().transfer_bytes(),
         };
-        let sandbox = Sandbox::new(wasi.build(), stderr, bounds, world);
+        let sandbox = Sandbox::new(wasi.build(), voice, bounds, world);
         let mut store = Store::new(&self.engine, sandbox);
         Sandbox::install(&mut store);
         Ok(store)

@@ -28,13 +28,14 @@ use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
-use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+use crate::bindings::module::crewlet::plugin::log::{self, Level};
 use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
-use crate::scrub::Scrub;
+use crate::scrub::{MAX_PLUGIN_TEXT, Scrub};
+use crate::voice::Voice;
 
 /// How often the epoch advances: a guest yields its thread at least this
 /// often, and a deadline is rounded up to it.
@@ -50,7 +51,7 @@ pub struct Sandbox<W> {
     wasi: WasiCtx,
     table: ResourceTable,
     limiter: Limiter,
-    stderr: MemoryOutputPipe,
+    pub(crate) voice: Voice,
     ticks_left: u64,
     transfer: usize,
     pub(crate) world: W,
@@ -91,7 +92,7 @@ impl WasiHttpView for Sandbox<ProviderCtx> {
 }
 
 impl<W: Send + 'static> Sandbox<W> {
-    pub(crate) fn new(wasi: WasiCtx, stderr: MemoryOutputPipe, bounds: Bounds, world: W) -> Self {
+    pub(crate) fn new(wasi: WasiCtx, voice: Voice, bounds: Bounds, world: W) -> Self {
         Sandbox {
             wasi,
             table: ResourceTable::new(),
@@ -99,7 +100,7 @@ impl<W: Send + 'static> Sandbox<W> {
                 cap: bounds.memory,
                 denied: None,
             },
-            stderr,
+            voice,
             ticks_left: 0,
             transfer: bounds.transfer,
             world,
@@ -126,19 +127,20 @@ impl<W: Send + 'static> Sandbox<W> {
         store.set_epoch_deadline(1);
     }
 
-    /// Readies the store for one call of at most `deadline`.
-    pub(crate) fn prepare(store: &mut Store<Sandbox<W>>, deadline: Duration) {
+    /// Readies the store for one call of at most `deadline`, handed
+    /// `scrub`'s secrets.
+    pub(crate) fn prepare(store: &mut Store<Sandbox<W>>, deadline: Duration, scrub: &Scrub) {
         let sandbox = store.data_mut();
+        sandbox.voice.prepare(scrub);
         sandbox.limiter.denied = None;
         sandbox.ticks_left = deadline_ticks(deadline);
         store.set_epoch_deadline(1);
     }
 
-    /// What the guest wrote to stderr so far, scrubbed of `scrub`'s
-    /// secrets and bounded.
-    pub(crate) fn said(&self, scrub: &Scrub) -> String {
-        let stderr = self.stderr.contents();
-        scrub.text(String::from_utf8_lossy(&stderr).trim())
+    /// What the guest wrote to stderr in this call so far, scrubbed of the
+    /// call's secrets and bounded.
+    pub(crate) fn said(&self) -> String {
+        self.voice.said(MAX_PLUGIN_TEXT)
     }
 
     /// Turns a failed call's error into a typed fault; what the guest
@@ -169,7 +171,7 @@ impl<W: Send + 'static> Sandbox<W> {
             Some(Trap::StackOverflow) => Fault::StackOverflow,
             Some(Trap::MemoryOutOfBounds) if recursing(error) => Fault::StackOverflow,
             Some(other) => {
-                let said = self.said(scrub);
+                let said = self.said();
                 Fault::Trap {
                     reason: if said.is_empty() {
                         other.to_string()
@@ -182,6 +184,13 @@ impl<W: Send + 'static> Sandbox<W> {
                 reason: scrub.text(&format!("{error:#}")),
             },
         }
+    }
+}
+
+/// The `log` import, the same for every world ([`crate::voice`]).
+impl<W: Send + 'static> log::Host for Sandbox<W> {
+    async fn write(&mut self, level: Level, message: String) {
+        self.voice.write(level, &message);
     }
 }
 

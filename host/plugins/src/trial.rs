@@ -12,8 +12,9 @@
 //!   route's secrets is scrubbed from what is kept; a signature (a MAC of
 //!   the body) is not a secret and stays, so the replay verifies.
 //! - **The same calls the edge makes**: verify, then parse only when
-//!   verify passed, on one fresh instance whose stderr is returned with the
-//!   answers (scrubbed of the secrets the call was handed, bounded).
+//!   verify passed, on one fresh instance whose stderr and `log` lines are
+//!   returned with the answers (scrubbed of the secrets the call was
+//!   handed, bounded).
 //!
 //! A provider's one call ([`provider`]) and a module's one event or tool
 //! call ([`module`]) are tried from requests written by hand.
@@ -112,6 +113,8 @@ pub struct WebhookTrial {
     pub bounds: Option<Result<(), Unbounded>>,
     /// What the plugin wrote to stderr, scrubbed and bounded.
     pub said: String,
+    /// The lines it wrote through `log`, scrubbed and bounded.
+    pub logged: Vec<String>,
 }
 
 impl WebhookPlugin {
@@ -119,41 +122,46 @@ impl WebhookPlugin {
     /// stderr; `Err` is a fault (or the plugin was not run).
     pub async fn trial(&self, req: Request) -> Result<WebhookTrial, CallError> {
         let req = self.declared_only(req);
-        let scrub = WebhookPlugin::scrub_for(&req);
-        self.run(
-            req,
-            false,
-            move |bindings, mut store, req: Arc<Request>| async move {
-                let inbound = bindings.crewlet_plugin_inbound();
-                let verify = match inbound.call_verify(&mut store, &req).await {
-                    Ok(v) => v,
-                    Err(e) => return (store, bindings, Err(e)),
-                };
-                let parse = match &verify {
-                    Ok(()) => match inbound.call_parse(&mut store, &req).await {
-                        Ok(p) => Some(p),
+        let speaker = self.speaker();
+        let mark = speaker.mark();
+        let mut trial = self
+            .run(
+                req,
+                false,
+                move |bindings, mut store, req: Arc<Request>| async move {
+                    let inbound = bindings.crewlet_plugin_inbound();
+                    let verify = match inbound.call_verify(&mut store, &req).await {
+                        Ok(v) => v,
                         Err(e) => return (store, bindings, Err(e)),
-                    },
-                    Err(_) => None,
-                };
-                let said = store.data().said(&scrub);
-                let bounds = match &parse {
-                    Some(Ok(parsed)) => Some(check_bounds(parsed)),
-                    _ => None,
-                };
-                (
-                    store,
-                    bindings,
-                    Ok(WebhookTrial {
-                        verify,
-                        parse,
-                        bounds,
-                        said,
-                    }),
-                )
-            },
-        )
-        .await
+                    };
+                    let parse = match &verify {
+                        Ok(()) => match inbound.call_parse(&mut store, &req).await {
+                            Ok(p) => Some(p),
+                            Err(e) => return (store, bindings, Err(e)),
+                        },
+                        Err(_) => None,
+                    };
+                    let said = store.data().said();
+                    let bounds = match &parse {
+                        Some(Ok(parsed)) => Some(check_bounds(parsed)),
+                        _ => None,
+                    };
+                    (
+                        store,
+                        bindings,
+                        Ok(WebhookTrial {
+                            verify,
+                            parse,
+                            bounds,
+                            said,
+                            logged: Vec::new(),
+                        }),
+                    )
+                },
+            )
+            .await?;
+        trial.logged = speaker.logged_since(mark);
+        Ok(trial)
     }
 }
 

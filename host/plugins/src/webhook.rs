@@ -8,15 +8,19 @@
 //! - Secrets the manifest did not declare are removed from a request before
 //!   the plugin sees it.
 //! - Instances are reused only while their calls succeed; see [`crate::runtime`].
-//! - The world's one import, `crypto`, is pure: a MAC computed natively,
+//! - The world's `crypto` import is pure: a MAC computed natively,
 //!   because SHA-256 in a guest costs several times what the host's SHA
-//!   instructions do, on every delivery's whole body.
+//!   instructions do, on every delivery's whole body. Its `log` import
+//!   writes to the node's log ([`crate::voice`]).
+//! - Whether a delivery is owed a reply, and where, is the plugin's to say
+//!   (`owed`); the host bounds it with the rest of the delivery.
 
 use std::sync::Arc;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
 
+use crate::bindings::module::crewlet::plugin::log;
 use crate::bindings::webhook::crewlet::plugin::crypto;
 use crate::bindings::webhook::{Webhook, WebhookPre};
 use crate::call::{Guard, IdleInstances};
@@ -28,16 +32,16 @@ use crate::{HealthReport, scrub};
 
 pub use crate::bindings::webhook::crewlet::plugin::types::Header;
 pub use crate::bindings::webhook::exports::crewlet::plugin::inbound::{
-    Addressed, Delivery, ParseError, Parsed, Reply, Request, Secret, VerifyError,
+    Addressed, Delivery, ParseError, Parsed, Reply, ReplyTo, Request, Secret, VerifyError,
 };
 
-/// A webhook store's world part: nothing beyond WASI and `crypto`.
+/// A webhook store's world part: nothing beyond WASI, `crypto` and `log`.
 type WebhookStore = Store<Sandbox<()>>;
 
 /// The `crypto` import: a pure function of its arguments, so any plugin
 /// may have it; computed by [`crate::crypto`].
 impl crypto::Host for Sandbox<()> {
-    fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
+    async fn hmac_sha256(&mut self, key: Vec<u8>, data: Vec<u8>) -> Vec<u8> {
         crate::crypto::hmac_sha256(&key, &data).to_vec()
     }
 }
@@ -113,6 +117,12 @@ pub fn check_bounds(parsed: &Parsed) -> Result<(), Unbounded> {
             .chain(&a.reviewers)
             .chain(a.channel.as_ref())
             .chain(a.thread.as_ref())
+            .chain(
+                d.owed
+                    .iter()
+                    .flat_map(|o| [Some(&o.channel), o.thread.as_ref()])
+                    .flatten(),
+            )
             .chain(d.text.as_ref());
         let bytes = d.payload.len() + strings.map(String::len).sum::<usize>();
         if bytes > MAX_DELIVERY_BYTES {
@@ -178,6 +188,8 @@ impl WebhookPlugin {
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         crypto::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        log::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
+            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         let pre = linker
             .instantiate_pre(&component)
             .and_then(WebhookPre::new)
@@ -210,6 +222,11 @@ impl WebhookPlugin {
         self.guard.health().report()
     }
 
+    /// The plugin's voice in the log ([`crate::voice`]).
+    pub(crate) fn speaker(&self) -> Arc<crate::voice::Speaker> {
+        self.guard.speaker()
+    }
+
     /// The secret names the manifest declares.
     pub fn secret_names(&self) -> &[String] {
         match &self.manifest.permissions {
@@ -238,7 +255,7 @@ impl WebhookPlugin {
 
     fn fresh_store(&self) -> Result<WebhookStore, CallError> {
         self.runtime
-            .new_store(&self.manifest, ())
+            .new_store(&self.manifest, self.guard.speaker(), ())
             .map_err(|e| CallError::Instantiate {
                 plugin: self.manifest.name.clone(),
                 reason: e.to_string(),

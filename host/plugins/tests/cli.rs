@@ -31,8 +31,8 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
         .map(|p| p.name.clone().unwrap_or_default())
         .collect();
     assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
-    assert_eq!(report.plugins.len(), 8, "{text}");
-    assert!(text.contains("supports crewlet:plugin@0.3.0"), "{text}");
+    assert_eq!(report.plugins.len(), 9, "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.4.0"), "{text}");
 }
 
 #[test]

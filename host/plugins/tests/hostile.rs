@@ -210,6 +210,43 @@ async fn what_a_plugin_says_is_scrubbed_of_the_secrets_it_was_handed() {
     assert_eq!(body, "raw=[redacted] hex=[redacted]");
 }
 
+/// What a plugin says through `log` and on stderr, on calls that succeed:
+/// scrubbed of the call's secrets and bounded; a flood of either (2,000
+/// lines of 5 KiB, 1 MiB of stderr, on an instance reused call after call)
+/// fails no call and keeps no more than the bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_speaks_scrubbed_and_bounded_and_a_flood_fails_nothing() {
+    let (rt, _data) = runtime();
+    // A deadline a loaded machine cannot miss: the flood is what is tested.
+    let m = manifest_text(
+        "testdata/hostile-webhook",
+        "name = \"hostile-webhook\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"../../target/wasm32-wasip2/release/crewlet_test_hostile_webhook.wasm\"\n[limits]\nmemory_mib = 64\ndeadline_ms = 5000\n[webhook]\nroutes = [\"/webhooks/hostile\"]\nsecrets = [\"hostile_secret\"]\n",
+    );
+    let hostile = WebhookPlugin::load(&rt, m).unwrap();
+    let t = hostile.trial(with_secret(b"speak-secret")).await.unwrap();
+    assert_eq!(t.logged, ["raw=[redacted] hex=[redacted]"]);
+    assert_eq!(t.said, "stderr raw=[redacted] hex=[redacted]");
+
+    for _ in 0..3 {
+        let parsed = hostile.parse(&misbehave(b"speak-flood")).await;
+        assert!(
+            matches!(parsed, Ok(Ok(_))),
+            "a flood fails nothing: {parsed:?}"
+        );
+    }
+    let t = hostile.trial(misbehave(b"speak-flood")).await.unwrap();
+    assert_eq!(t.logged.len(), crewlet_plugins::voice::KEEP_LINES);
+    assert!(
+        t.logged
+            .iter()
+            .all(|l| l.len() <= crewlet_plugins::voice::MAX_LINE && l.ends_with("...")),
+        "every line cut at the bound"
+    );
+    assert!(t.said.len() <= crewlet_plugins::scrub::MAX_PLUGIN_TEXT);
+    assert!(t.said.starts_with("zzz"), "{}", t.said);
+    assert_eq!(hostile.health().total_faults, 0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_parse_returns_is_held_to_the_hosts_bounds() {
     let (rt, _data) = runtime();
@@ -309,7 +346,7 @@ fn a_component_of_an_unknown_major_version_is_refused_by_name() {
     );
     let text = err.to_string();
     assert!(text.contains("crewlet:plugin@1.0.0"), "{text}");
-    assert!(text.contains("supports crewlet:plugin@0.3.0"), "{text}");
+    assert!(text.contains("supports crewlet:plugin@0.4.0"), "{text}");
 }
 
 #[test]

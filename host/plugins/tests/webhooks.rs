@@ -5,7 +5,7 @@
 mod common;
 
 use common::{hmac_hex, manifest, runtime};
-use crewlet_plugins::webhook::{ParseError, Request, VerifyError, WebhookPlugin};
+use crewlet_plugins::webhook::{ParseError, ReplyTo, Request, VerifyError, WebhookPlugin};
 
 fn load(rel: &str) -> (WebhookPlugin, tempfile::TempDir) {
     let (rt, data) = runtime();
@@ -13,6 +13,13 @@ fn load(rel: &str) -> (WebhookPlugin, tempfile::TempDir) {
         WebhookPlugin::load(&rt, manifest(rel)).unwrap_or_else(|e| panic!("{e}")),
         data,
     )
+}
+
+fn owed_at(channel: &str, thread: Option<&str>) -> ReplyTo {
+    ReplyTo {
+        channel: channel.to_string(),
+        thread: thread.map(str::to_string),
+    }
 }
 
 async fn verify(p: &WebhookPlugin, req: &Request) -> Result<(), VerifyError> {
@@ -129,6 +136,11 @@ async fn github_parse_normalises_an_issue_comment() {
     assert_eq!(d.addressed.assignees, vec!["ada", "bob"]);
     assert_eq!(d.addressed.channel.as_deref(), Some("acme/app"));
     assert_eq!(d.addressed.thread.as_deref(), Some("42"));
+    assert_eq!(
+        d.owed,
+        Some(owed_at("acme/app", Some("42"))),
+        "a comment waits for an answer"
+    );
     assert_eq!(d.text.as_deref(), Some("@crew-bot please look, cc @ada."));
     assert_eq!(d.payload, body.to_vec());
 
@@ -206,6 +218,7 @@ async fn github_parse_reads_a_full_delivery_and_a_review_request() {
     assert_eq!(d.addressed.reviewers, vec!["ada", "cy"]);
     assert_eq!(d.addressed.assignees, vec!["bob"]);
     assert_eq!(d.addressed.thread.as_deref(), Some("12"));
+    assert_eq!(d.owed, None, "a review request asks for work");
     assert_eq!(d.text, None);
 
     // A field of the wrong type is a malformed body, not a fault.
@@ -326,6 +339,10 @@ async fn slack_documented_vector_window_and_bad_headers() {
         parsed.deliveries[0].addressed.channel.as_deref(),
         Some("G8PSS9T3V")
     );
+    assert_eq!(
+        parsed.deliveries[0].owed, None,
+        "a slash command is not owed"
+    );
 }
 
 #[tokio::test]
@@ -358,6 +375,7 @@ async fn slack_url_verification_and_mentions() {
     );
     assert_eq!(d.addressed.mentions, vec!["U0BOT", "U2"]);
     assert_eq!(d.addressed.thread.as_deref(), Some("1.0"));
+    assert_eq!(d.owed, Some(owed_at("C1", Some("1.0"))));
 }
 
 // The Standard Webhooks reference vector.
@@ -465,6 +483,7 @@ async fn gitlab_standard_webhooks_vector_and_classic_token() {
     assert_eq!(d.addressed.mentions, vec!["crew-bot"]);
     assert_eq!(d.addressed.thread.as_deref(), Some("7"));
     assert_eq!(d.addressed.assignees, vec!["bo"]);
+    assert!(d.owed.is_some(), "a note waits for an answer");
 }
 
 #[tokio::test]
@@ -520,6 +539,11 @@ async fn jira_and_confluence_hub_signature() {
     assert_eq!(d.addressed.mentions, vec!["557058:abc"]);
     assert_eq!(d.addressed.assignees, vec!["557058:def"]);
     assert_eq!(d.addressed.thread.as_deref(), Some("OPS-9"));
+    assert_eq!(
+        d.owed.as_ref().map(|o| o.thread.as_deref()),
+        Some(Some("OPS-9")),
+        "a comment waits for an answer"
+    );
 
     let page =
         br#"{"eventType":"page_created","page":{"id":"123","title":"Runbook","spaceKey":"ENG"}}"#;
@@ -541,6 +565,7 @@ async fn jira_and_confluence_hub_signature() {
         ("confluence", "page_created")
     );
     assert_eq!(d.addressed.channel.as_deref(), Some("ENG"));
+    assert_eq!(d.owed, None, "a new page asks for nothing");
 }
 
 #[tokio::test]
@@ -577,4 +602,5 @@ async fn datadog_shared_token() {
     );
     assert_eq!(d.addressed.mentions, vec!["crew-sre"]);
     assert_eq!(d.text.as_deref(), Some("CPU high\n\n@crew-sre look"));
+    assert_eq!(d.owed, None, "an alert asks for work");
 }

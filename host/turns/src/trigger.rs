@@ -1,10 +1,15 @@
 //! What woke a turn, and who is waiting for what.
 //!
-//! Rule: whether a reply is owed comes from the trigger's own type, decided
-//! before the turn starts — never from a model. A person who mentioned a
-//! seat in a thread, or commented on an issue naming it, is waiting for an
-//! answer there; a seat assigned an issue or asked for a review owes the
-//! work, not a message.
+//! Rule: whether a reply is owed is decided before the turn starts — never
+//! by a model — from two facts. The source's webhook plugin says whether a
+//! person waits for an answer, and where (WIT `delivery.owed`, carried on
+//! the wake); and the seat was asked: woken by a mention or by its own
+//! route. A person who mentioned a seat in a thread, or commented on an
+//! issue naming it, waits for an answer there; a seat woken by the same
+//! comment as the issue's assignee or reviewer owes the work, not a
+//! message. A schedule owes its result where it delivers it, if anywhere.
+//! The host keeps no table of vendors: a third-party source is owed
+//! replies exactly as a built-in one.
 
 use crewlet_bus::Wake;
 use serde_json::json;
@@ -53,29 +58,9 @@ impl std::fmt::Display for Target {
     }
 }
 
-/// Event types where the sender waits for an answer in the same place.
-fn conversational(source: &str, event_type: &str) -> bool {
-    let starts = |prefixes: &[&str]| prefixes.iter().any(|p| event_type.starts_with(p));
-    match source {
-        "slack" => starts(&["app_mention", "message"]),
-        "github" => starts(&[
-            "issue_comment.",
-            "pull_request_review_comment.",
-            "pull_request_review.",
-            "discussion_comment.",
-            "issues.opened",
-            "discussion.created",
-        ]),
-        "gitlab" => starts(&["note"]),
-        "jira" | "confluence" => event_type.contains("comment"),
-        _ => false,
-    }
-}
-
-/// The reply a wake is owed, if any: a conversational trigger that reached
-/// the seat by a mention or its own route, in a known channel.
+/// The reply a wake is owed, if any: one its plugin marked owed, that
+/// reached the seat by a mention or its own route; or a schedule's result.
 pub fn owed(wake: &Wake) -> Option<Target> {
-    // A schedule's result is owed where the schedule delivers it, if anywhere.
     if wake.source == "schedule" && wake.reason == "schedule" {
         return Some(Target {
             channel: wake.channel.clone()?,
@@ -83,12 +68,10 @@ pub fn owed(wake: &Wake) -> Option<Target> {
         });
     }
     let asked = matches!(wake.reason.as_str(), "mention" | "route");
-    if !asked || !conversational(&wake.source, &wake.event_type) {
-        return None;
-    }
+    let at = wake.owed.as_ref().filter(|_| asked)?;
     Some(Target {
-        channel: wake.channel.clone()?,
-        thread: wake.thread.clone(),
+        channel: at.channel.clone(),
+        thread: at.thread.clone(),
     })
 }
 
@@ -129,6 +112,7 @@ pub fn render(wakes: &[Wake]) -> String {
             "reason": w.reason,
             "channel": w.channel,
             "thread": w.thread,
+            "reply_owed_at": w.owed,
             "conversation": w.conversation,
             "text": w.text,
         });
@@ -141,9 +125,12 @@ pub fn render(wakes: &[Wake]) -> String {
 
 #[cfg(test)]
 mod tests {
+    use crewlet_bus::ReplyTo;
+
     use super::*;
 
     fn wake(source: &str, event_type: &str, reason: &str) -> Wake {
+        let owed_by_plugin = !matches!(event_type, "issues.assigned" | "triggered");
         Wake {
             trace_id: "t".into(),
             delivery_id: "d1".into(),
@@ -156,6 +143,10 @@ mod tests {
             conversation: Some("C1#17.1".into()),
             channel: Some("C1".into()),
             thread: Some("17.1".into()),
+            owed: owed_by_plugin.then(|| ReplyTo {
+                channel: "C1".into(),
+                thread: Some("17.1".into()),
+            }),
         }
     }
 
@@ -165,19 +156,51 @@ mod tests {
         assert_eq!(t.to_string(), "C1#17.1");
         assert!(owed(&wake("github", "issue_comment.created", "mention")).is_some());
         assert!(owed(&wake("github", "issues.assigned", "assignee")).is_none());
-        assert!(owed(&wake("github", "issue_comment.created", "assignee")).is_none());
+        assert!(
+            owed(&wake("github", "issue_comment.created", "assignee")).is_none(),
+            "owed by the plugin, but the seat was not asked"
+        );
         assert!(owed(&wake("datadog", "triggered", "route")).is_none());
         let fired = wake("schedule", "schedule.fired", "schedule");
         assert_eq!(owed(&fired).unwrap().to_string(), "C1#17.1");
         let nowhere = Wake {
             channel: None,
             thread: None,
+            owed: None,
             ..fired
         };
         assert!(
             owed(&nowhere).is_none(),
             "a schedule delivered nowhere owes nothing"
         );
+    }
+
+    #[test]
+    fn any_source_is_owed_where_its_plugin_says_and_older_wakes_still_parse() {
+        let custom = Wake {
+            owed: Some(ReplyTo {
+                channel: "ops".into(),
+                thread: None,
+            }),
+            ..wake("acme-tracker", "ticket.commented", "route")
+        };
+        let t = owed(&custom).unwrap();
+        assert_eq!(
+            t.to_string(),
+            "ops",
+            "the plugin's place, not the addressed one"
+        );
+        let unmarked = Wake {
+            owed: None,
+            ..wake("slack", "app_mention", "mention")
+        };
+        assert!(owed(&unmarked).is_none(), "the host keeps no vendor table");
+        // A wake published before WIT 0.4.0 has no `owed`: it parses, and
+        // owes nothing.
+        let mut old = serde_json::to_value(wake("slack", "app_mention", "mention")).unwrap();
+        old.as_object_mut().unwrap().remove("owed");
+        let old: Wake = serde_json::from_value(old).unwrap();
+        assert_eq!(old.owed, None);
     }
 
     #[test]

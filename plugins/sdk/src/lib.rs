@@ -2,13 +2,15 @@
 //! helpers every plugin of that world would otherwise write again.
 //!
 //! Enable exactly one feature, matching the manifest's `kind`:
-//! - `webhook`: [`webhook`] — export with `crewlet_plugin_sdk::webhook::export_webhook!(T)`.
+//! - `webhook`: [`webhook`] — export with `crewlet_plugin_sdk::webhook::export_webhook!(T)`;
+//!   say where a reply is owed with `Delivery::owed`.
 //! - `provider`: [`provider`] — export with `provider::export_provider!(T)`; send
 //!   requests with [`provider::http::send`], which follows redirects and
 //!   reports a host refusal as [`provider::http::HttpFailure::Denied`];
 //!   turn a failed response into a `ProviderError` with
 //!   [`provider::classify::classify`] — one classifier for every vendor, so
 //!   the same failure gets the same kind from every provider.
+//! - Every world: write to the node's log with `<world>::log::write`.
 //! - `module`: [`module`] — export with `module::export_module!(T)`; the state,
 //!   log and bus imports are in [`module::state`], [`module::log`] and
 //!   [`module::bus`]; publish JSON with [`module::publish`], dispatch tool

@@ -1,4 +1,5 @@
-//! The `provider` world and a small HTTP client over `wasi:http`.
+//! The `provider` world, a small HTTP client over `wasi:http`, and the
+//! [`log`] import (a line in the node's log, tagged with the plugin).
 
 wit_bindgen::generate!({
     world: "provider",
@@ -10,6 +11,8 @@ wit_bindgen::generate!({
 });
 
 pub mod classify;
+
+pub use crewlet::plugin::log;
 
 pub use exports::crewlet::plugin::completions::{
     Completion, Credential, ErrorKind, Guest, Message, ProviderError, Request, Role, Tool,

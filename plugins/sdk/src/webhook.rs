@@ -1,8 +1,9 @@
 //! The `webhook` world.
 //!
-//! Its one import, `crypto`, is reached through [`hmac_sha256`]: every
-//! guest's HMAC is the host's (native SHA-256, several times faster than a
-//! guest's, on every delivery's whole body).
+//! Its import `crypto` is reached through [`hmac_sha256`]: every guest's
+//! HMAC is the host's (native SHA-256, several times faster than a guest's,
+//! on every delivery's whole body). Its import [`log`] writes a line to the
+//! node's log, tagged with the plugin.
 
 wit_bindgen::generate!({
     world: "webhook",
@@ -12,9 +13,10 @@ wit_bindgen::generate!({
     default_bindings_module: "crewlet_plugin_sdk::webhook",
 });
 
+pub use crewlet::plugin::log;
 pub use crewlet::plugin::types::Header;
 pub use exports::crewlet::plugin::inbound::{
-    Addressed, Delivery, Guest, ParseError, Parsed, Reply, Request, Secret, VerifyError,
+    Addressed, Delivery, Guest, ParseError, Parsed, Reply, ReplyTo, Request, Secret, VerifyError,
 };
 
 /// HMAC-SHA256 of the concatenation of `parts` under `key`, computed by the

@@ -68,25 +68,31 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let assignees = string_at(&payload, &["issue", "fields", "assignee", "accountId"])
         .into_iter()
         .collect();
+    let addressed = Addressed {
+        mentions: text.as_deref().map(account_mentions).unwrap_or_default(),
+        assignees,
+        reviewers: Vec::new(),
+        channel: first_string(
+            &payload,
+            &[
+                &["issue", "fields", "project", "key"],
+                &["page", "spaceKey"],
+                &["space", "key"],
+            ],
+        ),
+        thread: first_string(&payload, &[&["issue", "key"], &["page", "id"]]),
+    };
     Ok(Parsed {
         deliveries: vec![Delivery {
             source: source.to_string(),
+            // A comment waits for an answer on its issue or page.
+            owed: event_type
+                .contains("comment")
+                .then(|| addressed.reply_here())
+                .flatten(),
             event_type,
             delivery_id,
-            addressed: Addressed {
-                mentions: text.as_deref().map(account_mentions).unwrap_or_default(),
-                assignees,
-                reviewers: Vec::new(),
-                channel: first_string(
-                    &payload,
-                    &[
-                        &["issue", "fields", "project", "key"],
-                        &["page", "spaceKey"],
-                        &["space", "key"],
-                    ],
-                ),
-                thread: first_string(&payload, &[&["issue", "key"], &["page", "id"]]),
-            },
+            addressed,
             text,
             payload: input.body.to_vec(),
         }],

@@ -73,5 +73,9 @@ fn delivery(d: Delivery) -> wit::Delivery {
         },
         text: d.text,
         payload: d.payload,
+        owed: d.owed.map(|o| wit::ReplyTo {
+            channel: o.channel,
+            thread: o.thread,
+        }),
     }
 }

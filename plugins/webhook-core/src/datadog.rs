@@ -55,6 +55,8 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             },
             text,
             payload: input.body.to_vec(),
+            // An alert asks for work, never for a message back.
+            owed: None,
         }],
         reply: None,
     })

@@ -75,6 +75,22 @@ fn logins(list: Option<&Vec<Login>>) -> impl Iterator<Item = String> + '_ {
     list.into_iter().flatten().filter_map(|l| l.login.clone())
 }
 
+/// Whether the sender of an event of this type waits for an answer on the
+/// issue, pull request or discussion: a comment, a review, a new issue or
+/// discussion. An assignment or a review request asks for work.
+fn conversational(event_type: &str) -> bool {
+    [
+        "issue_comment.",
+        "pull_request_review_comment.",
+        "pull_request_review.",
+        "discussion_comment.",
+        "issues.opened",
+        "discussion.created",
+    ]
+    .iter()
+    .any(|p| event_type.starts_with(p))
+}
+
 /// Turns a verified delivery into one normalised delivery.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let event = input
@@ -130,17 +146,21 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
         .into_iter()
         .find_map(|i| i?.number)
         .map(|n| n.to_string());
+    let addressed = Addressed {
+        mentions: text.as_deref().map(at_mentions).unwrap_or_default(),
+        assignees,
+        reviewers,
+        channel: payload.repository.and_then(|r| r.full_name),
+        thread,
+    };
     let delivery = Delivery {
         source: "github".to_string(),
+        owed: conversational(&event_type)
+            .then(|| addressed.reply_here())
+            .flatten(),
         event_type,
         delivery_id: delivery_id.to_string(),
-        addressed: Addressed {
-            mentions: text.as_deref().map(at_mentions).unwrap_or_default(),
-            assignees,
-            reviewers,
-            channel: payload.repository.and_then(|r| r.full_name),
-            thread,
-        },
+        addressed,
         text,
         payload: input.body.to_vec(),
     };

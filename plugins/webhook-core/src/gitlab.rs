@@ -127,18 +127,24 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             &["object_attributes", "iid"],
         ],
     );
+    let addressed = Addressed {
+        mentions: text.as_deref().map(at_mentions).unwrap_or_default(),
+        assignees,
+        reviewers,
+        channel: string_at(&payload, &["project", "path_with_namespace"]),
+        thread,
+    };
     Ok(Parsed {
         deliveries: vec![Delivery {
             source: "gitlab".to_string(),
+            // A note (a comment) waits for an answer; the rest asks for work.
+            owed: event_type
+                .starts_with("note")
+                .then(|| addressed.reply_here())
+                .flatten(),
             event_type,
             delivery_id: delivery_id.to_string(),
-            addressed: Addressed {
-                mentions: text.as_deref().map(at_mentions).unwrap_or_default(),
-                assignees,
-                reviewers,
-                channel: string_at(&payload, &["project", "path_with_namespace"]),
-                thread,
-            },
+            addressed,
             text,
             payload: input.body.to_vec(),
         }],

@@ -11,6 +11,10 @@
 //!   checked and every index is bounds-checked.
 //! - Parsing never fails on an unknown event type; it yields a delivery with
 //!   the type as the source named it, so new events reach routing unchanged.
+//! - A delivery is `owed` a reply only where a person waits for an answer
+//!   in the place it came from (a mention in a thread, a comment on an
+//!   issue); an assignment, a review request or an alert asks for work.
+//!   Each source says which of its event types those are.
 
 pub mod atlassian;
 pub mod datadog;
@@ -94,6 +98,24 @@ pub struct Addressed {
     pub thread: Option<String>,
 }
 
+impl Addressed {
+    /// A reply owed where the delivery came from: its channel and thread
+    /// (none without a channel: there is nowhere to answer).
+    pub fn reply_here(&self) -> Option<ReplyTo> {
+        Some(ReplyTo {
+            channel: self.channel.clone()?,
+            thread: self.thread.clone(),
+        })
+    }
+}
+
+/// Where a person waits for an answer; mirrors the WIT `reply-to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub channel: String,
+    pub thread: Option<String>,
+}
+
 /// One normalised delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Delivery {
@@ -103,6 +125,8 @@ pub struct Delivery {
     pub addressed: Addressed,
     pub text: Option<String>,
     pub payload: Vec<u8>,
+    /// Set when a person waits for an answer, and where.
+    pub owed: Option<ReplyTo>,
 }
 
 /// A body to answer the sender with instead of an empty `200`.

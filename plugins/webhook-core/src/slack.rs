@@ -45,6 +45,12 @@ pub fn verify(input: &Input<'_>) -> Result<(), VerifyError> {
     }
 }
 
+/// Whether the sender of an event of this type waits for an answer in the
+/// same place: a mention, or a message.
+fn conversational(event_type: &str) -> bool {
+    event_type.starts_with("app_mention") || event_type.starts_with("message")
+}
+
 /// Parses an Events API body or a slash command.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let trimmed = input.body.iter().position(|b| !b.is_ascii_whitespace());
@@ -77,20 +83,21 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
             let delivery_id = string_at(&payload, &["event_id"])
                 .ok_or_else(|| ParseError::MissingField("event_id".to_string()))?;
             let text = string_at(&payload, &["event", "text"]);
+            let addressed = Addressed {
+                mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
+                channel: string_at(&payload, &["event", "channel"]),
+                thread: first_string(&payload, &[&["event", "thread_ts"], &["event", "ts"]]),
+                ..Addressed::default()
+            };
             Ok(Parsed {
                 deliveries: vec![Delivery {
                     source: "slack".to_string(),
+                    owed: conversational(&event_type)
+                        .then(|| addressed.reply_here())
+                        .flatten(),
                     event_type,
                     delivery_id,
-                    addressed: Addressed {
-                        mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
-                        channel: string_at(&payload, &["event", "channel"]),
-                        thread: first_string(
-                            &payload,
-                            &[&["event", "thread_ts"], &["event", "ts"]],
-                        ),
-                        ..Addressed::default()
-                    },
+                    addressed,
                     text,
                     payload: input.body.to_vec(),
                 }],
@@ -108,6 +115,7 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                     addressed: Addressed::default(),
                     text: None,
                     payload: input.body.to_vec(),
+                    owed: None,
                 })
                 .into_iter()
                 .collect(),
@@ -144,6 +152,7 @@ fn parse_command(input: &Input<'_>) -> Result<Parsed, ParseError> {
             },
             text,
             payload: input.body.to_vec(),
+            owed: None,
         }],
         reply: None,
     })

@@ -274,6 +274,7 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         channel: Some("acme/robot#42".into()),
         thread: None,
         text: Some("could you take a look?".into()),
+        owed: None,
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }

@@ -370,6 +370,7 @@ impl Scheduler {
             }),
             channel,
             thread,
+            owed: None,
         }
     }
 

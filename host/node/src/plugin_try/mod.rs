@@ -110,3 +110,17 @@ fn failed(manifest: &Manifest, e: impl std::fmt::Display) -> i32 {
 
 /// `Runtime::new`'s engine, shared by the kinds.
 type Engine = Arc<Runtime>;
+
+/// What the plugin wrote to stderr (`plugin_said`) and through `log`
+/// (`plugin_logged`), one line each, for the text rendering.
+fn spoken(v: &Value) -> String {
+    let mut out = String::new();
+    let said = v["plugin_said"].as_str().unwrap_or("");
+    if !said.is_empty() {
+        out.push_str(&format!("plugin said: {said}\n"));
+    }
+    for line in v["plugin_logged"].as_array().into_iter().flatten() {
+        out.push_str(&format!("plugin logged: {}\n", line.as_str().unwrap_or("")));
+    }
+    out
+}

@@ -49,6 +49,7 @@ pub(super) async fn run(engine: &Engine, manifest: Manifest, request: &Trial<'_>
                 "refused": trial.answer.as_ref().err().map(refusal),
                 "denied_origins": plugin.denied_origins(),
                 "plugin_said": trial.said,
+                "plugin_logged": trial.logged,
             });
             request.print(&view, render, status)
         }
@@ -121,9 +122,6 @@ fn render(v: &Value) -> String {
             origin.as_str().unwrap_or("")
         ));
     }
-    let said = v["plugin_said"].as_str().unwrap_or("");
-    if !said.is_empty() {
-        out.push_str(&format!("plugin said: {said}\n"));
-    }
+    out.push_str(&super::spoken(v));
     out
 }

@@ -66,6 +66,7 @@ fn delivery(d: &Delivery) -> Value {
         "reviewers": d.addressed.reviewers,
         "channel": d.addressed.channel,
         "thread": d.addressed.thread,
+        "owed": d.owed.as_ref().map(|o| json!({"channel": o.channel, "thread": o.thread})),
         "text": d.text,
         "payload_bytes": d.payload.len(),
     })
@@ -91,6 +92,7 @@ fn view(t: &WebhookTrial) -> Value {
             Some(Err(e)) => json!({"refused": e.to_string()}),
         },
         "plugin_said": t.said,
+        "plugin_logged": t.logged,
     })
 }
 
@@ -114,9 +116,6 @@ fn render(v: &Value) -> String {
         None => out.push_str(&format!("parse: {}\n", step(&v["parse"]))),
     }
     out.push_str(&format!("bounds: {}\n", step(&v["bounds"])));
-    let said = v["plugin_said"].as_str().unwrap_or("");
-    if !said.is_empty() {
-        out.push_str(&format!("plugin said: {said}\n"));
-    }
+    out.push_str(&super::spoken(v));
     out
 }

@@ -1,12 +1,11 @@
 //! The module world's store data ([`ModuleCtx`]): the grants resolved once
 //! at load, the one choke point every state call passes
-//! ([`ModuleCtx::authorize`]), and the `state` and `log` host calls (the
-//! rules are in [`super`]'s docs).
+//! ([`ModuleCtx::authorize`]), and the `state` host calls (the rules are
+//! in [`super`]'s docs).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use crate::bindings::module::crewlet::plugin::log::{self, Level};
 use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
 use crate::bindings::module::exports::crewlet::plugin::handlers::{StateChange, StateEvent};
 use crate::manifest::{Manifest, Permissions, bucket_name};
@@ -17,7 +16,7 @@ use crate::state::{
 };
 
 use super::watch::{WatchBoard, WatchTask};
-use super::{KEEP_LOG_LINES, MAX_LOG_LINE, MAX_WATCHES, ModuleBus};
+use super::{MAX_WATCHES, ModuleBus};
 
 /// What a state call wants of a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +85,6 @@ pub(crate) struct ModuleCtx {
     /// Where this module's watches show how they stand.
     pub(super) board: Arc<WatchBoard>,
     pub(super) next_watch: u64,
-    pub(super) logs: Arc<Mutex<Vec<String>>>,
     /// Where the `bus` import publishes (`super::bus`).
     pub(super) bus: Arc<dyn ModuleBus>,
     /// The local topics the manifest declares.
@@ -224,31 +222,5 @@ impl state::Host for Sandbox<ModuleCtx> {
         }));
         ctx.watches.push(AbortOnDrop(task));
         Ok(watch_id)
-    }
-}
-
-impl log::Host for Sandbox<ModuleCtx> {
-    async fn write(&mut self, level: Level, message: String) {
-        let ctx = &self.world;
-        let mut line = message;
-        if line.len() > MAX_LOG_LINE {
-            let mut cut = MAX_LOG_LINE;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-        }
-        let plugin = ctx.plugin.as_str();
-        match level {
-            Level::Debug => tracing::debug!(plugin, "{line}"),
-            Level::Info => tracing::info!(plugin, "{line}"),
-            Level::Warn => tracing::warn!(plugin, "{line}"),
-            Level::Error => tracing::error!(plugin, "{line}"),
-        }
-        let mut logs = ctx.logs.lock().unwrap_or_else(|p| p.into_inner());
-        if logs.len() >= KEEP_LOG_LINES {
-            logs.remove(0);
-        }
-        logs.push(line);
     }
 }

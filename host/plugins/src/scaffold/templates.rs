@@ -70,8 +70,11 @@ arguments = { type = "object", properties = { key = { type = "string" }, text = 
 
 pub(super) const WEBHOOK_LIB: &str = r#"//! The `{{name}}` webhook plugin: a shared token in `x-{{name}}-token`,
 //! compared in constant time with the secret `{{secret}}_token`; the body,
-//! as text, becomes one delivery.
+//! as text, becomes one delivery. Set `owed` to where a person waits for an
+//! answer (a channel, a thread) when the delivery asks a question; it is
+//! `None` here: a bare message asks for nothing.
 
+use crewlet_plugin_sdk::webhook::log::{self, Level};
 use crewlet_plugin_sdk::webhook::{
     Addressed, Delivery, Guest, ParseError, Parsed, Request, VerifyError,
 };
@@ -106,6 +109,7 @@ impl Guest for Plugin {
             .header("x-request-id")
             .ok_or_else(|| ParseError::MissingField("header x-request-id".into()))?
             .to_string();
+        log::write(Level::Debug, &format!("{} bytes of text", text.len()));
         Ok(Parsed {
             deliveries: vec![Delivery {
                 source: "{{name}}".into(),
@@ -114,6 +118,7 @@ impl Guest for Plugin {
                 addressed: Addressed { mentions: vec![], assignees: vec![], reviewers: vec![], channel: None, thread: None },
                 text: Some(text),
                 payload: req.body,
+                owed: None,
             }],
             reply: None,
         })

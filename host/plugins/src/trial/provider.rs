@@ -148,17 +148,25 @@ impl CompletionRequest {
     }
 }
 
-/// What the provider answered, and what it said on stderr.
+/// What the provider answered, and what it said on stderr and `log`.
 #[derive(Debug)]
 pub struct ProviderTrial {
     pub answer: Result<Completion, ProviderError>,
     pub said: String,
+    pub logged: Vec<String>,
 }
 
 impl ProviderPlugin {
-    /// One call, as a turn would make it, with the plugin's stderr.
+    /// One call, as a turn would make it, with the plugin's stderr and
+    /// `log` lines.
     pub async fn trial(&self, req: Request) -> Result<ProviderTrial, CallError> {
+        let speaker = self.speaker();
+        let mark = speaker.mark();
         let (answer, said) = self.call(req).await?;
-        Ok(ProviderTrial { answer, said })
+        Ok(ProviderTrial {
+            answer,
+            said,
+            logged: speaker.logged_since(mark),
+        })
     }
 }

@@ -113,6 +113,7 @@ impl Env {
             conversation: conversation.map(str::to_owned),
             channel: None,
             thread: None,
+            owed: None,
         };
         self.publish_raw(handle, serde_json::to_vec(&w).unwrap())
             .await;

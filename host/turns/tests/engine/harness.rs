@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use crewlet_bus::Wake;
+use crewlet_bus::{ReplyTo, Wake};
 use crewlet_company::{Active, Company};
 use crewlet_coord::bucket::Retentions;
 use crewlet_coord::kv::{Entry, Expect, KvResult, Unavailable, Watch, WriteResult};
@@ -89,6 +89,10 @@ pub fn mention(delivery: &str) -> Wake {
         conversation: Some("C1#17.1".into()),
         channel: Some("C1".into()),
         thread: Some("17.1".into()),
+        owed: Some(ReplyTo {
+            channel: "C1".into(),
+            thread: Some("17.1".into()),
+        }),
     }
 }
 
@@ -101,6 +105,7 @@ pub fn assignment(delivery: &str) -> Wake {
         conversation: None,
         channel: Some("acme/app".into()),
         thread: Some("7".into()),
+        owed: None,
         ..mention(delivery)
     }
 }

@@ -14,10 +14,14 @@
 //! under wasmtime's default one); `one` a single good delivery;
 //! `ambient` reports what ambient authority it found (environment, root
 //! directory, clock) and `scratch` writes a file to `/scratch`, each as a
-//! parse error's text; anything else parses to zero deliveries.
+//! parse error's text; `speak-secret` logs and writes to stderr the secret
+//! (raw and hex); `speak-flood` logs 2,000 lines of 5 KiB and writes
+//! 1 MiB to stderr, then parses to zero deliveries; anything else parses
+//! to zero deliveries.
 
 use std::hint::black_box;
 
+use crewlet_plugin_sdk::webhook::log::{self, Level};
 use crewlet_plugin_sdk::webhook::{
     Addressed, Delivery, Guest, ParseError, Parsed, Reply, Request, VerifyError,
 };
@@ -52,6 +56,7 @@ fn delivery(id: String, text: Option<String>) -> Delivery {
         },
         text,
         payload: Vec::new(),
+        owed: None,
     }
 }
 
@@ -134,6 +139,30 @@ impl Guest for Plugin {
                     "allocated {}",
                     black_box(block).len()
                 )))
+            }
+            b"speak-secret" => {
+                let s = secret(&req);
+                let hex: String = s.bytes().map(|b| format!("{b:02x}")).collect();
+                log::write(Level::Warn, &format!("raw={s} hex={hex}"));
+                eprintln!("stderr raw={s} hex={hex}");
+                Ok(Parsed {
+                    deliveries: Vec::new(),
+                    reply: None,
+                })
+            }
+            b"speak-flood" => {
+                let line = "y".repeat(5 * 1024);
+                for _ in 0..2000 {
+                    log::write(Level::Info, &line);
+                }
+                let chunk = "z".repeat(1024);
+                for _ in 0..1024 {
+                    eprintln!("{chunk}");
+                }
+                Ok(Parsed {
+                    deliveries: Vec::new(),
+                    reply: None,
+                })
             }
             b"panic" => panic!("hostile plugin panics on purpose"),
             b"recurse" => Err(ParseError::MalformedBody(format!("depth {}", recurse(0)))),
