@@ -101,7 +101,7 @@ if [[ $browser == 1 ]]; then
     # The Prometheus project's own text-format parser (PyPI
     # `prometheus-client`, pinned), which tests/e2e/telemetry.rs parses
     # `/metrics` with, in the venv step 2 made.
-    if ! "$TOOLS/venv/bin/python" -c "import prometheus_client, sys; sys.exit(prometheus_client.__version__ != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
+    if ! "$TOOLS/venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('prometheus-client') != '$PROMETHEUS_CLIENT_VERSION')" 2>/dev/null; then
         say "installing prometheus-client $PROMETHEUS_CLIENT_VERSION (Python) into .tools/venv"
         python3 -m venv "$TOOLS/venv"
         "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
