@@ -263,16 +263,24 @@ fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
     );
     assert_eq!(a.get("/turns/no-such-turn").unwrap().status, 404);
     // The fleet view: every node, what it holds, which broker it is on.
-    // (What a node says of itself is as of its last beat.)
+    // (What a node says of itself is as of its last beat: a node's first
+    // beat can precede its broker being known.)
     let mut fleet = Value::Null;
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(20), || {
             fleet = a.get("/fleet").unwrap().json();
             let rows = fleet["nodes"].as_array().unwrap();
-            rows.iter()
-                .map(|r| r["seats_held"].as_u64().unwrap())
-                .sum::<u64>()
-                == 3
+            let on_a_broker = rows.iter().all(|r| {
+                r["broker"]["server_name"]
+                    .as_str()
+                    .is_some_and(|s| !s.is_empty())
+            });
+            on_a_broker
+                && rows
+                    .iter()
+                    .map(|r| r["seats_held"].as_u64().unwrap())
+                    .sum::<u64>()
+                    == 3
         }),
         "{fleet}"
     );

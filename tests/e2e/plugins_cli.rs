@@ -201,6 +201,37 @@ fn several_plugin_dirs_and_linked_folders_are_one_catalogue_and_a_wrong_dir_is_r
     );
     drop(node);
 
+    // The node's file lists folders too (relative to the file, read before
+    // any --plugins).
+    let mut node = sb
+        .node("[plugins]\ndirs = [\"a\"]\n")
+        .arg("--plugins")
+        .arg(&b)
+        .spawn();
+    node.wait_ready(std::time::Duration::from_secs(60));
+    let view = node.get("/plugins").unwrap().json();
+    let mut names: Vec<&str> = view["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["github", "scripted"], "{view}");
+    let dirs = node.health()["plugins_dirs"].clone();
+    let dirs: Vec<&str> = dirs
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d.as_str())
+        .collect();
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert!(
+        dirs[0].ends_with("/a") && dirs[1] == b_s,
+        "the file's folder first: {dirs:?}"
+    );
+    drop(node);
+
     let (status, out) = run_to_exit(
         &[
             "run",

@@ -18,6 +18,7 @@ use crewlet_api::retry_later;
 use crewlet_company::Handle;
 use crewlet_ingress::{Edge, EdgeConfig, NotifyService};
 use crewlet_stream::ensure_mailboxes;
+use crewlet_stream::streams::START_WITHIN;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
@@ -75,6 +76,31 @@ async fn serve(late: &Late, source: &str, handle: Option<&str>, req: Request) ->
         .into_response()
 }
 
+/// Runs `attempt` until it succeeds, with backoff (250 ms doubling to 5 s),
+/// for up to [`START_WITHIN`]: at start a cluster still electing its
+/// leaders answers consumer requests "timed out" for a while, as it does
+/// stream requests, and the node waits with `/ready` 503 instead of
+/// exiting. Past that the last error is the start's.
+async fn patiently<T, E, F>(what: &str, mut attempt: impl FnMut() -> F) -> Result<T, String>
+where
+    F: std::future::Future<Output = Result<T, E>>,
+    E: std::fmt::Display,
+{
+    let started = std::time::Instant::now();
+    let mut wait = std::time::Duration::from_millis(250);
+    loop {
+        match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) if started.elapsed() < START_WITHIN => {
+                warn!(subsystem = "ingress", error = %e, retry_in = ?wait, "{what} not ready yet (a cluster still electing its leaders?); retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(format!("{what}: {e}")),
+        }
+    }
+}
+
 /// Routes bound with the HTTP surface, before the engine is up.
 pub fn routes(late: Late) -> Router {
     let r2 = late.clone();
@@ -104,13 +130,14 @@ pub fn routes(late: Late) -> Router {
 pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
     let js = async_nats::jetstream::new(ctx.client.clone());
     if let Some(active) = ctx.active.current() {
-        ensure_mailboxes(
-            &js,
-            &ctx.coord,
-            active.company.handles().map(Handle::as_str),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        patiently("the seats' mailboxes", || {
+            ensure_mailboxes(
+                &js,
+                &ctx.coord,
+                active.company.handles().map(Handle::as_str),
+            )
+        })
+        .await?;
     }
     let mut changes = ctx.active.subscribe();
     let (coord, js2) = (ctx.coord.clone(), js.clone());
@@ -134,19 +161,21 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edg
     });
     // A shedding node takes no triggers: the service follows the posture.
     let (admitting, follower) = ctx.state.watch_admission();
-    let service = match NotifyService::start(crewlet_ingress::notify::NotifyConfig {
-        client: ctx.client.clone(),
-        coord: ctx.coord.clone(),
-        publisher: ctx.publisher.clone(),
-        active: ctx.active.clone(),
-        admitting,
+    let service = match patiently("the notify-inbound consumer", || {
+        NotifyService::start(crewlet_ingress::notify::NotifyConfig {
+            client: ctx.client.clone(),
+            coord: ctx.coord.clone(),
+            publisher: ctx.publisher.clone(),
+            active: ctx.active.clone(),
+            admitting: admitting.clone(),
+        })
     })
     .await
     {
         Ok(service) => service,
         Err(e) => {
             follower.abort();
-            return Err(e.to_string());
+            return Err(e);
         }
     };
     started.push("notify-inbound", move || {
