@@ -151,6 +151,19 @@ fn build_out_of_tree(root: &Path, artifact: &str) {
 /// Several plugin folders, one linked in from elsewhere: `check` reads
 /// them as one catalogue and `crewlet run` loads every plugin of both; a
 /// folder that holds entries but no manifest is refused by both, naming it.
+/// The names of the plugins `node` serves, sorted.
+fn plugin_names(node: &common::Node) -> Vec<String> {
+    let view = node.get("/plugins").unwrap().json();
+    let mut names: Vec<String> = view["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect();
+    names.sort();
+    names
+}
+
 #[test]
 fn several_plugin_dirs_and_linked_folders_are_one_catalogue_and_a_wrong_dir_is_refused() {
     use std::os::unix::fs::symlink;
@@ -184,15 +197,7 @@ fn several_plugin_dirs_and_linked_folders_are_one_catalogue_and_a_wrong_dir_is_r
         .arg(&b)
         .spawn();
     node.wait_ready(std::time::Duration::from_secs(60));
-    let view = node.get("/plugins").unwrap().json();
-    let mut names: Vec<&str> = view["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["github", "scripted"], "{view}");
+    assert_eq!(plugin_names(&node), ["github", "scripted"]);
     assert_eq!(
         node.health()["plugins_dirs"],
         serde_json::json!([a_s, b_s]),
@@ -209,15 +214,7 @@ fn several_plugin_dirs_and_linked_folders_are_one_catalogue_and_a_wrong_dir_is_r
         .arg(&b)
         .spawn();
     node.wait_ready(std::time::Duration::from_secs(60));
-    let view = node.get("/plugins").unwrap().json();
-    let mut names: Vec<&str> = view["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["github", "scripted"], "{view}");
+    assert_eq!(plugin_names(&node), ["github", "scripted"]);
     let dirs = node.health()["plugins_dirs"].clone();
     let dirs: Vec<&str> = dirs
         .as_array()

@@ -188,35 +188,27 @@ impl Installed {
     }
 
     pub fn webhooks(&self) -> Vec<Arc<WebhookPlugin>> {
-        self.read()
-            .plugins
-            .values()
-            .filter_map(|p| match p {
-                Plugin::Webhook(w) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
+        self.each(|p| match p {
+            Plugin::Webhook(w) => Some(w.clone()),
+            _ => None,
+        })
     }
 
     pub fn providers(&self) -> Vec<Arc<ProviderPlugin>> {
-        self.read()
-            .plugins
-            .values()
-            .filter_map(|p| match p {
-                Plugin::Provider(w) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
+        self.each(|p| match p {
+            Plugin::Provider(w) => Some(w.clone()),
+            _ => None,
+        })
     }
 
     pub fn modules(&self) -> Vec<Arc<ModulePlugin>> {
-        self.read()
-            .plugins
-            .values()
-            .filter_map(|p| match p {
-                Plugin::Module(w) => Some(w.clone()),
-                _ => None,
-            })
-            .collect()
+        self.each(|p| match p {
+            Plugin::Module(w) => Some(w.clone()),
+            _ => None,
+        })
+    }
+
+    fn each<T>(&self, pick: impl Fn(&Plugin) -> Option<T>) -> Vec<T> {
+        self.read().plugins.values().filter_map(pick).collect()
     }
 }
