@@ -42,7 +42,8 @@ impl Member {
     fn new(server: &NatsServer, id: &str, labels: &str, company: &str) -> Member {
         let sb = Sandbox::new();
         std::fs::write(sb.path("company.toml"), company).unwrap();
-        PluginsDir::new(sb.path("plugins")).add("scripted", "plugins/providers/scripted/plugin.toml");
+        PluginsDir::new(sb.path("plugins"))
+            .add("scripted", "plugins/providers/scripted/plugin.toml");
         let port = free_port();
         let cfg = sb.config(
             port,
@@ -81,7 +82,11 @@ impl Member {
         let mut node = self.node.take().expect("running");
         node.signal(libc::SIGTERM);
         let status = node.wait_exit(Duration::from_secs(60));
-        assert!(status.success(), "drain exited {status}: {}", node.log_text());
+        assert!(
+            status.success(),
+            "drain exited {status}: {}",
+            node.log_text()
+        );
     }
 
     fn node(&self) -> &Node {
@@ -141,7 +146,12 @@ t1 = {{ role = \"ops\", group = \"tpu\" }}
 "
     );
     let cpu = Member::new(&server, "pin-cpu", "{ accel = \"cpu\" }", &company);
-    let gpu = Member::new(&server, "pin-gpu", "{ accel = \"gpu\", zone = \"eu\" }", &company);
+    let gpu = Member::new(
+        &server,
+        "pin-gpu",
+        "{ accel = \"gpu\", zone = \"eu\" }",
+        &company,
+    );
     let mut seen = BTreeMap::new();
     let settled = |seen: &BTreeMap<String, (String, String)>| {
         held_by(seen, "pin-gpu").is_superset(&["g1", "g2", "g3"].map(String::from).into())
@@ -188,7 +198,11 @@ t1 = {{ role = \"ops\", group = \"tpu\" }}
     // Still so a few heartbeats later: the cpu node never takes a gpu seat.
     std::thread::sleep(Duration::from_secs(3));
     let later = holders(gpu.node());
-    assert_eq!(held_by(&later, "pin-gpu"), held_by(&seen, "pin-gpu"), "{later:?}");
+    assert_eq!(
+        held_by(&later, "pin-gpu"),
+        held_by(&seen, "pin-gpu"),
+        "{later:?}"
+    );
     assert_eq!(later["t1"].0, "unplaced");
 }
 
@@ -201,29 +215,38 @@ fn a_rolling_restart_lands_the_restarted_nodes_seats_back_on_it() {
         .map(|s| format!("{s} = {{ role = \"ops\" }}\n"))
         .collect();
     let company = format!("{ROLE}\n[seats]\n{seats}");
-    let all = || names.iter().map(|s| (*s).to_owned()).collect::<BTreeSet<_>>();
+    let all = || {
+        names
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect::<BTreeSet<_>>()
+    };
     // b first: it holds all six; a joins and b gives a three of them.
-    let mut b = Member::new(&server, "warm-b", "{}", &company);
+    let mut b = Member::new(&server, "warm-bravo", "{}", &company);
     assert!(
-        eventually(Duration::from_secs(60), || held_by(&holders(b.node()), "warm-b") == all()),
-        "warm-b never held every seat: {:?}",
+        eventually(Duration::from_secs(60), || held_by(
+            &holders(b.node()),
+            "warm-bravo"
+        ) == all()),
+        "warm-bravo never held every seat: {:?}",
         holders(b.node())
     );
-    let a = Member::new(&server, "warm-a", "{}", &company);
+    let a = Member::new(&server, "warm-alpha", "{}", &company);
     let mut seen = BTreeMap::new();
     assert!(
         eventually(Duration::from_secs(60), || {
             seen = holders(a.node());
-            held_by(&seen, "warm-a").len() == 3 && held_by(&seen, "warm-b").len() == 3
+            held_by(&seen, "warm-alpha").len() == 3 && held_by(&seen, "warm-bravo").len() == 3
         }),
         "the seats never split three and three: {seen:?}"
     );
-    let b_kept = held_by(&seen, "warm-b");
+    let b_kept = held_by(&seen, "warm-bravo");
     // The premise: by its hash order alone, a would give back other seats
     // than b's own when b returns — so only the previous holder brings them
     // back.
     let mut by_rank: Vec<&str> = names.to_vec();
-    by_rank.sort_by_key(|h| crewlet_seats::placement::rank("warm-a", &Handle::parse(h).unwrap()));
+    by_rank
+        .sort_by_key(|h| crewlet_seats::placement::rank("warm-alpha", &Handle::parse(h).unwrap()));
     let a_least: BTreeSet<String> = by_rank[3..].iter().map(|s| (*s).to_owned()).collect();
     assert_ne!(
         a_least, b_kept,
@@ -235,20 +258,20 @@ fn a_rolling_restart_lands_the_restarted_nodes_seats_back_on_it() {
     assert!(
         eventually(Duration::from_secs(60), || {
             seen = holders(a.node());
-            held_by(&seen, "warm-a") == all()
+            held_by(&seen, "warm-alpha") == all()
         }),
-        "warm-a never took b's seats: {seen:?}"
+        "warm-alpha never took b's seats: {seen:?}"
     );
     b.start();
     assert!(
         eventually(Duration::from_secs(60), || {
             seen = holders(a.node());
-            held_by(&seen, "warm-a").len() == 3 && held_by(&seen, "warm-b").len() == 3
+            held_by(&seen, "warm-alpha").len() == 3 && held_by(&seen, "warm-bravo").len() == 3
         }),
         "the seats never split again after b returned: {seen:?}"
     );
     assert_eq!(
-        held_by(&seen, "warm-b"),
+        held_by(&seen, "warm-bravo"),
         b_kept,
         "b's seats did not land back on it; a kept them and gave up its own: {seen:?}"
     );

@@ -444,9 +444,15 @@ fn placement_groups_pin_seats_to_node_labels_and_undeclared_groups_stay_free() {
             .collect()
     };
     assert!(pin.admits(&labels(&[("accel", "gpu"), ("zone", "eu"), ("rack", "7")])));
-    assert!(!pin.admits(&labels(&[("accel", "gpu")])), "every pair is needed");
+    assert!(
+        !pin.admits(&labels(&[("accel", "gpu")])),
+        "every pair is needed"
+    );
     assert!(!pin.admits(&labels(&[("accel", "cpu"), ("zone", "eu")])));
-    assert!(c.pin_of(c.seat("b").unwrap()).is_none(), "undeclared: free-form");
+    assert!(
+        c.pin_of(c.seat("b").unwrap()).is_none(),
+        "undeclared: free-form"
+    );
     assert!(c.pin_of(c.seat("c").unwrap()).is_none(), "default group");
 }
 
@@ -467,6 +473,7 @@ fn a_pin_without_labels_or_with_a_bad_name_is_refused_at_its_path() {
     assert!(paths.contains(&"placement.groups.gpu.labels"), "{err}");
     assert!(paths.contains(&"placement.groups.bad name"), "{err}");
     assert!(paths.contains(&"placement.groups.edge.labels"), "{err}");
-    let err = Company::parse("[org]\nname = \"A\"\n[placement.groups.gpu]\nnodes = 2\n").unwrap_err();
+    let err =
+        Company::parse("[org]\nname = \"A\"\n[placement.groups.gpu]\nnodes = 2\n").unwrap_err();
     assert_eq!(err.errors[0].path, "placement.groups.gpu.nodes");
 }

@@ -242,7 +242,7 @@ impl Coord {
         b: Bucket,
         key: &str,
         value: Bytes,
-        lapsed: Option<&(dyn Fn(&Entry, SystemTime) -> bool + Sync)>,
+        lapsed: Option<Lapsed<'_>>,
     ) -> Result<Result<u64, Entry>, CoordError> {
         let kv = self.kv(b);
         let mut expect = Expect::Revision(0);
@@ -275,6 +275,9 @@ impl Coord {
         })
     }
 }
+
+/// Judges whether a record found by a create has lapsed at the broker's time.
+pub(crate) type Lapsed<'a> = &'a (dyn Fn(&Entry, SystemTime) -> bool + Sync);
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     b: Bucket,

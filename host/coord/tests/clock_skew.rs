@@ -225,7 +225,10 @@ async fn delivery_claims_lapse_on_the_brokers_clock() {
     }
     let give_up = sent + TTL + Duration::from_secs(10);
     loop {
-        match behind.claim_delivery("github:lapses", "behind/3", TTL).await {
+        match behind
+            .claim_delivery("github:lapses", "behind/3", TTL)
+            .await
+        {
             Ok(Answer::Yes(())) => break,
             Ok(Answer::No(c)) => assert_eq!(c.claimant, "ahead/3"),
             Err(e) => panic!("the claim answered unknown: {e}"),
@@ -238,7 +241,10 @@ async fn delivery_claims_lapse_on_the_brokers_clock() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let after = sent.elapsed();
-    assert!(after >= TTL, "the claim was taken {after:?} after it was made, before its TTL");
+    assert!(
+        after >= TTL,
+        "the claim was taken {after:?} after it was made, before its TTL"
+    );
     assert!(
         after <= TTL + Duration::from_secs(3),
         "the claim was taken {after:?} after it was made: late"

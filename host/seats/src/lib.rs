@@ -32,14 +32,14 @@ pub mod placement;
 mod seat;
 mod tick;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream;
 use crewlet_company::{ActiveCompany, Handle};
-use crewlet_coord::{Answer, Coord, CoordError, HolderState, Owner, ResourceName};
+use crewlet_coord::{Coord, HolderState, Owner, ResourceName};
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
@@ -52,7 +52,9 @@ pub use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
 pub use crewlet_coord::HolderState as FenceState;
 
 use crate::mailbox::Pace;
-use crate::placement::{Group, Inputs};
+
+/// The previous holders of every seat, as one read answered them.
+type Previous = Arc<BTreeMap<Handle, placement::Tenures>>;
 
 /// How many acquires one placement tick sends at once.
 const ACQUIRE_WAVE: usize = 16;
@@ -124,7 +126,7 @@ pub(crate) struct Shared<H: SeatHost> {
     held_tx: watch::Sender<usize>,
     generations: AtomicU64,
     /// The last read of the previous holders, and when it was made.
-    tenures: Mutex<Option<(Instant, Arc<BTreeMap<Handle, placement::Tenures>>)>>,
+    tenures: Mutex<Option<(Instant, Previous)>>,
 }
 
 /// Seat ownership on one node. Stop it with [`Seats::stop`].

@@ -176,9 +176,7 @@ pub fn plan(inp: &Inputs<'_>) -> Plan {
     let tenure = |h: &Handle| inp.tenures.get(h);
     // Held here last, or before the node that holds it now.
     let was_mine = |h: &Handle| {
-        tenure(h).is_some_and(|t| {
-            t.last.as_deref() == Some(me) || t.before.as_deref() == Some(me)
-        })
+        tenure(h).is_some_and(|t| t.last.as_deref() == Some(me) || t.before.as_deref() == Some(me))
     };
     let mut groups = Vec::new();
     for (group, mut members) in by_group {
@@ -300,7 +298,11 @@ mod tests {
     }
 
     impl Tick {
-        fn new(node_id: &'static str, nodes: BTreeMap<String, Labels>, seats: BTreeMap<Handle, Group>) -> Tick {
+        fn new(
+            node_id: &'static str,
+            nodes: BTreeMap<String, Labels>,
+            seats: BTreeMap<Handle, Group>,
+        ) -> Tick {
             let own_labels = nodes.get(node_id).cloned().unwrap_or_default();
             Tick {
                 node_id,
@@ -376,7 +378,11 @@ mod tests {
 
     #[test]
     fn removed_seats_and_unavailable_ones_are_not_candidates() {
-        let mut t = Tick::new("n1", plain(1), seats(&[("a", None), ("b", None), ("c", None)]));
+        let mut t = Tick::new(
+            "n1",
+            plain(1),
+            seats(&[("a", None), ("b", None), ("c", None)]),
+        );
         t.holding = [h("gone")].into();
         t.unavailable = [h("b")].into();
         let p = t.plan();
@@ -426,7 +432,8 @@ mod tests {
             ("f2", Some("free")),
             ("f3", Some("free")),
         ]);
-        let pins: BTreeMap<String, Labels> = [("gpu".to_owned(), labels(&[("accel", "gpu")]))].into();
+        let pins: BTreeMap<String, Labels> =
+            [("gpu".to_owned(), labels(&[("accel", "gpu")]))].into();
         let group = |p: &Plan, g: &str| {
             p.groups
                 .iter()
@@ -502,11 +509,7 @@ mod tests {
         let by_rank = t.plan().groups[0].surplus.clone();
         assert_eq!(by_rank.len(), 3);
         // The three n1 prefers most came from n2, which is back.
-        let from_n2: Vec<Handle> = s
-            .keys()
-            .filter(|k| !by_rank.contains(k))
-            .cloned()
-            .collect();
+        let from_n2: Vec<Handle> = s.keys().filter(|k| !by_rank.contains(k)).cloned().collect();
         t.tenures = from_n2
             .iter()
             .map(|k| (k.clone(), tenure("n1", Some("n2"))))
@@ -522,7 +525,10 @@ mod tests {
         assert_eq!(t.plan().groups[0].surplus, by_rank, "n2 is gone");
         t.nodes.remove("n9");
         t.nodes.insert("n2".into(), labels(&[("accel", "cpu")]));
-        t.seats = names.iter().map(|n| (h(n), Some("gpu".to_owned()))).collect();
+        t.seats = names
+            .iter()
+            .map(|n| (h(n), Some("gpu".to_owned())))
+            .collect();
         t.pins = [("gpu".to_owned(), labels(&[("accel", "gpu")]))].into();
         t.own_labels = labels(&[("accel", "gpu")]);
         let p = t.plan();
@@ -558,13 +564,29 @@ mod tests {
     fn the_previous_holders_are_read_only_when_they_could_change_the_plan() {
         let s = seats(&[("a", None), ("b", None), ("c", None), ("d", None)]);
         let mut t = Tick::new("n1", plain(2), s.clone());
-        assert_eq!(t.plan().wants_tenures(), Wanted::Recent, "4 candidates for 2 places");
+        assert_eq!(
+            t.plan().wants_tenures(),
+            Wanted::Recent,
+            "4 candidates for 2 places"
+        );
         t.holding = [h("a"), h("b")].into();
-        assert_eq!(t.plan().wants_tenures(), Wanted::No, "at its share: nothing to choose");
+        assert_eq!(
+            t.plan().wants_tenures(),
+            Wanted::No,
+            "at its share: nothing to choose"
+        );
         t.holding = s.keys().cloned().collect();
-        assert_eq!(t.plan().wants_tenures(), Wanted::Fresh, "which 2 of 4 to give back");
+        assert_eq!(
+            t.plan().wants_tenures(),
+            Wanted::Fresh,
+            "which 2 of 4 to give back"
+        );
         t.nodes = plain(1);
         t.holding = BTreeSet::new();
-        assert_eq!(t.plan().wants_tenures(), Wanted::No, "every candidate is tried anyway");
+        assert_eq!(
+            t.plan().wants_tenures(),
+            Wanted::No,
+            "every candidate is tried anyway"
+        );
     }
 }

@@ -256,4 +256,3 @@ impl<H: SeatHost> Shared<H> {
         );
     }
 }
-

@@ -298,7 +298,10 @@ mod tests {
             "{why}"
         );
         let why = unplaced_reason(None, &[("n1", &cpu)]);
-        assert!(why.starts_with("waiting for a node with room") && why.contains("n1"), "{why}");
+        assert!(
+            why.starts_with("waiting for a node with room") && why.contains("n1"),
+            "{why}"
+        );
         let why = unplaced_reason(None, &[]);
         assert!(why.contains("no live node runs seats"), "{why}");
     }
