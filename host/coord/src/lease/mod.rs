@@ -39,8 +39,10 @@ use crate::names::{ResourceName, check_class};
 use crate::{Coord, decode, encode};
 
 mod status;
+mod tenures;
 
 pub use status::{BrokerRow, DutyRow, NodeStatus, ServerRow};
+pub use tenures::Tenures;
 
 /// A process incarnation: who holds a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -83,18 +85,6 @@ struct EpochRecord {
     /// build that did not say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     previous: Option<Owner>,
-}
-
-/// Who held a resource's last two epochs, from the epochs bucket: a hint
-/// for placement (a node prefers what it held before), never a lease.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Tenures {
-    /// The latest epoch.
-    pub epoch: u64,
-    /// Its owner: the holder now, or the last one if the lease is free.
-    pub last: Owner,
-    /// The owner of the epoch before it, when known.
-    pub before: Option<Owner>,
 }
 
 /// A tenure as the store holds it.
@@ -545,32 +535,6 @@ impl Coord {
         }
     }
 
-    /// Who held each resource of one class last, and before that (the
-    /// epochs bucket, a certified listing; an error, never a short map),
-    /// keyed by id. A hint: a lease's own read decides who holds it.
-    pub async fn tenures(&self, class: &str) -> Result<HashMap<String, Tenures>, CoordError> {
-        check_class(class)?;
-        let epochs = self
-            .kv(Bucket::Epochs)
-            .list(Bucket::Epochs, Some(class))
-            .await?;
-        let mut out = HashMap::new();
-        for e in &epochs {
-            let r: EpochRecord = decode(Bucket::Epochs, e)?;
-            if let Some(name) = ResourceName::from_key(&e.key) {
-                out.insert(
-                    name.id().to_owned(),
-                    Tenures {
-                        epoch: r.epoch,
-                        last: r.owner,
-                        before: r.previous,
-                    },
-                );
-            }
-        }
-        Ok(out)
-    }
-
     /// Every live lease of one class (`seat`, `node`, `worker`, ...), each
     /// with its epoch; a certified listing, or an error — never a short list.
     /// The empty class is refused: there is no all-classes listing.
@@ -626,37 +590,5 @@ mod tests {
         let st = r.status.unwrap();
         assert_eq!((st.turns_in_flight, st.posture.as_str()), (2, "serve"));
         assert_eq!(st.roles, vec!["seats".to_owned()]);
-    }
-
-    #[tokio::test]
-    async fn the_epochs_say_who_held_the_last_two_tenures() {
-        let opts = crate::CoordOptions::new(Owner::incarnation("x"));
-        let kv = crate::MemoryKv::new(
-            std::sync::Arc::new(crate::SystemClock),
-            &crate::bucket::Retentions {
-                lease_ttl: opts.lease_ttl,
-                status: opts.status_age,
-                rate: opts.rate_age,
-            },
-        );
-        let c = Coord::memory(kv, opts);
-        let name = ResourceName::seat("ada").unwrap();
-        let (a, b) = (Owner::incarnation("node-a"), Owner::incarnation("node-b"));
-        assert!(c.tenures("seat").await.unwrap().is_empty());
-        let Ok(Answer::Yes(la)) = c.acquire(&name, &a, None).await else {
-            panic!("free seat not acquired")
-        };
-        let t = &c.tenures("seat").await.unwrap()["ada"];
-        assert_eq!((t.epoch, &t.last, &t.before), (1, &a, &None));
-        assert_eq!(t.last.node(), "node-a");
-        assert!(matches!(c.release(&la).await, Ok(Answer::Yes(()))));
-        let Ok(Answer::Yes(_)) = c.acquire(&name, &b, None).await else {
-            panic!("released seat not acquired")
-        };
-        let t = &c.tenures("seat").await.unwrap()["ada"];
-        assert_eq!((t.epoch, &t.last, &t.before), (2, &b, &Some(a.clone())));
-        // A record of a build that wrote no `previous` reads as unknown.
-        let old: EpochRecord = serde_json::from_str(r#"{"epoch":4,"owner":"n/1"}"#).unwrap();
-        assert_eq!(old.previous, None);
     }
 }
