@@ -29,6 +29,7 @@ mod no_secret;
 mod node_lifecycle;
 mod operator_access;
 mod operator_mcp;
+mod placement;
 mod plugins_cli;
 mod plugins_try;
 mod replay;

@@ -239,6 +239,22 @@ pub struct Delivery {
     pub thread: Option<String>,
 }
 
+/// A placement group pinned to node labels: its seats run only on a node
+/// whose labels hold every pair.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlacementGroup {
+    pub name: String,
+    /// At least one `key = value` a node's `[node] labels` must hold.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl PlacementGroup {
+    /// Whether a node with `labels` may run this group's seats.
+    pub fn admits(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.labels.iter().all(|(k, v)| labels.get(k) == Some(v))
+    }
+}
+
 /// A validated company document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Company {
@@ -249,6 +265,9 @@ pub struct Company {
     pub seats: BTreeMap<Handle, Seat>,
     pub integrations: BTreeMap<String, Integration>,
     pub schedules: BTreeMap<String, Schedule>,
+    /// Placement groups pinned to node labels (`[placement.groups.NAME]`);
+    /// a group seats name without declaring it runs on any seat node.
+    pub placement: BTreeMap<String, PlacementGroup>,
     /// SHA-256 of the document text, hex: names a revision's content.
     pub digest: String,
 }
@@ -326,6 +345,12 @@ impl Company {
     /// The seats' handles, in order.
     pub fn handles(&self) -> impl Iterator<Item = &Handle> {
         self.seats.keys()
+    }
+
+    /// The labels a seat's node must carry: its group's pin, or none for
+    /// the default group and an undeclared one.
+    pub fn pin_of(&self, seat: &Seat) -> Option<&PlacementGroup> {
+        seat.group.as_ref().and_then(|g| self.placement.get(g))
     }
 
     /// The role of a seat.

@@ -1,5 +1,6 @@
 //! The document as written, and its validation into a [`Company`].
 
+mod placement;
 mod schedules;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,8 @@ pub struct Document {
     integrations: BTreeMap<String, RawIntegration>,
     #[serde(default)]
     schedules: BTreeMap<String, schedules::RawSchedule>,
+    #[serde(default)]
+    placement: placement::RawPlacement,
 }
 
 #[derive(Debug, Deserialize)]
@@ -136,7 +139,7 @@ impl Errors {
     }
 }
 
-fn token(s: &str) -> Result<(), String> {
+pub(crate) fn token(s: &str) -> Result<(), String> {
     if s.is_empty()
         || s.len() > 64
         || !s
@@ -464,6 +467,8 @@ impl Document {
             &mut errors,
         );
 
+        let placement = placement::validate(self.placement, &mut errors);
+
         if errors.0.is_empty() {
             Ok(Company {
                 org: self.org.name,
@@ -473,6 +478,7 @@ impl Document {
                 seats,
                 integrations,
                 schedules,
+                placement,
                 digest,
             })
         } else {

@@ -418,3 +418,62 @@ fn each_bad_schedule_key_is_refused_at_its_path() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn placement_groups_pin_seats_to_node_labels_and_undeclared_groups_stay_free() {
+    let doc = r#"
+        [org]
+        name = "A"
+        [roles.r]
+        system_prompt = "p"
+        executor = [{ provider = "scripted", model = "m" }]
+        reviewer = { provider = "scripted", model = "m" }
+        [placement.groups.gpu]
+        labels = { accel = "gpu", zone = "eu" }
+        [seats]
+        a = { role = "r", group = "gpu" }
+        b = { role = "r", group = "batch" }
+        c = { role = "r" }
+    "#;
+    let c = Company::parse(doc).unwrap();
+    let pin = c.pin_of(c.seat("a").unwrap()).expect("gpu is declared");
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    };
+    assert!(pin.admits(&labels(&[("accel", "gpu"), ("zone", "eu"), ("rack", "7")])));
+    assert!(
+        !pin.admits(&labels(&[("accel", "gpu")])),
+        "every pair is needed"
+    );
+    assert!(!pin.admits(&labels(&[("accel", "cpu"), ("zone", "eu")])));
+    assert!(
+        c.pin_of(c.seat("b").unwrap()).is_none(),
+        "undeclared: free-form"
+    );
+    assert!(c.pin_of(c.seat("c").unwrap()).is_none(), "default group");
+}
+
+#[test]
+fn a_pin_without_labels_or_with_a_bad_name_is_refused_at_its_path() {
+    let doc = r#"
+        [org]
+        name = "A"
+        [placement.groups.gpu]
+        labels = {}
+        [placement.groups."bad name"]
+        labels = { accel = "gpu" }
+        [placement.groups.edge]
+        labels = { "" = "x" }
+    "#;
+    let err = Company::parse(doc).unwrap_err();
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"placement.groups.gpu.labels"), "{err}");
+    assert!(paths.contains(&"placement.groups.bad name"), "{err}");
+    assert!(paths.contains(&"placement.groups.edge.labels"), "{err}");
+    let err =
+        Company::parse("[org]\nname = \"A\"\n[placement.groups.gpu]\nnodes = 2\n").unwrap_err();
+    assert_eq!(err.errors[0].path, "placement.groups.gpu.nodes");
+}

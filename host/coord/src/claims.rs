@@ -2,6 +2,14 @@
 //! delivery, and whether a trigger has been worked. A claim is create-only
 //! with a deadline in its record; a release is a compare-and-delete of this
 //! attempt's own claim, so a lapsed or foreign claim is never removed.
+//!
+//! Whether a claim has lapsed is judged on the broker's clock
+//! ([`crate::Kv::broker_now`]), the clock that stamped its write instant,
+//! never this node's: judged on a clock running ahead by more than the claim
+//! TTL, every live claim looked lapsed and a redelivery was worked twice;
+//! on one running behind, a lapsed claim kept refusing a retry. The broker's
+//! time is only read when a create meets a record or a release finds its
+//! own, so an uncontended claim costs one write.
 
 use std::time::{Duration, SystemTime};
 
@@ -139,7 +147,7 @@ impl Coord {
             if c.claimant != claimant {
                 return Ok(Answer::No(Unreleased::Other(c)));
             }
-            if c.deadline <= kv.now() {
+            if c.deadline <= kv.broker_now(b).await? {
                 return Ok(Answer::No(Unreleased::Lapsed(c)));
             }
             if kv
@@ -179,13 +187,12 @@ impl Coord {
             claimant: claimant.to_owned(),
             ttl_ms: ttl.as_millis() as u64,
         };
-        let now = self.kv(b).now();
-        let lapsed = |e: &Entry| {
+        let lapsed = |e: &Entry, broker_now: SystemTime| {
             serde_json::from_slice::<ClaimRecord>(&e.value)
-                .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= now)
+                .map(|r| e.written_at + Duration::from_millis(r.ttl_ms) <= broker_now)
                 .unwrap_or(true)
         };
-        match self.create(b, key, encode(&rec), lapsed).await? {
+        match self.create(b, key, encode(&rec), Some(&lapsed)).await? {
             Ok(_) => Ok(Ok(())),
             Err(e) => Ok(Err(claimed(&e)?)),
         }

@@ -129,13 +129,15 @@ pub trait Kv: Send + Sync + 'static {
     fn age(&self, bucket: Bucket) -> Option<Duration>;
 
     /// This node's wall clock: for what the design judges on the reader's
-    /// own clock (a delivery claim's deadline, a valve's window, budget
-    /// windows, cooldowns). Never a lease's liveness: see [`Kv::broker_now`].
+    /// own clock (a valve's window, budget windows, cooldowns). Never a
+    /// deadline counted from a record's write instant (a lease's, a delivery
+    /// claim's): see [`Kv::broker_now`].
     fn now(&self) -> SystemTime;
 
     /// The broker's time now, as a floor (never later than the clock that
     /// stamps `bucket`'s writes, never going backwards): what a deadline
-    /// counted from a record's `written_at` — a lease's — is judged against.
+    /// counted from a record's `written_at` — a lease's, a delivery claim's — is
+    /// judged against.
     /// `Err` when it cannot be established: unknown, never "expired".
     fn broker_now<'a>(&'a self, bucket: Bucket) -> BoxFuture<'a, KvResult<SystemTime>>;
 }

@@ -42,7 +42,7 @@ pub mod sweep;
 pub mod tokens;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 
@@ -53,7 +53,7 @@ pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use faulty::Faulty;
 pub use holder::{Holder, HolderState};
 pub use kv::{Change, Kv};
-pub use lease::{BrokerRow, DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow};
+pub use lease::{BrokerRow, DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow, Tenures};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
 pub use named::{
     BucketName, Existing, InvalidBucketName, NamedError, NamedKv, NamedOpened, NamedSpec,
@@ -233,14 +233,16 @@ impl Coord {
 
     /// Create-only write: a live value is the key existing (`Err(entry)`), a
     /// marker is the revision to write over, nothing at all is a key never
-    /// written. `judge` may declare an existing live record lapsed (its
-    /// deadline passed), in which case it is written over at its revision.
+    /// written. `lapsed`, when given, may declare an existing live record
+    /// lapsed (its deadline passed) at the broker's time, read beside the
+    /// record only when the create found one; a lapsed record is written over
+    /// at its revision. The broker's time unknown is the answer unknown.
     pub(crate) async fn create(
         &self,
         b: Bucket,
         key: &str,
         value: Bytes,
-        lapsed: impl Fn(&Entry) -> bool,
+        lapsed: Option<Lapsed<'_>>,
     ) -> Result<Result<u64, Entry>, CoordError> {
         let kv = self.kv(b);
         let mut expect = Expect::Revision(0);
@@ -248,10 +250,23 @@ impl Coord {
             if let Ok(rev) = kv.put(b, key, value.clone(), expect).await? {
                 return Ok(Ok(rev));
             }
-            match kv.get(b, key).await? {
+            let found = match lapsed {
+                None => kv.get(b, key).await?.map(|e| (e, false)),
+                Some(judge) => {
+                    let (now, e) = futures::join!(kv.broker_now(b), kv.get(b, key));
+                    match e? {
+                        Some(e) if !e.removed => {
+                            let over = judge(&e, now?);
+                            Some((e, over))
+                        }
+                        other => other.map(|e| (e, false)),
+                    }
+                }
+            };
+            match found {
                 None => expect = Expect::Revision(0),
-                Some(e) if e.removed || lapsed(&e) => expect = Expect::Revision(e.revision),
-                Some(e) => return Ok(Err(e)),
+                Some((e, over)) if e.removed || over => expect = Expect::Revision(e.revision),
+                Some((e, _)) => return Ok(Err(e)),
             }
         }
         Err(CoordError::Contended {
@@ -260,6 +275,9 @@ impl Coord {
         })
     }
 }
+
+/// Judges whether a record found by a create has lapsed at the broker's time.
+pub(crate) type Lapsed<'a> = &'a (dyn Fn(&Entry, SystemTime) -> bool + Sync);
 
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(
     b: Bucket,

@@ -395,7 +395,7 @@ impl Coord {
         value: &serde_json::Value,
     ) -> Reply<u64, serde_json::Value> {
         let key = class_key(class, id)?;
-        match self.create(bucket, &key, encode(value), |_| false).await? {
+        match self.create(bucket, &key, encode(value), None).await? {
             Ok(rev) => Ok(Answer::Yes(rev)),
             Err(e) => Ok(Answer::No(decode(bucket, &e)?)),
         }

@@ -182,3 +182,71 @@ async fn a_node_ahead_takes_nothing_live_and_takes_over_a_stopped_one_in_time() 
 async fn a_node_behind_takes_nothing_live_and_takes_over_a_stopped_one_in_time() {
     hold_then_hand_over(true).await;
 }
+
+/// Delivery claims on the broker's clock: a node a minute ahead is refused
+/// a peer's live claim and releases its own live one; a node a minute
+/// behind takes a lapsed claim within seconds of its deadline. (On the
+/// node's own clock, the one ahead took every live claim for lapsed — a
+/// redelivery worked twice — and left its own in place on release; the
+/// one behind was refused a lapsed claim for a minute.)
+#[tokio::test]
+async fn delivery_claims_lapse_on_the_brokers_clock() {
+    let server = NatsServer::start();
+    let ns = format!("skewc{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let (ahead, _) = node(&server.url(), &ns, true).await;
+    let (behind, _) = node(&server.url(), &ns, false).await;
+
+    match behind.claim_delivery("github:live", "behind/1", TTL).await {
+        Ok(Answer::Yes(())) => {}
+        other => panic!("a free delivery was not claimed: {other:?}"),
+    }
+    match ahead.claim_delivery("github:live", "ahead/1", TTL).await {
+        Ok(Answer::No(c)) => assert_eq!(c.claimant, "behind/1"),
+        other => panic!("the node ahead took a live claim: {other:?}"),
+    }
+
+    match ahead.claim_delivery("github:own", "ahead/2", TTL).await {
+        Ok(Answer::Yes(())) => {}
+        other => panic!("a free delivery was not claimed: {other:?}"),
+    }
+    match ahead.release_claim("github:own", "ahead/2").await {
+        Ok(Answer::Yes(())) => {}
+        other => panic!("the node ahead did not release its own live claim: {other:?}"),
+    }
+    match behind.claim_delivery("github:own", "behind/2", TTL).await {
+        Ok(Answer::Yes(())) => {}
+        other => panic!("a released claim was not claimable: {other:?}"),
+    }
+
+    let sent = Instant::now();
+    match ahead.claim_delivery("github:lapses", "ahead/3", TTL).await {
+        Ok(Answer::Yes(())) => {}
+        other => panic!("a free delivery was not claimed: {other:?}"),
+    }
+    let give_up = sent + TTL + Duration::from_secs(10);
+    loop {
+        match behind
+            .claim_delivery("github:lapses", "behind/3", TTL)
+            .await
+        {
+            Ok(Answer::Yes(())) => break,
+            Ok(Answer::No(c)) => assert_eq!(c.claimant, "ahead/3"),
+            Err(e) => panic!("the claim answered unknown: {e}"),
+        }
+        assert!(
+            Instant::now() < give_up,
+            "the node behind was refused a lapsed claim"
+        );
+        // Polling, as a sender's retries would.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = sent.elapsed();
+    assert!(
+        after >= TTL,
+        "the claim was taken {after:?} after it was made, before its TTL"
+    );
+    assert!(
+        after <= TTL + Duration::from_secs(3),
+        "the claim was taken {after:?} after it was made: late"
+    );
+}

@@ -493,6 +493,7 @@ pub async fn start(
         host.clone(),
     );
     cfg.max_concurrent_turns = ctx.state.max_concurrent.max(1);
+    cfg.labels = ctx.state.labels.clone();
     // A shedding node takes nothing off its seats' mailboxes either.
     let (admission, follower) = ctx.state.watch_admission();
     cfg.admission = admission;

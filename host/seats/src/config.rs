@@ -16,6 +16,9 @@ use crate::host::SeatHost;
 pub struct SeatsConfig<H: SeatHost> {
     /// This node's stable id (its presence lease is `node:{node_id}`).
     pub node_id: String,
+    /// This node's `[node] labels`: a seat of a group the company pins to
+    /// labels runs here only if these hold every pair. Default: none.
+    pub labels: std::collections::BTreeMap<String, String>,
     /// This process incarnation: the owner every seat lease is taken as.
     pub owner: Owner,
     pub coord: Coord,
@@ -77,6 +80,7 @@ impl<H: SeatHost> SeatsConfig<H> {
     ) -> SeatsConfig<H> {
         SeatsConfig {
             node_id: node_id.into(),
+            labels: Default::default(),
             owner,
             coord,
             js,

@@ -11,7 +11,10 @@
 //!   tells the fleet at once (a core publish), so a peer with room claims
 //!   it within milliseconds rather than on its next tick.
 //!   A seat another node holds is skipped; an unknown answer is neither
-//!   held nor free — it is asked again on the next tick.
+//!   held nor free — it is asked again on the next tick. A group the
+//!   company pins to node labels is shared only among the nodes whose
+//!   labels match, and the previous holder (the epochs bucket) orders
+//!   which seats a node claims and gives back first (`tick.rs`).
 //! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
 //!   reverse; the lease is renewed on the heartbeat and judged by the
 //!   holder's two clocks (stop admitting early, give up late).
@@ -27,15 +30,16 @@ pub mod host;
 mod mailbox;
 pub mod placement;
 mod seat;
+mod tick;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream;
 use crewlet_company::{ActiveCompany, Handle};
-use crewlet_coord::{Answer, Coord, CoordError, HolderState, Owner, ResourceName};
+use crewlet_coord::{Coord, HolderState, Owner, ResourceName};
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
@@ -48,7 +52,9 @@ pub use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
 pub use crewlet_coord::HolderState as FenceState;
 
 use crate::mailbox::Pace;
-use crate::placement::{Group, Inputs};
+
+/// The previous holders of every seat, as one read answered them.
+type Previous = Arc<BTreeMap<Handle, placement::Tenures>>;
 
 /// How many acquires one placement tick sends at once.
 const ACQUIRE_WAVE: usize = 16;
@@ -99,6 +105,8 @@ struct Backoff {
 
 pub(crate) struct Shared<H: SeatHost> {
     node_id: String,
+    /// This node's `[node] labels`, matched against the company's pins.
+    labels: placement::Labels,
     owner: Owner,
     pub(crate) coord: Coord,
     pub(crate) js: jetstream::Context,
@@ -117,6 +125,8 @@ pub(crate) struct Shared<H: SeatHost> {
     backoff: Mutex<BTreeMap<Handle, Backoff>>,
     held_tx: watch::Sender<usize>,
     generations: AtomicU64,
+    /// The last read of the previous holders, and when it was made.
+    tenures: Mutex<Option<(Instant, Previous)>>,
 }
 
 /// Seat ownership on one node. Stop it with [`Seats::stop`].
@@ -167,6 +177,7 @@ impl<H: SeatHost> Seats<H> {
         let ttl = cfg.coord.lease_ttl();
         let shared = Arc::new(Shared {
             node_id: cfg.node_id,
+            labels: cfg.labels,
             owner: cfg.owner,
             coord: cfg.coord,
             js: cfg.js,
@@ -191,6 +202,7 @@ impl<H: SeatHost> Seats<H> {
             backoff: Mutex::new(BTreeMap::new()),
             held_tx: watch::channel(0).0,
             generations: AtomicU64::new(0),
+            tenures: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(false);
         let placement = tokio::spawn(placement_loop(shared.clone(), stop_rx));
@@ -351,179 +363,6 @@ impl<H: SeatHost> Shared<H> {
         if let Err(e) = said {
             debug!(subsystem = "seats", seat = %handle, error = %e, "could not announce the release; peers claim on their next tick");
         }
-    }
-
-    /// Live nodes that run seats and are not draining, this one included;
-    /// `Err` is unknown.
-    async fn live_seat_nodes(&self) -> Result<usize, CoordError> {
-        let mut ids: BTreeSet<String> = self
-            .coord
-            .list_live("node")
-            .await?
-            .into_iter()
-            .filter(|l| {
-                l.status
-                    .as_ref()
-                    .is_some_and(|s| s.roles.iter().any(|r| r == "seats") && !s.draining)
-            })
-            .map(|l| l.name.id().to_owned())
-            .collect();
-        ids.insert(self.node_id.clone());
-        Ok(ids.len())
-    }
-
-    /// One placement tick.
-    async fn tick(self: &Arc<Self>) {
-        let active = self.active.current();
-        let seats: BTreeMap<Handle, Group> = active
-            .as_ref()
-            .map(|a| {
-                a.company
-                    .seats
-                    .values()
-                    .map(|s| (s.handle.clone(), s.group.clone()))
-                    .collect()
-            })
-            .unwrap_or_default();
-        // Seats the company dropped, or whose seat changed under us (new
-        // role or id): give them back; the changed ones are claimed afresh.
-        let stale: Vec<Handle> = {
-            let slots = self.slots.lock().expect("seat slots");
-            slots
-                .iter()
-                .filter(|(_, s)| s.phase != Phase::Releasing)
-                .filter(|(h, s)| {
-                    let now = active.as_ref().and_then(|a| SeatSpec::of(a, h));
-                    now.is_none_or(|n| n.role != s.spec.role || n.seat_id != s.spec.seat_id)
-                })
-                .map(|(h, _)| h.clone())
-                .collect()
-        };
-        for h in &stale {
-            self.request_release(h, "the seat left the company or changed");
-        }
-        let Some(active) = active else {
-            return;
-        };
-        let live = match self.live_seat_nodes().await {
-            Ok(n) => n,
-            Err(e) => {
-                debug!(subsystem = "seats", error = %e,
-                    "fleet membership unknown; neither claiming nor giving back this tick");
-                return;
-            }
-        };
-        let (holding, unavailable) = {
-            let slots = self.slots.lock().expect("seat slots");
-            let holding: BTreeSet<Handle> = slots
-                .iter()
-                .filter(|(_, s)| s.phase != Phase::Releasing)
-                .map(|(h, _)| h.clone())
-                .collect();
-            let mut unavailable: BTreeSet<Handle> = slots.keys().cloned().collect();
-            let now = Instant::now();
-            let backoff = self.backoff.lock().expect("seat backoff");
-            unavailable.extend(
-                backoff
-                    .iter()
-                    .filter(|(_, b)| b.until > now)
-                    .map(|(h, _)| h.clone()),
-            );
-            (holding, unavailable)
-        };
-        let plan = placement::plan(&Inputs {
-            node_id: &self.node_id,
-            live_seat_nodes: live,
-            seats: &seats,
-            holding: &holding,
-            unavailable: &unavailable,
-        });
-        for g in &plan.groups {
-            for h in &g.surplus {
-                self.request_release(h, "over this node's share of its placement group");
-            }
-        }
-        for g in plan.groups.iter().filter(|g| g.room > 0) {
-            let mut room = g.room;
-            let mut candidates = g.candidates.iter();
-            while room > 0 {
-                let wave: Vec<&Handle> = candidates.by_ref().take(room.min(ACQUIRE_WAVE)).collect();
-                if wave.is_empty() {
-                    break;
-                }
-                let answers = join_all(wave.iter().map(|h| self.try_claim(&active, h))).await;
-                room -= answers.into_iter().filter(|won| *won).count();
-            }
-        }
-    }
-
-    /// Acquires one seat and, if won, starts it. True if won.
-    async fn try_claim(
-        self: &Arc<Self>,
-        active: &crewlet_company::Active,
-        handle: &Handle,
-    ) -> bool {
-        let Some(spec) = SeatSpec::of(active, handle) else {
-            return false;
-        };
-        let name = match ResourceName::seat(handle.as_str()) {
-            Ok(n) => n,
-            Err(e) => {
-                warn!(subsystem = "seats", seat = %handle, error = %e, "seat has no lease name");
-                return false;
-            }
-        };
-        let sent = std::time::Instant::now();
-        match self.coord.acquire(&name, &self.owner, None).await {
-            Ok(Answer::Yes(lease)) => {
-                self.spawn_seat(Arc::new(spec), lease, sent);
-                true
-            }
-            Ok(Answer::No(held)) => {
-                debug!(subsystem = "seats", seat = %handle, ?held, "seat held elsewhere");
-                false
-            }
-            Err(e) => {
-                debug!(subsystem = "seats", seat = %handle, error = %e,
-                    "acquire answered unknown; asking again next tick");
-                false
-            }
-        }
-    }
-
-    fn spawn_seat(
-        self: &Arc<Self>,
-        spec: Arc<SeatSpec>,
-        lease: crewlet_coord::Lease,
-        sent: std::time::Instant,
-    ) {
-        let generation = self.generations.fetch_add(1, Ordering::Relaxed);
-        let fence = Fence::new(self.coord.holder(sent), lease.epoch);
-        let (release, release_rx) = watch::channel(false);
-        let handle = spec.handle.clone();
-        info!(subsystem = "seats", seat = %handle, epoch = lease.epoch, "seat acquired");
-        let mut slots = self.slots.lock().expect("seat slots");
-        let task = tokio::spawn(seat::run(
-            self.clone(),
-            spec.clone(),
-            lease.clone(),
-            fence.clone(),
-            generation,
-            release_rx,
-        ));
-        slots.insert(
-            handle,
-            Slot {
-                generation,
-                spec,
-                phase: Phase::Equipping,
-                epoch: lease.epoch,
-                since: SystemTime::now(),
-                fence,
-                release,
-                task: Some(task),
-            },
-        );
     }
 }
 

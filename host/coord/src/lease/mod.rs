@@ -39,8 +39,10 @@ use crate::names::{ResourceName, check_class};
 use crate::{Coord, decode, encode};
 
 mod status;
+mod tenures;
 
 pub use status::{BrokerRow, DutyRow, NodeStatus, ServerRow};
+pub use tenures::Tenures;
 
 /// A process incarnation: who holds a lease.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -53,6 +55,10 @@ impl Owner {
     }
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+    /// The node id of this incarnation (`NODE/INCARNATION`).
+    pub fn node(&self) -> &str {
+        self.0.split('/').next().unwrap_or_default()
     }
 }
 
@@ -75,6 +81,10 @@ struct LeaseRecord {
 struct EpochRecord {
     epoch: u64,
     owner: Owner,
+    /// Who held the epoch before this one (absent: none, or minted by a
+    /// build that did not say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    previous: Option<Owner>,
 }
 
 /// A tenure as the store holds it.
@@ -293,6 +303,7 @@ impl Coord {
                             let er = EpochRecord {
                                 epoch: r.epoch,
                                 owner: owner.clone(),
+                                previous: epoch_owner.clone(),
                             };
                             if epochs
                                 .put(
@@ -330,6 +341,7 @@ impl Coord {
             let er = EpochRecord {
                 epoch,
                 owner: owner.clone(),
+                previous: epoch_owner.clone(),
             };
             match epochs
                 .put(

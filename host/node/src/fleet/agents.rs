@@ -12,7 +12,10 @@
 //!   restarted, and the lease has not lapsed yet: by the holder rule it no
 //!   longer admits work; a lapsed lease is gone from the leases bucket,
 //!   whose age is the lease TTL);
-//! - `unplaced`: no live seat lease;
+//! - `unplaced`: no live seat lease, with a `reason`: the seat's group is
+//!   pinned to labels no live seat node carries (naming the pin and the
+//!   nodes seen), no live node runs seats, or it waits for a node with
+//!   room to claim it;
 //! - `unknown`: a read this depends on did not answer — never collapsed
 //!   into "not paused" or "not held"; the reason is in `errors`.
 //!
@@ -26,7 +29,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crewlet_coord::Lease;
+use crewlet_company::PlacementGroup;
+use crewlet_coord::{Lease, NodeStatus};
 use serde_json::{Value, json};
 
 use super::{FleetError, bounded, node_of, table, text};
@@ -100,6 +104,13 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         .unwrap_or_else(std::time::SystemTime::now);
     let missed = ctx.coord.options().heartbeat * 2;
     let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
+    // Live seat nodes and their labels, for why a seat is unplaced.
+    let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
+        all.iter()
+            .filter_map(|l| Some((l.name.id(), l.status.as_ref()?)))
+            .filter(|(_, s)| s.roles.iter().any(|r| r == "seats") && !s.draining)
+            .collect()
+    });
     let mut rows = Vec::new();
     for seat in active.company.seats.values() {
         let handle = seat.handle.as_str();
@@ -138,12 +149,19 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
                 .map_or(json!("missing"), |d| json!(d)),
             Err(_) => Value::Null,
         };
+        let reason = match (state, &seat_nodes) {
+            ("unplaced", Some(seat_nodes)) => {
+                json!(unplaced_reason(active.company.pin_of(seat), seat_nodes))
+            }
+            _ => Value::Null,
+        };
         rows.push(json!({
             "handle": handle,
             "role": seat.role,
             "group": seat.group,
             "holder": holder,
             "state": state,
+            "reason": reason,
             "paused": paused,
             "turns_in_flight": turns,
             "mailbox": mailbox,
@@ -157,6 +175,47 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         "turns_coverage": open.coverage,
         "errors": errors,
     }))
+}
+
+/// Why a seat no node holds is unplaced, from the live seat nodes.
+fn unplaced_reason(pin: Option<&PlacementGroup>, seat_nodes: &[(&str, &NodeStatus)]) -> String {
+    let fits: Vec<&str> = seat_nodes
+        .iter()
+        .filter(|(_, s)| pin.is_none_or(|p| p.admits(&s.labels)))
+        .map(|(id, _)| *id)
+        .collect();
+    match pin {
+        _ if !fits.is_empty() => format!(
+            "waiting for a node with room to claim it (may run it: {})",
+            fits.join(", ")
+        ),
+        None => "no live node runs seats: start one with the `seats` role".to_owned(),
+        Some(p) => {
+            let seen: Vec<String> = seat_nodes
+                .iter()
+                .map(|(id, s)| format!("{id} {{{}}}", pairs(&s.labels)))
+                .collect();
+            format!(
+                "placement group {:?} is pinned to {{{}}} and no live seat node carries those labels (seen: {}); give a node those `[node] labels` or change `placement.groups.{}.labels`",
+                p.name,
+                pairs(&p.labels),
+                if seen.is_empty() {
+                    "none".to_owned()
+                } else {
+                    seen.join(", ")
+                },
+                p.name
+            )
+        }
+    }
+}
+
+fn pairs(labels: &BTreeMap<String, String>) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `crewlet agents`' table.
@@ -188,6 +247,15 @@ pub fn render_agents(v: &Value) -> String {
         ]);
     }
     let mut out = table(&rows);
+    for a in v["agents"].as_array().into_iter().flatten() {
+        if a["reason"].is_string() {
+            out.push_str(&format!(
+                "{} unplaced: {}\n",
+                text(&a["handle"]),
+                text(&a["reason"])
+            ));
+        }
+    }
     for m in v["turns_coverage"]["missing"]
         .as_array()
         .into_iter()
@@ -213,6 +281,30 @@ pub fn render_agents(v: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unplaced_seat_says_whether_its_pin_matches_no_live_node() {
+        let gpu = PlacementGroup {
+            name: "gpu".into(),
+            labels: [("accel".to_owned(), "gpu".to_owned())].into(),
+        };
+        let cpu = NodeStatus {
+            labels: [("accel".to_owned(), "cpu".to_owned())].into(),
+            ..NodeStatus::default()
+        };
+        let why = unplaced_reason(Some(&gpu), &[("n1", &cpu)]);
+        assert!(
+            why.contains("pinned to {accel=gpu}") && why.contains("n1 {accel=cpu}"),
+            "{why}"
+        );
+        let why = unplaced_reason(None, &[("n1", &cpu)]);
+        assert!(
+            why.starts_with("waiting for a node with room") && why.contains("n1"),
+            "{why}"
+        );
+        let why = unplaced_reason(None, &[]);
+        assert!(why.contains("no live node runs seats"), "{why}");
+    }
 
     #[test]
     fn the_agents_table_shows_states_and_says_what_is_unknown() {
