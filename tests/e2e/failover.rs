@@ -213,10 +213,11 @@ fn quiet(node: &Node) -> bool {
         })
 }
 
+/// Dropped in field order: the nodes stop while their cluster still runs.
 struct Fleet {
-    sb: Sandbox,
-    cluster: Cluster,
     nodes: Vec<Node>,
+    cluster: Cluster,
+    sb: Sandbox,
 }
 
 impl Fleet {
@@ -259,9 +260,9 @@ fn a_killed_holders_seats_move_and_come_back_with_every_mention_answered_once() 
         .replace("ada = { role = \"support\" }\n", &seats);
     std::fs::write(sb.path("company.toml"), doc).unwrap();
     let mut f = Fleet {
-        sb,
-        cluster: Cluster::start(),
         nodes: Vec::new(),
+        cluster: Cluster::start(),
+        sb,
     };
     f.nodes = (0..IDS.len()).map(|i| f.spawn(i)).collect();
     for n in &mut f.nodes {
