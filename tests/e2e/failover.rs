@@ -3,7 +3,8 @@
 //! seats answering Slack mentions through their chat servers, and a steady
 //! stream of unique mentions spread over the seats and the ingress nodes.
 //! The holder of some seats is SIGKILLed mid-stream: its seats are held
-//! again by the survivors within the lease TTL plus one heartbeat. It is
+//! again by the survivors within the lease TTL plus one heartbeat (and a
+//! stated allowance for a loaded machine). It is
 //! restarted on its data dir and seats move back to it. Through both moves
 //! every accepted mention is answered exactly once — counted in the chat
 //! server's log, which holds every post ever made.
@@ -28,7 +29,9 @@ const HEARTBEAT: Duration = Duration::from_secs(1);
 /// What a loaded 2-core machine adds to the bound: the survivor's tick
 /// running late, the claim's writes to three replicas, and reading
 /// `/agents` to see it.
-const LOAD_SLACK: Duration = Duration::from_secs(2);
+/// Seen 5.5–7.2 s against the 6 s bound here while other test runs shared
+/// the machine.
+const LOAD_SLACK: Duration = Duration::from_secs(3);
 /// One mention every this long.
 const PACE: Duration = Duration::from_millis(150);
 
@@ -93,12 +96,17 @@ impl Stream {
                 let event_id = format!("EvFo{i}");
                 let mut accepted = false;
                 for attempt in 0..6 {
-                    let to = t.lock().unwrap();
-                    let api = &to[(i + attempt) % to.len()];
-                    if mention(api, seat, &event_id, &thread) == Some(202) {
-                        accepted = true;
-                        break;
+                    {
+                        let to = t.lock().unwrap();
+                        let api = &to[(i + attempt) % to.len()];
+                        if mention(api, seat, &event_id, &thread) == Some(202) {
+                            accepted = true;
+                            break;
+                        }
                     }
+                    // A sender's retry, paced as Slack's are (not a wait
+                    // on the fleet: the next attempt goes to another node).
+                    std::thread::sleep(PACE);
                 }
                 s.lock().unwrap().push(Sent {
                     thread,
