@@ -9,11 +9,10 @@
 use crate::common;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::*;
-use crewlet_testkit::{NatsServer, PluginsDir, free_port};
+use crewlet_testkit::{NatsServer, PluginsDir};
 use serde_json::Value;
 
 const SLACK_SECRET: &str = "slack-signing-secret";
@@ -69,24 +68,12 @@ fn start(ids: &[&str]) -> Fleet {
     let nodes = ids
         .iter()
         .map(|id| {
-            let port = free_port();
-            let data: PathBuf = sb.path(&format!("data-{id}"));
-            let cfg = sb.config(
-                port,
-                &format!(
-                    "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n[coordination]\nlease_ttl_seconds = 10\nheartbeat_seconds = 1\n",
-                    server.url()
-                ),
-            );
-            let mut node = NodeBuilder::new(&sb, port)
-                .arg("--config")
-                .arg(&cfg)
-                .arg("--data-dir")
-                .arg(&data)
-                .arg("--company")
-                .arg(&doc)
-                .arg("--plugins")
-                .arg(plugins.path())
+            let mut node = sb
+                .fleet_node(
+                    id,
+                    &[server.url()],
+                    "[coordination]\nlease_ttl_seconds = 10\nheartbeat_seconds = 1\n",
+                )
                 .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
                 .spawn();
             node.wait_ready(Duration::from_secs(60));

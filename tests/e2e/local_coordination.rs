@@ -4,23 +4,11 @@
 use std::time::Duration;
 
 use crate::common::{NodeBuilder, Sandbox};
-use crewlet_testkit::{NatsServer, free_port};
+use crewlet_testkit::NatsServer;
 
 fn local_node(server: &NatsServer, id: &str) -> (Sandbox, NodeBuilder) {
     let sb = Sandbox::new();
-    let port = free_port();
-    let cfg = sb.config(
-        port,
-        &format!(
-            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n[coordination]\ntype = \"local\"\n",
-            server.url()
-        ),
-    );
-    let b = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir());
+    let b = sb.fleet_node(id, &[server.url()], "[coordination]\ntype = \"local\"\n");
     (sb, b)
 }
 

@@ -12,6 +12,7 @@ mod doctor;
 mod duties;
 mod embedded_cluster;
 mod event_kinds;
+mod failover;
 mod fleet;
 mod fleet_view;
 mod grants;

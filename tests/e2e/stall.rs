@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{Node, NodeBuilder, Sandbox, eventually, slack_mention};
+use crate::common::{Node, Sandbox, eventually, slack_mention};
 use crate::turns::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
-use crewlet_testkit::{NatsServer, PluginsDir, free_port};
+use crewlet_testkit::{NatsServer, PluginsDir};
 use serde_json::Value;
 
 const SEATS: [&str; 4] = ["ada", "bob", "cy", "di"];
@@ -29,23 +29,12 @@ fn node(server: &NatsServer, id: &str, chat_log: &Path) -> (Sandbox, Node) {
     plugins
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
-    let port = free_port();
-    let cfg = sb.config(
-        port,
-        &format!(
-            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n",
-            server.url()
-        ),
-    );
-    let mut n = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .arg("--company")
-        .arg(sb.path("company.toml"))
-        .arg("--plugins")
-        .arg(plugins.path())
+    let mut n = sb
+        .fleet_node(
+            id,
+            &[server.url()],
+            "[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n",
+        )
         .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
         .spawn();
     n.wait_ready(Duration::from_secs(60));

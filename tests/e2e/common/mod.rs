@@ -45,6 +45,37 @@ impl Sandbox {
             .arg(self.data_dir())
     }
 
+    /// Node `id` of a fleet sharing this sandbox, on the broker(s) at
+    /// `urls`: its own `ID.toml` (API on a free port, `[node] id`,
+    /// `[stream] url`, then `extra`, which may go on with `[stream]` keys),
+    /// data dir `data-ID`, and the sandbox's `company.toml` and `plugins`
+    /// dir when they exist. Called again with the same id, it is the same
+    /// node restarted on its data dir (on a new API port).
+    pub fn fleet_node(&self, id: &str, urls: &[String], extra: &str) -> NodeBuilder {
+        let port = crewlet_testkit::free_port();
+        let urls: Vec<String> = urls.iter().map(|u| format!("{u:?}")).collect();
+        let cfg = self.path(&format!("{id}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "[api]\nport = {port}\n[node]\nid = \"{id}\"\n[stream]\nurl = [{}]\n{extra}\n",
+                urls.join(", ")
+            ),
+        )
+        .expect("write the node's config");
+        let mut b = NodeBuilder::new(self, port)
+            .arg("--config")
+            .arg(cfg)
+            .arg("--data-dir")
+            .arg(self.path(&format!("data-{id}")));
+        for (flag, file) in [("--company", "company.toml"), ("--plugins", "plugins")] {
+            if self.path(file).exists() {
+                b = b.arg(flag).arg(self.path(file));
+            }
+        }
+        b
+    }
+
     /// Writes `node.toml` with an API on a free port plus `extra` TOML.
     pub fn config(&self, api_port: u16, extra: &str) -> PathBuf {
         let file = self.path("node.toml");
