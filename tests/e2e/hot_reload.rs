@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::*;
-use crewlet_testkit::{NatsServer, PluginsDir, free_port};
+use crewlet_testkit::{NatsServer, PluginsDir};
 
 const WITHIN: Duration = Duration::from_secs(30);
 
@@ -70,32 +70,13 @@ fn a_rebuilt_webhook_serves_the_next_delivery_and_a_broken_one_leaves_the_old_se
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml")
         .add("notebook", "plugins/modules/notebook/plugin.toml");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let company = std::fs::read_to_string(root.join("examples/company.toml")).unwrap()
-        + "\n[integrations.hostile]\nplugin = \"hostile-webhook\"\nsecret = \"HOSTILE_SECRET\"\n";
-    let company_file = sb.path("company.toml");
-    std::fs::write(&company_file, company).unwrap();
-    let port = free_port();
-    let cfg = sb.config(
-        port,
-        &format!(
-            "[node]\nid = \"reload-1\"\nroles = [\"data\", \"ingress\", \"workers\"]\n[stream]\nurl = \"{}\"\n",
-            server.url()
-        ),
+    let node = hostile_route_node(
+        &sb,
+        "reload-1",
+        &server.url(),
+        plugins.path(),
+        ("reload-gh-secret", "reload-hostile-secret"),
     );
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--company")
-        .arg(&company_file)
-        .env("GITHUB_WEBHOOK_SECRET", "reload-gh-secret")
-        .env("HOSTILE_SECRET", "reload-hostile-secret")
-        .spawn();
-    node.wait_ready(Duration::from_secs(60));
     let dir = plugins.path().join("hostile");
     let component = dir.join("component.wasm");
     let manifest = dir.join("plugin.toml");

@@ -6,17 +6,15 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
 use crewlet_ingress::sign::github_signature;
 use crewlet_testkit::http::{self, Response};
-use crewlet_testkit::{NatsServer, PluginsDir, free_port};
+use crewlet_testkit::{NatsServer, PluginsDir};
 
 const GH_SECRET: &str = "sandbox-github-secret";
 const HOSTILE_SECRET: &str = "hostile-secret-5d1c0b7e";
-const NO_SEATS: &str = r#"["data", "ingress", "workers"]"#;
 
 struct World {
     _sb: Sandbox,
@@ -51,32 +49,13 @@ fn start_with(deadline_ms: Option<u64>) -> World {
         .add("notebook", "plugins/modules/notebook/plugin.toml")
         .add("stuck", "plugins/testdata/stuck-module/plugin.toml")
         .add("slow", "plugins/testdata/slow-watcher/plugin.toml");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let company = std::fs::read_to_string(root.join("examples/company.toml")).unwrap()
-        + "\n[integrations.hostile]\nplugin = \"hostile-webhook\"\nsecret = \"HOSTILE_SECRET\"\n";
-    let company_file = sb.path("company.toml");
-    std::fs::write(&company_file, company).unwrap();
-    let port = free_port();
-    let cfg = sb.config(
-        port,
-        &format!(
-            "[node]\nid = \"sandbox-1\"\nroles = {NO_SEATS}\n[stream]\nurl = \"{}\"\n",
-            server.url()
-        ),
+    let node = hostile_route_node(
+        &sb,
+        "sandbox-1",
+        &server.url(),
+        plugins.path(),
+        (GH_SECRET, HOSTILE_SECRET),
     );
-    let mut node = NodeBuilder::new(&sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .arg("--plugins")
-        .arg(plugins.path())
-        .arg("--company")
-        .arg(&company_file)
-        .env("GITHUB_WEBHOOK_SECRET", GH_SECRET)
-        .env("HOSTILE_SECRET", HOSTILE_SECRET)
-        .spawn();
-    node.wait_ready(Duration::from_secs(60));
     World {
         _sb: sb,
         _plugins: plugins_tmp,

@@ -463,3 +463,42 @@ pub fn broker_login(health: &serde_json::Value) -> async_nats::ConnectOptions {
     let seed = std::fs::read_to_string(file).expect("the broker's seed file");
     async_nats::ConnectOptions::with_nkey(seed.trim().to_owned())
 }
+
+/// A node without seats serving the example company plus the hostile
+/// webhook (`[integrations.hostile]`) from `plugins`, on `nats_url`, with
+/// the GitHub and hostile secrets given: the sandbox's and hot reload's
+/// node.
+pub fn hostile_route_node(
+    sb: &Sandbox,
+    id: &str,
+    nats_url: &str,
+    plugins: &Path,
+    secrets: (&str, &str),
+) -> Node {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let company = std::fs::read_to_string(root.join("examples/company.toml")).unwrap()
+        + "\n[integrations.hostile]\nplugin = \"hostile-webhook\"\nsecret = \"HOSTILE_SECRET\"\n";
+    let company_file = sb.path("company.toml");
+    std::fs::write(&company_file, company).unwrap();
+    let port = crewlet_testkit::free_port();
+    let cfg = sb.config(
+        port,
+        &format!(
+            "[node]\nid = \"{id}\"\nroles = [\"data\", \"ingress\", \"workers\"]\n[stream]\nurl = \"{nats_url}\"\n"
+        ),
+    );
+    let mut node = NodeBuilder::new(sb, port)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("--data-dir")
+        .arg(sb.data_dir())
+        .arg("--plugins")
+        .arg(plugins)
+        .arg("--company")
+        .arg(&company_file)
+        .env("GITHUB_WEBHOOK_SECRET", secrets.0)
+        .env("HOSTILE_SECRET", secrets.1)
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    node
+}
