@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use async_nats::jetstream::consumer;
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
@@ -46,6 +47,9 @@ impl InfoPage {
 struct InfoState {
     #[serde(default)]
     subjects: Option<HashMap<String, u64>>,
+    /// The stream's newest sequence when the page was answered.
+    #[serde(default)]
+    last_seq: u64,
 }
 
 #[derive(Deserialize)]
@@ -75,13 +79,32 @@ impl Led {
     }
 }
 
+/// The leader's per-subject index of a listing.
+struct Index {
+    keys: HashSet<String>,
+    led: Led,
+    /// The stream's newest sequence when its first page was answered.
+    at: u64,
+}
+
+/// A certified listing: every key it answered with (live records and
+/// markers, at the newest revision read), the pass that read it, and the
+/// sequence after which a watch going on from it must read every change.
+struct Certified {
+    answered: HashMap<String, Entry>,
+    pass: Pass,
+    o: Arc<Opened>,
+    changed_after: u64,
+}
+
 impl NatsKv {
     /// The leader's per-subject index under `filter`: the keys it names,
-    /// and the leader that answered its first page. Refused (unavailable)
-    /// when any page comes from a stream with no leader.
-    async fn index(&self, o: &Opened, filter: &str) -> KvResult<(HashSet<String>, Led)> {
+    /// the leader that answered its first page and the stream's newest
+    /// sequence then. Refused (unavailable) when any page comes from a
+    /// stream with no leader.
+    async fn index(&self, o: &Opened, filter: &str) -> KvResult<Index> {
         let mut keys = HashSet::new();
-        let mut leader: Option<Led> = None;
+        let mut leader: Option<(Led, u64)> = None;
         let mut offset = 0usize;
         loop {
             let req = InfoRequest {
@@ -106,13 +129,14 @@ impl NatsKv {
                 )));
             }
             if leader.is_none() {
-                leader = Some(match page.cluster.as_ref() {
+                let led = match page.cluster.as_ref() {
                     Some(InfoCluster {
                         name: Some(_),
                         leader: Some(l),
                     }) => Led::By(l.clone()),
                     _ => Led::Alone,
-                });
+                };
+                leader = Some((led, page.state.last_seq));
             }
             let subjects = page.state.subjects.unwrap_or_default();
             let n = subjects.len();
@@ -123,7 +147,8 @@ impl NatsKv {
             }
             offset += n;
             if n == 0 || page.limit == 0 || offset >= page.total {
-                return Ok((keys, leader.unwrap_or(Led::Alone)));
+                let (led, at) = leader.unwrap_or((Led::Alone, page.state.last_seq));
+                return Ok(Index { keys, led, at });
             }
         }
     }
@@ -202,25 +227,20 @@ impl NatsKv {
         Ok((started, seen))
     }
 
-    /// The certified listing. Returns every key it answered with (live
-    /// records and markers, at the newest revision read) and the consumer,
-    /// for a watch to go on with.
-    async fn certified(
-        &self,
-        o: Arc<Opened>,
-        filter: Option<&str>,
-    ) -> KvResult<(HashMap<String, Entry>, Pass, Arc<Opened>)> {
-        let filter_subject = match filter {
-            Some(f) => format!("{}{f}.>", o.prefix),
-            None => format!("{}>", o.prefix),
-        };
+    /// The certified listing.
+    async fn certified(&self, o: Arc<Opened>, filter: Option<&str>) -> KvResult<Certified> {
+        let filter_subject = filter_subject(&o, filter);
         // The index request runs beside the pass so their round trips overlap.
         let index_fut = self.index(&o, &filter_subject);
         let pass_fut = self.ordered_pass(&o, &filter_subject, false);
         // The consumer is asked for first, so its deliveries start while the
         // broker builds the index answer.
         let (pass, index) = futures::join!(pass_fut, index_fut);
-        let (index, led) = index?;
+        let Index {
+            keys: index,
+            led,
+            at: indexed_at,
+        } = index?;
         let (started, seen) = self
             .pass_on_leader(&o, &filter_subject, pass?, &led)
             .await?;
@@ -237,6 +257,8 @@ impl NatsKv {
             hook(seen).await;
         }
         let mut delivered: HashMap<String, Entry> = HashMap::new();
+        // The newest sequence the pass delivered; it delivers in order.
+        let mut passed: Option<u64> = None;
         let mut pass_done = pending == 0;
         // Index keys the pass has not delivered yet: once none is left the
         // pass has nothing more to certify and ends without waiting for the
@@ -251,6 +273,7 @@ impl NatsKv {
                 Ok(Some(Ok(m))) => {
                     let info = m.info().map_err(|e| unavailable("listing pass", e))?;
                     let (rev, pending, at) = (info.stream_sequence, info.pending, info.published);
+                    passed = Some(rev);
                     if let Some(key) = m.subject.strip_prefix(&o.prefix) {
                         let entry = Entry {
                             key: key.to_owned(),
@@ -307,14 +330,21 @@ impl NatsKv {
                 }
             }
         }
-        Ok((
-            delivered,
-            Pass {
+        // Every change after the pass's last delivery, or after the index,
+        // whichever came first, is one the answer may not hold: a key the
+        // pass delivered holds every revision up to `passed`, a key only
+        // the index named was read from the leader after `indexed_at`, and
+        // a key neither named had no revision up to `indexed_at`.
+        let changed_after = passed.map_or(indexed_at, |p| p.min(indexed_at));
+        Ok(Certified {
+            answered: delivered,
+            pass: Pass {
                 msgs,
                 consumer_name,
             },
             o,
-        ))
+            changed_after,
+        })
     }
 
     /// The certified listing's live records.
@@ -323,24 +353,42 @@ impl NatsKv {
         o: Arc<Opened>,
         filter: Option<&str>,
     ) -> KvResult<Vec<Entry>> {
-        let (answered, pass, o) = self.certified(o, filter).await?;
+        let Certified {
+            answered, pass, o, ..
+        } = self.certified(o, filter).await?;
         self.retire(&o, pass);
         Ok(answered.into_values().filter(|e| !e.removed).collect())
     }
 
-    /// The certified listing, then the changes after it from the same consumer.
+    /// The certified listing, then the changes after it from a pull
+    /// consumer that starts where the answer may be behind.
+    ///
+    /// The changes are pulled a bounded batch at a time ([`watch_batch`]):
+    /// a watcher slower than the bucket's writes keeps its backlog on the
+    /// broker. The listing's pass is a flow-controlled push consumer, which
+    /// lets 32 MiB sit in this process per consumer — fine for one listing
+    /// at a time, not for a watch that lives as long as its reader (a
+    /// module's eight slow watches held 170 MiB of a 48 MiB burst).
     pub(super) async fn watch_in(&self, o: Arc<Opened>, filter: Option<&str>) -> KvResult<Watch> {
-        let (answered, pass, o) = self.certified(o, filter).await?;
-        let msgs = pass.msgs;
+        let Certified {
+            answered,
+            pass,
+            o,
+            changed_after,
+        } = self.certified(o, filter).await?;
+        self.retire(&o, pass);
+        let msgs = self
+            .changes_after(&o, &filter_subject(&o, filter), changed_after)
+            .await?;
         let seen: HashMap<String, u64> = answered
             .iter()
             .map(|(k, e)| (k.clone(), e.revision))
             .collect();
         let mut initial: Vec<Entry> = answered.into_values().filter(|e| !e.removed).collect();
         initial.sort_by(|a, b| a.key.cmp(&b.key));
-        // Changes come from the same consumer, so none falls between the
-        // answer and the first change; a revision no newer than the one
-        // the answer holds is not passed on.
+        // The changes start no later than the answer may be behind, so none
+        // falls between the two; a revision no newer than the one the
+        // answer holds is not passed on.
         let changes = msgs.filter_map(move |m| {
             let out = match m {
                 Err(e) => Some(Err(unavailable("watch", e))),
@@ -379,6 +427,54 @@ impl NatsKv {
         })
     }
 
+    /// Every change under `filter_subject` after stream sequence `after`,
+    /// from an ordered pull consumer a task keeps pulling from as a push
+    /// consumer would deliver — so a change is read while it is stored,
+    /// not coalesced away by a later one — but never more than a window
+    /// ahead of the reader. The task ends with the reader.
+    async fn changes_after(
+        &self,
+        o: &Opened,
+        filter_subject: &str,
+        after: u64,
+    ) -> KvResult<BoxStream<'static, Result<jetstream::Message, consumer::pull::OrderedError>>>
+    {
+        let max_value = o.stream.cached_info().config.max_message_size;
+        let mut pulled = o
+            .stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: filter_subject.to_owned(),
+                deliver_policy: consumer::DeliverPolicy::ByStartSequence {
+                    start_sequence: after + 1,
+                },
+                replay_policy: consumer::ReplayPolicy::Instant,
+                max_batch: watch_batch(max_value),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| unavailable("watch consumer", e))?
+            .messages()
+            .await
+            .map_err(|e| unavailable("watch consumer", e))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    next = pulled.next() => next,
+                    () = tx.closed() => return,
+                };
+                let Some(next) = next else { return };
+                if tx.send(next).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(
+            futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
+                .boxed(),
+        )
+    }
+
     /// Deletes a pass's consumer without waiting (the broker would reap it
     /// after its inactivity threshold, but thousands of listings a second
     /// would hit the consumer limit first).
@@ -391,9 +487,36 @@ impl NatsKv {
     }
 }
 
+/// The subject a listing or watch of `filter` reads.
+fn filter_subject(o: &Opened, filter: Option<&str>) -> String {
+    match filter {
+        Some(f) => format!("{}{f}.>", o.prefix),
+        None => format!("{}>", o.prefix),
+    }
+}
+
+/// How many records a watch asks for at once: what fits [`WATCH_WINDOW`]
+/// at the bucket's largest value, between 2 and 256 (a bucket without a
+/// value bound holds small records by design: coordination's).
+fn watch_batch(max_value: i32) -> i64 {
+    match u64::try_from(max_value) {
+        Ok(v) if v > 0 => (WATCH_WINDOW / v).clamp(2, 256) as i64,
+        _ => 256,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_batch_fits_its_window() {
+        assert_eq!(watch_batch(-1), 256);
+        assert_eq!(watch_batch(0), 256);
+        assert_eq!(watch_batch(256 * 1024), 8);
+        assert_eq!(watch_batch(64 * 1024 * 1024), 2);
+        assert_eq!(watch_batch(100), 256);
+    }
 
     #[test]
     fn an_index_page_without_a_stream_leader_is_not_trusted() {

@@ -23,6 +23,11 @@
 //!   placed elsewhere is retired and asked for again, up to
 //!   [`PLACEMENT_ATTEMPTS`]; a pass that still runs on a follower has
 //!   every key it delivered read again from the leader.
+//! - A watch is the certified listing, then an ordered *pull* consumer of
+//!   every change after the point the answer may be behind, a bounded
+//!   batch at a time ([`WATCH_WINDOW`]). A push consumer lets the broker
+//!   run 32 MiB ahead of its reader; a module's eight slow watches held
+//!   170 MiB of a burst in the node (a fresh-clone CI run).
 //! - Bound: the broker pages the index at 100,000 subjects per filter. Past
 //!   that the index is read page by page by offset into a list the server
 //!   re-sorts per page, so a key removed before a page boundary between two
@@ -66,6 +71,11 @@ mod named;
 /// A pass that goes this long without a delivery, after the index answered,
 /// is ended (the broker's own idle interval for this kind of consumer).
 pub const QUIET: Duration = Duration::from_secs(5);
+
+/// The bytes of changes a watch asks the broker for at once. The client
+/// asks again when half a batch is left, so a watch holds at most one and
+/// a half windows in this process however far its reader falls behind.
+pub const WATCH_WINDOW: u64 = 2 * 1024 * 1024;
 
 /// What [`PASS_STARTED`] runs, given what the listing knows of its pass.
 #[doc(hidden)]
