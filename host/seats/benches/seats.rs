@@ -8,6 +8,13 @@
 //! `cargo bench -p crewlet-seats --bench seats` (release), or
 //! `cargo run`-style in the dev profile with `cargo test --bench seats`.
 //! `SEATS=N` changes the count (default 200).
+//!
+//! `IDLE=1` measures what N held seats cost while nothing happens instead
+//! of the hand-over, at the node's default lease TTL and heartbeat: the
+//! time to hold them all, the CPU of this process and of nats-server over
+//! `IDLE_SECS` (default 30) against the same two with no seat held
+//! (measured first, in the same run), and this process's RSS per seat.
+//! `IDLE_FETCH=S` sets the mailboxes' sweep (`SeatsConfig::idle_fetch`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -63,10 +70,13 @@ fn main() {
         crewlet_stream::streams::ensure_streams(&js, 1)
             .await
             .expect("streams");
+        let idle = std::env::var("IDLE").is_ok_and(|v| v == "1");
         let owner = Owner::incarnation("bench");
         let mut opts = CoordOptions::new(owner.clone());
-        opts.heartbeat = Duration::from_secs(15);
-        opts.lease_ttl = Duration::from_secs(45);
+        if !idle {
+            opts.heartbeat = Duration::from_secs(15);
+            opts.lease_ttl = Duration::from_secs(45);
+        }
         let coord = Coord::open(client.clone(), opts).await.expect("coord");
         let company = company(n);
         let t = Instant::now();
@@ -75,7 +85,7 @@ fn main() {
             .expect("mailboxes");
         let mailboxes = t.elapsed();
         let active = ActiveCompany::new(Some(Active::local(company)));
-        let cfg = SeatsConfig::new(
+        let mut cfg = SeatsConfig::new(
             "bench",
             owner.clone(),
             coord.clone(),
@@ -83,6 +93,12 @@ fn main() {
             active.clone(),
             Arc::new(NoOp),
         );
+        if let Some(secs) = std::env::var("IDLE_FETCH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+        {
+            cfg.idle_fetch = Duration::from_secs(secs);
+        }
         // Presence: placement shares seats among the live `seats` nodes.
         coord
             .acquire_presence("bench", &owner, seats_status())
@@ -90,11 +106,34 @@ fn main() {
             .expect("presence")
             .yes()
             .expect("presence won");
+        let span = Duration::from_secs(
+            std::env::var("IDLE_SECS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(30),
+        );
+        let nats_pid = server.pid().expect("nats-server pid");
+        let unheld = if idle {
+            Some((idle::sample(nats_pid, span).await, idle::rss_kib()))
+        } else {
+            None
+        };
         let t = Instant::now();
         let seats = Seats::start(cfg).expect("seats");
         let mut held = seats.watch_held();
         held.wait_for(|h| *h == n).await.expect("held");
         let attach = t.elapsed();
+        eprintln!("{n} seats held in {attach:?}");
+        if let Some((baseline, rss_before)) = unheld {
+            // Let the last attaches' first pulls settle before sampling.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let busy = idle::sample(nats_pid, span).await;
+            let rss = idle::rss_kib().saturating_sub(rss_before);
+            eprintln!("sampled; stopping");
+            seats.stop().await;
+            idle::print(n, attach, baseline, busy, rss, coord.options().heartbeat);
+            return;
+        }
         let join = join(&client, &js, &coord, n).await;
         let t = Instant::now();
         seats.stop().await;
@@ -256,5 +295,75 @@ async fn join(
         acquire,
         heartbeat: first.options().heartbeat,
         settled,
+    }
+}
+
+/// The idle figures: CPU time of this process and of nats-server over a
+/// span, from `/proc`.
+mod idle {
+    use std::time::Duration;
+
+    /// CPU used over a span, as fractions of one core.
+    #[derive(Debug, Clone, Copy)]
+    pub struct Busy {
+        pub node: f64,
+        pub nats: f64,
+    }
+
+    fn cpu_ticks(pid: &str) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        // Fields after the command's closing parenthesis; utime and stime
+        // are the 12th and 13th of those.
+        let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        f[11].parse::<u64>().expect("utime") + f[12].parse::<u64>().expect("stime")
+    }
+
+    pub async fn sample(nats_pid: u32, span: Duration) -> Busy {
+        let nats = nats_pid.to_string();
+        let before = (cpu_ticks("self"), cpu_ticks(&nats));
+        tokio::time::sleep(span).await;
+        let after = (cpu_ticks("self"), cpu_ticks(&nats));
+        // Linux reports CPU time in clock ticks of 1/100 s.
+        let share = |t: u64| t as f64 / 100.0 / span.as_secs_f64();
+        Busy {
+            node: share(after.0 - before.0),
+            nats: share(after.1 - before.1),
+        }
+    }
+
+    pub fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+            .expect("VmRSS")
+    }
+
+    pub fn print(
+        n: usize,
+        attach: Duration,
+        baseline: Busy,
+        busy: Busy,
+        rss_kib: u64,
+        heartbeat: Duration,
+    ) {
+        let pct = |f: f64| f * 100.0;
+        println!("idle seats: {n} held, heartbeat {heartbeat:?}, one nats-server on loopback");
+        println!("  acquire + equip (no-op) + attach, all {n}: {attach:?}");
+        println!(
+            "  idle CPU, % of one core: node {:.2} + nats-server {:.2} = {:.2} (no seat held, same run: {:.2} + {:.2} = {:.2})",
+            pct(busy.node),
+            pct(busy.nats),
+            pct(busy.node + busy.nats),
+            pct(baseline.node),
+            pct(baseline.nats),
+            pct(baseline.node + baseline.nats)
+        );
+        println!(
+            "  node RSS added by the seats: {rss_kib} KiB, {:.1} KB per seat",
+            rss_kib as f64 * 1.024 / n as f64
+        );
     }
 }

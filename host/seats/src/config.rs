@@ -33,6 +33,10 @@ pub struct SeatsConfig<H: SeatHost> {
     /// How long one pull request waits for wakes (and so how long a detach
     /// may wait for the one in flight). Default 1 s.
     pub fetch_expiry: Duration,
+    /// How often an idle mailbox fetches without having heard a wake
+    /// (the mailbox rule in [`crate::mailbox`]): the longest a redelivered
+    /// wake nobody announced waits. Default 30 s.
+    pub idle_fetch: Duration,
     /// How long a detach lets running turns finish before cancelling them
     /// (their wakes are handed back). Default: the lease TTL.
     pub drain_bound: Option<Duration>,
@@ -89,6 +93,7 @@ impl<H: SeatHost> SeatsConfig<H> {
             max_concurrent_turns: 16,
             batch_window: Duration::from_millis(50),
             fetch_expiry: Duration::from_secs(1),
+            idle_fetch: Duration::from_secs(30),
             drain_bound: None,
             equip_backoff: Duration::from_secs(10),
             equip_timeout: Duration::from_secs(60),

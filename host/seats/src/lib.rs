@@ -158,6 +158,7 @@ impl<H: SeatHost> Seats<H> {
         }
         for (name, value) in [
             ("fetch_expiry", cfg.fetch_expiry),
+            ("idle_fetch", cfg.idle_fetch),
             ("equip_backoff", cfg.equip_backoff),
             ("equip_timeout", cfg.equip_timeout),
             ("unequip_timeout", cfg.unequip_timeout),
@@ -187,6 +188,7 @@ impl<H: SeatHost> Seats<H> {
             pace: Pace {
                 batch_window: cfg.batch_window,
                 fetch_expiry: cfg.fetch_expiry,
+                idle_fetch: cfg.idle_fetch,
                 drain_bound: cfg.drain_bound.unwrap_or(ttl),
                 max_outstanding: cfg.max_outstanding,
                 retry_without_company: heartbeat,

@@ -21,7 +21,11 @@
 //! An existing stream is adopted, never rewritten: changing a retention is
 //! an operator's gesture. One difference refuses the start: fewer replicas
 //! than configured, which would hold the company's work on fewer disks than
-//! every node reports.
+//! every node reports. One is raised: a consumer limit below this build's.
+//! nats-server 2.15 caps every stream that names no limit at 1,000
+//! consumers, and a company's mailboxes are one durable consumer per seat:
+//! the 1,001st seat's mailbox was refused ("maximum consumers limit
+//! reached") on a stream an older build made.
 
 use std::time::Duration;
 
@@ -41,6 +45,8 @@ pub struct StreamSpec {
     pub subjects: &'static [&'static str],
     pub retention: RetentionPolicy,
     pub max_age: Duration,
+    /// The consumers it may have (the server's default is 1,000).
+    pub max_consumers: i32,
     pub description: &'static str,
 }
 
@@ -55,6 +61,9 @@ impl StreamSpec {
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
+/// The seats a fleet may have: one mailbox consumer each.
+pub const MAX_MAILBOXES: i32 = 100_000;
+
 /// Every stream a node creates or adopts at start.
 pub fn specs() -> [StreamSpec; 4] {
     [
@@ -63,6 +72,7 @@ pub fn specs() -> [StreamSpec; 4] {
             subjects: &[AGENT_SUBJECTS],
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
+            max_consumers: MAX_MAILBOXES,
             description: "seat mailboxes: crewlet.agent.HANDLE.inbox",
         },
         StreamSpec {
@@ -70,6 +80,7 @@ pub fn specs() -> [StreamSpec; 4] {
             subjects: &[NOTIFICATIONS_SUBJECTS],
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
+            max_consumers: 1_000,
             description: "inbound deliveries awaiting the notify-inbound group",
         },
         StreamSpec {
@@ -77,6 +88,8 @@ pub fn specs() -> [StreamSpec; 4] {
             subjects: &[EVENTS_SUBJECTS],
             retention: RetentionPolicy::Limits,
             max_age: 7 * DAY,
+            // Modules' subscriptions and every live reader's consumer.
+            max_consumers: 10_000,
             description: "the live event broadcast",
         },
         StreamSpec {
@@ -84,6 +97,7 @@ pub fn specs() -> [StreamSpec; 4] {
             subjects: &[DLQ_SUBJECTS],
             retention: RetentionPolicy::Limits,
             max_age: 30 * DAY,
+            max_consumers: 1_000,
             description: "dead letters, with the reason",
         },
     ]
@@ -209,6 +223,9 @@ async fn ensure(
                     retention_in_force = ?cfg.retention, max_age_in_force = ?cfg.max_age,
                     "stream adopted with a retention that differs from this build's; honouring it");
             }
+            if cfg.max_consumers <= 0 || cfg.max_consumers < spec.max_consumers {
+                raise_consumer_limit(js, spec, cfg.clone()).await;
+            }
             info!(
                 subsystem = "stream",
                 stream = spec.name,
@@ -231,6 +248,7 @@ async fn ensure(
                     num_replicas: replicas,
                     discard: DiscardPolicy::Old,
                     duplicate_window: Duration::from_secs(120),
+                    max_consumers: spec.max_consumers,
                     ..Config::default()
                 };
                 match js.create_stream(config).await {
@@ -256,6 +274,27 @@ async fn ensure(
     }
 }
 
+/// Raises an adopted stream's consumer limit to the spec's. A server that
+/// cannot change it (before 2.12) keeps the stream as it is, with a warning
+/// that says what it bounds.
+async fn raise_consumer_limit(js: &jetstream::Context, spec: &StreamSpec, mut cfg: Config) {
+    let found = cfg.max_consumers;
+    cfg.max_consumers = spec.max_consumers;
+    match js.update_stream(cfg).await {
+        Ok(_) => info!(
+            subsystem = "stream",
+            stream = spec.name,
+            found,
+            raised_to = spec.max_consumers,
+            "stream consumer limit raised"
+        ),
+        Err(e) => {
+            warn!(subsystem = "stream", stream = spec.name, found, wanted = spec.max_consumers, error = %e,
+            "cannot raise the stream's consumer limit; the server's own (1,000 on 2.15) bounds it, and the seats a company may have with it")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,7 +315,23 @@ mod tests {
                 .clone();
             assert_eq!(info.config.retention, spec.retention, "{}", spec.name);
             assert_eq!(info.config.max_age, spec.max_age, "{}", spec.name);
+            assert_eq!(
+                info.config.max_consumers, spec.max_consumers,
+                "{}",
+                spec.name
+            );
         }
+        // A stream an older build made names no consumer limit, which a
+        // 2.15 server reads as 1,000: raised on adoption.
+        let mut agent = js
+            .get_stream(AGENT_STREAM)
+            .await
+            .unwrap()
+            .cached_info()
+            .config
+            .clone();
+        agent.max_consumers = 1_000;
+        js.update_stream(agent).await.unwrap();
         // Someone changed a retention by hand: adopted, not rewritten.
         let mut events = js
             .get_stream(EVENTS_STREAM)
@@ -295,6 +350,13 @@ mod tests {
             .cached_info()
             .clone();
         assert_eq!(info.config.max_age, Duration::from_secs(3600));
+        let agent = js
+            .get_stream(AGENT_STREAM)
+            .await
+            .unwrap()
+            .cached_info()
+            .clone();
+        assert_eq!(agent.config.max_consumers, MAX_MAILBOXES);
     }
 
     #[tokio::test]
