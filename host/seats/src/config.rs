@@ -33,9 +33,8 @@ pub struct SeatsConfig<H: SeatHost> {
     /// How long one pull request waits for wakes (and so how long a detach
     /// may wait for the one in flight). Default 1 s.
     pub fetch_expiry: Duration,
-    /// How often an idle mailbox fetches without having heard a wake
-    /// (the mailbox rule in [`crate::mailbox`]): the longest a redelivered
-    /// wake nobody announced waits. Default 30 s.
+    /// How often the node looks for mailbox work no wake announced
+    /// ([`crate::sweep`]): the longest a redelivered wake waits. Default 30 s.
     pub idle_fetch: Duration,
     /// How long a detach lets running turns finish before cancelling them
     /// (their wakes are handed back). Default: the lease TTL.

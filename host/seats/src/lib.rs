@@ -30,6 +30,7 @@ pub mod host;
 mod mailbox;
 pub mod placement;
 mod seat;
+mod sweep;
 mod tick;
 
 use std::collections::BTreeMap;
@@ -121,6 +122,8 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) in_flight: Arc<AtomicUsize>,
     pub(crate) admission: watch::Receiver<bool>,
     pub(crate) pauses: watch::Receiver<Option<Pauses>>,
+    /// What the mailboxes' last sweep found ([`sweep`]).
+    pub(crate) swept: watch::Receiver<Arc<sweep::Swept>>,
     slots: Mutex<BTreeMap<Handle, Slot>>,
     backoff: Mutex<BTreeMap<Handle, Backoff>>,
     held_tx: watch::Sender<usize>,
@@ -137,6 +140,7 @@ pub struct Seats<H: SeatHost> {
     shared: Arc<Shared<H>>,
     stop: watch::Sender<bool>,
     placement: Option<JoinHandle<()>>,
+    sweeper: Option<JoinHandle<()>>,
 }
 
 impl<H: SeatHost> Drop for Seats<H> {
@@ -176,6 +180,7 @@ impl<H: SeatHost> Seats<H> {
         ResourceName::node(&cfg.node_id).map_err(|e| SeatsError::NodeId(e.to_string()))?;
         let heartbeat = cfg.coord.heartbeat();
         let ttl = cfg.coord.lease_ttl();
+        let (swept_tx, swept_rx) = watch::channel(Arc::new(sweep::Swept::Nothing));
         let shared = Arc::new(Shared {
             node_id: cfg.node_id,
             labels: cfg.labels,
@@ -188,7 +193,6 @@ impl<H: SeatHost> Seats<H> {
             pace: Pace {
                 batch_window: cfg.batch_window,
                 fetch_expiry: cfg.fetch_expiry,
-                idle_fetch: cfg.idle_fetch,
                 drain_bound: cfg.drain_bound.unwrap_or(ttl),
                 max_outstanding: cfg.max_outstanding,
                 retry_without_company: heartbeat,
@@ -200,6 +204,7 @@ impl<H: SeatHost> Seats<H> {
             in_flight: Arc::new(AtomicUsize::new(0)),
             admission: cfg.admission,
             pauses: cfg.pauses,
+            swept: swept_rx,
             slots: Mutex::new(BTreeMap::new()),
             backoff: Mutex::new(BTreeMap::new()),
             held_tx: watch::channel(0).0,
@@ -207,11 +212,18 @@ impl<H: SeatHost> Seats<H> {
             tenures: Mutex::new(None),
         });
         let (stop, stop_rx) = watch::channel(false);
+        let sweeper = tokio::spawn(sweep::sweep_loop(
+            shared.js.clone(),
+            cfg.idle_fetch,
+            swept_tx,
+            stop_rx.clone(),
+        ));
         let placement = tokio::spawn(placement_loop(shared.clone(), stop_rx));
         Ok(Seats {
             shared,
             stop,
             placement: Some(placement),
+            sweeper: Some(sweeper),
         })
     }
 
@@ -254,6 +266,9 @@ impl<H: SeatHost> Seats<H> {
         let _ = self.stop.send(true);
         if let Some(p) = self.placement.take() {
             let _ = p.await;
+        }
+        if let Some(s) = self.sweeper.take() {
+            let _ = s.await;
         }
         let tasks: Vec<JoinHandle<()>> = {
             let mut slots = self.shared.slots.lock().expect("seat slots");

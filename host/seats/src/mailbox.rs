@@ -4,12 +4,11 @@
 //! - An idle mailbox sends no pull request: a core subscription on its
 //!   inbox subject (the doorbell) hears every wake published to it, and a
 //!   fetch follows a ring, a turn retried after a delay, a return to
-//!   admitting, and a batch that brought work; besides, one sweep per
-//!   [`Pace::idle_fetch`] picks up what no ring announces (a redelivery
-//!   after a lapsed ack wait, a ring lost in a reconnect). A pull request
-//!   per seat per second was most of what 2,000 idle seats cost (15 % of a
-//!   core, node and nats-server together). Without a doorbell (its
-//!   subscription refused) the mailbox pulls back to back as before.
+//!   admitting, a batch that brought work, and the node's sweep finding
+//!   work in this mailbox that no ring announced ([`crate::sweep`]). A pull
+//!   request per seat per second was most of what 2,000 idle seats cost
+//!   (15 % of a core, node and nats-server together). Without a doorbell
+//!   (its subscription refused) the mailbox pulls back to back as before.
 //! - Fetch only while the lease holder is admitting. A wake that arrives
 //!   when it is not (stale, or detaching) is handed back at once (nak), so
 //!   it waits in the stream for whoever may act — never on a node that may
@@ -67,6 +66,8 @@ pub(crate) struct SeatCtx<H: SeatHost> {
     pub admission: watch::Receiver<bool>,
     /// The fleet's paused seats (see [`crate::SeatsConfig::pauses`]).
     pub pauses: watch::Receiver<Option<crate::Pauses>>,
+    /// What the node's mailbox sweep found ([`crate::sweep`]).
+    pub swept: watch::Receiver<Arc<crate::sweep::Swept>>,
 }
 
 impl<H: SeatHost> SeatCtx<H> {
@@ -81,8 +82,6 @@ impl<H: SeatHost> SeatCtx<H> {
 pub(crate) struct Pace {
     pub batch_window: Duration,
     pub fetch_expiry: Duration,
-    /// How often a mailbox with a doorbell fetches without a ring.
-    pub idle_fetch: Duration,
     pub drain_bound: Duration,
     pub max_outstanding: usize,
     /// Delay of a wake handed back because no company is active.
@@ -148,9 +147,12 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut pulled_at = Instant::now();
     let mut pulled_any = false;
     let mut fetch_paused_until: Option<Instant> = None;
-    // When the next fetch is due: now at attach, after a ring, a batch that
-    // brought work or a return to admitting; the sweep after a fetch.
-    let mut fetch_due = Instant::now();
+    // When the next fetch is due: now at attach, after a ring, a sweep that
+    // found work, a batch that brought work or a return to admitting; a
+    // retried turn's delay; never otherwise (with a doorbell).
+    let mut fetch_due = Some(Instant::now());
+    let durable = consumer.cached_info().name.clone();
+    let mut swept = mb.ctx.swept.clone();
     let mut detaching = *detach.borrow();
     let mut admission = mb.ctx.admission.clone();
     let mut pauses = mb.ctx.pauses.clone();
@@ -169,17 +171,13 @@ pub(crate) async fn serve<H: SeatHost>(
         let paused = fetch_paused_until.is_some_and(|t| t > now);
         let room = pace.max_outstanding.saturating_sub(mb.outstanding());
         let waiting_to_fetch = batch.is_none() && admitting && !paused && room > 0;
-        if waiting_to_fetch && fetch_due <= now {
+        if waiting_to_fetch && fetch_due.is_some_and(|t| t <= now) {
             match fetch(&consumer, room, pace.fetch_expiry).await {
                 Ok(b) => {
                     batch = Some(b);
                     pulled_at = Instant::now();
                     pulled_any = false;
-                    fetch_due = if doorbell.is_some() {
-                        pulled_at + pace.idle_fetch
-                    } else {
-                        pulled_at
-                    };
+                    fetch_due = doorbell.is_none().then_some(pulled_at);
                 }
                 Err(why) => {
                     warn!(subsystem = "seats", seat = %handle, error = %why,
@@ -202,18 +200,23 @@ pub(crate) async fn serve<H: SeatHost>(
                 if r.is_err() {
                     detaching = true;
                 }
-                fetch_due = Instant::now();
+                fetch_due = Some(Instant::now());
             }
             // A dropped gate leaves the last word standing.
-            Ok(()) = admission.changed(), if !detaching => fetch_due = Instant::now(),
-            Ok(()) = pauses.changed(), if !detaching => fetch_due = Instant::now(),
+            Ok(()) = admission.changed(), if !detaching => fetch_due = Some(Instant::now()),
+            Ok(()) = pauses.changed(), if !detaching => fetch_due = Some(Instant::now()),
+            Ok(()) = swept.changed(), if !detaching => {
+                if swept.borrow_and_update().wants(&durable) {
+                    fetch_due = Some(Instant::now());
+                }
+            }
             ring = ring(&mut doorbell), if !detaching => match ring {
-                Some(()) => fetch_due = Instant::now(),
+                Some(()) => fetch_due = Some(Instant::now()),
                 None => {
                     warn!(subsystem = "seats", seat = %handle,
                         "the mailbox's doorbell subscription ended; pulling back to back");
                     doorbell = None;
-                    fetch_due = Instant::now();
+                    fetch_due = Some(Instant::now());
                 }
             },
             item = next_message(&mut batch) => match item {
@@ -234,7 +237,7 @@ pub(crate) async fn serve<H: SeatHost>(
                 None => {
                     batch = None;
                     if pulled_any {
-                        fetch_due = Instant::now();
+                        fetch_due = Some(Instant::now());
                     }
                     // A request that ended empty long before its expiry is
                     // the server refusing it: pause rather than spin.
@@ -245,10 +248,12 @@ pub(crate) async fn serve<H: SeatHost>(
             },
             Some(done) = mb.turns.join_next_with_id(), if !mb.turns.is_empty() => {
                 if let Some(after) = mb.on_turn_end(done).await {
-                    fetch_due = fetch_due.min(Instant::now() + after);
+                    let again = Instant::now() + after;
+                    fetch_due = Some(fetch_due.map_or(again, |t| t.min(again)));
                 }
             }
-            () = sleep_until(fetch_due), if waiting_to_fetch && fetch_due > now => {}
+            () = sleep_until(fetch_due.unwrap_or(now)),
+                if waiting_to_fetch && fetch_due.is_some_and(|t| t > now) => {}
             () = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {}
             () = sleep_until(fetch_paused_until.unwrap_or_else(Instant::now)),
                 if paused && batch.is_none() => {}

@@ -210,6 +210,7 @@ pub(crate) async fn run<H: SeatHost>(
                         in_flight: shared.in_flight.clone(),
                         admission: shared.admission.clone(),
                         pauses: shared.pauses.clone(),
+                        swept: shared.swept.clone(),
                     });
                     let (detach, detach_rx) = watch::channel(false);
                     let doorbell = doorbell(&shared.js, &handle, &consumer).await;

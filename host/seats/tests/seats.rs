@@ -718,3 +718,47 @@ async fn a_shedding_node_takes_nothing_off_its_mailboxes_until_it_admits_again()
         .await;
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_no_doorbell_announces_is_found_by_the_sweep() {
+    use async_nats::jetstream::AckKind;
+    use futures::StreamExt;
+    let names = handles(1, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    env.wake("s0", "handed-back", None).await;
+    // A previous holder took the wake and handed it back for later: it is
+    // due again in 2 s, and no publish rings the mailbox's doorbell then.
+    let c: consumer::PullConsumer = env
+        .js
+        .get_consumer_from_stream(
+            crewlet_bus::mailbox_durable("s0"),
+            crewlet_bus::AGENT_STREAM,
+        )
+        .await
+        .unwrap();
+    let mut batch = c.fetch().max_messages(1).messages().await.unwrap();
+    let taken = batch.next().await.unwrap().unwrap();
+    taken
+        .ack_with(AckKind::Nak(Some(Duration::from_secs(2))))
+        .await
+        .unwrap();
+    let handed_back = Instant::now();
+    let mut node = env
+        .node_with("n1", Recorder::new(), false, |cfg| {
+            cfg.idle_fetch = Duration::from_millis(500)
+        })
+        .await;
+    node.wait_held(1).await;
+    // Attached while the wake is not yet due: its attach fetch finds
+    // nothing, and only the sweep can say the mailbox holds work.
+    assert!(handed_back.elapsed() < Duration::from_secs(2));
+    node.host
+        .wait("the handed-back wake's run", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["handed-back"]),
+            )
+        })
+        .await;
+    assert!(handed_back.elapsed() >= Duration::from_secs(2));
+    node.stop().await;
+}
