@@ -151,7 +151,7 @@ pub(crate) async fn serve<H: SeatHost>(
     // found work, a batch that brought work or a return to admitting; a
     // retried turn's delay; never otherwise (with a doorbell).
     let mut fetch_due = Some(Instant::now());
-    let durable = consumer.cached_info().name.clone();
+    let subject = consumer.cached_info().config.filter_subject.clone();
     let mut swept = mb.ctx.swept.clone();
     let mut detaching = *detach.borrow();
     let mut admission = mb.ctx.admission.clone();
@@ -206,7 +206,7 @@ pub(crate) async fn serve<H: SeatHost>(
             Ok(()) = admission.changed(), if !detaching => fetch_due = Some(Instant::now()),
             Ok(()) = pauses.changed(), if !detaching => fetch_due = Some(Instant::now()),
             Ok(()) = swept.changed(), if !detaching => {
-                if swept.borrow_and_update().wants(&durable) {
+                if swept.borrow_and_update().wants(&subject) {
                     fetch_due = Some(Instant::now());
                 }
             }

@@ -1,24 +1,30 @@
 //! The mailboxes' sweep: work no doorbell announced.
 //!
-//! Rule: once every [`crate::SeatsConfig::idle_fetch`] the node lists the
-//! consumers of `CREWLET_AGENT` (a few paged requests for the whole stream)
-//! and tells the mailboxes whose consumer holds work — messages not yet
-//! delivered, or delivered and not yet acknowledged (a redelivery after a
-//! lapsed ack wait comes from those) — to fetch. A listing that fails tells
-//! every mailbox to fetch: a sweep never skips work because a read failed.
+//! Rule: once every [`crate::SeatsConfig::idle_fetch`] the node asks
+//! `CREWLET_AGENT` which inbox subjects hold messages (one `STREAM.INFO`
+//! narrowed to the inbox subjects) and tells those mailboxes to fetch. The
+//! stream keeps a message by interest, until the one mailbox whose subject
+//! it is acknowledges it, so a subject holding messages is exactly a
+//! mailbox holding work — not yet delivered, handed back with a delay, or
+//! delivered and not acknowledged (a redelivery after a lapsed ack wait
+//! comes from those). A read that fails tells every mailbox to fetch: a
+//! sweep never skips work because a read failed.
 //!
-//! Why one listing and not a fetch per mailbox: what a ring does not
-//! announce is rare (a redelivery, a wake handed back with a delay by a
-//! previous holder, a ring lost in a reconnect), and a pull request per
-//! seat per sweep cost about 0.13 ms of node and nats-server CPU each —
-//! at 10,000 idle seats every 30 s, 4 % of a core.
+//! Why one read and not a fetch per mailbox: what a ring does not announce
+//! is rare (a redelivery, a wake handed back with a delay by a previous
+//! holder, a ring lost in a reconnect), and a pull request per seat per
+//! sweep cost about 0.13 ms of node and nats-server CPU each — at 10,000
+//! idle seats every 30 s, 4 % of a core. Listing the stream's consumers
+//! instead cost nearly as much (the server computes every consumer's
+//! pending counts); the subject index answers from what is stored, so an
+//! idle company's sweep reads an empty map.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use crewlet_bus::AGENT_STREAM;
+use crewlet_bus::{AGENT_STREAM, inbox_subject};
 use futures::TryStreamExt;
 use tokio::sync::watch;
 use tracing::debug;
@@ -31,17 +37,17 @@ pub(crate) enum Swept {
     Nothing,
     /// The listing failed: every mailbox fetches.
     All,
-    /// The durable names of the mailboxes that hold work.
+    /// The inbox subjects that hold messages.
     These(BTreeSet<String>),
 }
 
 impl Swept {
-    /// Whether the mailbox with durable name `durable` should fetch.
-    pub(crate) fn wants(&self, durable: &str) -> bool {
+    /// Whether the mailbox reading `subject` should fetch.
+    pub(crate) fn wants(&self, subject: &str) -> bool {
         match self {
             Swept::Nothing => false,
             Swept::All => true,
-            Swept::These(due) => due.contains(durable),
+            Swept::These(due) => due.contains(subject),
         }
     }
 }
@@ -75,17 +81,20 @@ pub(crate) async fn sweep_loop(
     }
 }
 
-/// The durable names of the mailbox consumers that hold work.
+/// The inbox subjects that hold messages.
 async fn holding_work(js: &jetstream::Context) -> Result<BTreeSet<String>, String> {
     let stream = js
-        .get_stream(AGENT_STREAM)
+        .get_stream_no_info(AGENT_STREAM)
         .await
         .map_err(|e| e.to_string())?;
-    let mut consumers = stream.consumers();
+    let mut subjects = stream
+        .info_with_subjects(inbox_subject("*"))
+        .await
+        .map_err(|e| e.to_string())?;
     let mut due = BTreeSet::new();
-    while let Some(info) = consumers.try_next().await.map_err(|e| e.to_string())? {
-        if info.num_pending > 0 || info.num_ack_pending > 0 {
-            due.insert(info.name);
+    while let Some((subject, count)) = subjects.try_next().await.map_err(|e| e.to_string())? {
+        if count > 0 {
+            due.insert(subject);
         }
     }
     Ok(due)
@@ -97,10 +106,11 @@ mod tests {
 
     #[test]
     fn a_failed_listing_sweeps_everyone_and_none_yet_sweeps_no_one() {
-        assert!(!Swept::Nothing.wants("inbox-a"));
-        assert!(Swept::All.wants("inbox-a"));
-        let these = Swept::These(BTreeSet::from(["inbox-a".to_string()]));
-        assert!(these.wants("inbox-a"));
-        assert!(!these.wants("inbox-b"));
+        let (a, b) = (inbox_subject("a"), inbox_subject("b"));
+        assert!(!Swept::Nothing.wants(&a));
+        assert!(Swept::All.wants(&a));
+        let these = Swept::These(BTreeSet::from([a.clone()]));
+        assert!(these.wants(&a));
+        assert!(!these.wants(&b));
     }
 }
