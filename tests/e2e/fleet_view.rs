@@ -54,8 +54,9 @@ struct Fleet {
     nodes: Vec<Node>,
 }
 
-/// Nodes `ids` on one nats-server; a lease TTL long enough (10 s) that a
-/// frozen node stays in presence while the test reads around it.
+/// Nodes `ids` on one nats-server; a lease TTL long enough (20 s) that a
+/// frozen node stays in presence while the test reads around it and its
+/// seat goes stale (a seat beat, half the TTL, after its last renew).
 fn start(ids: &[&str]) -> Fleet {
     let server = NatsServer::start();
     let sb = Sandbox::new();
@@ -72,7 +73,7 @@ fn start(ids: &[&str]) -> Fleet {
                 .fleet_node(
                     id,
                     &[server.url()],
-                    "[coordination]\nlease_ttl_seconds = 10\nheartbeat_seconds = 1\n",
+                    "[coordination]\nlease_ttl_seconds = 20\nheartbeat_seconds = 1\n",
                 )
                 .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
                 .spawn();
@@ -350,9 +351,10 @@ fn history_and_holders_are_read_from_every_node_and_a_stopped_one_is_named() {
     );
     assert_eq!(read["coverage"]["complete"], false);
     assert_eq!(read["events"].as_array().unwrap().len(), 2, "{read}");
-    // Its seat goes stale once it misses its renewals.
+    // Its seat goes stale once it misses its renewals: within a seat beat
+    // (10 s) of its last renew, and well before its presence lapses.
     assert!(
-        eventually(Duration::from_secs(5), || holders(&f.nodes[reader])[2].1
+        eventually(Duration::from_secs(12), || holders(&f.nodes[reader])[2].1
             == "stale"),
         "{:?}",
         holders(&f.nodes[reader])

@@ -1,8 +1,10 @@
 //! The holder side of a lease: stop early, hand over late.
 //!
-//! Rule: a holder renews on its heartbeat. It stops admitting new work once
-//! its last successful renew is older than the heartbeat interval, and gives
-//! the resource up once that renew is older than the TTL. An unknown renew
+//! Rule: a holder renews on its beat — the heartbeat for presence, the
+//! seat beat (half the TTL, [`crate::Coord::seat_beat`]) for a seat. It
+//! stops admitting new work once its last successful renew is older than
+//! that beat, and gives the resource up once that renew is older than the
+//! TTL. An unknown renew
 //! changes nothing (ambiguity is not loss); a definite "no" is loss at once.
 //! Why: treating unknown as loss tears a healthy company down over a store
 //! blip, and trusting it unboundedly lets a partitioned holder run work a
@@ -16,9 +18,9 @@ use crate::answer::{Answer, CoordError};
 /// What the holder may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HolderState {
-    /// Renewed within one heartbeat: admit work.
+    /// Renewed within one beat: admit work.
     Admitting,
-    /// Last good renew older than a heartbeat: finish what runs, admit nothing new.
+    /// Last good renew older than a beat: finish what runs, admit nothing new.
     Stale,
     /// Last good renew older than the TTL, or the store said no: give it up.
     GiveUp,
@@ -27,7 +29,7 @@ pub enum HolderState {
 /// The state machine; drive it with [`Holder::on_renew`] and ask [`Holder::state`].
 #[derive(Debug, Clone)]
 pub struct Holder {
-    heartbeat: Duration,
+    beat: Duration,
     ttl: Duration,
     last_ok: Instant,
     lost: bool,
@@ -35,9 +37,9 @@ pub struct Holder {
 
 impl Holder {
     /// A holder whose tenure was won by a request sent at `acquired_at`.
-    pub fn new(acquired_at: Instant, heartbeat: Duration, ttl: Duration) -> Holder {
+    pub fn new(acquired_at: Instant, beat: Duration, ttl: Duration) -> Holder {
         Holder {
-            heartbeat,
+            beat,
             ttl,
             last_ok: acquired_at,
             lost: false,
@@ -63,7 +65,7 @@ impl Holder {
         let age = now.saturating_duration_since(self.last_ok);
         if self.lost || age >= self.ttl {
             HolderState::GiveUp
-        } else if age >= self.heartbeat {
+        } else if age >= self.beat {
             HolderState::Stale
         } else {
             HolderState::Admitting
@@ -72,11 +74,11 @@ impl Holder {
 
     /// When the next renew is due.
     pub fn next_renew(&self) -> Instant {
-        self.last_ok + self.heartbeat / 2
+        self.last_ok + self.beat / 2
     }
 
-    pub fn heartbeat(&self) -> Duration {
-        self.heartbeat
+    pub fn beat(&self) -> Duration {
+        self.beat
     }
 }
 

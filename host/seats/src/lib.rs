@@ -16,8 +16,9 @@
 //!   labels match, and the previous holder (the epochs bucket) orders
 //!   which seats a node claims and gives back first (`tick.rs`).
 //! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
-//!   reverse; the lease is renewed on the heartbeat and judged by the
-//!   holder's two clocks (stop admitting early, give up late).
+//!   reverse; the lease is renewed once a seat beat (half the TTL) and
+//!   judged by the holder's two clocks (stop admitting early, give up
+//!   late).
 //! - **The mailbox** (`mailbox.rs`): the seat's durable pull consumer,
 //!   fetched only while admitting, wakes grouped per conversation, turns
 //!   under a node-wide limit, every wake settled by the turn's verdict.
@@ -74,9 +75,9 @@ pub struct HeldSeat {
 /// Whether a held seat takes new work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SeatState {
-    /// Renewed within a heartbeat: fetching and starting turns.
+    /// Renewed within a seat beat: fetching and starting turns.
     Admitting,
-    /// Last good renew older than a heartbeat: running turns finish,
+    /// Last good renew older than a seat beat: running turns finish,
     /// nothing new is fetched.
     Stale,
 }

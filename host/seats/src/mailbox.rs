@@ -4,8 +4,11 @@
 //! - An idle mailbox sends no pull request: a core subscription on its
 //!   inbox subject (the doorbell) hears every wake published to it, and a
 //!   fetch follows a ring, a turn retried after a delay, a return to
-//!   admitting, a batch that brought work, and the node's sweep finding
-//!   work in this mailbox that no ring announced ([`crate::sweep`]). A pull
+//!   admitting, a batch that brought work, a request that brought nothing
+//!   while the consumer holds wakes delivered elsewhere (a previous
+//!   holder's, redelivered when their ack wait lapses), and the node's
+//!   sweep finding work in this mailbox that no ring announced
+//!   ([`crate::sweep`]). A pull
 //!   request per seat per second was most of what 2,000 idle seats cost
 //!   (15 % of a core, node and nats-server together). Without a doorbell
 //!   (its subscription refused) the mailbox pulls back to back as before.
@@ -238,6 +241,8 @@ pub(crate) async fn serve<H: SeatHost>(
                     batch = None;
                     if pulled_any {
                         fetch_due = Some(Instant::now());
+                    } else if fetch_due.is_none() {
+                        fetch_due = held_elsewhere(&consumer, mb.outstanding(), pace.fetch_expiry).await;
                     }
                     // A request that ended empty long before its expiry is
                     // the server refusing it: pause rather than spin.
@@ -277,6 +282,24 @@ async fn fetch(
         Ok(Ok(b)) => Ok(b),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("the pull request was not sent in time".into()),
+    }
+}
+
+/// When to fetch again after a request that brought nothing: at once while
+/// the consumer holds work this mailbox was not given — delivered to a
+/// previous holder (a frozen or dead node) and not acknowledged, or handed
+/// back with a delay — since its redelivery rings no doorbell; never (the
+/// doorbell and the sweep will say) when it holds nothing else. A consumer
+/// that cannot be read is asked again after `expiry`.
+async fn held_elsewhere(
+    consumer: &PullConsumer,
+    outstanding: usize,
+    expiry: Duration,
+) -> Option<Instant> {
+    let info = tokio::time::timeout(expiry.max(Duration::from_secs(5)), consumer.get_info()).await;
+    match info {
+        Ok(Ok(i)) => (i.num_pending > 0 || i.num_ack_pending > outstanding).then(Instant::now),
+        _ => Some(Instant::now() + expiry),
     }
 }
 

@@ -5,7 +5,8 @@
 //! detached before `unequip`, so a seat never consumes work it cannot run or
 //! no longer owns. The lease is renewed all along (during equip and while
 //! turns drain too), by the holder's two clocks: stop admitting after a
-//! heartbeat without a good renew, give up after the TTL or on a definite no.
+//! seat beat (half the TTL, `Coord::seat_beat`) without a good renew, give
+//! up after the TTL or on a definite no.
 //! Why: a seat whose lease lapsed mid-teardown could be taken by a peer
 //! while this node still ran its turns. Equip and unequip are each bounded
 //! (`SeatsConfig::equip_timeout`, `unequip_timeout`): a host that hangs
@@ -31,25 +32,21 @@ struct Renewed {
     refused: bool,
 }
 
-/// How often a seat lease is renewed: once a heartbeat, early by a margin
-/// for the round trip (a tenth of the heartbeat, at least a second and at
+/// How often a seat lease is renewed: once a seat beat
+/// ([`crewlet_coord::Coord::seat_beat`], half the lease TTL), early by a
+/// margin for the round trip (a tenth of the beat, at least a second and at
 /// most half of it), so a holder whose renews are answered stays admitting
 /// even on a loaded machine.
 ///
 /// Why not every half heartbeat, as presence and duties are: a node renews
 /// one presence but every seat it holds. 10,000 idle seats renewed every
 /// 7.5 s were 1,333 writes a second, most of the 10 % of a core that
-/// node and nats-server spent doing nothing; the design renews a seat "on
-/// a heartbeat". An unknown answer is asked again soon
-/// ([`renew_retry`]), so one lost reply does not leave a healthy seat
-/// stale for a whole period.
-pub(crate) fn renew_every(heartbeat: Duration) -> Duration {
-    let margin = (heartbeat / 10)
-        .max(Duration::from_secs(1))
-        .min(heartbeat / 2);
-    heartbeat
-        .saturating_sub(margin)
-        .max(Duration::from_millis(10))
+/// node and nats-server spent doing nothing. An unknown answer is asked
+/// again soon ([`renew_retry`]), so one lost reply does not leave a healthy
+/// seat stale for a whole period.
+pub(crate) fn renew_every(beat: Duration) -> Duration {
+    let margin = (beat / 10).max(Duration::from_secs(1)).min(beat / 2);
+    beat.saturating_sub(margin).max(Duration::from_millis(10))
 }
 
 /// How soon a renew that answered unknown is sent again.
@@ -67,7 +64,7 @@ async fn renew_loop(
     state_tx: watch::Sender<HolderState>,
     mut stop: watch::Receiver<bool>,
 ) -> Renewed {
-    let every = renew_every(heartbeat);
+    let every = renew_every(coord.seat_beat());
     let patience = (heartbeat / 2).max(Duration::from_millis(10));
     let mut next = Instant::now() + every;
     let mut refused = false;
@@ -304,14 +301,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_seat_renews_once_a_heartbeat_early_by_its_margin() {
+    fn a_seat_renews_once_a_beat_early_by_its_margin() {
         let s = Duration::from_secs;
         let ms = Duration::from_millis;
-        // The default heartbeat: a tenth early.
+        // A tenth early: the default seat beat (45 s TTL) and a 15 s one.
+        assert_eq!(renew_every(ms(22_500)), ms(20_250));
         assert_eq!(renew_every(s(15)), ms(13_500));
         // Shorter ones keep a second for the round trip...
         assert_eq!(renew_every(s(5)), s(4));
-        // ...and never renew later than half a heartbeat early.
+        // ...and never renew later than half a beat early.
         assert_eq!(renew_every(s(1)), ms(500));
         assert_eq!(renew_every(ms(400)), ms(200));
         assert_eq!(renew_retry(s(15)), ms(1_500));

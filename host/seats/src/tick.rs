@@ -228,7 +228,7 @@ impl<H: SeatHost> Shared<H> {
         sent: std::time::Instant,
     ) {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
-        let fence = Fence::new(self.coord.holder(sent), lease.epoch);
+        let fence = Fence::new(self.coord.seat_holder(sent), lease.epoch);
         let (release, release_rx) = watch::channel(false);
         let handle = spec.handle.clone();
         info!(subsystem = "seats", seat = %handle, epoch = lease.epoch, "seat acquired");

@@ -6,9 +6,9 @@
 //! - `held`: a live seat lease whose owner is a live node (the very
 //!   incarnation on the presence lease);
 //! - `stale`: a live seat lease whose owner is not in presence, or whose
-//!   last renew is two heartbeats older than the freshest presence beat
-//!   (both write times on the broker's clock, never this node's; the
-//!   holder froze, died or
+//!   last renew is a seat beat (half the lease TTL) older than the
+//!   freshest presence beat (both write times on the broker's clock, never
+//!   this node's; the holder froze, died or
 //!   restarted, and the lease has not lapsed yet: by the holder rule it no
 //!   longer admits work; a lapsed lease is gone from the leases bucket,
 //!   whose age is the lease TTL);
@@ -102,7 +102,10 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         .ok()
         .and_then(|all| all.iter().map(beat).max())
         .unwrap_or_else(std::time::SystemTime::now);
-    let missed = ctx.coord.options().heartbeat * 2;
+    // The holder stops admitting a seat beat after its last good renew;
+    // "now" here is never later than the broker's, so a seat called stale
+    // is one its holder no longer admits on.
+    let missed = ctx.coord.seat_beat();
     let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
     // Live seat nodes and their labels, for why a seat is unplaced.
     let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
