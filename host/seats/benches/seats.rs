@@ -127,11 +127,14 @@ fn main() {
         if let Some((baseline, rss_before)) = unheld {
             // Let the last attaches' first pulls settle before sampling.
             tokio::time::sleep(Duration::from_secs(2)).await;
+            let renewed = coord.renewals().yes;
             let busy = idle::sample(nats_pid, span).await;
+            let renewed = coord.renewals().yes - renewed;
             let rss = idle::rss_kib().saturating_sub(rss_before);
             eprintln!("sampled; stopping");
             seats.stop().await;
             idle::print(n, attach, baseline, busy, rss, coord.options().heartbeat);
+            idle::print_renews(renewed, span, baseline, busy, coord.seat_beat());
             return;
         }
         let join = join(&client, &js, &coord, n).await;
@@ -330,6 +333,19 @@ mod idle {
             node: share(after.0 - before.0),
             nats: share(after.1 - before.1),
         }
+    }
+
+    /// The seat renews in the sampled span and what each cost: the span's
+    /// CPU above the no-seat baseline, divided among them.
+    pub fn print_renews(renewed: u64, span: Duration, baseline: Busy, busy: Busy, beat: Duration) {
+        let per_s = renewed as f64 / span.as_secs_f64();
+        let above = |b: f64, base: f64| (b - base).max(0.0) * span.as_secs_f64() * 1e6;
+        let each = |b: f64, base: f64| above(b, base) / renewed.max(1) as f64;
+        println!(
+            "  seat renews (seat beat {beat:?}): {renewed} in {span:?} ({per_s:.0}/s); CPU above baseline per renew: node {:.0} µs + nats-server {:.0} µs",
+            each(busy.node, baseline.node),
+            each(busy.nats, baseline.nats)
+        );
     }
 
     pub fn rss_kib() -> u64 {

@@ -49,6 +49,38 @@ pub(crate) fn renew_every(beat: Duration) -> Duration {
     beat.saturating_sub(margin).max(Duration::from_millis(10))
 }
 
+/// The instants a node's seat renews are sent on: multiples of a tick
+/// from one anchor, so the renews due within a tick leave together.
+///
+/// Why: each seat renews on its own timer, and 10,000 seats spread evenly
+/// were 500 lone writes a second, each its own syscall and wake-up on
+/// both sides of the connection. Sent in a burst per tick they share the
+/// writes and the server's reads. A renew is only ever moved earlier, by
+/// less than a tick.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RenewGrid {
+    anchor: Instant,
+}
+
+impl RenewGrid {
+    pub(crate) fn new(anchor: Instant) -> RenewGrid {
+        RenewGrid { anchor }
+    }
+
+    /// `t` moved back onto the grid whose tick is a tenth of `every`, at
+    /// most a second.
+    pub(crate) fn floor(&self, t: Instant, every: Duration) -> Instant {
+        let tick = (every / 10).min(Duration::from_secs(1));
+        if tick.is_zero() || t <= self.anchor {
+            return t;
+        }
+        let since = (t - self.anchor).as_nanos();
+        let tick_ns = tick.as_nanos();
+        let back = since % tick_ns;
+        t - Duration::from_nanos(back as u64)
+    }
+}
+
 /// How soon a renew that answered unknown is sent again.
 pub(crate) fn renew_retry(heartbeat: Duration) -> Duration {
     (heartbeat / 10).max(Duration::from_millis(10))
@@ -61,12 +93,13 @@ async fn renew_loop(
     mut lease: Lease,
     fence: Fence,
     heartbeat: Duration,
+    grid: RenewGrid,
     state_tx: watch::Sender<HolderState>,
     mut stop: watch::Receiver<bool>,
 ) -> Renewed {
     let every = renew_every(coord.seat_beat());
     let patience = (heartbeat / 2).max(Duration::from_millis(10));
-    let mut next = Instant::now() + every;
+    let mut next = grid.floor(Instant::now() + every, every);
     let mut refused = false;
     loop {
         tokio::select! {
@@ -78,7 +111,7 @@ async fn renew_loop(
                 continue;
             }
         }
-        next = Instant::now() + every;
+        next = grid.floor(Instant::now() + every, every);
         if !refused {
             let sent = std::time::Instant::now();
             let outcome = match tokio::time::timeout(patience, coord.renew(&lease)).await {
@@ -149,6 +182,7 @@ pub(crate) async fn run<H: SeatHost>(
         lease,
         fence.clone(),
         shared.heartbeat,
+        shared.renew_grid,
         state_tx,
         stop_renew_rx,
     ));
@@ -313,5 +347,22 @@ mod tests {
         assert_eq!(renew_every(s(1)), ms(500));
         assert_eq!(renew_every(ms(400)), ms(200));
         assert_eq!(renew_retry(s(15)), ms(1_500));
+    }
+
+    #[test]
+    fn renews_due_within_a_tick_leave_together_and_never_later() {
+        let s = Duration::from_secs;
+        let ms = Duration::from_millis;
+        let anchor = Instant::now();
+        let grid = RenewGrid::new(anchor);
+        let every = ms(20_250);
+        // A second's tick: 12.3 s and 12.9 s past the anchor both go at 12 s.
+        assert_eq!(grid.floor(anchor + ms(12_300), every), anchor + s(12));
+        assert_eq!(grid.floor(anchor + ms(12_900), every), anchor + s(12));
+        assert_eq!(grid.floor(anchor + s(13), every), anchor + s(13));
+        // A short beat gets a tenth of it: 250 ms → 25 ms ticks.
+        assert_eq!(grid.floor(anchor + ms(1_010), ms(250)), anchor + ms(1_000));
+        // Nothing before the anchor moves.
+        assert_eq!(grid.floor(anchor, every), anchor);
     }
 }

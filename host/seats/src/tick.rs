@@ -241,7 +241,7 @@ impl<H: SeatHost> Shared<H> {
             generation,
             release_rx,
         ));
-        slots.insert(
+        let replaced = slots.insert(
             handle,
             Slot {
                 generation,
@@ -254,5 +254,9 @@ impl<H: SeatHost> Shared<H> {
                 task: Some(task),
             },
         );
+        // A slot still on its way out is not counted as serving any more.
+        if let Some(mut old) = replaced {
+            self.move_to(&mut old, Phase::Releasing);
+        }
     }
 }
