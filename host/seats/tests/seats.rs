@@ -759,3 +759,89 @@ async fn a_wake_a_previous_holder_handed_back_for_later_runs_when_due() {
     assert!(handed_back.elapsed() >= Duration::from_secs(2));
     node.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_no_doorbell_announced_is_found_by_the_sweep() {
+    use async_nats::jetstream::stream::{Config, Source, StorageType, SubjectTransform};
+    use futures::StreamExt;
+    let names = handles(1, "s");
+    let env = Env::start(company(&seats_of(&names))).await;
+    let mut node = env
+        .node_with("n1", Recorder::new(), false, |cfg| {
+            cfg.idle_fetch = Duration::from_millis(500)
+        })
+        .await;
+    node.wait_held(1).await;
+    // The mailbox is idle: its attach fetch came back empty and holds no
+    // pull request open.
+    let idle = Instant::now() + PATIENCE;
+    while env.mailbox("s0").await.2 > 0 {
+        assert!(Instant::now() < idle, "the mailbox never went idle");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // A wake enters the mailbox's stream with no publish on its inbox
+    // subject, as one whose ring was lost would: sourced from a side
+    // stream, its subject rewritten to the inbox's. Nothing rings.
+    env.js
+        .create_stream(Config {
+            name: "SIDE".into(),
+            subjects: vec!["side.>".into()],
+            storage: StorageType::Memory,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut agent = env
+        .js
+        .get_stream(crewlet_bus::AGENT_STREAM)
+        .await
+        .unwrap()
+        .cached_info()
+        .config
+        .clone();
+    agent.sources = Some(vec![Source {
+        name: "SIDE".into(),
+        subject_transforms: vec![SubjectTransform {
+            source: "side.*".into(),
+            destination: crewlet_bus::inbox_subject("{{wildcard(1)}}"),
+        }],
+        ..Default::default()
+    }]);
+    env.js.update_stream(agent).await.unwrap();
+    let mut ring = env
+        .client
+        .subscribe(crewlet_bus::inbox_subject("s0"))
+        .await
+        .unwrap();
+    let w = crewlet_bus::Wake {
+        trace_id: "trace-unrung".into(),
+        delivery_id: "unrung".into(),
+        source: "test".into(),
+        event_type: "ping".into(),
+        handle: "s0".into(),
+        seat_id: String::new(),
+        reason: "route".into(),
+        text: None,
+        conversation: None,
+        channel: None,
+        thread: None,
+        owed: None,
+    };
+    env.js
+        .publish("side.s0", serde_json::to_vec(&w).unwrap().into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    node.host
+        .wait("the unannounced wake's run", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["unrung"]),
+            )
+        })
+        .await;
+    // And it was found by the sweep, not by a ring.
+    let rang = tokio::time::timeout(Duration::from_millis(100), ring.next()).await;
+    assert!(rang.is_err(), "a sourced wake rang the inbox subject");
+    node.stop().await;
+}
