@@ -8,10 +8,10 @@
 //!   while the consumer holds wakes delivered elsewhere (a previous
 //!   holder's, redelivered when their ack wait lapses), and the node's
 //!   sweep finding work in this mailbox that no ring announced
-//!   ([`crate::sweep`]). A pull
-//!   request per seat per second was most of what 2,000 idle seats cost
-//!   (15 % of a core, node and nats-server together). Without a doorbell
-//!   (its subscription refused) the mailbox pulls back to back as before.
+//!   ([`crate::sweep`]). A pull request per seat per second was most of
+//!   what 2,000 idle seats cost (15 % of a core, node and nats-server
+//!   together). Without a doorbell (its subscription refused) the mailbox
+//!   pulls back to back as before.
 //! - Fetch only while the lease holder is admitting. A wake that arrives
 //!   when it is not (stale, or detaching) is handed back at once (nak), so
 //!   it waits in the stream for whoever may act — never on a node that may
@@ -151,8 +151,9 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut pulled_any = false;
     let mut fetch_paused_until: Option<Instant> = None;
     // When the next fetch is due: now at attach, after a ring, a sweep that
-    // found work, a batch that brought work or a return to admitting; a
-    // retried turn's delay; never otherwise (with a doorbell).
+    // found work, a batch that brought work, an empty one while wakes are
+    // held elsewhere, or a return to admitting; a retried turn's delay;
+    // never otherwise (with a doorbell).
     let mut fetch_due = Some(Instant::now());
     let subject = consumer.cached_info().config.filter_subject.clone();
     let mut swept = mb.ctx.swept.clone();
