@@ -127,8 +127,9 @@ impl Toolbox for Equipped {
                 },
             });
         }
-        self.tools
-            .call(server, tool, arguments)
+        // Boxed: an MCP call's future is large, and a module call's (this
+        // future's other branch) need not carry it.
+        Box::pin(self.tools.call(server, tool, arguments))
             .await
             .map(|r| ToolOutput {
                 text: r.text,

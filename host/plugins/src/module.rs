@@ -262,6 +262,12 @@ impl ModulePlugin {
         if live.is_some() {
             return Ok(());
         }
+        // Boxed: a call on a live instance (nearly every call) then carries
+        // a pointer, not the start's large future.
+        Box::pin(self.start_live(live)).await
+    }
+
+    async fn start_live(&self, live: &mut Option<Live>) -> Result<(), StartError> {
         let generation = {
             let mut g = self.generation.lock().unwrap_or_else(|p| p.into_inner());
             *g += 1;

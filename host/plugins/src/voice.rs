@@ -183,10 +183,13 @@ impl Voice {
     /// What the guest wrote to stderr in this call so far, scrubbed and cut
     /// to `max` bytes.
     pub(crate) fn said(&self, max: usize) -> String {
-        let bytes = self.stderr.peek();
+        self.scrubbed(&self.stderr.peek(), max)
+    }
+
+    fn scrubbed(&self, bytes: &[u8], max: usize) -> String {
         bound(
             self.scrub
-                .replace(String::from_utf8_lossy(&bytes).trim())
+                .replace(String::from_utf8_lossy(bytes).trim())
                 .as_str(),
             max,
         )
@@ -194,10 +197,14 @@ impl Voice {
 
     /// After a call: what the guest wrote to stderr goes to the log (DEBUG
     /// when the call succeeded, WARN when it faulted), and the tap is
-    /// emptied for the next call.
+    /// emptied for the next call. A call that wrote nothing (the common
+    /// one) costs a lock and no copy.
     pub(crate) fn settle(&self, ok: bool) {
-        let text = self.said(MAX_LINE);
-        self.stderr.take();
+        let written = self.stderr.take();
+        if written.is_empty() {
+            return;
+        }
+        let text = self.scrubbed(&written, MAX_LINE);
         if !text.is_empty() {
             let level = if ok { Level::Debug } else { Level::Warn };
             self.speaker.say(level, Via::Stderr, text);

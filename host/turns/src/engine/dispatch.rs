@@ -90,9 +90,12 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 )),
             },
         };
+        // The call's time ends with its answer: building its event is not
+        // part of it.
+        let took = started.elapsed();
         self.emit(
             "tool_call",
-            json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": started.elapsed().as_millis() as u64, "us": started.elapsed().as_micros() as u64}),
+            json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": took.as_millis() as u64, "us": took.as_micros() as u64}),
         )
         .await;
         self.record.push(Ran {
@@ -133,7 +136,9 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             .get(server)
             .is_some_and(|s| s.replies.iter().any(|r| r == tool));
         if is_reply {
-            return self.post_reply(server, tool, args).await;
+            // Boxed: a reply's future is large, and every other call would
+            // carry it.
+            return Box::pin(self.post_reply(server, tool, args)).await;
         }
         Ok(
             match self.tools.call(server, tool, args, &self.turn_id).await {
