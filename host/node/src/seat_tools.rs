@@ -127,8 +127,8 @@ impl Toolbox for Equipped {
                 },
             });
         }
-        // Boxed: an MCP call's future is large, and a module call's (this
-        // future's other branch) need not carry it.
+        // Boxed: a module call (this future's other branch) need not
+        // carry an MCP call's state.
         Box::pin(self.tools.call(server, tool, arguments))
             .await
             .map(|r| ToolOutput {
