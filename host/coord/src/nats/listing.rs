@@ -449,6 +449,7 @@ impl NatsKv {
                 },
                 replay_policy: consumer::ReplayPolicy::Instant,
                 max_batch: watch_batch(max_value),
+                max_expires: WATCH_PULL_EXPIRES,
                 ..Default::default()
             })
             .await

@@ -27,7 +27,8 @@
 //!   every change after the point the answer may be behind, a bounded
 //!   batch at a time ([`WATCH_WINDOW`]). A push consumer lets the broker
 //!   run 32 MiB ahead of its reader; a module's eight slow watches held
-//!   170 MiB of a burst in the node (a fresh-clone CI run).
+//!   170 MiB of a burst in the node (a fresh-clone CI run). Its pulls are
+//!   short ([`WATCH_PULL_EXPIRES`]) so a lost one is noticed in seconds.
 //! - Bound: the broker pages the index at 100,000 subjects per filter. Past
 //!   that the index is read page by page by offset into a list the server
 //!   re-sorts per page, so a key removed before a page boundary between two
@@ -76,6 +77,18 @@ pub const QUIET: Duration = Duration::from_secs(5);
 /// asks again when half a batch is left, so a watch holds at most one and
 /// a half windows in this process however far its reader falls behind.
 pub const WATCH_WINDOW: u64 = 2 * 1024 * 1024;
+
+/// How long one of a watch's pull requests stands; the broker's idle
+/// heartbeat on it is half this, and the client recreates the consumer
+/// (from the last sequence it read) after two heartbeats missed. A pull
+/// request can be lost: on a cluster, the first one sent right after the
+/// consumer is created can reach a server that does not yet know where the
+/// consumer lives, and nothing answers it. With the client's default (30 s
+/// pulls, 15 s heartbeats) such a watch heard nothing for 30 s (a
+/// fresh-clone CI run: no change within 10 s on the 3-node cluster); with
+/// this, ~2 s. An idle watch costs one pull request and two heartbeats
+/// every two seconds.
+pub const WATCH_PULL_EXPIRES: Duration = Duration::from_secs(2);
 
 /// What [`PASS_STARTED`] runs, given what the listing knows of its pass.
 #[doc(hidden)]
