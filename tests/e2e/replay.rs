@@ -65,8 +65,14 @@ fn a_refused_delivery_is_recorded_and_replays_once_the_secret_is_right() {
     let mut files: Vec<PathBuf> = Vec::new();
     assert!(
         eventually(Duration::from_secs(10), || {
+            // Records are `*.json`; one being written is hidden until whole.
             files = std::fs::read_dir(&dir)
-                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.path())
+                        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                        .collect()
+                })
                 .unwrap_or_default();
             !files.is_empty()
         }),

@@ -17,8 +17,11 @@
 //! - Renew and release are predicated on owner + epoch; a refused call
 //!   writes nothing. A renew first tries a compare-and-swap on the revision
 //!   of the holder's own last write (it lands only if the record is still
-//!   that write), and otherwise reads the lease from the leader and judges. The owner is a process
-//!   incarnation, not a host, so a restarted node is a new owner.
+//!   that write), and otherwise reads the lease from the leader and judges;
+//!   a swap lost to a write that kept its owner and epoch (its own earlier
+//!   renew, answered unknown and landed late) reads and judges again. The
+//!   owner is a process incarnation, not a host, so a restarted node is a
+//!   new owner.
 //! - An acquire whose answer was lost (unknown) is finished by the same
 //!   owner asking again: it finds its own record and gets the same epoch.
 //! - Whether a deadline has passed is judged on the broker's clock
@@ -434,47 +437,49 @@ impl Coord {
                 )));
             }
         }
-        let Some(cur) = kv.get(b, &key).await? else {
-            return Ok(Answer::No(NotHeld::Free));
-        };
-        if cur.removed {
-            return Ok(Answer::No(NotHeld::Free));
+        // Read, then swap on what was read. A swap that loses to a write
+        // keeping our owner and epoch lost to ourselves — an earlier renew
+        // that answered unknown and landed late — so the tenure is still
+        // ours: read again and extend it from there.
+        const ATTEMPTS: u32 = 3;
+        for _ in 0..ATTEMPTS {
+            let Some(cur) = kv.get(b, &key).await? else {
+                return Ok(Answer::No(NotHeld::Free));
+            };
+            if cur.removed {
+                return Ok(Answer::No(NotHeld::Free));
+            }
+            let r: LeaseRecord = decode(b, &cur)?;
+            if !live(&cur, &r, sent) {
+                return Ok(Answer::No(NotHeld::Free));
+            }
+            if r.owner != lease.owner || r.epoch != lease.epoch {
+                return Ok(Answer::No(NotHeld::Other {
+                    owner: r.owner,
+                    epoch: r.epoch,
+                }));
+            }
+            let rec = LeaseRecord {
+                status: status.clone().or(r.status),
+                ..r
+            };
+            if let Ok(rev) = kv
+                .put(b, &key, encode(&rec), Expect::Revision(cur.revision))
+                .await?
+            {
+                return Ok(Answer::Yes(self.written(
+                    &lease.name,
+                    &rec,
+                    rev,
+                    lease.ttl,
+                    sent,
+                )));
+            }
         }
-        let r: LeaseRecord = decode(b, &cur)?;
-        if !live(&cur, &r, sent) {
-            return Ok(Answer::No(NotHeld::Free));
-        }
-        if r.owner != lease.owner || r.epoch != lease.epoch {
-            return Ok(Answer::No(NotHeld::Other {
-                owner: r.owner,
-                epoch: r.epoch,
-            }));
-        }
-        let rec = LeaseRecord {
-            status: status.or(r.status),
-            ..r
-        };
-        match kv
-            .put(b, &key, encode(&rec), Expect::Revision(cur.revision))
-            .await?
-        {
-            Ok(rev) => Ok(Answer::Yes(self.written(
-                &lease.name,
-                &rec,
-                rev,
-                lease.ttl,
-                sent,
-            ))),
-            // Someone wrote the key between our read and our write: the
-            // tenure is no longer ours to extend.
-            Err(_) => self.get(&lease.name).await.map(|a| match a {
-                Answer::Yes(l) => Answer::No(NotHeld::Other {
-                    owner: l.owner,
-                    epoch: l.epoch,
-                }),
-                Answer::No(n) => Answer::No(n),
-            }),
-        }
+        Err(CoordError::Contended {
+            key: lease.name.to_string(),
+            attempts: ATTEMPTS,
+        })
     }
 
     /// Releases a tenure (owner + epoch predicated). The epoch is kept.

@@ -102,8 +102,16 @@ impl Edge {
     }
 }
 
+/// Writes `capture` whole under a hidden name, then renames it into place:
+/// a reader of the directory (an operator, `plugins try`) never sees a
+/// record half written. A failed write leaves nothing behind.
 fn write(file: &std::path::Path, capture: &Capture) -> std::io::Result<()> {
     use std::io::Write;
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("capture");
+    let partial = file.with_file_name(format!(".{name}.partial"));
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
@@ -111,8 +119,16 @@ fn write(file: &std::path::Path, capture: &Capture) -> std::io::Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
         opts.mode(0o600);
     }
-    let mut f = opts.open(file)?;
-    f.write_all(&serde_json::to_vec_pretty(capture).expect("a capture serialises"))
+    let written = opts.open(&partial).and_then(|mut f| {
+        f.write_all(&serde_json::to_vec_pretty(capture).expect("a capture serialises"))
+    });
+    match written.and_then(|()| std::fs::rename(&partial, file)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            Err(e)
+        }
+    }
 }
 
 /// Keeps the `keep` newest files (their names sort by time).
