@@ -407,7 +407,7 @@ impl Coord {
         let key = lease.name.key();
         let kv = self.kv(b);
         // The broker's time before either write below was sent.
-        let sent = kv.broker_now(b).await?;
+        let mut sent = kv.broker_now(b).await?;
         // Fast path: a compare-and-swap on the revision of our own last
         // write. It lands only if nobody wrote the key since — so the record
         // there is still ours, at our epoch — and only while our own
@@ -440,9 +440,13 @@ impl Coord {
         // Read, then swap on what was read. A swap that loses to a write
         // keeping our owner and epoch lost to ourselves — an earlier renew
         // that answered unknown and landed late — so the tenure is still
-        // ours: read again and extend it from there.
+        // ours: read again and extend it from there, judged at a fresh
+        // broker time.
         const ATTEMPTS: u32 = 3;
-        for _ in 0..ATTEMPTS {
+        for attempt in 0..ATTEMPTS {
+            if attempt > 0 {
+                sent = kv.broker_now(b).await?;
+            }
             let Some(cur) = kv.get(b, &key).await? else {
                 return Ok(Answer::No(NotHeld::Free));
             };
