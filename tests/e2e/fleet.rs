@@ -32,7 +32,10 @@ fn node_on(server: &NatsServer, id: &str, extra: &[&str]) -> (Sandbox, Node) {
     (sb, node)
 }
 
-fn members(rt: &tokio::runtime::Runtime, coord: &Coord) -> Vec<(String, Vec<String>, bool)> {
+fn members(
+    rt: &tokio::runtime::Runtime,
+    coord: &Coord,
+) -> Vec<(String, Vec<String>, Option<bool>)> {
     rt.block_on(coord.list_live("node"))
         .expect("membership read answers")
         .into_iter()
@@ -69,6 +72,7 @@ fn presence_is_fleet_membership_and_a_drain_leaves_it_first() {
     assert_eq!(live.len(), 1, "{live:?}");
     assert_eq!(live[0].0, "node:member-1");
     assert_eq!(live[0].1, ["data", "ingress", "seats", "workers"]);
+    assert_eq!(live[0].2, Some(false), "this build says it is not draining");
 
     node.signal(libc::SIGTERM);
     assert_eq!(node.wait_exit(Duration::from_secs(20)).code(), Some(0));

@@ -30,6 +30,7 @@ mod no_secret;
 mod node_lifecycle;
 mod operator_access;
 mod operator_mcp;
+mod peer_status;
 mod placement;
 mod plugins_cli;
 mod plugins_try;

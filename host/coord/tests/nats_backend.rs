@@ -149,6 +149,66 @@ async fn local_kind_keeps_leases_in_process_and_records_in_the_kv() {
     assert!(js.get_stream("KV_loc_ledger").await.is_ok());
 }
 
+/// A presence record written by another build: its status carries keys
+/// this build does not know (ignored) and lacks keys it does (not
+/// reported, never 0 / false), read back through the real store.
+#[tokio::test]
+async fn a_peers_status_with_unknown_keys_and_missing_known_ones_reads_as_not_reported() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let c = Coord::open(client.clone(), opts("peer")).await.unwrap();
+    let owner = Owner::incarnation("old-peer");
+    let status = crewlet_coord::NodeStatus {
+        roles: vec!["seats".into()],
+        ..Default::default()
+    };
+    let lease = c
+        .acquire_presence("old-peer", &owner, status)
+        .await
+        .unwrap()
+        .yes()
+        .unwrap();
+    // The record as that build wrote it, over the one acquired for it.
+    let raw = serde_json::json!({
+        "owner": owner.as_str(),
+        "epoch": lease.epoch,
+        "ttl_ms": c.lease_ttl().as_millis() as u64,
+        "status": {
+            "roles": ["seats"],
+            "labels": {"zone": "a"},
+            "gpu_temperature_c": 71,
+            "queue": {"depth": 3},
+        },
+    });
+    jetstream::new(client)
+        .get_key_value("peer_leases")
+        .await
+        .unwrap()
+        .put(lease.name.key(), serde_json::to_vec(&raw).unwrap().into())
+        .await
+        .unwrap();
+    let live = c.list_live("node").await.unwrap();
+    let peer = live
+        .iter()
+        .find(|l| l.name.id() == "old-peer")
+        .expect("the peer is live");
+    let st = peer.status.clone().expect("a status");
+    assert_eq!(st.roles, vec!["seats".to_owned()]);
+    assert_eq!(st.labels.get("zone").map(String::as_str), Some("a"));
+    assert_eq!(
+        (st.turns_in_flight, st.draining, st.seats_held),
+        (None, None, None),
+        "not sent: not reported"
+    );
+    assert_eq!(
+        (st.posture, st.started_at_ms, st.mcp, st.duties),
+        (None, None, None, None)
+    );
+    assert!(!peer.status.as_ref().unwrap().says_draining());
+    let got = c.get(&lease.name).await.unwrap().yes().unwrap();
+    assert_eq!(got.status, peer.status, "get reads it the same way");
+}
+
 /// The evidence for a decision of ours, not a test of our code: every
 /// listing pays for an index read and leader reads because the naive one —
 /// `keys()`, an ordered pass ended by the client's pending-count guess —

@@ -262,13 +262,13 @@ impl NodeState {
         crewlet_coord::NodeStatus {
             roles: self.roles.iter().map(|r| r.as_str().to_owned()).collect(),
             labels: self.labels.clone(),
-            turns_in_flight: self.turns_in_flight(),
-            draining: phase >= Phase::Draining,
-            posture: self.posture().as_str().to_owned(),
-            started_at_ms: self.started_at_ms(),
-            seats_held: self.seats_held(),
-            mcp: self.mcp_rows(),
-            duties: self.duties.board.rows(),
+            turns_in_flight: Some(self.turns_in_flight()),
+            draining: Some(phase >= Phase::Draining),
+            posture: Some(self.posture().as_str().to_owned()),
+            started_at_ms: Some(self.started_at_ms()),
+            seats_held: Some(self.seats_held()),
+            mcp: Some(self.mcp_rows()),
+            duties: Some(self.duties.board.rows()),
             broker: self.stream.get().filter(|m| m.is_connected()).map(|m| {
                 let info = m.server_info();
                 crewlet_coord::BrokerRow {

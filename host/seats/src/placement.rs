@@ -52,7 +52,7 @@ pub struct Tenures {
 pub struct Inputs<'a> {
     /// This node's id (for the candidate order).
     pub node_id: &'a str,
-    /// Live nodes that run seats (presence, not draining), with their
+    /// Live nodes that run seats (presence, not saying they drain), with their
     /// labels; this node is counted whether listed or not, with
     /// `own_labels`.
     pub nodes: &'a BTreeMap<String, Labels>,

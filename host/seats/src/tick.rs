@@ -25,8 +25,10 @@ use crate::placement::{self, Group, Inputs, Labels, Tenures, Wanted};
 use crate::{ACQUIRE_WAVE, Phase, Shared, Slot, seat};
 
 impl<H: SeatHost> Shared<H> {
-    /// Live nodes that run seats and are not draining, with their labels,
-    /// this one included (with its own); `Err` is unknown.
+    /// Live nodes that run seats and do not say they drain, with their
+    /// labels, this one included (with its own); `Err` is unknown. A peer
+    /// whose `draining` is not reported (an older build) counts as live:
+    /// such a build left placement by dropping its presence.
     async fn live_seat_nodes(&self) -> Result<BTreeMap<String, Labels>, CoordError> {
         let mut nodes: BTreeMap<String, Labels> = self
             .coord
@@ -35,7 +37,7 @@ impl<H: SeatHost> Shared<H> {
             .into_iter()
             .filter_map(|l| {
                 let s = l.status?;
-                (s.roles.iter().any(|r| r == "seats") && !s.draining)
+                (s.roles.iter().any(|r| r == "seats") && !s.says_draining())
                     .then(|| (l.name.id().to_owned(), s.labels))
             })
             .collect();

@@ -597,7 +597,11 @@ mod tests {
             "status":{"roles":["seats"],"turns_in_flight":2,"mcp":[{"server":"gh"}],"posture":"serve"}}"#;
         let r: LeaseRecord = serde_json::from_str(raw).unwrap();
         let st = r.status.unwrap();
-        assert_eq!((st.turns_in_flight, st.posture.as_str()), (2, "serve"));
+        assert_eq!(
+            (st.turns_in_flight, st.posture.as_deref()),
+            (Some(2), Some("serve"))
+        );
+        assert_eq!(st.draining, None, "not sent: not reported");
         assert_eq!(st.roles, vec!["seats".to_owned()]);
     }
 }

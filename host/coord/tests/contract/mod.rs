@@ -115,8 +115,8 @@ pub async fn acquire_renew_release_and_epochs<F: Fixture>(f: &F) {
     let me = owner("node");
     let st = NodeStatus {
         roles: vec!["seats".into()],
-        turns_in_flight: 3,
-        posture: "serve".into(),
+        turns_in_flight: Some(3),
+        posture: Some("serve".into()),
         ..Default::default()
     };
     let node_id = uuid::Uuid::new_v4().simple().to_string();
@@ -131,7 +131,7 @@ pub async fn acquire_renew_release_and_epochs<F: Fixture>(f: &F) {
         Some(st.clone())
     );
     let st2 = NodeStatus {
-        draining: true,
+        draining: Some(true),
         ..st
     };
     c.renew_presence(&p, st2.clone())

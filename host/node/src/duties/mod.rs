@@ -239,7 +239,7 @@ async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::Coor
                 let since = nodes
                     .iter()
                     .filter_map(|n| n.status.as_ref().filter(|_| n.owner == l.owner))
-                    .flat_map(|s| s.duties.iter())
+                    .flat_map(|s| s.duties.iter().flatten())
                     .find(|r| r.duty == duty.name() && r.epoch == l.epoch)
                     .and_then(|r| jiff::Timestamp::from_millisecond(r.since_ms).ok())
                     .map(|t| t.to_string());

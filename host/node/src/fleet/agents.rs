@@ -111,7 +111,7 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
     let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
         all.iter()
             .filter_map(|l| Some((l.name.id(), l.status.as_ref()?)))
-            .filter(|(_, s)| s.roles.iter().any(|r| r == "seats") && !s.draining)
+            .filter(|(_, s)| s.roles.iter().any(|r| r == "seats") && !s.says_draining())
             .collect()
     });
     let mut rows = Vec::new();

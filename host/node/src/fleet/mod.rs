@@ -11,6 +11,9 @@
 //!   `"unknown"` (or `null` where a number was due) with the reason in
 //!   `errors`; `/fleet` answers 503 + Retry-After when presence itself
 //!   cannot be listed, since then there is nothing true to show.
+//! - What a peer did not say is "not reported", never zero: a status field
+//!   an older build does not send is `null` in `/fleet` and "not reported"
+//!   in `crewlet fleet` (the rule is in `crewlet_coord`'s status module).
 //! - Every read is bounded by the fleet read budget
 //!   ([`crate::history::BUDGET`]): a view a person waits on must end.
 
@@ -189,6 +192,9 @@ pub fn render_fleet(v: &Value) -> String {
     ];
     for n in v["nodes"].as_array().into_iter().flatten() {
         let list = |key: &str, field: &str| {
+            if n[key].is_null() {
+                return NOT_REPORTED.to_owned();
+            }
             let names: Vec<&str> = n[key]
                 .as_array()
                 .into_iter()
@@ -212,10 +218,10 @@ pub fn render_fleet(v: &Value) -> String {
         rows.push(vec![
             format!("{}{mark}", text(&n["id"])),
             list("roles", ""),
-            text(&n["posture"]),
+            reported(&n["posture"]),
             text(&n["applied_epoch"]),
-            text(&n["seats_held"]),
-            text(&n["turns_in_flight"]),
+            reported(&n["seats_held"]),
+            reported(&n["turns_in_flight"]),
             list("duties", "duty"),
             list("mcp", "server"),
             n["last_beat_ms"]
@@ -237,6 +243,18 @@ pub fn render_fleet(v: &Value) -> String {
         ));
     }
     out
+}
+
+/// What the table says of a status field a peer did not send.
+const NOT_REPORTED: &str = "not reported";
+
+/// A peer's status field as a cell: null is a field it did not send.
+fn reported(v: &Value) -> String {
+    if v.is_null() {
+        NOT_REPORTED.to_owned()
+    } else {
+        text(v)
+    }
 }
 
 /// A JSON value as a cell: strings bare, null as `-`.
@@ -286,6 +304,9 @@ mod tests {
                  "broker": {"server_name": "nats-a"}},
                 {"id": "n2", "roles": ["seats"], "posture": "wait", "applied_epoch": "unknown",
                  "seats_held": 1, "turns_in_flight": 1, "duties": [], "mcp": [{"server": "gh"}],
+                 "broker": null},
+                {"id": "n3", "roles": ["seats"], "posture": null, "applied_epoch": null,
+                 "seats_held": null, "turns_in_flight": null, "duties": null, "mcp": null,
                  "broker": null}
             ],
             "errors": [{"what": "the nodes' applied epochs", "error": "timed out"}]
@@ -303,8 +324,13 @@ mod tests {
             lines[2].starts_with("n2 ") && lines[2].contains("unknown") && lines[2].contains("gh"),
             "{out}"
         );
+        // A peer that did not say: "not reported" in every such column
+        // (posture, seats, turns, duties, mcp), never 0.
+        assert!(lines[3].starts_with("n3 "), "{out}");
+        assert_eq!(lines[3].matches("not reported").count(), 5, "{out}");
+        assert!(!lines[3].contains(" 0 "), "{out}");
         assert!(
-            lines[3].starts_with("unknown: the nodes' applied epochs: timed out"),
+            lines[4].starts_with("unknown: the nodes' applied epochs: timed out"),
             "{out}"
         );
     }
