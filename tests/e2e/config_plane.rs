@@ -383,7 +383,9 @@ fn postures_serve_wait_stuck_and_back_to_serve() {
         health["applied_epoch"], epoch_b,
         "keeps serving b: {health}"
     );
-    assert_eq!(ready_status(&node), 200, "wait stays ready");
+    let ready = node.get("/ready").unwrap();
+    assert_eq!(ready.status, 200, "wait stays ready: {}", ready.text());
+    assert_eq!(ready.json()["state"], "wait", "{}", ready.text());
     rt.block_on(coord.put_record(Bucket::Config, "company_revision", &digest_b, &record_b))
         .unwrap();
     wait_applied(&node, epoch_c, "Acme Bee");

@@ -34,6 +34,7 @@ mod peer_status;
 mod placement;
 mod plugins_cli;
 mod plugins_try;
+mod readiness;
 mod replay;
 mod replies;
 mod sandbox;

@@ -5,10 +5,13 @@
 //! coming up. Two probes answer two different questions: `/health` says how
 //! the node is, and stays 200 through a drain so an orchestrator does not kill
 //! the turns the drain exists to finish; `/ready` says whether to send it
-//! work, and is 503 until the node is connected to its stream, from the
-//! first moment of a drain, and on the config postures `shed` and `stuck` —
-//! never on `wait` or `isolated`, since failing readiness on rollout lag
-//! would make the fastest node the cause of an outage. While draining,
+//! work, and names the state it answered from (`state` on a 200, `reason`
+//! on a 503; the node's table of states is in `crewlet_node::state`): 503
+//! while starting, from the first moment of a drain, on the config
+//! postures `shed` and `stuck`, and once the stream has been down longer
+//! than its bound — never on `wait`, `isolated` or a short stream outage,
+//! since failing readiness on what the whole fleet shares (rollout lag, a
+//! broker blip) takes every node out of rotation at once. While draining,
 //! every webhook and every write answers 503 with `Retry-After` (new work
 //! goes to a peer); reads go on.
 //!
@@ -55,20 +58,45 @@ pub const OPERATOR_RETRY_SECONDS: u64 = 2;
 pub trait Probe: Send + Sync + 'static {
     /// The body of `/health`: the node's posture, as JSON.
     fn health(&self) -> serde_json::Value;
-    /// Whether to route work here; `Err` carries the reason it is not ready.
-    fn ready(&self) -> Result<(), NotReady>;
+    /// Whether to route work here: the state it takes work in, or the
+    /// reason it does not.
+    fn ready(&self) -> Result<Ready, NotReady>;
     /// True from the first moment of a drain.
     fn draining(&self) -> bool;
 }
 
-/// Why `/ready` answers 503.
+/// The state a node that answers `/ready` 200 is in (the body's `state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "snake_case", tag = "state")]
+pub enum Ready {
+    /// Connected, serving the fleet's active epoch (or nothing is active).
+    Serving,
+    /// Config posture `wait`: behind the pointer while no peer has its
+    /// epoch (or not for long); serving what it applied.
+    Wait,
+    /// Config posture `isolated`: the pointer cannot be read; serving what
+    /// it applied.
+    Isolated,
+    /// The stream connection has been down for `down_ms`, less than the
+    /// `steps_out_after_ms` bound: a blip the whole fleet may share.
+    Disconnected {
+        down_ms: u64,
+        steps_out_after_ms: u64,
+    },
+}
+
+/// Why `/ready` answers 503 (the body's `reason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "reason")]
 pub enum NotReady {
     /// The engine is still coming up.
     Starting,
-    /// The stream connection is down.
-    StreamDisconnected,
+    /// The stream connection has been down for `down_ms`, at least the
+    /// `steps_out_after_ms` bound.
+    StreamDisconnected {
+        down_ms: u64,
+        steps_out_after_ms: u64,
+    },
     /// The node is draining and takes no new work.
     Draining,
     /// Config posture `shed`: peers hold the active epoch this node cannot
@@ -212,11 +240,19 @@ async fn health(State(s): State<Shared>) -> Json<serde_json::Value> {
 }
 
 async fn ready(State(s): State<Shared>) -> Response {
+    // `{"ready": …}` beside the answer's own fields (its tag included).
+    let body = |ready: bool, answer: serde_json::Value| {
+        let mut body = serde_json::Map::from_iter([("ready".to_owned(), ready.into())]);
+        if let serde_json::Value::Object(fields) = answer {
+            body.extend(fields);
+        }
+        Json(serde_json::Value::Object(body))
+    };
     match s.probe.ready() {
-        Ok(()) => Json(serde_json::json!({ "ready": true })).into_response(),
+        Ok(state) => body(true, serde_json::json!(state)).into_response(),
         Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(serde_json::json!({ "ready": false, "reason": reason })),
+            body(false, serde_json::json!(reason)),
         )
             .into_response(),
     }
@@ -280,17 +316,25 @@ mod tests {
     use axum::http::header;
     use std::sync::atomic::{AtomicU8, Ordering};
 
-    /// 0 starting, 1 ready, 2 draining.
+    /// 0 starting, 1 ready, 2 draining, 3 a short stream outage, 4 a long one.
     struct Fixed(AtomicU8);
 
     impl Probe for Fixed {
         fn health(&self) -> serde_json::Value {
             serde_json::json!({ "status": "ok" })
         }
-        fn ready(&self) -> Result<(), NotReady> {
+        fn ready(&self) -> Result<Ready, NotReady> {
             match self.0.load(Ordering::SeqCst) {
                 0 => Err(NotReady::Starting),
-                1 => Ok(()),
+                1 => Ok(Ready::Serving),
+                3 => Ok(Ready::Disconnected {
+                    down_ms: 700,
+                    steps_out_after_ms: 15_000,
+                }),
+                4 => Err(NotReady::StreamDisconnected {
+                    down_ms: 15_000,
+                    steps_out_after_ms: 15_000,
+                }),
                 _ => Err(NotReady::Draining),
             }
         }
@@ -589,7 +633,30 @@ mod tests {
         assert!(body.contains("starting"), "{body}");
 
         probe.0.store(1, Ordering::SeqCst);
-        assert_eq!(call(&app, "GET", "/ready").await.0, StatusCode::OK);
+        let (status, _, body) = call(&app, "GET", "/ready").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            serde_json::json!({"ready": true, "state": "serving"})
+        );
+        // The answer names its state and carries its facts.
+        probe.0.store(3, Ordering::SeqCst);
+        let (status, _, body) = call(&app, "GET", "/ready").await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            serde_json::json!({"ready": true, "state": "disconnected",
+                "down_ms": 700, "steps_out_after_ms": 15_000})
+        );
+        probe.0.store(4, Ordering::SeqCst);
+        let (status, _, body) = call(&app, "GET", "/ready").await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&body).unwrap(),
+            serde_json::json!({"ready": false, "reason": "stream_disconnected",
+                "down_ms": 15_000, "steps_out_after_ms": 15_000})
+        );
+        probe.0.store(1, Ordering::SeqCst);
         assert_eq!(
             call(&app, "POST", "/webhooks/github").await.0,
             StatusCode::NOT_FOUND

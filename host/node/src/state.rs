@@ -1,11 +1,29 @@
 //! What a node knows about itself, shared by the lifecycle and the probes.
+//!
+//! `/ready` steers traffic; `/health` stays 200 in every state below and
+//! shows the phase, the posture and the stream. The rule (design §6):
+//! readiness fails only where this node should not get work *and* a peer
+//! may — never on what the whole fleet shares at once, since every node
+//! failing together turns a blip into an outage. First match wins:
+//!
+//! | state | `/ready` | why |
+//! |---|---|---|
+//! | starting (engine or stream not up) | 503 `starting` | it holds no seats yet and its webhook routes answer 503 until the engine is up |
+//! | draining (a signal; also while stopping) | 503 `draining` | the door to new work is closed from the drain's first moment; peers take it |
+//! | shed | 503 `shed` | peers serve the epoch it cannot apply; its work is theirs |
+//! | stuck | 503 `stuck` | it has failed to apply the active revision past the bound |
+//! | disconnected, for less than the heartbeat | 200 `disconnected` | a broker blip is usually the fleet's: failing it would take every node out at once; webhooks meanwhile get 503 + Retry-After from the edge, so nothing is lost |
+//! | disconnected, for the heartbeat or longer | 503 `stream_disconnected` | the bound at which its seats stop admitting work: a node alone in the outage hands new work to its peers; when all are out, no rotation is lost |
+//! | isolated | 200 `isolated` | the pointer cannot be read; it serves what it applied (stepping out would be stopping) |
+//! | wait | 200 `wait` | rollout lag; failing it makes the fastest node the cause of an outage |
+//! | serving | 200 `serving` | |
 
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
-use crewlet_api::{NotReady, Probe};
+use crewlet_api::{NotReady, Probe, Ready};
 use crewlet_config::Role;
 use crewlet_observe::LiveFeed;
 use crewlet_stream::BrokerMonitor;
@@ -65,6 +83,9 @@ pub struct NodeState {
     pub roles: Vec<Role>,
     pub labels: std::collections::BTreeMap<String, String>,
     pub max_concurrent: usize,
+    /// How long the stream may be down before `/ready` fails: the
+    /// heartbeat, after which a seat stops admitting work too.
+    pub steps_out_after: std::time::Duration,
     pub data_dir: PathBuf,
     pub company: Option<crate::company::CompanyFile>,
     /// Where the plugins were read from, in order (none: no plugins).
@@ -103,6 +124,7 @@ impl NodeState {
             roles: config.roles.clone(),
             labels: config.labels.clone(),
             max_concurrent: config.max_concurrent,
+            steps_out_after: config.coordination.heartbeat,
             data_dir: config.data_dir.clone(),
             company,
             plugins_dirs,
@@ -345,7 +367,8 @@ impl Probe for NodeState {
             "draining": phase >= Phase::Draining,
             "ready": self.ready().is_ok(),
             // Picked by the config reconciler: serve, wait, shed, isolated
-            // or stuck. /ready fails on shed and stuck only.
+            // or stuck. /ready fails on shed and stuck, never wait or
+            // isolated (the table in the module docs).
             "posture": posture.posture.as_str(),
             "posture_reason": posture.reason,
             "pointer_epoch": posture.pointer_epoch,
@@ -376,20 +399,36 @@ impl Probe for NodeState {
         })
     }
 
-    fn ready(&self) -> Result<(), NotReady> {
-        match self.phase() {
-            Phase::Starting => Err(NotReady::Starting),
-            Phase::Draining | Phase::Stopping => Err(NotReady::Draining),
-            Phase::Running => match self.stream.get() {
-                Some(s) if s.is_connected() => match self.posture() {
-                    Posture::Shed => Err(NotReady::Shed),
-                    Posture::Stuck => Err(NotReady::Stuck),
-                    Posture::Serve | Posture::Wait | Posture::Isolated => Ok(()),
-                },
-                Some(_) => Err(NotReady::StreamDisconnected),
-                None => Err(NotReady::Starting),
-            },
+    /// The table in the module docs, row by row.
+    fn ready(&self) -> Result<Ready, NotReady> {
+        let stream = match self.phase() {
+            Phase::Starting => return Err(NotReady::Starting),
+            Phase::Draining | Phase::Stopping => return Err(NotReady::Draining),
+            Phase::Running => self.stream.get().ok_or(NotReady::Starting)?,
+        };
+        let serving = match self.posture() {
+            Posture::Shed => return Err(NotReady::Shed),
+            Posture::Stuck => return Err(NotReady::Stuck),
+            Posture::Isolated => Ready::Isolated,
+            Posture::Wait => Ready::Wait,
+            Posture::Serve => Ready::Serving,
+        };
+        if let Some(down) = stream.down_for() {
+            let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+            let (down_ms, steps_out_after_ms) = (ms(down), ms(self.steps_out_after));
+            return if down < self.steps_out_after {
+                Ok(Ready::Disconnected {
+                    down_ms,
+                    steps_out_after_ms,
+                })
+            } else {
+                Err(NotReady::StreamDisconnected {
+                    down_ms,
+                    steps_out_after_ms,
+                })
+            };
         }
+        Ok(serving)
     }
 
     fn draining(&self) -> bool {

@@ -85,6 +85,35 @@ pub struct Broker {
     urls: Vec<String>,
     auth: &'static str,
     supervisor: Option<Supervisor>,
+    outage: Outage,
+}
+
+/// Since when the node's connection has been down, stamped by the client's
+/// own events (`Disconnected` stamps it, `Connected` clears it); the
+/// connection state itself decides whether it is down now. A reconnection
+/// lost again before its event was delivered counts as one outage.
+#[derive(Clone, Default)]
+struct Outage(Arc<std::sync::Mutex<Option<std::time::Instant>>>);
+
+impl Outage {
+    fn stamp(&self, down: bool) {
+        let mut since = self.0.lock().expect("outage stamp");
+        if !down {
+            *since = None;
+        } else if since.is_none() {
+            *since = Some(std::time::Instant::now());
+        }
+    }
+
+    /// How long the connection has been down, `None` while it is up; down
+    /// before its event was delivered counts from now.
+    fn down_for(&self, client: &async_nats::Client) -> Option<Duration> {
+        if client.connection_state() == State::Connected {
+            return None;
+        }
+        let since = *self.0.lock().expect("outage stamp");
+        Some(since.map_or(Duration::ZERO, |t| t.elapsed()))
+    }
 }
 
 /// What `/health` reports about the stream.
@@ -96,6 +125,9 @@ pub struct StreamHealth {
     pub urls: Vec<String>,
     pub auth: &'static str,
     pub connected: bool,
+    /// How long the connection has been down (absent while connected).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub down_ms: Option<u64>,
     /// The embedded child, when there is one.
     pub server: Option<BrokerStatus>,
 }
@@ -141,7 +173,8 @@ impl Broker {
                 credential::describe(auth),
             ),
         };
-        let connect = connect(&urls, node_id, options, form_within);
+        let outage = Outage::default();
+        let connect = connect(&urls, node_id, options, form_within, outage.clone());
         let client = tokio::select! {
             c = connect => c,
             _ = cancel.wait_for(|c| *c) => Err(StreamError::Interrupted),
@@ -160,6 +193,7 @@ impl Broker {
             urls,
             auth,
             supervisor,
+            outage,
         })
     }
 
@@ -186,6 +220,7 @@ impl Broker {
             urls: self.urls.clone(),
             auth: self.auth,
             connected: self.is_connected(),
+            down_ms: millis(self.outage.down_for(&self.client)),
             server: self.supervisor.as_ref().map(Supervisor::status),
         }
     }
@@ -197,6 +232,7 @@ impl Broker {
             urls: self.urls.clone(),
             auth: self.auth,
             status: self.supervisor.as_ref().map(Supervisor::status_handle),
+            outage: self.outage.clone(),
         }
     }
 
@@ -236,11 +272,17 @@ pub struct BrokerMonitor {
     urls: Vec<String>,
     auth: &'static str,
     status: Option<Arc<std::sync::Mutex<BrokerStatus>>>,
+    outage: Outage,
 }
 
 impl BrokerMonitor {
     pub fn is_connected(&self) -> bool {
         self.client.connection_state() == State::Connected
+    }
+
+    /// How long the connection has been down; `None` while it is up.
+    pub fn down_for(&self) -> Option<Duration> {
+        self.outage.down_for(&self.client)
     }
 
     /// The server the connection is on now, as its INFO said.
@@ -272,12 +314,17 @@ impl BrokerMonitor {
             urls: self.urls.clone(),
             auth: self.auth,
             connected: self.is_connected(),
+            down_ms: millis(self.down_for()),
             server: self
                 .status
                 .as_ref()
                 .map(|s| s.lock().expect("broker status lock").clone()),
         }
     }
+}
+
+fn millis(d: Option<Duration>) -> Option<u64> {
+    d.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Dials `urls`, waiting (with the client's own reconnect backoff) until the
@@ -289,6 +336,7 @@ async fn connect(
     node_id: &str,
     options: async_nats::ConnectOptions,
     form_within: Option<Duration>,
+    outage: Outage,
 ) -> Result<async_nats::Client, StreamError> {
     let joined = urls.join(",");
     let addrs: Vec<async_nats::ServerAddr> = urls
@@ -318,6 +366,7 @@ async fn connect(
             let urls = url_list.clone();
             let node_id = node.clone();
             let refused = refused_tx.clone();
+            let outage = outage.clone();
             async move {
                 match event {
                     async_nats::Event::ServerError(async_nats::ServerError::AuthorizationViolation) => {
@@ -333,9 +382,11 @@ async fn connect(
                         warn!(subsystem = "stream", %node_id, %urls, "NATS refused this node's credentials")
                     }
                     async_nats::Event::Connected => {
+                        outage.stamp(false);
                         info!(subsystem = "stream", %node_id, %urls, "connected to NATS")
                     }
                     async_nats::Event::Disconnected => {
+                        outage.stamp(true);
                         warn!(subsystem = "stream", %node_id, %urls, "disconnected from NATS; reconnecting")
                     }
                     other => {

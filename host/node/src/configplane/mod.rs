@@ -30,8 +30,11 @@
 //!   make the first node to apply the cause of an outage), and a node with
 //!   no peer ahead of it waits rather than sheds (stepping out when nobody
 //!   has the epoch is stopping, not shedding). An unreadable peer listing
-//!   is unknown, never "no peer", and so never sheds either. `/ready` fails
-//!   on shed and stuck only; a shedding node stops consuming
+//!   is unknown, never "no peer", and so never sheds either; a peer whose
+//!   status does not report `applied_epoch` (an older build) is not counted
+//!   as having the epoch, so a node never sheds on a peer's silence.
+//!   `/ready` fails on shed and stuck (the table is in [`crate::state`]);
+//!   a shedding node stops consuming
 //!   `notify-inbound`.
 //! - At start, a node holding an offline import (`crewlet config import`
 //!   with the node stopped) publishes it through the pointer from wherever
