@@ -105,6 +105,10 @@ fn judge(node: &Node, seen: &mut Seen) {
             assert_eq!(body["reason"], "stream_disconnected", "{body}");
             let (down, bound) = down_and_bound();
             assert!(down >= bound, "out of rotation within the bound: {body}");
+            // `/health` shows the outage too.
+            let stream = &node.health()["stream"];
+            assert_eq!(stream["connected"], false, "{stream}");
+            assert!(stream["down_ms"].is_u64(), "{stream}");
             seen.stepped_out += 1;
         }
     }
