@@ -39,7 +39,7 @@ async fn get_budgets(State(late): State<Late>) -> Response {
     let Some(active) = ctx.active.current() else {
         return unavailable("no_company", "no company is active on this node".into());
     };
-    match view(&ctx, &active.company).await {
+    match view(ctx, &active.company).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => unavailable("budgets_unavailable", e.to_string()),
     }
