@@ -452,66 +452,179 @@ fn delivery_is_the_engines_judgement() {
 const BUDGET_COMPANY: &str = r#"
 [org]
 name = "Acme"
-budget = { day = 1500 }
+budget = { day = 8000 }
 [roles.capped]
 system_prompt = "You answer."
-executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
-reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
-budget = { day = 50 }
+executor = [{ provider = "openai", model = "exec-c", credentials = "${KEY_ONE}" }]
+reviewer = { provider = "openai", model = "review-c", credentials = "${KEY_ONE}" }
+budget = { day = 3000 }
+[roles.capped.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
+replies = ["post_message"]
 [roles.support]
 system_prompt = "You answer."
 executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
 reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
 {chat}
+[roles.later]
+system_prompt = "You answer."
+executor = [{ provider = "openai", model = "exec-d", credentials = "${KEY_ONE}" }]
+reviewer = { provider = "openai", model = "review-d", credentials = "${KEY_ONE}" }
+[roles.later.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
+replies = ["post_message"]
 [seats]
 ada = { role = "capped" }
 bob = { role = "support" }
+cy = { role = "later" }
 [integrations.slack]
 plugin = "slack"
 secret = "SLACK_SIGNING_SECRET"
 "#;
 
+/// A post and a claim of delivery in one answer.
+pub(crate) fn post_and_submit(channel: &str, thread: &str, text: &str) -> Reply {
+    Reply::ToolCalls(vec![
+        (
+            "chat__post_message".into(),
+            json!({"channel": channel, "thread": thread, "text": text}),
+        ),
+        (
+            "submit_work".into(),
+            json!({"outcome": "delivered", "summary": "answered"}),
+        ),
+    ])
+}
+
+/// The `GET /agents` row of `handle`.
+pub(crate) fn agent(w: &World, handle: &str) -> Value {
+    let all = w.node.get("/agents").expect("GET /agents").json();
+    all["agents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|a| a["handle"] == handle)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The `GET /budgets` scope named `name` (`company`, `seat:HANDLE`).
+pub(crate) fn budget_scope(w: &World, name: &str) -> Value {
+    let b = w.node.get("/budgets").expect("GET /budgets").json();
+    b["scopes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|s| s["scope"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+fn model_tokens(w: &World) -> Vec<u64> {
+    w.events("model_call")
+        .iter()
+        .map(|c| {
+            c["payload"]["input_tokens"].as_u64().unwrap()
+                + c["payload"]["output_tokens"].as_u64().unwrap()
+        })
+        .collect()
+}
+
 #[test]
-fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_refusal() {
+fn budgets_stop_the_next_call_park_the_work_until_room_and_never_pass_an_outage_off_as_a_refusal() {
     let ai = ScriptedOpenAi::start();
     let w = start(BUDGET_COMPANY, Some(&ai), KEYS);
-    // ada's seat cap (50/day) is passed by the first call: no second call.
-    ai.reply("exec-a", post("C1", "1", "x"));
+    let api = format!("http://{}", w.node.api);
+    // ada's seat cap (3000/day) is passed by the first call, billed past
+    // the ceiling it asked for (a tokenizer the estimate undercounts): the
+    // reply that paid answer chose is posted, no second call is made, the
+    // work parks.
+    ai.reply("exec-c", Reply::billed(100, 5_000, post("C1", "1", "x")));
     w.mention("ada", "Ev30", "C1", "1", "hi");
+    w.wait_events("budget_parked", 1);
     w.wait_events("turn_ended", 1);
     assert_eq!(outcomes(&w), ["budget_exhausted"]);
     assert_eq!(ai.requests().len(), 1, "the refusal stopped the next call");
+    assert_eq!(w.posts().len(), 1, "the paid answer's reply was posted");
     let ex = w.events("budget_exhausted");
     assert_eq!(ex[0]["payload"]["scope"], "seat:ada");
     assert_eq!(ex[0]["payload"]["before_first_call"], false);
-
-    // bob runs until the company's day (1500) is spent...
-    let mut n = 0;
-    while n < 20 {
-        n += 1;
-        ai.reply("exec-a", post("C9", &format!("{n}"), "pong"));
-        ai.reply("exec-a", submit("delivered"));
-        ai.reply("review", verdict("done"));
-        w.mention("bob", &format!("Ev3{n}x"), "C9", &format!("{n}"), "ping");
-        w.wait_events("turn_ended", n + 1);
-        if outcomes(&w).last().map(String::as_str) == Some("budget_exhausted") {
-            break;
-        }
-    }
     assert_eq!(
-        outcomes(&w).last().map(String::as_str),
-        Some("budget_exhausted")
+        ex[0]["payload"]["spent"].as_u64(),
+        model_tokens(&w).first().copied(),
+        "the refusal carries the spend it saw"
     );
-    // ...then work is turned away before the first call.
-    let seen = ai.requests().len();
-    w.mention("bob", "Ev39", "C9", "99", "again");
-    let ended = outcomes(&w).len() + 1;
-    w.wait_events("turn_ended", ended);
-    assert_eq!(outcomes(&w).last().map(String::as_str), Some("turned_away"));
+    let parked = w.events("budget_parked");
+    assert_eq!(parked[0]["payload"]["scope"], "seat:ada");
+    assert_eq!(parked[0]["payload"]["period"], "day");
+    let until = parked[0]["payload"]["until"].as_str().unwrap().to_owned();
+    assert!(until.ends_with("T00:00:00+00:00"), "{until}");
+    // A parked seat takes none of its other work: the next mention waits
+    // in its mailbox beside the first, and no turn starts.
+    w.mention("ada", "Ev31", "C1", "1", "still there?");
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let a = agent(&w, "ada");
+            a["mailbox"]["pending"].as_u64().unwrap_or(0)
+                + a["mailbox"]["in_work"].as_u64().unwrap_or(0)
+                == 2
+        }),
+        "{}",
+        agent(&w, "ada")
+    );
+    assert_eq!(w.events("turn_started").len(), 1);
+    let a = agent(&w, "ada");
+    assert_eq!(a["state"], "parked", "{a}");
+    assert_eq!(
+        a["reason"],
+        format!("budget: day window until {until}"),
+        "{a}"
+    );
+    let (status, out) = common::run_to_exit(&["agents", "--api", &api], &[]);
+    assert!(status.success(), "{out}");
+    assert!(
+        out.contains(&format!("parked (budget: day window until {until})")),
+        "{out}"
+    );
+    let seat = budget_scope(&w, "seat:ada");
+    assert_eq!(seat["parked"][0]["seat"], "ada", "{seat}");
+    assert_eq!(seat["parked"][0]["wakes"], 2, "{seat}");
+
+    // bob's model would answer at length: the call is asked for no more
+    // than the company's room, and the call after it, whose prompt would
+    // not fit, is not made. bob parks on the company's window.
+    ai.reply("exec-a", Reply::Text("word ".repeat(20_000)));
+    w.mention("bob", "Ev32", "C9", "9", "tell me everything");
+    w.wait_events("budget_parked", 2);
+    assert_eq!(ai.requests().len(), 2);
+    let company = budget_scope(&w, "company");
+    let spent = company["windows"]["day"]["spent"].as_u64().unwrap();
+    let prompt = w
+        .events("model_call")
+        .iter()
+        .map(|c| c["payload"]["input_tokens"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert!(
+        spent <= 8000 + prompt,
+        "the company spent {spent} of 8000, more than one prompt ({prompt}) over"
+    );
+    // cy's work is parked before any call: the company is full.
+    w.mention("cy", "Ev33", "C7", "7", "hello?");
+    w.wait_events("budget_parked", 3);
+    w.wait_events("turn_ended", 3);
     assert_eq!(
         ai.requests().len(),
-        seen,
+        2,
         "no model call when the window is full"
+    );
+    assert_eq!(
+        outcomes(&w),
+        ["budget_exhausted", "budget_exhausted", "parked"]
     );
     let first = w
         .events("budget_exhausted")
@@ -519,17 +632,55 @@ fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_r
         .find(|e| e["payload"]["before_first_call"] == true)
         .expect("a refusal recorded before the first call");
     assert_eq!(first["payload"]["scope"], "company");
-
-    // GET /budgets answers the live windows.
-    let b = w.node.get("/budgets").unwrap().json();
-    let company = b["scopes"]
+    let company = budget_scope(&w, "company");
+    let on_company: Vec<&str> = company["parked"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|s| s["scope"] == "company")
-        .unwrap();
-    assert_eq!(company["windows"]["day"]["cap"], 1500);
-    assert!(company["windows"]["day"]["spent"].as_u64().unwrap() > 1500);
+        .map(|p| p["seat"].as_str().unwrap())
+        .collect();
+    assert_eq!(on_company, ["bob", "cy"], "{company}");
+    let (_, shown) = common::run_to_exit(&["budgets", "show", "--api", &api], &[]);
+    assert!(shown.contains("refused"), "{shown}");
+
+    // A config apply raises the caps: every parked seat takes its work by
+    // itself — nobody sends anything.
+    ai.reply("exec-c", post_and_submit("C1", "1", "back with more"));
+    ai.reply("review-c", verdict("done"));
+    ai.reply("exec-a", post_and_submit("C9", "9", "the short version"));
+    ai.reply("review", verdict("done"));
+    ai.reply("exec-d", post_and_submit("C7", "7", "hello"));
+    ai.reply("review-d", verdict("done"));
+    let doc = std::fs::read_to_string(w.sb.path("company.toml"))
+        .unwrap()
+        .replace("budget = { day = 8000 }", "budget = { day = 10000000 }")
+        .replace("budget = { day = 3000 }", "budget = { day = 10000000 }");
+    let put = common::http::request(&w.node.api, "PUT", "/config", &[], doc.as_bytes()).unwrap();
+    assert_eq!(put.status, 201, "{}", put.text());
+    w.wait_events("turn_ended", 6);
+    let mut resumed = outcomes(&w)[3..].to_vec();
+    resumed.sort();
+    assert_eq!(resumed, ["delivered", "delivered", "delivered"]);
+    assert_eq!(
+        w.events("budget_parked").len(),
+        3,
+        "each park recorded once"
+    );
+    assert_eq!(w.events("budget_exhausted").len(), 3);
+    let texts: Vec<String> = w
+        .posts()
+        .iter()
+        .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    for said in ["x", "back with more", "the short version", "hello"] {
+        assert!(texts.iter().any(|t| t == said), "{texts:?}");
+    }
+    let (_, shown) = common::run_to_exit(&["budgets", "show", "--api", &api], &[]);
+    assert!(
+        !shown.contains("refused"),
+        "a raised cap leaves room: {shown}"
+    );
+    assert_eq!(agent(&w, "ada")["state"], "held");
 
     // The budget counters unreachable (their bucket gone): an outage, not a
     // refusal — the turn fails and the wake is kept for a retry.
@@ -540,7 +691,7 @@ fn budgets_stop_the_next_call_turn_work_away_and_never_pass_an_outage_off_as_a_r
         js.delete_stream("KV_crewlet_budgets").await.unwrap();
     });
     let refusals = w.events("budget_exhausted").len();
-    w.mention("ada", "Ev40", "C1", "40", "still there?");
+    w.mention("bob", "Ev40", "C1", "40", "still there?");
     let ended = outcomes(&w).len() + 1;
     w.wait_events("turn_ended", ended);
     assert_eq!(outcomes(&w).last().map(String::as_str), Some("outage"));

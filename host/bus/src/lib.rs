@@ -48,6 +48,7 @@
 //! | `review` | the turn | the reviewer gave a verdict on an iteration |
 //! | `review_overturned` | the turn | a `done` verdict was overturned (an owed reply was not posted) |
 //! | `budget_exhausted` | the turn | a budget refused the turn's next model call |
+//! | `budget_parked` | the turn | a budget stopped the turn; its work waits in the mailbox until the window (scope, period, `until`) has room |
 //! | `reply_posted` | the turn | the turn posted a reply where its trigger asked for one |
 //! | `reply_uncertain` | the turn | a reply begun by an earlier run (a crash between its intent and its completion) on a surface that cannot be asked: not posted again; the turn ends `reply_uncertain` |
 //! | `provider_fallback` | the model pool | a model failed and the chain fell back to the next |
@@ -171,6 +172,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "review",
     "review_overturned",
     "budget_exhausted",
+    "budget_parked",
     "reply_posted",
     "reply_uncertain",
     "provider_fallback",

@@ -268,6 +268,10 @@ pub struct Company {
     /// Placement groups pinned to node labels (`[placement.groups.NAME]`);
     /// a group seats name without declaring it runs on any seat node.
     pub placement: BTreeMap<String, PlacementGroup>,
+    /// `[budgets] announce_park`: a seat whose work a full budget parks
+    /// posts, once, to the reply its trigger is owed that it is out of
+    /// budget until the window turns over. Default false: silence.
+    pub announce_park: bool,
     /// SHA-256 of the document text, hex: names a revision's content.
     pub digest: String,
 }

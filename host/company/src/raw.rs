@@ -31,6 +31,17 @@ pub struct Document {
     schedules: BTreeMap<String, schedules::RawSchedule>,
     #[serde(default)]
     placement: placement::RawPlacement,
+    #[serde(default)]
+    budgets: RawBudgets,
+}
+
+/// `[budgets]`: how the company's budgets behave (the ceilings are under
+/// `[org]` and each role).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBudgets {
+    #[serde(default)]
+    announce_park: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -479,6 +490,7 @@ impl Document {
                 integrations,
                 schedules,
                 placement,
+                announce_park: self.budgets.announce_park,
                 digest,
             })
         } else {

@@ -19,8 +19,9 @@
 //!   charge answers [`CoordError::SeatShareUncounted`].
 //! - [`Coord::refuse`] records a refusal without a charge: one CAS on the
 //!   scope a charge would be refused by, stamping every capped window with
-//!   no room for a single token, as the counter stands; it writes nothing
-//!   where it would stamp nothing.
+//!   no room for a single token (or, [`Coord::refuse_for`], for a call's
+//!   prompt), as the counter stands; it writes nothing where it would stamp
+//!   nothing.
 
 use std::time::{Duration, SystemTime};
 
@@ -158,6 +159,8 @@ pub struct Charged {
 pub struct Refusal {
     pub scope: Scope,
     pub period: Period,
+    /// What the window reads after the refusal: a refused charge's round
+    /// included, since it is counted.
     pub spent: u64,
     pub cap: u64,
 }
@@ -376,7 +379,10 @@ impl Coord {
                 company: company_view,
                 seat: seat_view,
             }),
-            Some(r) => Answer::No(r),
+            Some(r) => Answer::No(Refusal {
+                spent: r.spent.saturating_add(tokens),
+                ..r
+            }),
         })
     }
 
@@ -423,6 +429,21 @@ impl Coord {
         company_caps: &Caps,
         seat_caps: &Caps,
     ) -> Reply<Refusal, ()> {
+        self.refuse_for(seat, windows, company_caps, seat_caps, 1)
+            .await
+    }
+
+    /// [`Coord::refuse`] for a call that needs `need` tokens (its prompt, at
+    /// least one): stamps every capped window without room for them.
+    pub async fn refuse_for(
+        &self,
+        seat: &str,
+        windows: &Windows,
+        company_caps: &Caps,
+        seat_caps: &Caps,
+        need: u64,
+    ) -> Reply<Refusal, ()> {
+        let need = need.max(1);
         let scopes = [
             (Scope::Company, *company_caps),
             (Scope::Seat(seat.to_owned()), *seat_caps),
@@ -439,15 +460,16 @@ impl Coord {
                 }
                 let (rec, rev) = self.budget_read(&scope).await?;
                 let now_ms = ms(self.kv(b).now());
-                let mut new = rec.clone();
+                // A window that turned over is judged (and stamped) as the
+                // next charge would find it: rolled, with nothing spent.
+                let mut new = rec.rolled(windows);
                 let mut first = None;
                 for p in Period::ALL {
                     let Some(cap) = caps.get(p) else { continue };
                     let Some(slot) = new.slot_mut(p).as_mut() else {
                         continue;
                     };
-                    // A window that turned over is not stamped.
-                    if slot.label.as_str() < windows.label(p) || slot.spent < cap {
+                    if slot.spent.saturating_add(need) <= cap {
                         continue;
                     }
                     slot.refused_at_ms = Some(now_ms);

@@ -3,6 +3,12 @@
 //! Rule: the answer is read from the fleet's counters (leader reads), so
 //! every node answers the same numbers; an unreachable counter is a 503,
 //! never a zero — a reader must not take "unknown" for "nothing spent".
+//!
+//! `parked` per scope: the seats whose work waits on that scope's full
+//! window — a seat with wakes in its mailbox and a window without room for
+//! a token or with a standing refusal (`crewlet_turns::parked_on`). Read
+//! from the counters and the mailbox depths, so every node answers the same;
+//! `null` when the depths did not answer (unknown, never "nothing parked").
 
 use axum::Json;
 use axum::Router;
@@ -11,10 +17,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use crewlet_api::retry_later;
 use crewlet_company::{Ceilings, Company};
-use crewlet_coord::{BudgetSlot, BudgetView, Coord, CoordError, Period, Scope};
+use crewlet_coord::{BudgetSlot, BudgetView, CoordError, Period, Scope};
 use serde_json::{Value, json};
 
-use crate::engine::Late;
+use crate::engine::{EngineContext, Late};
 
 pub fn routes(late: Late) -> Router {
     Router::new()
@@ -33,33 +39,91 @@ async fn get_budgets(State(late): State<Late>) -> Response {
     let Some(active) = ctx.active.current() else {
         return unavailable("no_company", "no company is active on this node".into());
     };
-    match view(&ctx.coord, &active.company).await {
+    match view(ctx, &active.company).await {
         Ok(v) => Json(v).into_response(),
         Err(e) => unavailable("budgets_unavailable", e.to_string()),
     }
 }
 
-/// The company's and every seat's windows, with their ceilings.
-pub async fn view(coord: &Coord, company: &Company) -> Result<Value, CoordError> {
-    let windows = crewlet_turns::windows_now(company);
-    let mut scopes = vec![(Scope::Company, "company".to_owned(), company.budget)];
+/// The company's and every seat's windows, with their ceilings, and what
+/// is parked on each.
+pub async fn view(ctx: &EngineContext, company: &Company) -> Result<Value, CoordError> {
+    let now = crewlet_os::wall_now();
+    let windows = crewlet_turns::windows_at(company, now);
+    let mut scopes = vec![(Scope::Company, company.budget)];
     for seat in company.seats.values() {
-        let caps = company.role_of(seat).budget;
         scopes.push((
             Scope::Seat(seat.handle.to_string()),
-            format!("seat:{}", seat.handle),
-            caps,
+            company.role_of(seat).budget,
         ));
     }
     let reads = scopes
         .iter()
-        .map(|(scope, _, _)| coord.budget(scope, &windows));
-    let views = futures::future::join_all(reads).await;
-    let mut out = Vec::new();
-    for ((_, name, caps), v) in scopes.iter().zip(views) {
-        out.push(json!({ "scope": name, "windows": windows_json(&v?, caps) }));
+        .map(|(scope, _)| ctx.coord.budget(scope, &windows));
+    let js = async_nats::jetstream::new(ctx.client.clone());
+    let depths = async {
+        tokio::time::timeout(crate::history::BUDGET, crewlet_stream::mailbox_depths(&js))
+            .await
+            .map_err(|_| "the mailbox listing did not answer in time".to_owned())?
+            .map_err(|e| e.to_string())
+    };
+    let (views, depths) = futures::join!(futures::future::join_all(reads), depths);
+    let mut read = Vec::new();
+    for ((scope, caps), v) in scopes.into_iter().zip(views) {
+        read.push((scope, v?, caps));
     }
-    Ok(json!({ "org": company.org, "timezone": company.timezone, "scopes": out }))
+    // Which scope each seat with waiting wakes is parked on.
+    let mut parked: Vec<(Scope, Value)> = Vec::new();
+    if let Ok(depths) = &depths {
+        for (scope, view, caps) in &read[1..] {
+            let Scope::Seat(handle) = scope else { continue };
+            let waiting = depths
+                .get(&crewlet_bus::mailbox_durable(handle))
+                .map_or(0, |d| d.pending + d.in_work);
+            let both = [read[0].clone(), (scope.clone(), view.clone(), *caps)];
+            if waiting == 0 {
+                continue;
+            }
+            if let Some(park) = crewlet_turns::parked_on(company, &both, now) {
+                parked.push((
+                    park.scope.clone(),
+                    json!({
+                        "seat": handle,
+                        "wakes": waiting,
+                        "period": park.period_name(),
+                        "window": park.window,
+                        "until": crewlet_turns::company_time(company, park.until),
+                        "reason": park.reason(company),
+                    }),
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (scope, view, caps) in &read {
+        let on_it: Vec<&Value> = parked
+            .iter()
+            .filter(|(s, _)| s == scope)
+            .map(|(_, v)| v)
+            .collect();
+        out.push(json!({
+            "scope": scope_name(scope),
+            "windows": windows_json(view, caps),
+            "parked": if depths.is_ok() { json!(on_it) } else { Value::Null },
+        }));
+    }
+    let mut answer = json!({ "org": company.org, "timezone": company.timezone, "scopes": out });
+    if let Err(e) = depths {
+        answer["errors"] = json!([{ "what": "the mailbox depths", "error": e }]);
+    }
+    Ok(answer)
+}
+
+fn scope_name(scope: &Scope) -> String {
+    match scope {
+        Scope::Company => "company".to_owned(),
+        Scope::Seat(h) => format!("seat:{h}"),
+    }
 }
 
 fn windows_json(view: &BudgetView, caps: &Ceilings) -> Value {
@@ -107,13 +171,33 @@ pub fn render(v: &Value) -> String {
                 num(&w["spent"]),
                 num(&w["cap"]),
                 num(&w["remaining"]),
-                if w["refused_at_ms"].is_null() {
+                // A refusal stamp stays until the next admitted charge;
+                // once a raised cap leaves room it is history, not state.
+                if w["refused_at_ms"].is_null() || w["remaining"].as_u64().is_none_or(|r| r > 0) {
                     ""
                 } else {
                     "  refused"
                 }
             ));
         }
+    }
+    for scope in v["scopes"].as_array().into_iter().flatten() {
+        for p in scope["parked"].as_array().into_iter().flatten() {
+            s.push_str(&format!(
+                "{} parked on {}: {} wake(s), {}\n",
+                p["seat"].as_str().unwrap_or("?"),
+                scope["scope"].as_str().unwrap_or("?"),
+                num(&p["wakes"]),
+                p["reason"].as_str().unwrap_or("?"),
+            ));
+        }
+    }
+    for e in v["errors"].as_array().into_iter().flatten() {
+        s.push_str(&format!(
+            "unknown: {}: {}\n",
+            e["what"].as_str().unwrap_or("?"),
+            e["error"].as_str().unwrap_or("?")
+        ));
     }
     s
 }

@@ -187,7 +187,7 @@ impl Operator {
     async fn budgets(&self) -> Result<String, String> {
         let result = async {
             let (ctx, active) = self.ctx()?;
-            crate::budgets::view(&ctx.coord, &active.company)
+            crate::budgets::view(ctx, &active.company)
                 .await
                 .map_err(|e| OperatorError::Unavailable {
                     what: "the budgets",

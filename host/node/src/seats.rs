@@ -22,7 +22,7 @@ use crewlet_company::{Active, McpServer, McpTransport, Seat};
 use crewlet_coord::{Coord, HolderState, Scope};
 use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
-use crewlet_seats::{Batch, SeatHost, SeatSpec, TurnVerdict};
+use crewlet_seats::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
     Act, Brain, Call, EventSink, Prompt, Said, SessionError, Sessions, Speaker, Thought, Turn,
     TurnEnd, TurnEngine, TurnEvent, Unavailable, Unpublished,
@@ -283,7 +283,7 @@ impl SeatHost for NodeSeats {
             .seats
             .get(&spec.handle)
             .ok_or_else(|| format!("seat {} is not in the company", spec.handle))?;
-        let windows = crewlet_turns::windows_now(company);
+        let windows = crewlet_turns::windows_at(company, crewlet_os::wall_now());
         self.coord
             .budget(&Scope::Seat(spec.handle.to_string()), &windows)
             .await
@@ -382,7 +382,46 @@ impl SeatHost for NodeSeats {
                 after: Duration::ZERO,
                 reason: format!("turn {turn_id}: the seat was paused"),
             },
+            TurnEnd::Parked { turn_id, park } => TurnVerdict::Park {
+                after: until(park.until),
+                need: park.need,
+                reason: format!("turn {turn_id}: {}", park.reason(&batch.active.company)),
+            },
         }
+    }
+
+    async fn room(&self, spec: &SeatSpec, active: &Active, need: u64) -> Room {
+        let company = &active.company;
+        let Some(seat) = company.seats.get(&spec.handle) else {
+            return Room::Unknown(format!("seat {} is not in the company", spec.handle));
+        };
+        let now = crewlet_os::wall_now();
+        match crewlet_turns::budget_room(&self.coord, company, seat, now, need).await {
+            Ok(crewlet_turns::BudgetRoom::Free) => Room::Free,
+            Ok(crewlet_turns::BudgetRoom::Full(park)) => Room::Full {
+                after: until(park.until),
+                reason: park.reason(company),
+            },
+            Err(e) => Room::Unknown(format!("the budget counters are unreachable: {e}")),
+        }
+    }
+}
+
+/// How long until `instant` on this node's clock (zero once it passed).
+fn until(instant: std::time::SystemTime) -> Duration {
+    instant
+        .duration_since(crewlet_os::wall_now())
+        .unwrap_or_default()
+}
+
+/// This node's wall clock (shifted in tests by
+/// `CREWLET_TEST_CLOCK_OFFSET_MS`, like every other clock of the node), on
+/// which the turn engine cuts budget windows.
+pub struct NodeClock;
+
+impl crewlet_turns::Clock for NodeClock {
+    fn now(&self) -> std::time::SystemTime {
+        crewlet_os::wall_now()
     }
 }
 
@@ -457,7 +496,7 @@ pub async fn start(
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),
             sessions: Arc::new(NodeSessions(ctx.store.clone())),
-            clock: Arc::new(crewlet_turns::SystemClock),
+            clock: Arc::new(NodeClock),
         },
         crewlet_turns::Limits {
             crash_at: test_crash_point(),

@@ -63,6 +63,26 @@ pub enum TurnVerdict {
     /// The work can never succeed: every wake is terminated (not delivered
     /// again) and the reason logged.
     Poison { reason: String },
+    /// The seat's budget has no room: every wake is handed back and the
+    /// seat's mailbox takes nothing until [`SeatHost::room`] says there is
+    /// room for `need` tokens — asked after `after` (when the full window
+    /// turns over) and whenever the company changes.
+    Park {
+        after: Duration,
+        need: u64,
+        reason: String,
+    },
+}
+
+/// What [`SeatHost::room`] found: whether a parked seat may take work again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Room {
+    /// There is room: the seat takes its work again.
+    Free,
+    /// Still full: ask again after `after`.
+    Full { after: Duration, reason: String },
+    /// The counters did not answer: neither room nor full; ask again soon.
+    Unknown(String),
 }
 
 /// The host: builds a seat's instance, tears it down, and runs its turns.
@@ -95,6 +115,18 @@ pub trait SeatHost: Send + Sync + 'static {
         equipped: &Self::Equipped,
         batch: Batch,
     ) -> impl Future<Output = TurnVerdict> + Send;
+
+    /// Whether a parked seat has room for `need` tokens under `active` now:
+    /// reads, never a model call. A host that never parks has room.
+    fn room(
+        &self,
+        seat: &SeatSpec,
+        active: &Active,
+        need: u64,
+    ) -> impl Future<Output = Room> + Send {
+        let _ = (seat, active, need);
+        async { Room::Free }
+    }
 }
 
 /// A turn's question "may I still act for this seat?", answered from the

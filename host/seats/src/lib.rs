@@ -21,7 +21,8 @@
 //!   late).
 //! - **The mailbox** (`mailbox.rs`): the seat's durable pull consumer,
 //!   fetched only while admitting, wakes grouped per conversation, turns
-//!   under a node-wide limit, every wake settled by the turn's verdict.
+//!   under a node-wide limit, every wake settled by the turn's verdict; a
+//!   parked seat (`park.rs`) takes nothing until its budget has room.
 //!
 //! Why one crate drives all three: the ordering between lease, instance and
 //! mailbox is the one behaviour none of the parts can express alone.
@@ -29,6 +30,7 @@
 mod config;
 pub mod host;
 mod mailbox;
+mod park;
 pub mod placement;
 mod seat;
 mod sweep;
@@ -50,7 +52,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 pub use crate::config::{Pauses, SeatsConfig, SeatsError, admits};
-pub use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
+pub use crate::host::{Batch, Fence, Room, SeatHost, SeatSpec, TurnVerdict};
 pub use crewlet_coord::HolderState as FenceState;
 
 use crate::mailbox::Pace;

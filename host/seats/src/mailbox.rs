@@ -24,7 +24,9 @@
 //!   in-progress ack at half the consumer's ack wait, so a long turn is not
 //!   delivered a second time to somebody else.
 //! - The verdict settles every wake of the turn: done → ack (confirmed by
-//!   the server), retry → nak with delay, poison → term. A message that is
+//!   the server), retry → nak with delay, poison → term, park → nak, and
+//!   the seat's park gate shuts ([`crate::park`]): nothing is fetched or
+//!   launched until its budget has room. A message that is
 //!   not a wake for this seat is terminated with a log line: a bad message
 //!   never blocks the mailbox.
 //! - Detach: stop fetching, drain the pull request already sent (naking what
@@ -49,6 +51,7 @@ use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
 use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
+use crate::park::ParkGate;
 
 /// Most wakes one turn takes; the rest wait for the next turn of the
 /// same conversation.
@@ -119,6 +122,8 @@ struct Mailbox<H: SeatHost> {
     turns: JoinSet<Ended>,
     /// The messages of each running turn, to hand back if it is cancelled.
     running: HashMap<Id, (ConvKey, Vec<Message>)>,
+    /// Shut while the seat's budget has no room.
+    park: ParkGate,
 }
 
 /// Serves `consumer` until `detach` turns true (or its sender is dropped),
@@ -143,6 +148,7 @@ pub(crate) async fn serve<H: SeatHost>(
         convs: HashMap::new(),
         turns: JoinSet::new(),
         running: HashMap::new(),
+        park: ParkGate::default(),
     };
     let handle = mb.ctx.spec.handle.clone();
     let mut batch: Option<PullBatch> = None;
@@ -160,6 +166,7 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut detaching = *detach.borrow();
     let mut admission = mb.ctx.admission.clone();
     let mut pauses = mb.ctx.pauses.clone();
+    let mut company = mb.ctx.active.subscribe();
     let mut progress =
         tokio::time::interval_at(Instant::now() + mb.progress_every, mb.progress_every);
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -167,7 +174,8 @@ pub(crate) async fn serve<H: SeatHost>(
         let admitting = !detaching
             && *state.borrow() == HolderState::Admitting
             && *admission.borrow()
-            && !mb.ctx.paused();
+            && !mb.ctx.paused()
+            && !mb.park.is_shut();
         if admitting {
             mb.launch_due();
         }
@@ -194,6 +202,7 @@ pub(crate) async fn serve<H: SeatHost>(
             break;
         }
         let next_due = if admitting { mb.next_due() } else { None };
+        let ask_park = mb.park.ask_at().filter(|_| !detaching);
         tokio::select! {
             r = detach.changed(), if !detaching => {
                 if r.is_err() || *detach.borrow() {
@@ -209,6 +218,12 @@ pub(crate) async fn serve<H: SeatHost>(
             // A dropped gate leaves the last word standing.
             Ok(()) = admission.changed(), if !detaching => fetch_due = Some(Instant::now()),
             Ok(()) = pauses.changed(), if !detaching => fetch_due = Some(Instant::now()),
+            Ok(()) = company.changed(), if !detaching => mb.park.company_changed(),
+            () = sleep_until(ask_park.unwrap_or_else(Instant::now)), if ask_park.is_some() => {
+                if mb.park.ask(&mb.ctx).await {
+                    fetch_due = Some(Instant::now());
+                }
+            }
             Ok(()) = swept.changed(), if !detaching => {
                 if swept.borrow_and_update().wants(&subject) {
                     fetch_due = Some(Instant::now());
@@ -228,7 +243,8 @@ pub(crate) async fn serve<H: SeatHost>(
                     let admitting = !detaching
                         && *state.borrow() == HolderState::Admitting
                         && *admission.borrow()
-                        && !mb.ctx.paused();
+                        && !mb.ctx.paused()
+                        && !mb.park.is_shut();
                     pulled_any = true;
                     mb.on_message(msg, admitting).await;
                 }
@@ -439,6 +455,22 @@ impl<H: SeatHost> Mailbox<H> {
             Ok((_, ended)) => ended.again,
             Err(_) => Some(Duration::ZERO),
         };
+        // The gate shuts before the wakes go back, so none of them (nor any
+        // other) is taken again until the budget has room.
+        if let Ok((
+            _,
+            Ended {
+                park: Some((after, need)),
+                ..
+            },
+        )) = &done
+        {
+            self.park.shut(*after, *need);
+            for m in &msgs {
+                nak(m, None).await;
+            }
+            self.hand_back_waiting().await;
+        }
         if let Err(e) = done {
             // The host panicked or the turn was cancelled: the wakes were
             // not settled, so hand them back.
@@ -455,6 +487,24 @@ impl<H: SeatHost> Mailbox<H> {
             }
         }
         again
+    }
+
+    /// Hands back every wake waiting for a turn (the seat parked: they
+    /// stay in the mailbox).
+    async fn hand_back_waiting(&mut self) {
+        let mut handed_back = 0usize;
+        for conv in self.convs.values_mut() {
+            for w in conv.queue.drain(..) {
+                nak(&w.msg, None).await;
+                handed_back += 1;
+            }
+            conv.due = None;
+        }
+        self.convs.retain(|_, c| c.running);
+        if handed_back > 0 {
+            info!(subsystem = "seats", seat = %self.handle(), handed_back,
+                "the seat is parked on its budget; the wakes waiting for a turn stay in its mailbox");
+        }
     }
 
     async fn progress_waiting(&self) {
@@ -562,8 +612,13 @@ async fn run_turn<H: SeatHost>(
         v = work => v,
         never = keep_in_progress(&msgs, progress_every) => match never {},
     };
+    let park = match &verdict {
+        TurnVerdict::Park { after, need, .. } => Some((*after, *need)),
+        _ => None,
+    };
     Ended {
         again: settle(ctx.spec.handle.as_str(), &msgs, verdict).await,
+        park,
     }
 }
 
@@ -571,6 +626,8 @@ async fn run_turn<H: SeatHost>(
 struct Ended {
     /// When its wakes are due again, if it handed them back.
     again: Option<Duration>,
+    /// The turn parked: ask for room after this long, for this many tokens.
+    park: Option<(Duration, u64)>,
 }
 
 /// Sends in-progress acks for `msgs` every `every`, for ever.
@@ -601,6 +658,17 @@ async fn settle(handle: &str, msgs: &[Message], verdict: TurnVerdict) -> Option<
                 nak(m, Some(after)).await;
             }
             Some(after)
+        }
+        // Handed back by the mailbox once its park gate is shut
+        // (`Mailbox::on_turn_end`), so they wait in it for room.
+        TurnVerdict::Park {
+            after,
+            need,
+            reason,
+        } => {
+            info!(subsystem = "seats", seat = %handle, wakes = msgs.len(), ?after, need, %reason,
+                "turn parked on the budget; its wakes stay in the mailbox");
+            None
         }
         TurnVerdict::Poison { reason } => {
             warn!(subsystem = "seats", seat = %handle, wakes = msgs.len(), %reason,

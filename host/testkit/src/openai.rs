@@ -10,6 +10,8 @@
 //!   a reply fails loudly rather than hanging or passing by accident.
 //! - Every request is recorded (model, bearer key, messages, tools) so a
 //!   test can assert what was sent, and what was never sent.
+//! - A text answer honours the request's `max_tokens` as a vendor does: cut
+//!   there, `finish_reason: length`, usage counting what was sent.
 //! - The server runs on its own thread and runtime, so it works from any
 //!   test (sync or async, any flavour) and outlives none: dropping the
 //!   handle stops it and joins the thread.
@@ -41,9 +43,26 @@ pub enum Reply {
     /// This reply, after a wait: a slow model, so a test can act while a
     /// turn is in its model call.
     Delayed(std::time::Duration, Box<Reply>),
+    /// This reply, its usage reported as these token counts whatever was
+    /// sent: a vendor whose tokenizer counts more than the client's
+    /// estimate, or that bills past the request's `max_tokens`.
+    Billed {
+        input: u64,
+        output: u64,
+        reply: Box<Reply>,
+    },
 }
 
 impl Reply {
+    /// `reply`, billed as `input` and `output` tokens.
+    pub fn billed(input: u64, output: u64, reply: Reply) -> Reply {
+        Reply::Billed {
+            input,
+            output,
+            reply: Box::new(reply),
+        }
+    }
+
     /// A 429 in OpenAI's shape, advising `retry_after` seconds.
     pub fn rate_limited(retry_after: u64) -> Reply {
         Reply::Status {
@@ -259,9 +278,23 @@ async fn completions(
         (n, reply)
     };
     let mut reply = reply;
-    while let Some(Reply::Delayed(wait, inner)) = reply {
-        tokio::time::sleep(wait).await;
-        reply = Some(*inner);
+    let mut billed = None;
+    loop {
+        match reply {
+            Some(Reply::Delayed(wait, inner)) => {
+                tokio::time::sleep(wait).await;
+                reply = Some(*inner);
+            }
+            Some(Reply::Billed {
+                input,
+                output,
+                reply: inner,
+            }) => {
+                billed = Some((input, output));
+                reply = Some(*inner);
+            }
+            _ => break,
+        }
     }
     let request_id = format!("req-{n}");
     if parsed.is_null() {
@@ -299,11 +332,24 @@ async fn completions(
             retry_after,
             body,
         }) => return respond(code, retry_after, &request_id, body),
-        Some(Reply::Delayed(..)) => unreachable!("waited out above"),
-        Some(Reply::Text(text)) => {
-            let chars = text.chars().count();
-            (json!({"role": "assistant", "content": text}), "stop", chars)
-        }
+        Some(Reply::Delayed(..) | Reply::Billed { .. }) => unreachable!("unwrapped above"),
+        // A text longer than the request's `max_tokens` is cut there, as a
+        // vendor does (`finish_reason: length`).
+        Some(Reply::Text(text)) => match parsed["max_tokens"].as_u64() {
+            Some(max) if tokens(text.chars().count()) > max => {
+                let cut: String = text.chars().take(max as usize * 4).collect();
+                let chars = cut.chars().count();
+                (
+                    json!({"role": "assistant", "content": cut}),
+                    "length",
+                    chars,
+                )
+            }
+            _ => {
+                let chars = text.chars().count();
+                (json!({"role": "assistant", "content": text}), "stop", chars)
+            }
+        },
         Some(Reply::ToolCalls(calls)) => {
             let mut chars = 0;
             let calls: Vec<Value> = calls
@@ -323,7 +369,7 @@ async fn completions(
             )
         }
     };
-    let (input, output) = (tokens(prompt_chars), tokens(answer_chars));
+    let (input, output) = billed.unwrap_or((tokens(prompt_chars), tokens(answer_chars)));
     let body = json!({
         "id": format!("chatcmpl-{n}"),
         "object": "chat.completion",

@@ -9,8 +9,8 @@
 //! - [`admission`]: the completion ledger and the budget windows are read
 //!   side by side before the turn. A trigger the ledger does not know about
 //!   is done (the reply key keeps it from being said twice); a window known
-//!   full turns the work away before the first call, recorded without a
-//!   charge; an unreadable counter is an outage.
+//!   full parks the work before the first call, recorded without a charge;
+//!   an unreadable counter is an outage.
 //! - [`rounds`]: delivery is the engine's judgement, checked three times in
 //!   increasing cost: a `submit_work` claiming delivery that the tool record
 //!   refutes is bounced at decode time ([`dispatch`]); a round that ends
@@ -18,8 +18,12 @@
 //!   `done` on a turn that owed a reply and posted none is overturned.
 //! - [`budget`]: every round is charged, company then seat, in the windows
 //!   current when it is charged (a turn crossing midnight or a Monday pays
-//!   the new window). A refusal stops the next call; an unreachable counter
-//!   is an outage, never "out of budget".
+//!   the new window), and each call's `max_tokens` is clamped to the room
+//!   left. A refusal stops the next call (the paid answer's tool calls
+//!   still run); an unreachable counter is an outage, never "out of budget".
+//! - [`park`]: a turn a budget stopped ends parked ([`TurnEnd::Parked`]):
+//!   its triggers are not completed and its wakes wait in the mailbox until
+//!   the full window turns over or a cap is raised.
 //! - [`owed`]: a reply a trigger is owed is posted once per trigger, across
 //!   crashes and re-batching: its intent is recorded before the tool runs
 //!   and its completion after; an intent found without a completion is
@@ -37,6 +41,7 @@ mod budget;
 mod dispatch;
 mod events;
 mod owed;
+mod park;
 mod prompts;
 mod reply;
 mod rounds;
@@ -49,9 +54,12 @@ use crewlet_bus::Wake;
 use crewlet_company::{Active, Company, Role, Seat};
 use crewlet_coord::{Caps, Coord};
 use serde_json::json;
-use tracing::warn;
+use tracing::{info, warn};
 
-pub use budget::{windows_at, windows_now};
+pub use budget::{estimate, windows_at, windows_now};
+pub use park::{
+    BudgetRoom, Park, budget_parked, budget_room, company_time, park_for, parked_on, turns_over_at,
+};
 
 use crate::ports::{Brain, Clock, EventSink, Said, Sessions, Toolbox};
 use crate::trigger::{self, Target};
@@ -154,10 +162,6 @@ pub enum Outcome {
     NoAction,
     Blocked(String),
     Failed(String),
-    /// A charge was refused mid-turn.
-    BudgetExhausted,
-    /// A window was already full: refused before the first call.
-    TurnedAway,
     /// Every model of the chain failed.
     LlmUnavailable(String),
     /// A reply this turn owed was begun by an earlier run and may or may
@@ -172,8 +176,6 @@ impl Outcome {
             Outcome::NoAction => "no_action",
             Outcome::Blocked(_) => "blocked",
             Outcome::Failed(_) => "failed",
-            Outcome::BudgetExhausted => "budget_exhausted",
-            Outcome::TurnedAway => "turned_away",
             Outcome::LlmUnavailable(_) => "llm_unavailable",
             Outcome::ReplyUncertain(_) => "reply_uncertain",
         }
@@ -205,11 +207,15 @@ pub enum TurnEnd {
     /// The seat was paused before a model call: not done, not recorded —
     /// it runs again when the seat is resumed.
     Paused { turn_id: String },
+    /// A budget stopped the turn (before its first call, or mid-turn after
+    /// the paid answer's tool calls ran): not done, not recorded — the work
+    /// waits for room, as [`Park`] says.
+    Parked { turn_id: String, park: Park },
 }
 
 /// Why a phase stopped the turn early.
 enum Stop {
-    Budget(crewlet_coord::Refusal),
+    Budget(Park),
     Unavailable(String),
     Outage(String),
     Fence,
@@ -221,6 +227,7 @@ enum Halt {
     Outage(String),
     Fence,
     Paused,
+    Parked(Park),
 }
 
 impl<B: Brain> TurnEngine<B> {
@@ -278,6 +285,7 @@ impl<B: Brain> TurnEngine<B> {
             record: Vec::new(),
             activated: BTreeSet::new(),
             said: Vec::new(),
+            metered: None,
             input_tokens: 0,
             output_tokens: 0,
             model_calls: 0,
@@ -301,6 +309,9 @@ impl<B: Brain> TurnEngine<B> {
             Err(Halt::Outage(r)) => ("outage", Some(r.clone())),
             Err(Halt::Fence) => ("fence_lost", None),
             Err(Halt::Paused) => ("paused", None),
+            // Stopped before any call was paid for, or by the meter.
+            Err(Halt::Parked(_)) if run.model_calls == 0 => ("parked", None),
+            Err(Halt::Parked(_)) => ("budget_exhausted", None),
         };
         run.emit(
             "turn_ended",
@@ -331,6 +342,10 @@ impl<B: Brain> TurnEngine<B> {
             },
             Err(Halt::Paused) => TurnEnd::Paused {
                 turn_id: run.turn_id,
+            },
+            Err(Halt::Parked(park)) => TurnEnd::Parked {
+                turn_id: run.turn_id,
+                park,
             },
             Err(Halt::Outage(reason)) => TurnEnd::Outage {
                 turn_id: run.turn_id,
@@ -372,6 +387,8 @@ struct Run<'a, B, T> {
     record: Vec<Ran>,
     activated: BTreeSet<(String, String)>,
     said: Vec<Said>,
+    /// A refusal the meter answered to a charged call: the next call stops.
+    metered: Option<Park>,
     input_tokens: u64,
     output_tokens: u64,
     model_calls: u32,
@@ -388,12 +405,13 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             },
             Err(stop) => stop,
         };
-        // A refused charge and an unavailable chain end the turn; an outage
-        // and a lost fence leave it not done.
+        // An unavailable chain ends the turn; a budget, an outage and a
+        // lost fence leave it not done.
         match stop {
-            Stop::Budget(r) => {
-                self.budget_event(&r, false).await;
-                Ok(Outcome::BudgetExhausted)
+            Stop::Budget(park) => {
+                self.parked(&park).await;
+                self.announce(&park).await;
+                Err(Halt::Parked(park))
             }
             Stop::Unavailable(reason) => Ok(Outcome::LlmUnavailable(reason)),
             Stop::Outage(reason) => Err(Halt::Outage(reason)),
@@ -405,7 +423,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     /// Settles what earlier runs left of the owed replies, then admits.
     async fn begin(&mut self, room: admission::Room) -> Result<Option<Outcome>, Stop> {
         self.settle_replies().await?;
-        self.admit(room).await
+        self.admit(room).await.map(|()| None)
     }
 
     /// A turn whose owed reply is uncertain never ends as delivered.
@@ -426,6 +444,64 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 warn!(subsystem = "turns", %key, error = %e, "cannot record the trigger as completed; a redelivery may run it again (its reply keys still hold)");
             }
         }
+        self.remember();
+    }
+
+    /// Records the park (event and log line); the triggers stay open, and
+    /// the session is written by the run that finishes them.
+    async fn parked(&self, park: &Park) {
+        let until = park::company_time(&self.company, park.until);
+        info!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id,
+            scope = %park.scope_name(), period = park.period_name(), window = %park.window,
+            %until, need = park.need, "the seat's work is parked until its budget has room");
+        self.emit(
+            "budget_parked",
+            json!({
+                "turn_id": self.turn_id,
+                "scope": park.scope_name(),
+                "period": park.period_name(),
+                "window": park.window,
+                "spent": park.spent,
+                "cap": park.cap,
+                "need": park.need,
+                "until": until,
+                "until_ms": park.until.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+            }),
+        )
+        .await;
+    }
+
+    /// `[budgets] announce_park`: tells the person owed a reply, once (the
+    /// owed reply's own record keeps it to one post per trigger), that the
+    /// seat is out of budget until the window turns over. Off by default:
+    /// silence. A failed announcement is logged; the work stays parked.
+    async fn announce(&mut self, park: &Park) {
+        if !self.company.announce_park || !self.owed_unanswered() {
+            return;
+        }
+        let (Some(owed), Some((server, tool))) =
+            (self.owed.clone(), self.reply_tools().first().cloned())
+        else {
+            return;
+        };
+        let call = crate::ports::Call {
+            id: format!("budget-park-{}", self.turn_id),
+            name: format!("{server}__{tool}"),
+            arguments: json!({
+                "channel": owed.channel,
+                "thread": owed.thread,
+                "text": prompts::out_of_budget(&park.reason(&self.company)),
+            })
+            .to_string(),
+        };
+        if let Err(Stop::Outage(why)) = self.dispatch(&call).await {
+            warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, %why,
+                "could not announce the budget park to the person owed a reply");
+        }
+    }
+
+    /// Records what the turn said in its conversation's session.
+    fn remember(&self) {
         if let Some(conv) = &self.conversation
             && let Err(e) = self.engine.sessions.remember(
                 &self.handle,

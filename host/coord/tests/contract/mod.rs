@@ -1133,7 +1133,8 @@ pub async fn budget_calendar_windows<F: Fixture>(f: &F) {
         .expect("day cap");
     assert_eq!(
         (r.period, r.spent, r.cap),
-        (crewlet_coord::Period::Day, 60, 100)
+        (crewlet_coord::Period::Day, 120, 100),
+        "the refusal reads the window with the refused round counted"
     );
     // Monday 00:30 local: a new day and a new ISO week, same month.
     let monday = windows_at(datetime!(2026-03-29 22:30 UTC), 2);

@@ -3,6 +3,12 @@
 //!
 //! A seat's state is one of:
 //! - `paused`: a pause record names it (whoever holds it; its wakes wait);
+//! - `parked`: held, with wakes in its mailbox and a budget window (its own
+//!   or the company's) without room for a token or with a standing refusal
+//!   (`crewlet_turns::parked_on`), so its mailbox takes nothing until the
+//!   window turns over or a cap is raised; `reason` says
+//!   `budget: day window until …` on the company's clock (the counters are
+//!   read only for seats with waiting wakes; unreadable → `unknown`);
 //! - `held`: a live seat lease whose owner is a live node (the very
 //!   incarnation on the presence lease);
 //! - `stale`: a live seat lease whose owner is not in presence, or whose
@@ -56,6 +62,7 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         crate::history::gather(ctx, Ask::OpenTurns, None),
     );
     let pauses = ctx.pauses.borrow().clone();
+    let parks = parks(ctx, &active.company, depths.as_ref().ok()).await;
     let mut errors = Vec::new();
     let mut unknown = |what: &str, e: &String| errors.push(json!({"what": what, "error": e}));
     if let Err(e) = &seats {
@@ -66,6 +73,9 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
     }
     if let Err(e) = &depths {
         unknown("the mailbox depths", e);
+    }
+    if let Err(e) = &parks {
+        unknown("the budget counters", e);
     }
     if pauses.is_none() {
         unknown(
@@ -152,10 +162,20 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
                 .map_or(json!("missing"), |d| json!(d)),
             Err(_) => Value::Null,
         };
+        let park = match &parks {
+            Ok(p) => Some(p.get(handle)),
+            Err(_) => None,
+        };
+        let state = match (state, park) {
+            ("held", Some(Some(_))) => "parked",
+            ("held", None) => "unknown",
+            (s, _) => s,
+        };
         let reason = match (state, &seat_nodes) {
             ("unplaced", Some(seat_nodes)) => {
                 json!(unplaced_reason(active.company.pin_of(seat), seat_nodes))
             }
+            ("parked", _) => json!(park.flatten()),
             _ => Value::Null,
         };
         rows.push(json!({
@@ -178,6 +198,38 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         "turns_coverage": open.coverage,
         "errors": errors,
     }))
+}
+
+/// The seats with waiting wakes whose budget has no room, with why (see the
+/// module docs); the counters are read only for those seats.
+async fn parks(
+    ctx: &EngineContext,
+    company: &crewlet_company::Company,
+    depths: Option<&BTreeMap<String, crewlet_stream::MailboxDepth>>,
+) -> Result<BTreeMap<String, String>, String> {
+    let Some(depths) = depths else {
+        return Ok(BTreeMap::new());
+    };
+    let waiting: Vec<&crewlet_company::Seat> = company
+        .seats
+        .values()
+        .filter(|s| {
+            depths
+                .get(&crewlet_bus::mailbox_durable(s.handle.as_str()))
+                .is_some_and(|d| d.pending + d.in_work > 0)
+        })
+        .collect();
+    let now = crewlet_os::wall_now();
+    let reads = waiting
+        .iter()
+        .map(|seat| crewlet_turns::budget_parked(&ctx.coord, company, seat, now));
+    let mut out = BTreeMap::new();
+    for (seat, park) in waiting.iter().zip(futures::future::join_all(reads).await) {
+        if let Some(park) = park.map_err(|e| e.to_string())? {
+            out.insert(seat.handle.to_string(), park.reason(company));
+        }
+    }
+    Ok(out)
 }
 
 /// Why a seat no node holds is unplaced, from the live seat nodes.
@@ -243,7 +295,10 @@ pub fn render_agents(v: &Value) -> String {
             text(&a["handle"]),
             text(&a["role"]),
             text(&a["group"]),
-            text(&a["state"]),
+            match (a["state"].as_str(), a["reason"].as_str()) {
+                (Some("parked"), Some(why)) => format!("parked ({why})"),
+                _ => text(&a["state"]),
+            },
             text(&a["holder"]["node"]),
             text(&a["turns_in_flight"]),
             mailbox,
@@ -251,7 +306,7 @@ pub fn render_agents(v: &Value) -> String {
     }
     let mut out = table(&rows);
     for a in v["agents"].as_array().into_iter().flatten() {
-        if a["reason"].is_string() {
+        if a["state"] == "unplaced" && a["reason"].is_string() {
             out.push_str(&format!(
                 "{} unplaced: {}\n",
                 text(&a["handle"]),

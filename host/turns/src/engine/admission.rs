@@ -8,25 +8,30 @@
 //!   twice; failing closed would drop it.
 //! - An unreadable budget counter is an outage (run it again later), never
 //!   "out of budget".
-//! - A window the read finds full turns the work away before the first
-//!   call; [`Coord::refuse`] records the refusal without a charge. The read
-//!   may be stale: when the store finds room after all, the turn runs.
+//! - A window the read finds full parks the work before the first call
+//!   ([`super::park`]): [`Coord::refuse`] records the refusal without a
+//!   charge, once, and the turn ends `parked` — its triggers not completed,
+//!   its wakes left in the mailbox. The read may be stale: when the store
+//!   finds room after all, the turn runs.
+//!
+//! [`Coord::refuse`]: crewlet_coord::Coord::refuse
 
 use crewlet_bus::Wake;
 use crewlet_company::{Company, Role};
 use crewlet_coord::{Answer, CoordError, Scope, Windows};
 use tracing::warn;
 
-use super::budget::{caps, has_room, windows_at};
-use super::{Brain, Outcome, Run, Stop, TurnEngine};
+use super::budget::windows_at;
+use super::park::{self, Park};
+use super::{Brain, Run, Stop, TurnEngine};
 use crate::ports::Toolbox;
 use crate::trigger;
 
-/// What the budget read said: room in every capped window (yes / no), or
-/// unknown; with the windows it read.
+/// What the budget read said: room in every capped window (`None`), the
+/// park a full one calls for, or unknown; with the windows it read.
 pub(super) struct Room {
     pub(super) windows: Windows,
-    pub(super) answer: Result<bool, CoordError>,
+    pub(super) answer: Result<Option<Park>, CoordError>,
 }
 
 /// The triggers left to do, and the room there is for them.
@@ -45,7 +50,8 @@ pub(super) async fn read<B: Brain>(
     handle: &str,
     wakes: &[Wake],
 ) -> Option<Admission> {
-    let windows = windows_at(company, engine.clock.now());
+    let now = engine.clock.now();
+    let windows = windows_at(company, now);
     let ledger = futures::future::join_all(wakes.iter().map(|w| async move {
         let key = trigger::trigger_key(w);
         let done = engine.coord.completed(&key).await;
@@ -57,9 +63,11 @@ pub(super) async fn read<B: Brain>(
             engine.coord.budget(&Scope::Company, &windows),
             engine.coord.budget(&seat, &windows)
         );
-        Ok::<bool, CoordError>(
-            has_room(&c?, &caps(&company.budget)) && has_room(&s?, &caps(&role.budget)),
-        )
+        let views = [
+            (Scope::Company, c?, company.budget),
+            (seat.clone(), s?, role.budget),
+        ];
+        Ok::<_, CoordError>(park::park_for(company, &views, now, 1))
     };
     let (ledger, answer) = futures::join!(ledger, room);
     let mut keys = Vec::new();
@@ -83,18 +91,18 @@ pub(super) async fn read<B: Brain>(
 }
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
-    /// Turns the work away when the read found a window full (only then is
-    /// the store written to, to record the refusal).
-    pub(super) async fn admit(&mut self, room: Room) -> Result<Option<Outcome>, Stop> {
-        match room.answer {
-            Ok(true) => return Ok(None),
-            Ok(false) => {}
+    /// Parks the work when the read found a window full (only then is the
+    /// store written to, to record the refusal).
+    pub(super) async fn admit(&mut self, room: Room) -> Result<(), Stop> {
+        let park = match room.answer {
+            Ok(None) => return Ok(()),
+            Ok(Some(park)) => park,
             Err(e) => {
                 return Err(Stop::Outage(format!(
                     "the budget counters are unreachable: {e}"
                 )));
             }
-        }
+        };
         let refused = self
             .engine
             .coord
@@ -106,10 +114,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             )
             .await;
         match refused {
-            Ok(Answer::No(())) => Ok(None),
+            Ok(Answer::No(())) => Ok(()),
             Ok(Answer::Yes(r)) => {
                 self.budget_event(&r, true).await;
-                Ok(Some(Outcome::TurnedAway))
+                Err(Stop::Budget(park))
             }
             Err(e) => Err(Stop::Outage(format!(
                 "the budget counters are unreachable: {e}"

@@ -176,3 +176,9 @@ fn clipped(s: &str, max: usize) -> String {
     }
     format!("{}…", &s[..end])
 }
+
+/// What a parked seat says to the person owed a reply, when its company
+/// opted in (`[budgets] announce_park`).
+pub(super) fn out_of_budget(reason: &str) -> String {
+    format!("I am out of token budget ({reason}); I will pick this up then.")
+}

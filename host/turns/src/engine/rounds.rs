@@ -11,7 +11,9 @@
 //! - `max_iterations` bounds the reviewed attempts; running out fails the
 //!   turn. The reviewer gets [`Limits::review_rounds`] calls to answer.
 //! - Before every model call the lease fence is checked: a node that may no
-//!   longer act for the seat stops before it spends anything.
+//!   longer act for the seat stops before it spends anything; then the
+//!   meter: a refusal the last charge answered stops this call, and the
+//!   call's `max_tokens` is clamped to the budget's room ([`super::budget`]).
 //!
 //! [`Limits::review_rounds`]: super::Limits::review_rounds
 
@@ -180,8 +182,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         Ok((Verdict::Failed, "the reviewer gave no verdict".into()))
     }
 
-    /// One model call: fenced, recorded, charged. The reviewer's answer
-    /// must be a tool call.
+    /// One model call: fenced, metered, recorded, charged. The reviewer's
+    /// answer must be a tool call.
     async fn think(
         &mut self,
         chain: &[ModelRef],
@@ -196,6 +198,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Act::FenceLost => return Err(Stop::Fence),
             Act::Paused => return Err(Stop::Paused),
         }
+        if let Some(park) = self.metered.take() {
+            return Err(Stop::Budget(park));
+        }
+        let max_tokens = self.clamp(&messages, &tools).await?;
         let site = CallSite {
             turn_id: self.turn_id.clone(),
             seat: self.handle.clone(),
@@ -207,7 +213,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             messages,
             tools,
             must_call_tool: phase == Phase::Reviewer,
-            max_tokens: self.engine.limits.max_tokens,
+            max_tokens,
         };
         let started = Instant::now();
         let thought = self

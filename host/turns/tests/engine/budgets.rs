@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use crewlet_coord::{Answer, BudgetView, Caps, Scope};
-use crewlet_turns::{Outcome, TurnEnd, trigger, windows_at};
+use crewlet_turns::{Outcome, TurnEnd, estimate, trigger, windows_at};
 
 use crate::harness::{
-    Doc, Fixture, NEW_YEAR, Step, assignment, list_tools, outcome, review, submit,
+    Doc, Fixture, NEW_YEAR, Step, assignment, list_tools, mention, outcome, post, review, submit,
 };
 
 fn seat() -> Scope {
@@ -90,19 +90,32 @@ async fn each_round_is_charged_in_the_windows_current_when_it_is_charged() {
 }
 
 #[tokio::test]
-async fn a_refused_charge_stops_the_next_call() {
-    let f = Fixture::new(day_cap(20));
+async fn a_refused_charge_runs_the_paid_answers_tools_then_parks_before_the_next_call() {
+    let f = Fixture::new(day_cap(5_000));
     f.script([
         Step::calls(vec![list_tools()]),
-        Step::calls(vec![list_tools()]),
-        Step::calls(vec![submit("no_action", "x")]),
+        // The answer that passes the cap asked for a reply: it is paid for,
+        // so the reply is posted; only the next call is refused.
+        Step::calls(vec![post("C1", "17.1", "on it")]).cost(4_000, 2_000),
+        Step::calls(vec![submit("delivered", "x")]),
     ]);
-    let end = f.run(&[assignment("d1")]).await;
-    assert_eq!(outcome(&end), &Outcome::BudgetExhausted);
+    let end = f.run(&[mention("d1")]).await;
+    let TurnEnd::Parked { park, .. } = &end else {
+        panic!("not parked: {end:?}");
+    };
+    assert_eq!(
+        (park.scope.clone(), park.period, park.need),
+        (seat(), crewlet_coord::Period::Day, 1)
+    );
     assert_eq!(
         f.brain.asked().len(),
         2,
         "the refusal stopped the third call"
+    );
+    assert_eq!(
+        f.chat.posts().len(),
+        1,
+        "the paid answer's reply was posted"
     );
     let refused = f.of_kind("budget_exhausted").await;
     assert_eq!(refused.len(), 1);
@@ -110,20 +123,30 @@ async fn a_refused_charge_stops_the_next_call() {
         refused[0],
         serde_json::json!({
             "turn_id": refused[0]["turn_id"], "scope": "seat:ada", "period": "day",
-            "spent": 12, "cap": 20, "before_first_call": false,
-        })
+            "spent": 6_012, "cap": 5_000, "before_first_call": false,
+        }),
+        "the refusal carries the spend it saw, the refused round included"
     );
+    let parked = f.of_kind("budget_parked").await;
+    assert_eq!(parked.len(), 1);
+    assert_eq!(parked[0]["scope"], "seat:ada");
+    assert_eq!(parked[0]["until"], "2026-01-02T00:00:00+00:00");
+    let ended = f.of_kind("turn_ended").await;
+    assert_eq!(ended[0]["outcome"], "budget_exhausted");
     assert_eq!(
         seat_budget(&f).await.day.spent,
-        24,
+        6_012,
         "a refused round still counts"
     );
-    let key = trigger::trigger_key(&assignment("d1"));
-    assert!(matches!(f.coord.completed(&key).await, Ok(Answer::Yes(()))));
+    let key = trigger::trigger_key(&mention("d1"));
+    assert!(
+        matches!(f.coord.completed(&key).await, Ok(Answer::No(()))),
+        "parked work is not completed"
+    );
 }
 
 #[tokio::test]
-async fn a_full_window_turns_the_work_away_before_the_first_call() {
+async fn a_full_window_parks_the_work_before_the_first_call() {
     let f = Fixture::new(day_cap(20));
     let windows = windows_at(&f.active.company, crewlet_coord::Clock::now(&f.clock));
     let caps = Caps {
@@ -137,15 +160,84 @@ async fn a_full_window_turns_the_work_away_before_the_first_call() {
     assert!(matches!(full, Ok(Answer::Yes(_))));
     f.script([Step::calls(vec![submit("no_action", "x")])]);
     let end = f.run(&[assignment("d1")]).await;
-    assert_eq!(outcome(&end), &Outcome::TurnedAway);
+    let TurnEnd::Parked { park, .. } = &end else {
+        panic!("not parked: {end:?}");
+    };
+    assert_eq!((park.spent, park.cap), (20, 20));
     assert!(f.brain.asked().is_empty());
-    let refused = f.of_kind("budget_exhausted").await;
-    assert_eq!(refused[0]["before_first_call"], true);
     assert_eq!(
-        seat_budget(&f).await.day.spent,
-        20,
-        "turned away without a charge"
+        f.kinds().await,
+        [
+            "turn_started",
+            "budget_exhausted",
+            "budget_parked",
+            "turn_ended"
+        ]
     );
+    assert_eq!(
+        f.of_kind("budget_exhausted").await[0]["before_first_call"],
+        true
+    );
+    assert_eq!(f.of_kind("turn_ended").await[0]["outcome"], "parked");
+    let view = seat_budget(&f).await;
+    assert_eq!(view.day.spent, 20, "parked without a charge");
+    assert!(view.day.refused_at.is_some(), "the refusal is recorded");
+    let key = trigger::trigger_key(&assignment("d1"));
+    assert!(matches!(f.coord.completed(&key).await, Ok(Answer::No(()))));
+}
+
+#[tokio::test]
+async fn each_call_asks_for_no_more_tokens_than_the_room_left() {
+    let f = Fixture::new(day_cap(5_000));
+    f.script([
+        Step::calls(vec![list_tools()]).cost(1_000, 500),
+        Step::calls(vec![submit("no_action", "x")]),
+        Step::calls(vec![review("done", "")]),
+    ]);
+    let end = f.run(&[assignment("d1")]).await;
+    assert_eq!(outcome(&end), &Outcome::NoAction);
+    let asked = f.brain.asked();
+    let room = |spent: u64, a: &crate::script::Asked| {
+        let prompt = estimate(&a.prompt.messages, &a.prompt.tools);
+        (5_000 - spent - prompt).min(4_096) as u32
+    };
+    assert_eq!(asked[0].prompt.max_tokens, room(0, &asked[0]));
+    assert_eq!(asked[1].prompt.max_tokens, room(1_500, &asked[1]));
+    assert!(asked[1].prompt.max_tokens < 3_500);
+    assert_eq!(asked[2].prompt.max_tokens, room(1_512, &asked[2]));
+}
+
+#[tokio::test]
+async fn a_call_whose_prompt_would_overrun_the_room_is_not_made() {
+    let f = Fixture::new(day_cap(5_000));
+    f.script([
+        Step::calls(vec![list_tools()]).cost(1_000, 500),
+        Step::calls(vec![submit("no_action", "x")]),
+    ]);
+    // Leave less room than the first prompt needs, but some.
+    let windows = windows_at(&f.active.company, crewlet_coord::Clock::now(&f.clock));
+    let caps = Caps {
+        day: Some(5_000),
+        ..Caps::default()
+    };
+    f.coord
+        .charge("ada", &windows, &Caps::default(), &caps, 4_990)
+        .await
+        .unwrap()
+        .yes()
+        .unwrap();
+    let end = f.run(&[assignment("d1")]).await;
+    let TurnEnd::Parked { park, .. } = &end else {
+        panic!("not parked: {end:?}");
+    };
+    assert!(park.need > 10, "parked until the prompt fits: {park:?}");
+    assert!(f.brain.asked().is_empty(), "no call was made");
+    let refused = f.of_kind("budget_exhausted").await;
+    assert_eq!(refused.len(), 1);
+    assert_eq!(refused[0]["before_first_call"], true);
+    let view = seat_budget(&f).await;
+    assert_eq!(view.day.spent, 4_990, "nothing charged");
+    assert!(view.day.refused_at.is_some(), "the refusal is recorded");
 }
 
 #[tokio::test]
