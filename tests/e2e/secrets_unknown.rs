@@ -297,7 +297,17 @@ fn a_bucket_out_of_reach_at_start_is_unknown_until_it_answers_and_no_work_is_los
         );
     }
     assert!(common::events(&node, "llm_unavailable").is_empty());
-    let (ada, bob) = (turn_outcomes(&node, "ada"), turn_outcomes(&node, "bob"));
+    // A turn's events are recorded off its critical path: after its post.
+    let (mut ada, mut bob) = (Vec::new(), Vec::new());
+    let delivered = |o: &Vec<String>| o.iter().any(|o| o == "delivered");
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            (ada, bob) = (turn_outcomes(&node, "ada"), turn_outcomes(&node, "bob"));
+            delivered(&ada) && delivered(&bob)
+        }),
+        "{ada:?} {bob:?}\n{}",
+        node.log_text()
+    );
     eprintln!("ada's turns: {ada:?}; bob's: {bob:?}");
     assert_eq!(
         ada.iter().filter(|o| *o == "delivered").count(),
