@@ -40,6 +40,7 @@ mod replay;
 mod replies;
 mod sandbox;
 mod secrets;
+mod secrets_unknown;
 mod speak;
 mod stall;
 mod telemetry;

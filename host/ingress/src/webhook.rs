@@ -423,6 +423,13 @@ impl Edge {
                     "webhook secret unavailable on this node");
                 return Err(Outcome::Unavailable(why));
             }
+            // Not yet known: the sender retries (503 + Retry-After); the
+            // delivery is neither verified against a guess nor refused.
+            Lookup::Unknown(why) => {
+                warn!(subsystem = "ingress", source, secret = secret_name, reason = %why,
+                    "webhook secret not known yet on this node");
+                return Err(Outcome::Unavailable(why));
+            }
         };
         let req = plugin.declared_only(Request {
             route: match handle {

@@ -18,7 +18,8 @@
 //!
 //! A server that fails to start never fails its seat: it is recorded as
 //! failed, with a reason of at most [`REASON_MAX`] bytes, and the seat runs
-//! with the others.
+//! with the others. A credential not known yet is not a failure: the seat
+//! is not equipped ([`CredentialUnknown`]) and no child runs without it.
 
 mod connection;
 mod policy;
@@ -35,7 +36,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use policy::{Allowed, CommandPolicy, Refused};
-pub use seat::SeatTools;
+pub use seat::{CredentialUnknown, SeatTools};
 pub use shared::SharedChildren;
 pub use status::{McpStatusRow, merge_status};
 pub use substitute::{SubstituteError, substitute};

@@ -4,6 +4,10 @@
 //! when the seat's lease goes. It owns its `shared = false` children, so two
 //! seats of one template can never reach each other's; it holds only a
 //! reference to the node's `shared = true` children.
+//!
+//! A credential that is not known yet (the secrets store has not answered)
+//! is no failure to run without: [`SeatTools::start`] spawns nothing and
+//! answers [`CredentialUnknown`], and the caller equips the seat again later.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -14,6 +18,7 @@ use crewlet_company::McpServer;
 use crate::connection::{Connection, Launch};
 use crate::shared::SharedChildren;
 use crate::status::McpStatusRow;
+use crate::substitute::{Redactor, SubstituteError};
 use crate::{
     McpError, McpOptions, Resolver, ServerState, ServerSummary, ToolResult, ToolSpec, clip_reason,
 };
@@ -28,6 +33,15 @@ struct Entry {
     slot: Slot,
 }
 
+/// A server of the seat waits for a credential not known yet: nothing was
+/// started; equip the seat again once the secrets store answers.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("MCP server `{server}` waits for its credential, so the seat is not equipped yet: {why}")]
+pub struct CredentialUnknown {
+    pub server: String,
+    pub why: String,
+}
+
 /// One seat's MCP servers.
 pub struct SeatTools {
     seat: String,
@@ -37,25 +51,50 @@ pub struct SeatTools {
 
 impl SeatTools {
     /// Starts the seat's servers concurrently, each within
-    /// `opts.start_timeout`. Never fails: a server that cannot start is
-    /// recorded as failed with its reason.
+    /// `opts.start_timeout`. A server that cannot start is recorded as
+    /// failed with its reason and the seat runs with the others — except
+    /// one whose credential is not known yet: then nothing is started and
+    /// the answer is [`CredentialUnknown`].
     pub async fn start(
         seat: &str,
         servers: &BTreeMap<String, McpServer>,
         shared: &SharedChildren,
         resolve: Resolver,
         opts: &McpOptions,
-    ) -> SeatTools {
+    ) -> Result<SeatTools, CredentialUnknown> {
+        // Every launch resolved before any child is spawned.
+        let mut launches = BTreeMap::new();
+        for (name, spec) in servers {
+            if spec.shared {
+                if let Some(why) = shared.waits_for(name) {
+                    return Err(CredentialUnknown {
+                        server: name.clone(),
+                        why,
+                    });
+                }
+                continue;
+            }
+            match Launch::resolve(&spec.transport, &resolve) {
+                Err(e @ SubstituteError::Unknown { .. }) => {
+                    return Err(CredentialUnknown {
+                        server: name.clone(),
+                        why: e.to_string(),
+                    });
+                }
+                resolved => {
+                    launches.insert(name.clone(), resolved);
+                }
+            }
+        }
         let starts = servers.iter().map(|(name, spec)| {
-            let resolve = resolve.clone();
+            let resolved = launches.remove(name);
             async move {
-                let slot = if spec.shared {
-                    match shared.connection(name, spec) {
+                let slot = match resolved {
+                    None => match shared.connection(name, spec) {
                         Ok(conn) => Slot::Started(conn),
                         Err(reason) => Slot::Failed(reason),
-                    }
-                } else {
-                    start_own(seat, name, spec, &resolve, opts).await
+                    },
+                    Some(resolved) => start_own(seat, name, resolved, opts).await,
                 };
                 (
                     name.clone(),
@@ -70,11 +109,11 @@ impl SeatTools {
             .await
             .into_iter()
             .collect();
-        SeatTools {
+        Ok(SeatTools {
             seat: seat.to_owned(),
             servers,
             call_timeout: opts.call_timeout,
-        }
+        })
     }
 
     /// The seat this registry belongs to.
@@ -214,11 +253,10 @@ impl SeatTools {
 async fn start_own(
     seat: &str,
     name: &str,
-    spec: &McpServer,
-    resolve: &Resolver,
+    resolved: Result<(Launch, Redactor), SubstituteError>,
     opts: &McpOptions,
 ) -> Slot {
-    let (launch, redactor) = match Launch::resolve(&spec.transport, resolve) {
+    let (launch, redactor) = match resolved {
         Ok(resolved) => resolved,
         Err(e) => {
             tracing::warn!(seat, server = name, "MCP server not started: {e}");

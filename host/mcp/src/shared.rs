@@ -15,6 +15,7 @@ use crewlet_company::McpServer;
 
 use crate::connection::{Connection, Launch};
 use crate::status::McpStatusRow;
+use crate::substitute::SubstituteError;
 use crate::{McpOptions, Resolver, clip_reason};
 
 /// The node's shared children; cheap to clone (one set per node).
@@ -41,6 +42,9 @@ struct Shared {
     spec: McpServer,
     launch: Option<Launch>,
     slot: Result<Arc<Connection>, String>,
+    /// Not started because a credential is not known yet: the next apply
+    /// tries it again, even at the same epoch.
+    waiting: bool,
 }
 
 impl SharedChildren {
@@ -57,6 +61,20 @@ impl SharedChildren {
     /// The epoch last applied, if any.
     pub fn epoch(&self) -> Option<u64> {
         self.state().epoch
+    }
+
+    /// Whether a server of the applied epoch waits for a credential not
+    /// known yet (apply the epoch again once it may be).
+    pub fn waiting(&self) -> bool {
+        self.state().servers.values().any(|s| s.waiting)
+    }
+
+    /// Why `name` was not started, when it waits for a credential not
+    /// known yet.
+    pub(crate) fn waits_for(&self, name: &str) -> Option<String> {
+        let state = self.state();
+        let shared = state.servers.get(name).filter(|s| s.waiting)?;
+        shared.slot.as_ref().err().cloned()
     }
 
     /// Makes `servers` (the epoch's `shared = true` servers) the running set.
@@ -124,6 +142,7 @@ impl SharedChildren {
                 slot: Err(format!(
                     "`{name}` is a per-seat template (shared = false); the node runs only shared servers"
                 )),
+                waiting: false,
             };
         }
         let (launch, redactor) = match Launch::resolve(&spec.transport, resolve) {
@@ -133,6 +152,7 @@ impl SharedChildren {
                 return Shared {
                     spec,
                     launch: None,
+                    waiting: matches!(e, SubstituteError::Unknown { .. }),
                     slot: Err(clip_reason(&e.to_string())),
                 };
             }
@@ -150,6 +170,7 @@ impl SharedChildren {
                 spec,
                 launch: Some(launch),
                 slot: Ok(conn),
+                waiting: false,
             };
         }
         let slot = match Connection::start(name, &launch, redactor, &self.inner.opts).await {
@@ -171,6 +192,7 @@ impl SharedChildren {
             spec,
             launch: Some(launch),
             slot,
+            waiting: false,
         }
     }
 

@@ -29,6 +29,14 @@ pub enum SubstituteError {
         field: String,
         why: String,
     },
+    /// Not known yet (the secrets store has not answered this node): the
+    /// server waits for it; it is never started without it.
+    #[error("`${{{name}}}` in {field} is not known yet: {why}")]
+    Unknown {
+        name: String,
+        field: String,
+        why: String,
+    },
     #[error("{field}: `${{` without a closing `}}`; write `$$` for a literal `$`")]
     Unclosed { field: String },
     #[error(
@@ -83,6 +91,13 @@ pub(crate) fn substitute_into(
             }
             Lookup::Unavailable(why) => {
                 return Err(SubstituteError::Unavailable {
+                    name: name.to_owned(),
+                    field: field.to_owned(),
+                    why,
+                });
+            }
+            Lookup::Unknown(why) => {
+                return Err(SubstituteError::Unknown {
                     name: name.to_owned(),
                     field: field.to_owned(),
                     why,

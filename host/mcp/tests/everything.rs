@@ -60,7 +60,8 @@ async fn server_everything_over_stdio() {
         resolver(&[("MARK", "ana-mark-1")]),
         &opts(),
     )
-    .await;
+    .await
+    .expect("no credential is unknown here");
     let servers = seat.servers();
     let tools = match &summary(&servers, "everything").state {
         ServerState::Started { tools } => *tools,
@@ -220,7 +221,8 @@ async fn server_everything_over_streamable_http() {
         resolver(&[("SEAT_TOKEN", "ana-http-token")]),
         &opts(),
     )
-    .await;
+    .await
+    .expect("no credential is unknown here");
     let servers = seat.servers();
     assert!(
         matches!(

@@ -41,6 +41,7 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
             &opts
         ),
     );
+    let (ana, bo) = (ana.expect("equipped"), bo.expect("equipped"));
     let (ana_servers, bo_servers) = (ana.servers(), bo.servers());
     assert_eq!(
         summary(&ana_servers, "chat").state,
@@ -182,8 +183,12 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
 
     // A seat resolver that would give another identity is not consulted.
     let seat_resolver = resolver(&[("COMPANY_CHAT_TOKEN", "not-used")]);
-    let ana = SeatTools::start("ana", &role, &shared, seat_resolver.clone(), &opts()).await;
-    let bo = SeatTools::start("bo", &role, &shared, seat_resolver.clone(), &opts()).await;
+    let ana = SeatTools::start("ana", &role, &shared, seat_resolver.clone(), &opts())
+        .await
+        .expect("equipped");
+    let bo = SeatTools::start("bo", &role, &shared, seat_resolver.clone(), &opts())
+        .await
+        .expect("equipped");
     assert_eq!(pid_of(&ana.servers(), "chat"), pid);
     assert_eq!(pid_of(&bo.servers(), "chat"), pid);
     assert!(summary(&ana.servers(), "chat").shared);
@@ -233,7 +238,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
         bo.call("chat", "whoami", json!({})).await.unwrap().text,
         "company-bot"
     );
-    let carol = SeatTools::start("carol", &role, &shared, seat_resolver.clone(), &opts()).await;
+    let carol = SeatTools::start("carol", &role, &shared, seat_resolver.clone(), &opts())
+        .await
+        .expect("equipped");
     assert_eq!(
         carol.call("chat", "whoami", json!({})).await.unwrap().text,
         "company-bot-2"
@@ -249,7 +256,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
 
     // A role giving the shared name another spec is refused for that seat.
     let other = BTreeMap::from([("chat".to_owned(), chat_spec(true, "OTHER_TOKEN", &log))]);
-    let dave = SeatTools::start("dave", &other, &shared, seat_resolver.clone(), &opts()).await;
+    let dave = SeatTools::start("dave", &other, &shared, seat_resolver.clone(), &opts())
+        .await
+        .expect("equipped");
     let reason = failure(&dave.servers(), "chat");
     assert!(reason.contains("another spec"), "{reason}");
 
@@ -260,7 +269,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
         !process_exists(pid3),
         "a removed, unused shared child is stopped"
     );
-    let eve = SeatTools::start("eve", &role, &shared, seat_resolver.clone(), &opts()).await;
+    let eve = SeatTools::start("eve", &role, &shared, seat_resolver.clone(), &opts())
+        .await
+        .expect("equipped");
     let reason = failure(&eve.servers(), "chat");
     assert!(reason.contains("no shared server `chat`"), "{reason}");
     assert!(matches!(
@@ -286,7 +297,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
 
     shared.apply(6, role.clone(), company.clone()).await;
     let pid6 = shared.pid("chat").unwrap();
-    let frank = SeatTools::start("frank", &role, &shared, seat_resolver, &opts()).await;
+    let frank = SeatTools::start("frank", &role, &shared, seat_resolver, &opts())
+        .await
+        .expect("equipped");
     shared.shutdown().await;
     assert!(
         !process_exists(pid6),
@@ -360,7 +373,8 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
         resolver(&[("SEAT_CHAT_TOKEN", "ana-secret-token")]),
         &opts,
     )
-    .await;
+    .await
+    .expect("equipped");
     let took = started.elapsed();
     assert!(
         took < Duration::from_secs(10),
@@ -547,6 +561,7 @@ async fn twenty_seats_start_their_own_children() {
                 &opts(),
             )
             .await
+            .expect("equipped")
         }
     }))
     .await;
@@ -635,7 +650,9 @@ async fn a_server_runs_in_its_allowed_working_directory_by_the_checked_path() {
         ..McpOptions::default()
     };
     let shared = SharedChildren::new(opts.clone());
-    let seat = SeatTools::start("ana", &role, &shared, resolver(&[]), &opts).await;
+    let seat = SeatTools::start("ana", &role, &shared, resolver(&[]), &opts)
+        .await
+        .expect("equipped");
     let servers = seat.servers();
     let reason = match &summary(&servers, "where").state {
         ServerState::Failed { reason } => reason.clone(),
@@ -647,4 +664,90 @@ async fn a_server_runs_in_its_allowed_working_directory_by_the_checked_path() {
         "{reason}"
     );
     seat.shutdown().await;
+}
+
+/// A resolver that answers "not known yet" for `unknown`, else `pairs`.
+fn knowing(unknown: &'static str, pairs: &[(&str, &str)]) -> crewlet_mcp::Resolver {
+    let known = resolver(pairs);
+    crewlet_mcp::Resolver::new(move |name: &str| {
+        if name == unknown {
+            crewlet_secrets::Lookup::Unknown("the secrets bucket has not answered".into())
+        } else {
+            known.lookup(name)
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_not_known_yet_starts_nothing_and_the_seat_is_equipped_once_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("chat.jsonl");
+    // A seat's own server, a plain one beside it, and a shared one.
+    let role = BTreeMap::from([
+        ("chat".to_owned(), chat_spec(false, "SEAT_CHAT_TOKEN", &log)),
+        ("plain".to_owned(), chat_spec(false, "PLAIN_TOKEN", &log)),
+    ]);
+    let shared = SharedChildren::new(opts());
+    let waiting = SeatTools::start(
+        "ana",
+        &role,
+        &shared,
+        knowing("SEAT_CHAT_TOKEN", &[("PLAIN_TOKEN", "plain-bot")]),
+        &opts(),
+    )
+    .await;
+    match waiting {
+        Err(e) => {
+            assert_eq!(e.server, "chat");
+            assert!(e.to_string().contains("SEAT_CHAT_TOKEN"), "{e}");
+        }
+        Ok(tools) => panic!("equipped without its credential: {:?}", tools.servers()),
+    }
+    let ana = SeatTools::start(
+        "ana",
+        &role,
+        &shared,
+        resolver(&[("SEAT_CHAT_TOKEN", "ana-bot"), ("PLAIN_TOKEN", "plain-bot")]),
+        &opts(),
+    )
+    .await
+    .expect("equipped once the credential is known");
+    assert_eq!(
+        ana.call("chat", "whoami", json!({})).await.unwrap().text,
+        "ana-bot"
+    );
+    ana.shutdown().await;
+
+    // A shared server whose credential is unknown: the node's set waits,
+    // a seat naming it is not equipped, and the next apply of the same
+    // epoch starts it.
+    let spec = chat_spec(true, "COMPANY_CHAT_TOKEN", &log);
+    let role = BTreeMap::from([("company".to_owned(), spec)]);
+    shared
+        .apply(1, role.clone(), knowing("COMPANY_CHAT_TOKEN", &[]))
+        .await;
+    assert!(shared.waiting());
+    assert_eq!(shared.pid("company"), None, "nothing started");
+    let err = SeatTools::start("bo", &role, &shared, resolver(&[]), &opts())
+        .await
+        .err()
+        .expect("not equipped while the shared server waits");
+    assert_eq!(err.server, "company");
+    shared
+        .apply(
+            1,
+            role.clone(),
+            resolver(&[("COMPANY_CHAT_TOKEN", "company-bot")]),
+        )
+        .await;
+    assert!(!shared.waiting());
+    let bo = SeatTools::start("bo", &role, &shared, resolver(&[]), &opts())
+        .await
+        .expect("equipped");
+    assert_eq!(
+        bo.call("company", "whoami", json!({})).await.unwrap().text,
+        "company-bot"
+    );
+    bo.shutdown().await;
+    shared.shutdown().await;
 }

@@ -11,6 +11,13 @@
 //!    and publishes `provider_fallback`; running out of models publishes
 //!    `llm_unavailable` and answers [`Exhausted`].
 //!
+//! A model left with no usable key while one of its keys is not known yet
+//! (the secrets store has not answered this node) is not a model failure:
+//! the call stops there, with no fallback and no `llm_unavailable`, and
+//! answers [`Exhausted`] with `unknown` set — the caller retries later. A key
+//! refused mid-call is looked up again before the model is left, so a key
+//! rotated while a turn held the old one serves that same call.
+//!
 //! Cooldowns are fleet state because a limit belongs to the key at the
 //! vendor: a node pulls [`Coord::cooldowns`] when it starts (before its first
 //! call) and every [`ModelsOptions::pull_every`] after, extending its local
@@ -138,6 +145,9 @@ pub struct Exhausted {
     /// The last attempt's redacted line.
     pub last_error: String,
     pub attempts: Vec<Attempt>,
+    /// Stopped because a model's key is not known yet: not an answer about
+    /// the models — retry once the secrets store answers.
+    pub unknown: bool,
 }
 
 /// The model layer of one node. Dropping it stops its cooldown puller;
@@ -266,6 +276,8 @@ impl Drop for Models {
 struct Leave {
     failure: Failure,
     line: String,
+    /// No usable key while one is not known yet: the chain stops here.
+    unknown: bool,
 }
 
 impl Inner {
@@ -290,6 +302,16 @@ impl Inner {
                 Err(leave) => leave,
             };
             last_error = format!("{}: {}", label(entry), leave.line);
+            if leave.unknown {
+                warn!(model = %label(entry), reason = %leave.line, turn_id = %site.turn_id,
+                    "a model key is not known yet on this node; the call stops here, to be retried");
+                return Err(Exhausted {
+                    chain: chain.iter().map(label).collect(),
+                    last_error,
+                    attempts,
+                    unknown: true,
+                });
+            }
             if let Some(next) = chain.get(i + 1) {
                 warn!(
                     from = %label(entry), to = %label(next), reason = %leave.line,
@@ -320,6 +342,7 @@ impl Inner {
             chain: chain_labels,
             last_error,
             attempts,
+            unknown: false,
         })
     }
 
@@ -353,11 +376,12 @@ impl Inner {
             return Err(Leave {
                 failure: Failure::NoProvider,
                 line,
+                unknown: false,
             });
         };
         let pkey = &ProviderKey::new(&entry.provider, &entry.model, &base_url(&plugin));
-        let (mut keys, unresolved) = resolve_all(&entry.credentials, &self.resolve);
-        let all_keys = keys.clone();
+        let (mut keys, mut unresolved) = resolve_all(&entry.credentials, &self.resolve);
+        let mut all_keys = keys.clone();
         let options_json =
             serde_json::to_string(&entry.options).unwrap_or_else(|_| "{}".to_owned());
         loop {
@@ -367,6 +391,7 @@ impl Inner {
                 return Err(Leave {
                     failure: Failure::NoKey,
                     line,
+                    unknown: unresolved.iter().any(|u| u.unknown),
                 });
             };
             let cred = lease.credential().clone();
@@ -405,8 +430,26 @@ impl Inner {
             };
             record(attempts, hint, failure.clone(), &line, elapsed);
             match failure.decide(&self.opts.cooldowns) {
-                Decision::BenchKey(d) => self.bench(pkey, &cred, d, &line, site).await,
-                Decision::NextModel => return Err(Leave { failure, line }),
+                Decision::BenchKey(d) => {
+                    self.bench(pkey, &cred, d, &line, site).await;
+                    // Looked up again: a key rotated since this call began
+                    // (or one that became known) is tried before leaving.
+                    let (fresh, still) = resolve_all(&entry.credentials, &self.resolve);
+                    for k in fresh {
+                        if !all_keys.iter().any(|a| a.hint == k.hint) {
+                            all_keys.push(k.clone());
+                            keys.push(k);
+                        }
+                    }
+                    unresolved = still;
+                }
+                Decision::NextModel => {
+                    return Err(Leave {
+                        failure,
+                        line,
+                        unknown: false,
+                    });
+                }
             }
         }
     }

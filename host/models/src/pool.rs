@@ -11,7 +11,9 @@
 //!   cooldowns). A pull from the fleet extends a local bench, never shortens
 //!   it.
 //! - Secrets are values resolved by the caller. One that does not resolve is
-//!   skipped with a reason, and the rest of the pool still serves.
+//!   skipped with a reason, and the rest of the pool still serves. One not
+//!   known yet (the secrets store has not answered) is marked `unknown`: a
+//!   model left with no usable key while one is unknown is not "no key".
 
 use std::collections::HashMap;
 use std::fmt;
@@ -105,6 +107,8 @@ impl Credential {
 pub struct Unresolved {
     pub name: String,
     pub reason: String,
+    /// Not known yet, rather than unset or unopenable.
+    pub unknown: bool,
 }
 
 /// Resolves an entry's credential references. An entry with none yields the
@@ -122,14 +126,22 @@ pub fn resolve_all(refs: &[SecretRef], resolve: &Resolve) -> (Vec<Credential>, V
             Lookup::Found(_) => missing.push(Unresolved {
                 name: name.to_owned(),
                 reason: format!("secret {name} is empty; set it to the provider's API key"),
+                unknown: false,
             }),
             Lookup::Unset => missing.push(Unresolved {
                 name: name.to_owned(),
                 reason: format!("secret {name} is not set; set it to the provider's API key"),
+                unknown: false,
             }),
             Lookup::Unavailable(why) => missing.push(Unresolved {
                 name: name.to_owned(),
                 reason: why,
+                unknown: false,
+            }),
+            Lookup::Unknown(why) => missing.push(Unresolved {
+                name: name.to_owned(),
+                reason: why,
+                unknown: true,
             }),
         }
     }
@@ -346,21 +358,27 @@ mod tests {
             "GOOD" => Lookup::Found("sk-good".into()),
             "EMPTY" => Lookup::Found(String::new()),
             "SEALED" => Lookup::Unavailable("secret SEALED has a corrupt envelope".into()),
+            "LATER" => Lookup::Unknown("the secrets bucket has not answered".into()),
             _ => Lookup::Unset,
         });
-        let refs: Vec<SecretRef> = ["GOOD", "EMPTY", "GONE", "SEALED"]
+        let refs: Vec<SecretRef> = ["GOOD", "EMPTY", "GONE", "SEALED", "LATER"]
             .iter()
             .map(|n| SecretRef::name(n).unwrap())
             .collect();
         let (found, missing) = resolve_all(&refs, &resolve);
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].hint, key_hint("sk-good"));
-        assert_eq!(missing.len(), 3);
+        assert_eq!(missing.len(), 4);
         assert!(missing[0].reason.contains("EMPTY is empty"), "{missing:?}");
         assert!(missing[1].reason.contains("GONE is not set"), "{missing:?}");
         assert!(
             missing[2].reason.contains("SEALED has a corrupt envelope"),
             "{missing:?}"
+        );
+        assert_eq!(
+            missing.iter().map(|m| m.unknown).collect::<Vec<_>>(),
+            [false, false, false, true],
+            "only the one not known yet is unknown"
         );
         assert!(!format!("{found:?}").contains("sk-good"), "Debug hides it");
         let (found, missing) = resolve_all(&[], &resolve);

@@ -419,3 +419,118 @@ async fn an_exhausted_chain_fails_with_the_last_line_and_no_key_in_sight() {
     assert_eq!(server.requests().len(), sent, "no call without a key");
     models.shutdown().await;
 }
+
+/// Models over the openai guest with `resolve` for their keys.
+async fn models_with(
+    node: &Node,
+    host: &Host,
+    server: &ScriptedOpenAi,
+    resolve: crewlet_models::Resolve,
+) -> Models {
+    Models::new(
+        crewlet_plugins::Installed::providers_only(vec![host.openai(server)]),
+        node.coord.clone(),
+        Some(node.publisher.clone()),
+        resolve,
+        ModelsOptions::default(),
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_not_known_yet_stops_the_chain_with_no_fallback_and_no_llm_unavailable() {
+    let nats = NatsServer::start();
+    let server = ScriptedOpenAi::start();
+    let host = Host::new();
+    let node = Node::join(&nats, "node-a").await;
+    let known = resolver(&[("K1", KEY_1)]);
+    let resolve = crewlet_models::Resolve::new(move |name: &str| match name {
+        "LATER" => crewlet_secrets::Lookup::Unknown("the secrets bucket has not answered".into()),
+        other => known.lookup(other),
+    });
+    let models = models_with(&node, &host, &server, resolve).await;
+    server.reply("gpt-b", Reply::Text("not asked".into()));
+    let chain = [
+        model("openai", "gpt-a", &["LATER"]),
+        model("openai", "gpt-b", &["K1"]),
+    ];
+    let err = models
+        .call(
+            &chain,
+            request(vec![msg(Role::User, "hi")]),
+            site("t-unknown"),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.unknown, "{err}");
+    assert!(err.last_error.contains("not answered"), "{err}");
+    assert_eq!(server.request_count(), 0, "no model was called");
+    assert!(node.events("provider_fallback").is_empty());
+    assert!(node.events("llm_unavailable").is_empty());
+
+    // A key unset (the store said so) is "no key": the chain falls back.
+    let chain = [
+        model("openai", "gpt-a", &["UNSET"]),
+        model("openai", "gpt-b", &["K1"]),
+    ];
+    let answer = models
+        .call(
+            &chain,
+            request(vec![msg(Role::User, "hi")]),
+            site("t-unset"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(answer.model.model, "gpt-b");
+    models.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rotated_while_a_call_holds_the_old_one_is_looked_up_again_and_answers() {
+    let nats = NatsServer::start();
+    let server = ScriptedOpenAi::start();
+    let host = Host::new();
+    let node = Node::join(&nats, "node-a").await;
+    let current = std::sync::Arc::new(std::sync::Mutex::new(KEY_1.to_owned()));
+    let resolve = crewlet_models::Resolve::new({
+        let current = current.clone();
+        move |name: &str| match name {
+            "K" => crewlet_secrets::Lookup::Found(current.lock().unwrap().clone()),
+            _ => crewlet_secrets::Lookup::Unset,
+        }
+    });
+    let models = models_with(&node, &host, &server, resolve).await;
+    // The vendor is slow, then refuses the old key: rotated there meanwhile.
+    server.reply(
+        "gpt-a",
+        Reply::Delayed(
+            Duration::from_secs(3),
+            Box::new(Reply::error(401, "Incorrect API key provided")),
+        ),
+    );
+    server.reply("gpt-a", Reply::Text("answered with the new key".into()));
+    let chain = [model("openai", "gpt-a", &["K"])];
+    let call = models.call(&chain, request(vec![msg(Role::User, "hi")]), site("t-rot"));
+    let rotate = async {
+        while server.request_count() == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        *current.lock().unwrap() = KEY_2.to_owned();
+        std::time::Instant::now()
+    };
+    let (answer, rotated) = tokio::join!(call, rotate);
+    let answer = answer.unwrap();
+    let seen = server.requests();
+    assert!(
+        rotated.duration_since(seen[0].at) < Duration::from_secs(3),
+        "the rotation landed after the old key's answer"
+    );
+    assert_eq!(answer.key_hint, Some(key_hint(KEY_2)));
+    assert_eq!(
+        seen.iter().map(|r| r.bearer.clone()).collect::<Vec<_>>(),
+        [Some(KEY_1.to_owned()), Some(KEY_2.to_owned())]
+    );
+    assert!(node.events("llm_unavailable").is_empty());
+    assert_eq!(node.events("credential_benched").len(), 1);
+    models.shutdown().await;
+}

@@ -404,7 +404,13 @@ fn company(
     };
     for name in secret_names(&company) {
         out.push(if std::env::var_os(&name).is_some() {
-            ok("secret", format!("{name} is set in this environment"))
+            ok(
+                "secret",
+                format!(
+                    "{name} is set in this environment; a value in the fleet's bucket overrides it (precedence: {})",
+                    crate::secrets::PRECEDENCE
+                ),
+            )
         } else {
             bad(
                 "secret",
@@ -420,7 +426,7 @@ fn company(
 
 /// Every secret the company names: integrations' signing secrets, model
 /// credentials, seats' own credentials; each once, sorted.
-fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
+pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
     let mut names = std::collections::BTreeSet::new();
     for i in company.integrations.values() {
         names.insert(i.secret.name_str().to_string());

@@ -10,7 +10,11 @@
 //! the config epoch, brought to the epoch of the company a seat is
 //! equipped under. A `${NAME}` in a server's template resolves against the
 //! seat's own `credentials` first, then the company's secrets;
-//! `${CREWLET_SEAT}` is the seat's handle.
+//! `${CREWLET_SEAT}` is the seat's handle. A credential not known yet (the
+//! secrets bucket has not answered) starts nothing: equip waits for it up
+//! to `CREDENTIAL_WAIT`, then fails (the seat is equipped again after the
+//! backoff); a model key not known yet ends the turn as an outage (retried,
+//! its wakes nak'd with a delay), never `llm_unavailable`.
 //! `command = "crewlet"` runs this very binary (its `crewlet mcp chat`).
 
 use std::collections::BTreeMap;
@@ -34,6 +38,12 @@ use tracing::{info, warn};
 
 /// `${CREWLET_SEAT}` in a server's template is the seat's handle.
 pub const SEAT_VARIABLE: &str = "CREWLET_SEAT";
+
+/// How long equip waits for an MCP credential not known yet before it
+/// gives the seat back (bounded well inside the seats' equip timeout), and
+/// how often it asks again meanwhile.
+const CREDENTIAL_WAIT: Duration = Duration::from_secs(30);
+const CREDENTIAL_POLL: Duration = Duration::from_millis(250);
 
 /// How long an outage-failed turn waits before it runs again.
 const OUTAGE_RETRY: Duration = Duration::from_secs(5);
@@ -101,11 +111,13 @@ impl Brain for ModelsBrain {
             iteration: site.iteration,
             trace_id: site.trace_id.clone(),
         };
-        let answer = self
-            .0
-            .call(chain, req, site)
-            .await
-            .map_err(|e| Unavailable(e.last_error))?;
+        let answer = self.0.call(chain, req, site).await.map_err(|e| {
+            if e.unknown {
+                Unavailable::KeyUnknown(e.last_error)
+            } else {
+                Unavailable::Chain(e.last_error)
+            }
+        })?;
         let c = answer.completion;
         Ok(Thought {
             text: c.text,
@@ -241,7 +253,9 @@ impl NodeSeats {
     /// Brings the node's shared servers to `active`'s epoch.
     async fn shared_at(&self, active: &Active) {
         let _one = self.shared_lock.lock().await;
-        if self.shared.epoch() == Some(active.epoch) {
+        // Applied again at the same epoch while a server waits for a
+        // credential not known yet.
+        if self.shared.epoch() == Some(active.epoch) && !self.shared.waiting() {
             return;
         }
         let mut servers = BTreeMap::new();
@@ -288,17 +302,35 @@ impl SeatHost for NodeSeats {
             .budget(&Scope::Seat(spec.handle.to_string()), &windows)
             .await
             .map_err(|e| format!("cannot load the seat's budget: {e}"))?;
-        self.shared_at(active).await;
         let role = company.role_of(seat);
         let servers = self.localized(&role.mcp);
-        let tools = SeatTools::start(
-            spec.handle.as_str(),
-            &servers,
-            &self.shared,
-            self.seat_resolver(seat),
-            &self.mcp,
-        )
-        .await;
+        // A credential not known yet: asked again until it is, for a while
+        // (nothing is spawned meanwhile, the mailbox is not attached); then
+        // not equipped — the lease goes back and the seat is equipped
+        // again after the backoff, never run without the credential.
+        let waiting_since = tokio::time::Instant::now();
+        let mut told = false;
+        let tools = loop {
+            self.shared_at(active).await;
+            match SeatTools::start(
+                spec.handle.as_str(),
+                &servers,
+                &self.shared,
+                self.seat_resolver(seat),
+                &self.mcp,
+            )
+            .await
+            {
+                Ok(tools) => break tools,
+                Err(e) if waiting_since.elapsed() < CREDENTIAL_WAIT => {
+                    if !std::mem::replace(&mut told, true) {
+                        info!(subsystem = "seats", seat = %spec.handle, reason = %e, "seat not equipped yet: a credential is not known");
+                    }
+                    tokio::time::sleep(CREDENTIAL_POLL).await;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        };
         for s in tools.servers() {
             if let ServerState::Failed { reason } = &s.state {
                 warn!(subsystem = "seats", seat = %spec.handle, server = %s.name, %reason, "MCP server did not start; the seat runs without it");

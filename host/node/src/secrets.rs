@@ -5,7 +5,8 @@
 //! ([`adopt_pending`] moves it onto the fleet at the next start).
 //!
 //! The mirror itself ([`Secrets`]: the fleet's bucket of sealed values,
-//! kept current by a watch, with this node's environment as the fallback)
+//! kept current by a watch, with this node's environment as the fallback —
+//! one rule, [`PRECEDENCE`]; every name unknown until the bucket answers)
 //! and the keyring live in `crewlet-secrets`; it is in the engine context as
 //! `secrets`, and every reader holds its [`crewlet_secrets::Resolver`].
 //!
@@ -194,14 +195,50 @@ pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> u
     moved
 }
 
+/// The one precedence rule, as `GET /secrets` and `crewlet doctor` state it.
+pub const PRECEDENCE: &str = "a name the fleet's secrets bucket holds answers from the bucket, even when this node's environment has it too; else from this node's environment variable of that name; else it is unset";
+
+/// `GET /secrets`: the bucket's names (`source: bucket`, and whether this
+/// node's environment has the name too, which the bucket overrides), then
+/// every name the active company uses that the bucket lacks, answered from
+/// this node's environment or unset. 503 while the bucket does not answer:
+/// then no name's source is known.
 async fn list_secrets(State(late): State<Late>) -> Response {
     let Some(ctx) = late.get() else {
         return not_up();
     };
-    match ctx.secrets.list().await {
-        Ok(listed) => Json(json!({ "secrets": listed })).into_response(),
-        Err(e) => failure(e),
-    }
+    let listed = match ctx.secrets.list().await {
+        Ok(listed) => listed,
+        Err(e) => return failure(e),
+    };
+    let in_env = |name: &str| std::env::var_os(name).is_some();
+    let rows: Vec<serde_json::Value> = listed
+        .iter()
+        .map(|l| {
+            let mut row = serde_json::to_value(l).unwrap_or_default();
+            row["source"] = json!("bucket");
+            row["environment_too"] = json!(in_env(&l.name));
+            row
+        })
+        .collect();
+    let outside: Vec<serde_json::Value> = ctx
+        .active
+        .current()
+        .map(|a| crate::doctor::secret_names(&a.company))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|name| !listed.iter().any(|l| &l.name == name))
+        .map(|name| {
+            let source = if in_env(&name) {
+                "environment"
+            } else {
+                "unset"
+            };
+            json!({ "name": name, "source": source })
+        })
+        .collect();
+    Json(json!({ "secrets": rows, "outside_bucket": outside, "precedence": PRECEDENCE }))
+        .into_response()
 }
 
 // ---- `crewlet secrets` ---------------------------------------------------------
@@ -413,12 +450,29 @@ pub fn cli_list(api: &str) -> Result<String, SecretsCliError> {
             })
             .unwrap_or_default();
         let key = s["key"].as_str().unwrap_or("-");
+        let shadow = if s["environment_too"] == true {
+            "\tbucket (overrides this node's environment)"
+        } else {
+            "\tbucket"
+        };
         match s["problem"].as_str() {
             Some(problem) => out.push_str(&format!(
-                "{name}\t{updated}\t{key}\tUNAVAILABLE: {problem}\n"
+                "{name}\t{updated}\t{key}{shadow}\tUNAVAILABLE: {problem}\n"
             )),
-            None => out.push_str(&format!("{name}\t{updated}\t{key}\n")),
+            None => out.push_str(&format!("{name}\t{updated}\t{key}{shadow}\n")),
         }
+    }
+    for s in answer["outside_bucket"].as_array().into_iter().flatten() {
+        let name = s["name"].as_str().unwrap_or("?");
+        match s["source"].as_str() {
+            Some("environment") => out.push_str(&format!("{name}\t-\t-\tthe node's environment\n")),
+            _ => out.push_str(&format!(
+                "{name}\t-\t-\tUNSET: the company uses it; `crewlet secrets set {name}`\n"
+            )),
+        }
+    }
+    if let Some(rule) = answer["precedence"].as_str() {
+        out.push_str(&format!("precedence: {rule}\n"));
     }
     Ok(out)
 }

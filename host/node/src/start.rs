@@ -393,9 +393,10 @@ async fn start_tokens(
     }
 }
 
-/// The company's secrets: the bucket mirrored by a watch, stopped with the
-/// engine; what was set while this node was stopped joins the fleet before
-/// anything reads it.
+/// The company's secrets: the bucket mirrored by a watch (opened again with
+/// a backoff when it cannot be opened now; names are unknown meanwhile),
+/// stopped with the engine; what was set while this node was stopped joins
+/// the fleet once the bucket answers.
 async fn open_secrets(
     p: Parts<'_>,
     client: &async_nats::Client,
@@ -405,19 +406,26 @@ async fn open_secrets(
 ) -> Arc<crewlet_secrets::Secrets> {
     info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
         keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
-    let secrets = match crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await {
-        Ok(s) => {
-            crate::secrets::adopt_pending(p.store, &s).await;
-            Arc::new(s)
-        }
-        Err(e) => {
-            warn!(subsystem = "secrets", error = %e, "secrets bucket not opened; secrets come from this node's environment");
-            Arc::new(crewlet_secrets::Secrets::environment_only())
-        }
+    let secrets = Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await);
+    let adopting = if secrets.is_listed() {
+        crate::secrets::adopt_pending(p.store, &secrets).await;
+        None
+    } else {
+        let (secrets, store) = (secrets.clone(), p.store.clone());
+        Some(tokio::spawn(async move {
+            if secrets.until_listed().await {
+                crate::secrets::adopt_pending(&store, &secrets).await;
+            }
+        }))
     };
     let stopping = secrets.clone();
     started.push("secrets", move || {
-        Box::pin(async move { stopping.stop().await })
+        Box::pin(async move {
+            if let Some(adopting) = adopting {
+                adopting.abort();
+            }
+            stopping.stop().await
+        })
     });
     secrets
 }

@@ -8,9 +8,10 @@
 //! - [`Keyring`] is the node's Tier A key file (default
 //!   `<data dir>/keyring`, mode 0600 or the node refuses to start).
 //! - [`Resolver`] is what the webhook edge, MCP launch templates and model
-//!   credentials hold: a name answers [`Lookup::Found`], [`Lookup::Unset`] or
+//!   credentials hold: a name answers [`Lookup::Found`], [`Lookup::Unset`],
 //!   [`Lookup::Unavailable`] (set but not openable here: a 503, never an
-//!   empty value).
+//!   empty value) or [`Lookup::Unknown`] (the bucket has not answered this
+//!   node yet: wait or retry, never "unset").
 //! - `rotate` re-seals every value under a new key and retires the keys no
 //!   envelope names any more.
 //!
@@ -26,8 +27,8 @@ mod rotate;
 
 pub use keyring::{Envelope, Keyring, KeyringError, OpenError};
 pub use mirror::{
-    FIRST_LISTING, Listed, MAX_SECRET_BYTES, Record, SECRET_CLASS, Secrets, SecretsError,
-    check_name,
+    FIRST_LISTING, Listed, MAX_SECRET_BYTES, Opener, Record, SECRET_CLASS, Secrets, SecretsError,
+    Source, check_name,
 };
 pub use resolver::{Lookup, Resolver};
 pub use rotate::Rotation;

@@ -10,16 +10,28 @@
 //!   answers the certified listing first, then every change after it, so a
 //!   secret set through any node's API reaches every node without a restart
 //!   and a read on the webhook path costs a map lookup, not a round trip.
-//! - **Lookup order: the bucket, then this node's environment.** A name in
-//!   the bucket wins; a name the bucket does not hold falls back to the
-//!   process environment variable of that name, so a single-node dev setup
-//!   (`GITHUB_WEBHOOK_SECRET=… crewlet run`) works with no bucket write. The
-//!   bucket wins because it is what an operator changes at run time; an
-//!   environment variable cannot be rotated without a restart.
-//! - **Reconnect-safe.** A watch that fails or ends is opened again (with a
-//!   backoff), and its fresh certified listing *replaces* the snapshot, so a
-//!   removal made while this node was cut off is not kept alive. Until the
-//!   first listing lands the snapshot is empty and the environment answers.
+//! - **Unknown until the bucket answers.** Until this node holds a
+//!   certified listing, a name it has not written itself is
+//!   [`Lookup::Unknown`] — not unset, and not the environment's value: the
+//!   bucket may hold a newer value (a rotated key) than a stale variable.
+//!   Readers wait or retry on unknown; none goes on without the secret.
+//! - **Precedence, one rule: the bucket, then this node's environment.**
+//!   Once listed, a name the bucket holds answers from the bucket (even if
+//!   the environment has it too); a name the bucket does not hold answers
+//!   from the process environment variable of that name, so a single-node
+//!   dev setup (`GITHUB_WEBHOOK_SECRET=… crewlet run`) works with no bucket
+//!   write; else it is unset. The bucket wins because it is what an
+//!   operator changes at run time; an environment variable cannot be
+//!   rotated without a restart. [`Secrets::source`] says which one answers.
+//! - **Opened again, never environment-only.** A bucket that cannot be
+//!   opened at start is opened again with a backoff (names stay unknown
+//!   meanwhile); a watch that fails or ends is opened again the same way,
+//!   and when the watch itself cannot be opened the bucket is opened again
+//!   first — so a bucket deleted under a running node is created anew and
+//!   its (empty) listing replaces the snapshot. A fresh certified listing
+//!   always *replaces* the snapshot, so a removal made while this node was
+//!   cut off is not kept alive; between listings the snapshot stays as it
+//!   was (the store's last answer, not unknown).
 //! - **Never logged.** Values never reach a log line, an error message or a
 //!   listing: [`Secrets::list`] answers names and update times only.
 //! - **Ordered by revision.** Each name keeps the revision it was last set
@@ -29,28 +41,57 @@
 //!   event undoing them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use std::time::Duration;
 
-use crewlet_coord::kv::{Entry, Expect, Watch};
+use crewlet_coord::kv::{Entry, Expect};
 use crewlet_coord::names::{decode_token, encode_token};
-use crewlet_coord::{Bucket, Change, Kv};
-use futures::StreamExt;
+use crewlet_coord::{Bucket, Kv};
+use futures::future::BoxFuture;
+use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{Instrument, info, warn};
+use tracing::{Instrument, warn};
 
 use crate::keyring::{Envelope, Keyring, OpenError};
 use crate::record::check_value;
 pub use crate::record::{Listed, MAX_SECRET_BYTES, Record, SECRET_CLASS, SecretsError, check_name};
 use crate::resolver::{Lookup, Resolver};
 
-/// Longest a node waits for the first listing at start before it serves
-/// from the environment alone (the watch keeps trying behind it).
+/// Longest a node waits at start for the first listing; after it, names
+/// answer [`Lookup::Unknown`] until the listing lands (the mirror keeps
+/// trying behind it).
 pub const FIRST_LISTING: Duration = Duration::from_secs(5);
-/// Backoff between watch attempts: doubles from the first to the last.
+/// How often a followed watch is checked against a fresh certified listing
+/// of the bucket. The watch alone never notices its bucket deleted (the
+/// client re-creates its consumer for ever) nor re-created under the same
+/// name; a listing that fails or differs from the snapshot opens the bucket
+/// and its watch again.
+const RESYNC: Duration = Duration::from_secs(15);
+/// Backoff between attempts to open the bucket or its watch: doubles from
+/// the first to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(8));
+
+/// Opens the secrets bucket (again): on the node's connection, or a fixed
+/// store in tests. The error says why, never a value.
+pub type Opener =
+    Arc<dyn Fn() -> BoxFuture<'static, Result<Arc<dyn Kv>, String>> + Send + Sync + 'static>;
+
+/// Where a name answers from on this node (see the module docs' one rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// The fleet's bucket holds it (it wins over the environment).
+    Bucket,
+    /// The bucket does not hold it; this node's environment variable does.
+    Environment,
+    /// Neither holds it.
+    Unset,
+    /// The bucket has not answered this node yet.
+    Unknown,
+}
 
 /// A snapshot entry: the envelope, or why the record could not be read.
 type Held = Result<Envelope, String>;
@@ -65,12 +106,19 @@ struct Slot {
 #[derive(Default)]
 struct Snapshot {
     slots: RwLock<HashMap<String, Slot>>,
+    /// A certified listing has landed: a name it lacks is not in the bucket.
+    listed: AtomicBool,
 }
 
 impl Snapshot {
-    fn get(&self, name: &str) -> Option<Held> {
+    /// `None`: not a name the snapshot knows; `Some(None)`: removed.
+    fn get(&self, name: &str) -> Option<Option<Held>> {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        slots.get(name).and_then(|s| s.value.clone())
+        slots.get(name).map(|s| s.value.clone())
+    }
+
+    fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
     }
 
     /// Applies one change unless the snapshot already holds a newer one.
@@ -84,14 +132,50 @@ impl Snapshot {
         }
     }
 
-    /// Replaces everything with a certified listing: a name it lacks is gone.
+    /// Replaces everything with a certified listing: a name it lacks is
+    /// gone, and from now on names are known.
     fn replace(&self, listed: HashMap<String, Slot>) {
         *self.slots.write().unwrap_or_else(|p| p.into_inner()) = listed;
+        self.listed.store(true, Ordering::Release);
     }
 
     fn len(&self) -> usize {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
         slots.values().filter(|s| s.value.is_some()).count()
+    }
+
+    /// Whether a certified listing holds exactly the names and revisions
+    /// the snapshot holds (a change in flight may make it differ: then the
+    /// watch is merely opened again).
+    fn matches(&self, entries: &[Entry]) -> bool {
+        let listed: HashMap<String, u64> = entries
+            .iter()
+            .filter(|e| !e.removed)
+            .filter_map(|e| Some((name_of(&e.key)?, e.revision)))
+            .collect();
+        let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+        let held = slots.values().filter(|s| s.value.is_some()).count();
+        held == listed.len()
+            && listed.iter().all(|(name, revision)| {
+                slots
+                    .get(name)
+                    .is_some_and(|s| s.value.is_some() && s.revision == *revision)
+            })
+    }
+}
+
+/// The bucket as currently opened (none until opened, and again while it is
+/// being opened anew), shared by the mirror and the writers.
+#[derive(Default)]
+struct Opened(RwLock<Option<Arc<dyn Kv>>>);
+
+impl Opened {
+    fn get(&self) -> Option<Arc<dyn Kv>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, kv: Option<Arc<dyn Kv>>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = kv;
     }
 }
 
@@ -138,90 +222,128 @@ fn unavailable(e: impl std::fmt::Display) -> SecretsError {
 /// This node's view of the secrets bucket. Cheap to share behind an `Arc`;
 /// stop it with [`Secrets::stop`].
 pub struct Secrets {
-    pub(crate) kv: Option<Arc<dyn Kv>>,
+    opened: Arc<Opened>,
     pub(crate) keyring: Option<Arc<RwLock<Keyring>>>,
     snapshot: Arc<Snapshot>,
+    listed: watch::Receiver<bool>,
     stop: watch::Sender<bool>,
     task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Secrets {
-    /// Opens the secrets bucket on the node's one connection (never a second
-    /// dial) and starts mirroring it.
+    /// Mirrors the secrets bucket on the node's one connection (never a
+    /// second dial). Never fails: a bucket that cannot be opened now is
+    /// opened again with a backoff, and until it is listed every name this
+    /// node has not written is [`Lookup::Unknown`].
     pub async fn open(
         client: async_nats::Client,
         coord: &crewlet_coord::Coord,
         keyring: Keyring,
-    ) -> Result<Secrets, SecretsError> {
-        let opts = coord.options();
-        let retentions = crewlet_coord::bucket::Retentions {
-            lease_ttl: opts.lease_ttl,
-            status: opts.status_age,
-            rate: opts.rate_age,
-        };
-        let kv = crewlet_coord::NatsKv::open(
-            client,
-            &opts.namespace,
-            &[Bucket::Secrets],
-            &retentions,
-            opts.replicas,
-            opts.request_timeout,
-        )
-        .await
-        .map_err(unavailable)?;
-        Ok(Secrets::start(Arc::new(kv), keyring).await)
+    ) -> Secrets {
+        let opts = coord.options().clone();
+        let opener: Opener = Arc::new(move || {
+            let (client, opts) = (client.clone(), opts.clone());
+            Box::pin(async move {
+                let retentions = crewlet_coord::bucket::Retentions {
+                    lease_ttl: opts.lease_ttl,
+                    status: opts.status_age,
+                    rate: opts.rate_age,
+                };
+                crewlet_coord::NatsKv::open(
+                    client,
+                    &opts.namespace,
+                    &[Bucket::Secrets],
+                    &retentions,
+                    opts.replicas,
+                    opts.request_timeout,
+                )
+                .await
+                .map(|kv| Arc::new(kv) as Arc<dyn Kv>)
+                .map_err(|e| e.to_string())
+            })
+        });
+        Secrets::with_opener(opener, keyring, FIRST_LISTING).await
     }
 
-    /// Starts mirroring the secrets bucket of `kv`: waits up to
-    /// [`FIRST_LISTING`] for the first certified listing, then keeps the
-    /// snapshot current until [`Secrets::stop`].
+    /// Mirrors the secrets bucket of `kv` (tests and tools): see
+    /// [`Secrets::with_opener`].
     pub async fn start(kv: Arc<dyn Kv>, keyring: Keyring) -> Secrets {
+        let opener: Opener = Arc::new(move || {
+            let kv = kv.clone();
+            Box::pin(async move { Ok(kv) })
+        });
+        Secrets::with_opener(opener, keyring, FIRST_LISTING).await
+    }
+
+    /// Starts mirroring the bucket `opener` opens (again, when it fails):
+    /// waits up to `first` for the first certified listing, then keeps the
+    /// snapshot current until [`Secrets::stop`].
+    pub async fn with_opener(opener: Opener, keyring: Keyring, first: Duration) -> Secrets {
         let snapshot = Arc::new(Snapshot::default());
+        let opened = Arc::new(Opened::default());
         let keyring = Arc::new(RwLock::new(keyring));
         let (stop, stop_rx) = watch::channel(false);
-        let (first_tx, mut first_rx) = watch::channel(false);
+        let (first_tx, mut listed) = watch::channel(false);
         let task = tokio::spawn(
             mirror(
-                kv.clone(),
-                keyring.clone(),
-                snapshot.clone(),
+                Mirror {
+                    opener,
+                    opened: opened.clone(),
+                    keyring: keyring.clone(),
+                    snapshot: snapshot.clone(),
+                    first: first_tx,
+                },
                 stop_rx,
-                first_tx,
             )
             .instrument(tracing::info_span!("secrets", subsystem = "secrets")),
         );
-        let first = tokio::time::timeout(FIRST_LISTING, first_rx.wait_for(|ready| *ready)).await;
-        if !matches!(first, Ok(Ok(_))) {
+        let answered = tokio::time::timeout(first, listed.wait_for(|ready| *ready))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if !answered {
             warn!(
                 subsystem = "secrets",
-                "the secrets bucket did not answer at start; serving secrets from this node's environment until it does"
+                "the secrets bucket has not answered at start; secrets are unknown on this node until it does (webhooks answer 503, seats wait, turns are retried)"
             );
         }
         Secrets {
-            kv: Some(kv),
+            opened,
             keyring: Some(keyring),
             snapshot,
+            listed,
             stop,
             task: std::sync::Mutex::new(Some(task)),
         }
     }
 
-    /// No bucket: the environment alone (tools and benchmarks).
-    pub fn environment_only() -> Secrets {
-        let (stop, _) = watch::channel(false);
-        Secrets {
-            kv: None,
-            keyring: None,
-            snapshot: Arc::default(),
-            stop,
-            task: std::sync::Mutex::new(None),
+    /// The value of `name`: the bucket's, else this node's environment
+    /// variable `name` — once the bucket has answered; unknown before (see
+    /// the module docs).
+    pub fn get(&self, name: &str) -> Lookup {
+        lookup(&self.snapshot, self.keyring.as_deref(), name)
+    }
+
+    /// Where `name` answers from on this node now (never its value).
+    pub fn source(&self, name: &str) -> Source {
+        match self.snapshot.get(name) {
+            Some(Some(_)) => Source::Bucket,
+            None if !self.snapshot.listed() => Source::Unknown,
+            _ if std::env::var_os(name).is_some() => Source::Environment,
+            _ => Source::Unset,
         }
     }
 
-    /// The value of `name`: the bucket's, else this node's environment
-    /// variable `name` (see the module docs for why in that order).
-    pub fn get(&self, name: &str) -> Lookup {
-        lookup(&self.snapshot, self.keyring.as_deref(), name)
+    /// Whether the bucket has answered this node (a certified listing
+    /// landed): until then names are unknown.
+    pub fn is_listed(&self) -> bool {
+        self.snapshot.listed()
+    }
+
+    /// Waits until the bucket has answered this node: true, or false when
+    /// the mirror stopped first.
+    pub async fn until_listed(&self) -> bool {
+        let mut listed = self.listed.clone();
+        listed.wait_for(|ready| *ready).await.is_ok()
     }
 
     /// The resolver every reader of secrets on this node holds.
@@ -236,10 +358,12 @@ impl Secrets {
         self.snapshot.len()
     }
 
-    pub(crate) fn kv(&self) -> Result<&Arc<dyn Kv>, SecretsError> {
-        self.kv
-            .as_ref()
-            .ok_or_else(|| unavailable("this node has no secrets bucket open"))
+    pub(crate) fn kv(&self) -> Result<Arc<dyn Kv>, SecretsError> {
+        self.opened.get().ok_or_else(|| {
+            unavailable(
+                "the secrets bucket is not open on this node yet (it is being opened again)",
+            )
+        })
     }
 
     /// Sets `name` in the bucket (and in this node's snapshot at once).
@@ -371,12 +495,16 @@ impl Secrets {
 
 fn lookup(snapshot: &Snapshot, keyring: Option<&RwLock<Keyring>>, name: &str) -> Lookup {
     match snapshot.get(name) {
-        None => match std::env::var(name) {
+        None if !snapshot.listed() => Lookup::Unknown(format!(
+            "the secrets bucket has not answered this node yet, so {name} is neither known to be set nor unset; retry in a few seconds"
+        )),
+        // Not in the bucket (never, or removed): the environment's, if any.
+        None | Some(None) => match std::env::var(name) {
             Ok(v) => Lookup::Found(v),
             Err(_) => Lookup::Unset,
         },
-        Some(Err(why)) => Lookup::Unavailable(why),
-        Some(Ok(envelope)) => {
+        Some(Some(Err(why))) => Lookup::Unavailable(why),
+        Some(Some(Ok(envelope))) => {
             let Some(keyring) = keyring else {
                 return Lookup::Unavailable(format!(
                     "secret {name} is sealed and this node has no keyring open"
@@ -393,102 +521,8 @@ fn lookup(snapshot: &Snapshot, keyring: Option<&RwLock<Keyring>>, name: &str) ->
     }
 }
 
-/// The mirror loop: watch, load the listing, follow changes; on a failure
-/// or an end, back off and watch again. Ends when `stop` is set.
-async fn mirror(
-    kv: Arc<dyn Kv>,
-    keyring: Arc<RwLock<Keyring>>,
-    snapshot: Arc<Snapshot>,
-    mut stop: watch::Receiver<bool>,
-    first: watch::Sender<bool>,
-) {
-    let mut backoff = BACKOFF.0;
-    let mut down = false;
-    loop {
-        let opened = tokio::select! {
-            w = kv.watch(Bucket::Secrets, Some(SECRET_CLASS)) => w,
-            _ = stop.wait_for(|s| *s) => return,
-        };
-        match opened {
-            Ok(w) => {
-                backoff = BACKOFF.0;
-                if std::mem::take(&mut down) {
-                    info!(subsystem = "secrets", "secrets bucket readable again");
-                }
-                let why = follow(w, &keyring, &snapshot, &first, &mut stop).await;
-                match why {
-                    None => return,
-                    Some(why) => {
-                        warn!(subsystem = "secrets", reason = %why,
-                            "secrets watch interrupted; watching again (the snapshot stays as it was)");
-                    }
-                }
-            }
-            Err(u) => {
-                if !down {
-                    warn!(subsystem = "secrets", error = %u.0,
-                        "secrets bucket unreadable; keeping the snapshot and retrying");
-                }
-                down = true;
-            }
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(backoff) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        backoff = (backoff * 2).min(BACKOFF.1);
-    }
-}
-
-/// Loads a watch's listing and follows its changes. `None`: stopped;
-/// `Some(why)`: the watch failed or ended.
-async fn follow(
-    w: Watch,
-    keyring: &RwLock<Keyring>,
-    snapshot: &Snapshot,
-    first: &watch::Sender<bool>,
-    stop: &mut watch::Receiver<bool>,
-) -> Option<String> {
-    let mut listed = HashMap::new();
-    for e in &w.initial {
-        let Some(name) = name_of(&e.key) else {
-            continue;
-        };
-        let value = Some(held(&name, e, keyring));
-        listed.insert(
-            name,
-            Slot {
-                value,
-                revision: e.revision,
-            },
-        );
-    }
-    snapshot.replace(listed);
-    first.send_replace(true);
-    let mut changes = w.changes;
-    loop {
-        let next = tokio::select! {
-            n = changes.next() => n,
-            _ = stop.wait_for(|s| *s) => return None,
-        };
-        match next {
-            None => return Some("the watch ended".into()),
-            Some(Err(u)) => return Some(u.0),
-            Some(Ok(Change::Put(e))) => {
-                let Some(name) = name_of(&e.key) else {
-                    continue;
-                };
-                let value = held(&name, &e, keyring);
-                snapshot.apply(name, Some(value), e.revision);
-            }
-            Some(Ok(Change::Removed { key, revision })) => {
-                if let Some(name) = name_of(&key) {
-                    snapshot.apply(name, None, revision);
-                }
-            }
-        }
-    }
-}
+mod follow;
+use follow::{Mirror, mirror};
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -1,10 +1,17 @@
 //! [`Resolver`]: the one way a part of the node reads a secret by name.
 //!
 //! The webhook edge (signing secrets), MCP launch templates (`${NAME}`) and
-//! model credentials all hold one. Its answer is three-valued, because a
-//! secret this node cannot open is not the same as one nobody set: the
-//! first is a 503 (retry once the keyring is fixed), the second a
-//! configuration mistake, and neither may be served as an empty value.
+//! model credentials all hold one. Its answer is a value, "unset", or one
+//! of two ways of not knowing, and none of them may be served as another:
+//! - [`Lookup::Unset`] is the store's answer "nobody set it" (a
+//!   configuration mistake);
+//! - [`Lookup::Unavailable`] is set but not openable here (retry once the
+//!   keyring is fixed: a 503);
+//! - [`Lookup::Unknown`] is "the store has not answered yet" (the secrets
+//!   bucket is not listed on this node): never "unset", never the
+//!   environment's value — a reader waits or retries, it does not go on
+//!   without the secret. A separate variant, so every `match` must say what
+//!   it does with it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -18,6 +25,9 @@ pub enum Lookup {
     /// Set, but this node cannot open it; the reason names the secret and
     /// never holds its value.
     Unavailable(String),
+    /// Not known yet: the secrets store has not answered this node, so the
+    /// name is neither set nor unset. The reason says why and to retry.
+    Unknown(String),
 }
 
 impl std::fmt::Debug for Lookup {
@@ -26,12 +36,15 @@ impl std::fmt::Debug for Lookup {
             Lookup::Found(_) => f.write_str("Found([redacted])"),
             Lookup::Unset => f.write_str("Unset"),
             Lookup::Unavailable(why) => f.debug_tuple("Unavailable").field(why).finish(),
+            Lookup::Unknown(why) => f.debug_tuple("Unknown").field(why).finish(),
         }
     }
 }
 
 impl Lookup {
-    /// The value, when found.
+    /// The value, when found. `None` is every other answer, unknown
+    /// included: only for a reader that merely uses a value it has (the
+    /// redactor), never to decide that a secret is unset.
     pub fn found(self) -> Option<String> {
         match self {
             Lookup::Found(v) => Some(v),

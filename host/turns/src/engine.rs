@@ -222,6 +222,17 @@ enum Stop {
     Paused,
 }
 
+impl From<crate::ports::Unavailable> for Stop {
+    fn from(u: crate::ports::Unavailable) -> Stop {
+        match u {
+            crate::ports::Unavailable::Chain(reason) => Stop::Unavailable(reason),
+            crate::ports::Unavailable::KeyUnknown(reason) => {
+                Stop::Outage(format!("a model key is not known yet: {reason}"))
+            }
+        }
+    }
+}
+
 /// How a turn that started stopped without an outcome: not done.
 enum Halt {
     Outage(String),

@@ -129,10 +129,19 @@ pub struct CallSite {
     pub trace_id: Option<String>,
 }
 
-/// The whole chain failed; carries the backend's own (redacted) line.
+/// Why a model call gave no thought; carries the backend's own (redacted)
+/// line.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("no model in the chain answered: {0}")]
-pub struct Unavailable(pub String);
+pub enum Unavailable {
+    /// The whole chain failed: the turn ends `llm_unavailable`.
+    #[error("no model in the chain answered: {0}")]
+    Chain(String),
+    /// A model's key is not known yet (the secrets store has not answered
+    /// this node): our outage, not the models' answer — the turn is not
+    /// done and runs again later.
+    #[error("a model key is not known yet: {0}")]
+    KeyUnknown(String),
+}
 
 /// One model call through a chain, with the credential pool and fallbacks
 /// behind it. Publishing `provider_fallback` / `llm_unavailable` is the

@@ -3,6 +3,7 @@ use bytes::Bytes;
 use super::*;
 use crewlet_coord::bucket::Retentions;
 use crewlet_coord::{Faulty, MemoryKv, SystemClock};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A keyring file in its own directory; opening it again gives another
 /// node of the same fleet the same keys.
@@ -201,8 +202,112 @@ fn an_older_change_never_overwrites_a_newer_one() {
     let snap = Snapshot::default();
     snap.apply("A".into(), Some(Err("new".into())), 5);
     snap.apply("A".into(), Some(Err("old".into())), 4);
-    assert_eq!(snap.get("A"), Some(Err("new".into())));
+    assert_eq!(snap.get("A"), Some(Some(Err("new".into()))));
     snap.apply("A".into(), None, 6);
     snap.apply("A".into(), Some(Err("new".into())), 5);
-    assert_eq!(snap.get("A"), None);
+    assert_eq!(snap.get("A"), Some(None), "removed, and kept removed");
+}
+
+/// An opener over `kv` that fails until `opens` is set, counting its calls.
+fn gated(kv: Arc<dyn Kv>) -> (Opener, Arc<AtomicBool>, Arc<std::sync::atomic::AtomicUsize>) {
+    let opens = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let opener: Opener = Arc::new({
+        let (opens, calls) = (opens.clone(), calls.clone());
+        move || {
+            calls.fetch_add(1, Ordering::SeqCst);
+            let kv = kv.clone();
+            let open = opens.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if open {
+                    Ok(kv)
+                } else {
+                    Err("the broker refused to open the bucket".to_owned())
+                }
+            })
+        }
+    });
+    (opener, opens, calls)
+}
+
+#[tokio::test]
+async fn a_bucket_not_opened_at_start_is_unknown_never_the_environment_and_opened_again() {
+    let (_f, kv) = kv();
+    let ring = Ring::new();
+    // The fleet rotated the key in the bucket; this node's environment
+    // still holds the old one.
+    let fleet = Secrets::start(kv.clone(), ring.open()).await;
+    fleet.set("CREWLET_TEST_ROTATED", "new-key").await.unwrap();
+    // SAFETY: this test alone uses these variable names.
+    unsafe {
+        std::env::set_var("CREWLET_TEST_ROTATED", "stale-key");
+        std::env::set_var("CREWLET_TEST_ENV_ONLY", "from-env");
+    }
+    let (opener, opens, calls) = gated(kv.clone());
+    let s = Secrets::with_opener(opener, ring.open(), Duration::from_millis(50)).await;
+    for name in [
+        "CREWLET_TEST_ROTATED",
+        "CREWLET_TEST_ENV_ONLY",
+        "CREWLET_TEST_NONE",
+    ] {
+        match s.get(name) {
+            Lookup::Unknown(why) => assert!(why.contains(name) && why.contains("retry"), "{why}"),
+            other => panic!("{name} before the bucket answered: {other:?}"),
+        }
+        assert_eq!(s.source(name), Source::Unknown);
+    }
+    assert!(!s.is_listed());
+    assert!(
+        matches!(
+            s.set("CREWLET_TEST_X", "v").await,
+            Err(SecretsError::Unavailable(_))
+        ),
+        "a write with no bucket open is refused, not lost silently"
+    );
+    eventually("the opener is tried again with a backoff", || {
+        calls.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    opens.store(true, Ordering::SeqCst);
+    let listed = tokio::time::timeout(Duration::from_secs(20), s.until_listed()).await;
+    assert_eq!(listed.ok(), Some(true), "listed once the bucket opens");
+    assert_eq!(
+        s.get("CREWLET_TEST_ROTATED").found().as_deref(),
+        Some("new-key"),
+        "the bucket wins over a stale environment value"
+    );
+    assert_eq!(s.source("CREWLET_TEST_ROTATED"), Source::Bucket);
+    assert_eq!(
+        s.get("CREWLET_TEST_ENV_ONLY").found().as_deref(),
+        Some("from-env")
+    );
+    assert_eq!(s.source("CREWLET_TEST_ENV_ONLY"), Source::Environment);
+    assert_eq!(s.get("CREWLET_TEST_NONE"), Lookup::Unset);
+    assert_eq!(s.source("CREWLET_TEST_NONE"), Source::Unset);
+    s.set("CREWLET_TEST_X", "v").await.unwrap();
+    s.stop().await;
+    fleet.stop().await;
+}
+
+#[tokio::test]
+async fn a_watch_that_cannot_be_opened_opens_the_bucket_again_before_watching_again() {
+    let (f, kv) = kv();
+    let (opener, opens, calls) = gated(kv.clone());
+    opens.store(true, Ordering::SeqCst);
+    // The bucket opens, but its watch does not (as when the bucket was
+    // deleted after it was opened).
+    f.break_store();
+    let s = Secrets::with_opener(opener, Ring::new().open(), Duration::from_millis(50)).await;
+    eventually("the bucket is opened again after each failed watch", || {
+        calls.load(Ordering::SeqCst) >= 3
+    })
+    .await;
+    assert!(matches!(s.get("ANY"), Lookup::Unknown(_)));
+    f.heal();
+    let listed = tokio::time::timeout(Duration::from_secs(20), s.until_listed()).await;
+    assert_eq!(listed.ok(), Some(true), "listed once the watch opens");
+    assert_eq!(s.get("ANY"), Lookup::Unset);
+    s.set("KEPT", "v2").await.unwrap();
+    assert_eq!(s.get("KEPT").found().as_deref(), Some("v2"));
+    s.stop().await;
 }

@@ -221,7 +221,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             .brain
             .think(chain, prompt, &site)
             .await
-            .map_err(|e| Stop::Unavailable(e.0))?;
+            .map_err(Stop::from)?;
         self.model_calls += 1;
         self.input_tokens += thought.input_tokens;
         self.output_tokens += thought.output_tokens;

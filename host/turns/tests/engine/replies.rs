@@ -94,6 +94,30 @@ async fn an_unknown_reply_key_posts_nothing_and_is_an_outage() {
 }
 
 #[tokio::test]
+async fn a_model_key_not_known_yet_is_an_outage_and_the_trigger_runs_again() {
+    let f = Fixture::new(Doc::default());
+    let wake = mention("d1");
+    f.script([Step::key_unknown()]);
+    let end = f.run(std::slice::from_ref(&wake)).await;
+    let TurnEnd::Outage { reason, .. } = &end else {
+        panic!("not an outage: {end:?}");
+    };
+    assert!(reason.contains("not known yet"), "{reason}");
+    let key = trigger::trigger_key(&wake);
+    assert!(
+        matches!(f.coord.completed(&key).await, Ok(Answer::No(()))),
+        "not completed: the wake is handed back, not dropped"
+    );
+    f.script([
+        Step::calls(vec![post("C1", "17.1", "green"), submit("delivered", "x")]),
+        Step::calls(vec![review("done", "")]),
+    ]);
+    let end = f.run(std::slice::from_ref(&wake)).await;
+    assert_eq!(outcome(&end), &Outcome::Delivered);
+    assert_eq!(f.chat.posts().len(), 1);
+}
+
+#[tokio::test]
 async fn a_refused_post_frees_the_key_for_a_corrected_attempt() {
     let f = Fixture::new(Doc::default());
     f.chat.refuse_posts.store(1, Ordering::SeqCst);

@@ -16,6 +16,8 @@ pub struct Step {
     input: u64,
     output: u64,
     before: Option<Box<dyn FnOnce() -> BoxFuture<'static, ()> + Send>>,
+    /// The brain answers that a model key is not known yet.
+    key_unknown: bool,
 }
 
 impl Step {
@@ -26,6 +28,15 @@ impl Step {
             input: 10,
             output: 2,
             before: None,
+            key_unknown: false,
+        }
+    }
+
+    /// No thought: the model's key is not known yet on this node.
+    pub fn key_unknown() -> Step {
+        Step {
+            key_unknown: true,
+            ..Step::calls(Vec::new())
         }
     }
 
@@ -142,10 +153,15 @@ impl Brain for ScriptedBrain {
         });
         let step = self.steps.lock().unwrap().pop_front();
         let Some(mut step) = step else {
-            return Err(Unavailable("the script ran out".into()));
+            return Err(Unavailable::Chain("the script ran out".into()));
         };
         if let Some(before) = step.before.take() {
             before().await;
+        }
+        if step.key_unknown {
+            return Err(Unavailable::KeyUnknown(
+                "the secrets bucket has not answered this node yet".into(),
+            ));
         }
         Ok(Thought {
             text: step.text,
