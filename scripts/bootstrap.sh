@@ -68,10 +68,14 @@ if ! "$TOOLS/bin/nats-server" --version 2>/dev/null | grep -q "v$NATS_SERVER_VER
     "$TOOLS/bin/nats-server" --version >&2
 fi
 
-# 3. The plugins: every crate of the guest workspace, as components.
+# 3. The plugins: every crate of the guest workspace, as components. Never
+#    through the host's lint wrapper (.ci/run sets it for `./dev test`,
+#    which runs this first): a wrapper changes every member's fingerprint,
+#    so the plugins were built again, ~20 crates, on every CI run.
 if [[ -f plugins/Cargo.toml ]]; then
     say "building plugins (wasm32-wasip2)"
-    cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+        cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
 fi
 
 # 3b. The third-party MCP servers the crewlet-mcp tests run as children

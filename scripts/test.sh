@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Every test of the workspace, on two lanes: the end-to-end binary
-# (`tests/e2e`, whose tests mostly wait on child processes — nodes,
-# nats-servers, browsers) runs beside the other binaries, which run one
-# after another as `cargo test` would run them. Each binary runs in its
-# package's directory, as under `cargo test`, and its output is printed
-# whole when it ends. Exit status 1 if any binary failed; every binary runs.
+# Every test of the workspace, two binaries at a time: two lanes take the
+# test binaries from one queue, the end-to-end binary (`tests/e2e`, the
+# longest, whose tests mostly wait on child processes — nodes,
+# nats-servers, browsers) first, so the lane that ran it joins the rest
+# when it ends instead of idling (with e2e alone on one lane and every
+# other binary on the other, that lane ended minutes after e2e on a 2-core
+# CI run). Each binary runs in its package's directory, as under `cargo
+# test`, and its output is printed whole when it ends. Exit status 1 if any
+# binary failed; every binary runs.
 #
 # With arguments it is plain `cargo test --workspace --no-fail-fast ARGS`
 # (to pick tests, or pass flags to the harness after `--`).
@@ -46,31 +49,45 @@ run() {
     echo "$rc" >"$log.rc"
 }
 
-e2e_line="$(grep -E '/deps/e2e-[0-9a-f]+$' "$work/binaries" || true)"
-lane_a=""
-if [[ -n "$e2e_line" ]]; then
-    run "${e2e_line%%$'\t'*}" "${e2e_line#*$'\t'}" "$work/e2e.log" &
-    lane_a=$!
-fi
+# The queue: one numbered line per binary, e2e first. A lane takes the
+# next line under a lock, and prints a finished binary's log under it.
+{
+    grep -E '/deps/e2e-[0-9a-f]+$' "$work/binaries" || true
+    grep -vE '/deps/e2e-[0-9a-f]+$' "$work/binaries" || true
+} | nl -ba -w1 -s$'\t' >"$work/queue"
+: >"$work/taken"
+
+lane() {
+    local n dir exe rel
+    while true; do
+        {
+            flock 9
+            n=$(($(wc -l <"$work/taken") + 1))
+            if [[ $n -le $(wc -l <"$work/queue") ]]; then echo "$n" >>"$work/taken"; else n=0; fi
+        } 9>"$work/queue.lock"
+        [[ $n -gt 0 ]] || return 0
+        IFS=$'\t' read -r _ dir exe < <(sed -n "${n}p" "$work/queue")
+        run "$dir" "$exe" "$work/$n.log"
+        {
+            flock 9
+            rel="${dir#"$ROOT"}"
+            rel="${rel#/}"
+            echo "     Running $(basename "$exe") (in ${rel:-.})"
+            cat "$work/$n.log"
+        } 9>"$work/print.lock"
+    done
+}
+
+lane &
+first=$!
+lane &
+second=$!
+wait "$first" "$second" || true
 
 failed=()
-n=0
-while IFS=$'\t' read -r dir exe; do
-    [[ "$exe" == "${e2e_line#*$'\t'}" ]] && continue
-    n=$((n + 1))
-    log="$work/$n.log"
-    echo "     Running $(basename "$exe") (in ${dir#"$ROOT"/})"
-    run "$dir" "$exe" "$log"
-    cat "$log"
-    [[ "$(cat "$log.rc")" == 0 ]] || failed+=("$(basename "$exe")")
-done <"$work/binaries"
-
-if [[ -n "$lane_a" ]]; then
-    wait "$lane_a" || true
-    echo "     Running $(basename "${e2e_line#*$'\t'}") (the end-to-end tests)"
-    cat "$work/e2e.log"
-    [[ "$(cat "$work/e2e.log.rc")" == 0 ]] || failed+=("$(basename "${e2e_line#*$'\t'}")")
-fi
+while IFS=$'\t' read -r n _ exe; do
+    [[ "$(cat "$work/$n.log.rc" 2>/dev/null)" == 0 ]] || failed+=("$(basename "$exe")")
+done <"$work/queue"
 
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "test: ${#failed[@]} binary(ies) failed: ${failed[*]}" >&2

@@ -60,7 +60,10 @@ pub enum Change {
     Removed { key: String, revision: u64 },
 }
 
-/// A watch: the certified first answer, then the changes after it.
+/// A watch: the certified first answer, then the changes after it — every
+/// key's latest revision, in revision order, never an older one after a
+/// newer. A revision the key lost to a later write before the store read it
+/// for the watch may be skipped (a bucket keeps one revision per key).
 pub struct Watch {
     pub initial: Vec<Entry>,
     pub changes: BoxStream<'static, Result<Change, Unavailable>>,

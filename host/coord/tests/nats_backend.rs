@@ -1,5 +1,6 @@
 //! Cases only the real store has: bucket adoption, the replica refusal,
-//! local lease mode, a certified listing's quiet end, and the evidence for
+//! local lease mode, a certified listing's quiet end, a watch that reads
+//! what is written before its own task runs, and the evidence for
 //! certifying at all (the naive listing it replaces misses live keys).
 
 use std::collections::BTreeSet;
@@ -10,11 +11,11 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use crewlet_coord::bucket::{Bucket, Retentions};
-use crewlet_coord::kv::{Expect, Kv};
+use crewlet_coord::kv::{Change, Expect, Kv};
 use crewlet_coord::nats::{NatsKv, PASS_STARTED, PassHook, QUIET};
 use crewlet_coord::{Coord, CoordKind, CoordOptions, OpenError, Owner, ResourceName};
 use crewlet_testkit::NatsServer;
-use futures::{FutureExt, TryStreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 
 fn opts(namespace: &str) -> CoordOptions {
     let mut o = CoordOptions::new(Owner::incarnation("backend"));
@@ -403,4 +404,110 @@ async fn a_pass_whose_pending_messages_are_purged_ends_after_the_quiet_interval(
         "every purged key was sent before the purge; nothing was left to go quiet on"
     );
     assert_eq!(answer.len(), LIVE + held.len());
+}
+
+/// A watch is handed back only once its changes consumer has a pull
+/// request standing at the broker, so a change written right after it
+/// opens is read while it is stored — even if the watch's own task has not
+/// run yet. Before, the first request left from that task later: a bucket
+/// keeps one revision per key, and a fresh-clone CI run wrote `put alice,
+/// put bob, remove alice` before the request arrived; the watch delivered
+/// the last two and waited for ever for the first.
+///
+/// This test's runtime has one thread, blocked while another thread
+/// writes: no task of the watch can run until the broker has sent the
+/// write on its way (the watch's consumer counts it delivered).
+#[tokio::test]
+async fn a_watch_reads_a_change_written_before_its_task_runs() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let retentions = Retentions {
+        lease_ttl: Duration::from_secs(45),
+        status: Duration::from_secs(60),
+        rate: Duration::from_secs(60),
+    };
+    let b = Bucket::Positions;
+    let kv = NatsKv::open(
+        client,
+        "standing",
+        &[b],
+        &retentions,
+        1,
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap();
+    let (bucket, stream) = (kv.bucket_name(b).unwrap(), kv.stream_name(b).unwrap());
+    let (go, went) = std::sync::mpsc::channel::<()>();
+    let (read, was_read) = std::sync::mpsc::channel::<Result<u64, String>>();
+    let url = server.url();
+    let writer = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let js = jetstream::new(async_nats::connect(url).await.unwrap());
+            let store = js.get_key_value(&bucket).await.unwrap();
+            let stream = js.get_stream(&stream).await.unwrap();
+            went.recv().unwrap();
+            let rev = store.put("alice", "lab".into()).await.unwrap();
+            // The watch's consumer is the stream's one pull consumer.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let answer = loop {
+                let mut sent = 0;
+                let mut names = stream.consumers();
+                while let Some(c) = names.try_next().await.unwrap() {
+                    if c.config.deliver_subject.is_none() {
+                        sent = sent.max(c.delivered.stream_sequence);
+                    }
+                }
+                if sent >= rev {
+                    break Ok(rev);
+                }
+                if Instant::now() > deadline {
+                    break Err(format!(
+                        "the broker had not sent revision {rev} to the watch within 10 s (its consumer stood at {sent}): no pull request of the watch stood when it was handed back"
+                    ));
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            };
+            read.send(answer).unwrap();
+        });
+    });
+
+    let mut watch = kv.watch(b, None).await.unwrap();
+    assert!(watch.initial.is_empty());
+    // Blocks this runtime's only thread: the watch's tasks stand still.
+    go.send(()).unwrap();
+    let alice = was_read.recv().unwrap().unwrap_or_else(|e| panic!("{e}"));
+    writer.join().unwrap();
+    // Written twice more: with history 1 the broker keeps only the last
+    // revision of alice, so her put is delivered only because it was read.
+    let bob = kv
+        .put(b, "bob", Bytes::from_static(b"desk"), Expect::Any)
+        .await
+        .unwrap()
+        .unwrap();
+    let gone = kv.remove(b, "alice", Expect::Any).await.unwrap().unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        let next = tokio::time::timeout(Duration::from_secs(10), watch.changes.next())
+            .await
+            .unwrap_or_else(|_| panic!("no change within 10 s after {seen:?}"))
+            .expect("the watch goes on")
+            .unwrap();
+        seen.push(match next {
+            Change::Put(e) => (format!("put {}", e.key), e.revision),
+            Change::Removed { key, revision } => (format!("removed {key}"), revision),
+        });
+    }
+    assert_eq!(
+        seen,
+        [
+            ("put alice".to_string(), alice),
+            ("put bob".to_string(), bob),
+            ("removed alice".to_string(), gone)
+        ]
+    );
 }

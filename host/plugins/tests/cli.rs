@@ -165,8 +165,11 @@ fn cargo(args: &[&str], target: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_build_and_load() {
     let dir = tempfile::tempdir().unwrap();
-    // Shared with the guest build so wit-bindgen compiles once per machine.
-    let target = plugins_dir().join("target/scaffold-test");
+    // The guest workspace's own target directory, and its release profile
+    // (the scaffold copies it, with the workspace's lock): what bootstrap
+    // built there for the repository's plugins — wit-bindgen's macro and
+    // its toolchain, serde — is reused, not compiled again per scaffold.
+    let target = plugins_dir().join("target");
     for (kind, name) in [
         (Kind::Webhook, "acme-hook"),
         (Kind::Provider, "acme-llm"),
@@ -182,6 +185,7 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_buil
         cargo(
             &[
                 "test",
+                "--release",
                 "--quiet",
                 "--manifest-path",
                 manifest.to_str().unwrap(),
@@ -194,6 +198,7 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_buil
             cargo(
                 &[
                     "test",
+                    "--release",
                     "--quiet",
                     "--manifest-path",
                     manifest.to_str().unwrap(),
@@ -284,10 +289,9 @@ async fn scaffolded_plugins_pass_their_own_tests_and_a_webhook_and_a_module_buil
     assert_eq!(count.value, b"1");
 }
 
-/// Builds the scaffolded plugin in `root` (a debug build in the shared
-/// target: its proc macros are the host builds the `cargo test` runs made;
-/// a release build compiles wit-bindgen's whole toolchain again, about half
-/// a minute), puts the component where its manifest looks, and checks it.
+/// Builds the scaffolded plugin in `root` as its README says (release, for
+/// wasm32-wasip2) in the shared `target`, puts the component where its
+/// manifest looks, and checks it.
 fn build_scaffold(
     root: &std::path::Path,
     artifact: &str,
@@ -296,6 +300,7 @@ fn build_scaffold(
     cargo(
         &[
             "build",
+            "--release",
             "--quiet",
             "--target",
             "wasm32-wasip2",
@@ -305,7 +310,7 @@ fn build_scaffold(
         target,
     );
     let artifact = format!("crewlet_plugin_{artifact}.wasm");
-    let built = target.join("wasm32-wasip2/debug").join(&artifact);
+    let built = target.join("wasm32-wasip2/release").join(&artifact);
     let wanted = root.join("target/wasm32-wasip2/release").join(&artifact);
     std::fs::create_dir_all(wanted.parent().unwrap()).unwrap();
     std::fs::copy(&built, &wanted).unwrap();

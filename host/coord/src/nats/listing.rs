@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream::consumer;
 use futures::stream::BoxStream;
@@ -432,15 +432,53 @@ impl NatsKv {
     /// consumer would deliver — so a change is read while it is stored,
     /// not coalesced away by a later one — but never more than a window
     /// ahead of the reader. The task ends with the reader.
+    ///
+    /// Handed back only once the broker holds one of the consumer's pull
+    /// requests (or the consumer has read something): a pull consumer reads
+    /// the stream only while a request stands, and a bucket keeps one
+    /// revision per key, so a key written twice before the first request
+    /// arrived lost its first revision for good. The first request leaves
+    /// from the task, two task hops after the consumer exists; a fresh-clone
+    /// CI run wrote `put alice, put bob, remove alice` in that gap and the
+    /// watch delivered only the last two. A consumer whose first request
+    /// does not stand within [`WATCH_PULL_EXPIRES`] (lost on a cluster) is
+    /// replaced, up to [`STAND_ATTEMPTS`] times; then the watch is
+    /// unavailable.
     async fn changes_after(
         &self,
         o: &Opened,
         filter_subject: &str,
         after: u64,
-    ) -> KvResult<BoxStream<'static, Result<jetstream::Message, consumer::pull::OrderedError>>>
-    {
+    ) -> KvResult<Changes> {
+        let mut why = String::new();
+        for _ in 0..STAND_ATTEMPTS {
+            let (name, changes) = self.changes_consumer(o, filter_subject, after).await?;
+            match pull_stands(o, &name).await {
+                Ok(()) => return Ok(changes),
+                Err(e) => {
+                    why = e;
+                    drop(changes);
+                    let stream = o.stream.clone();
+                    tokio::spawn(async move {
+                        let _ = stream.delete_consumer(&name).await;
+                    });
+                }
+            }
+        }
+        Err(Unavailable(format!(
+            "watch consumer: none of {STAND_ATTEMPTS} consumers had a pull request standing at the broker within {WATCH_PULL_EXPIRES:?} ({why})"
+        )))
+    }
+
+    /// The changes consumer, the task that pulls from it, and its name.
+    async fn changes_consumer(
+        &self,
+        o: &Opened,
+        filter_subject: &str,
+        after: u64,
+    ) -> KvResult<(String, Changes)> {
         let max_value = o.stream.cached_info().config.max_message_size;
-        let mut pulled = o
+        let created = o
             .stream
             .create_consumer(consumer::pull::OrderedConfig {
                 filter_subject: filter_subject.to_owned(),
@@ -453,7 +491,9 @@ impl NatsKv {
                 ..Default::default()
             })
             .await
-            .map_err(|e| unavailable("watch consumer", e))?
+            .map_err(|e| unavailable("watch consumer", e))?;
+        let name = created.cached_info().name.clone();
+        let mut pulled = created
             .messages()
             .await
             .map_err(|e| unavailable("watch consumer", e))?;
@@ -470,10 +510,10 @@ impl NatsKv {
                 }
             }
         });
-        Ok(
+        let changes =
             futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) })
-                .boxed(),
-        )
+                .boxed();
+        Ok((name, changes))
     }
 
     /// Deletes a pass's consumer without waiting (the broker would reap it
@@ -493,6 +533,36 @@ fn filter_subject(o: &Opened, filter: Option<&str>) -> String {
     match filter {
         Some(f) => format!("{}{f}.>", o.prefix),
         None => format!("{}>", o.prefix),
+    }
+}
+
+/// What a watch's changes consumer delivers, as its task forwards it.
+type Changes = BoxStream<'static, Result<jetstream::Message, consumer::pull::OrderedError>>;
+
+/// How many changes consumers a watch asks for before one has a pull
+/// request standing at the broker.
+const STAND_ATTEMPTS: u32 = 3;
+
+/// Returns once the broker holds a pull request of `consumer` or the
+/// consumer has delivered something; the failure says what was seen.
+async fn pull_stands(o: &Opened, consumer: &str) -> Result<(), String> {
+    let deadline = tokio::time::Instant::now() + WATCH_PULL_EXPIRES;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let info = o
+            .stream
+            .consumer_info(consumer)
+            .await
+            .map_err(|e| format!("consumer {consumer}: {e}"))?;
+        if info.num_waiting > 0 || info.delivered.consumer_sequence > 0 {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(format!("consumer {consumer}: no pull request standing"));
+        }
+        tokio::time::sleep(pause.min(deadline - now)).await;
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 

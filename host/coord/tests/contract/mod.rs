@@ -922,11 +922,15 @@ pub async fn named_buckets<F: Fixture>(f: &F) {
         .map(|e| e.key)
         .collect();
     assert_eq!(keys, BTreeSet::from(["bob".to_string()]));
+    // The watch delivers every key's latest revision, in revision order.
+    // A revision replaced before the store read it may be skipped: a
+    // bucket keeps one per key, and the broker reads for a watch a moment
+    // after it stores (a fresh-clone CI run saw `put alice` skipped).
     let mut seen = Vec::new();
-    while seen.len() < 3 {
+    while !seen.contains(&"removed alice".to_string()) {
         let next = tokio::time::timeout(Duration::from_secs(10), watch.changes.next())
             .await
-            .expect("a change within 10 s")
+            .unwrap_or_else(|_| panic!("no change within 10 s after {seen:?}"))
             .expect("the watch goes on")
             .unwrap();
         seen.push(match next {
@@ -934,7 +938,11 @@ pub async fn named_buckets<F: Fixture>(f: &F) {
             Change::Removed { key, .. } => format!("removed {key}"),
         });
     }
-    assert_eq!(seen, ["put alice", "put bob", "removed alice"]);
+    let full = ["put alice", "put bob", "removed alice"];
+    assert!(
+        seen == full || seen == full[1..],
+        "changes out of order, repeated or missing a latest revision: {seen:?}"
+    );
 
     // Value cap: refused as a kind; a reader's spec never lifts it, the
     // owner's does.
