@@ -41,3 +41,4 @@ mod speak;
 mod stall;
 mod telemetry;
 mod turns;
+mod tool_failures;
