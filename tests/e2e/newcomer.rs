@@ -152,6 +152,25 @@ fn the_example_company_run_with_a_data_dir_is_reached_diagnosed_and_stopped_clea
         &[("CREWLET_DATA_DIR", data.to_str().unwrap())],
     );
     assert_eq!(code, 0, "{out}");
+    // `config import --data-dir X` with a node holding X: through its API,
+    // with X's token.
+    let company = example();
+    let (code, out) = crewlet(
+        &elsewhere,
+        &[
+            "config",
+            "import",
+            company.to_str().unwrap(),
+            "--api",
+            &api,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--wait",
+            "5",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{out}");
 
     // The doctor beside it: the API port is this node's; ./plugins is read
     // as `plugins list` reads it; ./dev's demo secret is named as such.
