@@ -213,7 +213,13 @@ catch_up_limit = 100"#,
         .iter()
         .flatten()
         .map(|n| {
-            events_on(n, "schedule_fired")
+            let fired = events_on(n, "schedule_fired");
+            // By handle, like every other event; the seat's id rides along.
+            for e in &fired {
+                assert_eq!(e["seat"], "ada", "{e}");
+                assert!(e["payload"]["seat_id"].is_string(), "{e}");
+            }
+            fired
                 .iter()
                 .filter(|e| e["payload"]["catch_up"] == true)
                 .count()

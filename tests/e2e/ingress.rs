@@ -262,6 +262,22 @@ fn a_signed_mention_wakes_the_seat_is_recorded_and_pushed_live() {
     let woke = wait_events(&node, "wake_published", 1);
     assert_eq!(woke[0]["trace_id"], trace.as_str());
     assert_eq!(woke[0]["parties"][0]["party"], "seat:ada");
+    // Named by handle like every other event; the seat's id rides along.
+    assert_eq!(woke[0]["seat"], "ada", "{}", woke[0]);
+    assert_eq!(
+        woke[0]["payload"]["seat_id"], wake["seat_id"],
+        "{}",
+        woke[0]
+    );
+    let by_seat = node
+        .get("/events?type=wake_published&seat=ada")
+        .unwrap()
+        .json();
+    assert_eq!(
+        by_seat["events"].as_array().map(Vec::len),
+        Some(1),
+        "{by_seat}"
+    );
 
     // And live.
     let pushed = ws_wait(&mut ws, |f| {

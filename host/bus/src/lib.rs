@@ -38,13 +38,13 @@
 //! | --- | --- | --- |
 //! | `webhook_received` | the webhook edge | a verified delivery was accepted |
 //! | `delivery_refused` | the webhook edge | a delivery was refused (4xx; source, status, reason) |
-//! | `wake_published` | `notify-inbound` | a delivery's wake was published on a seat's inbox |
+//! | `wake_published` | `notify-inbound` | a delivery's wake was published on a seat's inbox (the seat by handle; its id in `seat_id`) |
 //! | `delivery_unrouted` | `notify-inbound` | a delivery addressed no seat of the company |
 //! | `delivery_dead_lettered` | `notify-inbound` | a delivery failed too often and went to the dead letters |
 //! | `turn_started` | the turn | a seat's turn began |
 //! | `turn_ended` | the turn | a seat's turn ended (its outcome in the payload) |
 //! | `model_call` | the turn | one model call of a turn answered (tokens, model) |
-//! | `tool_call` | the turn | one tool call of a turn was answered |
+//! | `tool_call` | the turn | one tool call of a turn was answered (`ok`; a failed one's reason in `error`) |
 //! | `review` | the turn | the reviewer gave a verdict on an iteration |
 //! | `review_overturned` | the turn | a `done` verdict was overturned (an owed reply was not posted) |
 //! | `budget_exhausted` | the turn | a budget refused the turn's next model call |

@@ -550,12 +550,13 @@ impl Worker {
             let mut ev = self.cfg.publisher.event(
                 "wake_published",
                 json!({
-                    "handle": h, "reason": reason, "source": inbound.source,
+                    "handle": h, "seat_id": seat, "reason": reason, "source": inbound.source,
                     "event_type": inbound.event_type, "delivery_id": inbound.delivery_id,
                 }),
             );
             ev.trace_id = Some(inbound.trace_id.clone());
-            ev.seat = Some(seat);
+            // By handle, like every other event; the id is in the payload.
+            ev.seat = Some(h.to_owned());
             ev.conversation = conversation.clone();
             ev.parties = vec![
                 party(format!("seat:{h}"), "recipient"),

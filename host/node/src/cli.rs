@@ -12,7 +12,9 @@ use crate::run::{RunArgs, run};
 /// through MCP tool servers, and replying as themselves.
 ///
 /// Every command that talks to a running node takes `--api URL`, else
-/// `CREWLET_API`, else http://127.0.0.1:7420.
+/// `CREWLET_API`, else http://127.0.0.1:7420, and sends `CREWLET_TOKEN`,
+/// else the first-start token of the node's data dir (`--data-dir`, else
+/// `CREWLET_DATA_DIR`, else ./crewlet-data).
 #[derive(Debug, Parser)]
 #[command(name = "crewlet", version = crate::VERSION, propagate_version = true)]
 pub struct Cli {
@@ -44,7 +46,8 @@ enum Command {
     Budgets(BudgetsCmd),
     /// Operator tokens (admin scope), through a running node's API. Every
     /// command sends the token in CREWLET_TOKEN, else the first-start token
-    /// in the data dir (CREWLET_DATA_DIR, else ./crewlet-data).
+    /// in the node's data dir (--data-dir, else CREWLET_DATA_DIR, else
+    /// ./crewlet-data).
     #[command(subcommand)]
     Tokens(TokensCmd),
     /// The company's seats, through a running node's API: with no
@@ -214,22 +217,35 @@ enum SecretsCmd {
 enum BudgetsCmd {
     /// Print the company's and every seat's day, week and month windows:
     /// spent, ceiling, remaining, and whether a window refused work.
-    Show {
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
-        /// Print the API's JSON instead of a table.
-        #[arg(long)]
-        json: bool,
-    },
+    Show(ShowArgs),
+}
+
+/// The running node a command talks to, and whose token it sends.
+#[derive(Debug, clap::Args)]
+struct ApiArgs {
+    /// The running node's HTTP API.
+    #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
+    api: String,
+    /// The data dir that node runs with (`run --data-dir`): its first-start
+    /// operator token is sent, unless CREWLET_TOKEN is set.
+    #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+}
+
+impl ApiArgs {
+    fn node(&self) -> crate::client::NodeApi<'_> {
+        crate::client::NodeApi {
+            api: &self.api,
+            data_dir: self.data_dir.as_deref(),
+        }
+    }
 }
 
 /// A read printed as a table, or as the API's JSON.
 #[derive(Debug, clap::Args)]
 struct ShowArgs {
-    /// The running node's HTTP API.
-    #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-    api: String,
+    #[command(flatten)]
+    node: ApiArgs,
     /// Print the API's JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -254,17 +270,15 @@ enum AgentsCmd {
         /// Why, for whoever looks at the seat next.
         #[arg(long, value_name = "TEXT")]
         reason: Option<String>,
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        node: ApiArgs,
     },
     /// Resume HANDLE: what waited in its mailbox runs.
     Resume {
         #[arg(value_name = "HANDLE")]
         handle: String,
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        node: ApiArgs,
     },
 }
 
@@ -281,23 +295,20 @@ enum TokensCmd {
         /// What it is for.
         #[arg(long, value_name = "NAME", default_value = "")]
         name: String,
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        node: ApiArgs,
     },
     /// List the tokens: id, name, scope, created, expiry, revocation.
     List {
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        node: ApiArgs,
     },
     /// Revoke token ID fleet-wide.
     Revoke {
         #[arg(value_name = "ID")]
         id: String,
-        /// The running node's HTTP API.
-        #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
-        api: String,
+        #[command(flatten)]
+        node: ApiArgs,
     },
 }
 
@@ -426,20 +437,26 @@ pub fn main() -> i32 {
             std::time::Duration::from_secs(wait),
         ),
         Command::Secrets(cmd) => secrets(cmd),
-        Command::Budgets(BudgetsCmd::Show { api, json }) => {
-            crate::client::shown(&api, "/budgets", json, crate::budgets::render)
-        }
+        Command::Budgets(BudgetsCmd::Show(show)) => crate::client::shown(
+            show.node.node(),
+            "/budgets",
+            show.json,
+            crate::budgets::render,
+        ),
         Command::Tokens(cmd) => tokens(cmd),
         Command::Agents(AgentsArgs { cmd: Some(cmd), .. }) => agents(cmd),
         Command::Agents(AgentsArgs { cmd: None, show }) => crate::client::shown(
-            &show.api,
+            show.node.node(),
             "/agents",
             show.json,
             crate::fleet::agents::render_agents,
         ),
-        Command::Fleet(show) => {
-            crate::client::shown(&show.api, "/fleet", show.json, crate::fleet::render_fleet)
-        }
+        Command::Fleet(show) => crate::client::shown(
+            show.node.node(),
+            "/fleet",
+            show.json,
+            crate::fleet::render_fleet,
+        ),
         Command::Webhook(WebhookCmd::Sample {
             to,
             channel,
@@ -502,9 +519,9 @@ fn secrets(cmd: SecretsCmd) -> i32 {
 
 /// A JSON command over the API (`crewlet tokens …`, `crewlet agents …`):
 /// answers what to print, or an error line.
-fn api_request(api: &str, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
+fn api_request(node: &ApiArgs, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
     let headers = [("content-type", "application/json")];
-    match crate::client::request(api, method, path, &headers, body) {
+    match crate::client::request_to(node.node(), method, path, &headers, body) {
         Ok((200 | 201, body)) => Ok(body),
         Ok((status, body)) => Err(format!("the node answered {status}: {}", body.trim())),
         Err(e) => Err(e.to_string()),
@@ -516,14 +533,14 @@ fn agents(cmd: AgentsCmd) -> i32 {
         AgentsCmd::Pause {
             handle,
             reason,
-            api,
+            node,
         } => {
             let body = serde_json::json!({ "reason": reason });
             let path = format!("/agents/{handle}/pause");
-            api_request(&api, "POST", &path, body.to_string().as_bytes())
+            api_request(&node, "POST", &path, body.to_string().as_bytes())
         }
-        AgentsCmd::Resume { handle, api } => {
-            api_request(&api, "POST", &format!("/agents/{handle}/resume"), b"")
+        AgentsCmd::Resume { handle, node } => {
+            api_request(&node, "POST", &format!("/agents/{handle}/resume"), b"")
         }
     };
     printed(done)
@@ -551,7 +568,7 @@ fn tokens(cmd: TokensCmd) -> i32 {
             scope,
             ttl,
             name,
-            api,
+            node,
         } => {
             let ttl = match ttl.as_deref().map(parse_ttl).transpose() {
                 Ok(t) => t,
@@ -561,10 +578,10 @@ fn tokens(cmd: TokensCmd) -> i32 {
                 }
             };
             let body = serde_json::json!({ "scope": scope, "name": name, "ttl_seconds": ttl });
-            cli(&api, "POST", "/tokens", body.to_string().as_bytes())
+            cli(&node, "POST", "/tokens", body.to_string().as_bytes())
         }
-        TokensCmd::List { api } => cli(&api, "GET", "/tokens", b""),
-        TokensCmd::Revoke { id, api } => cli(&api, "DELETE", &format!("/tokens/{id}"), b""),
+        TokensCmd::List { node } => cli(&node, "GET", "/tokens", b""),
+        TokensCmd::Revoke { id, node } => cli(&node, "DELETE", &format!("/tokens/{id}"), b""),
     };
     printed(done)
 }

@@ -8,16 +8,37 @@
 //! NATS, free ports, the secrets the company names). Exit 1 when anything
 //! `run` would stop on fails; a warning (a secret not in this shell, which
 //! the fleet's bucket may hold) leaves it 0.
+//!
+//! Next to a running node the doctor asks the API port's `/health` before
+//! it calls a port taken: a node with this data dir holding its own ports
+//! is the setup working, not a failure; another node there is named. With
+//! no plugins dir given it reads `./plugins`, as `crewlet plugins list`
+//! does, and says that `run` needs `--plugins` for it.
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crewlet_config::{NodeConfig, Overrides, StreamMode};
 use serde::Serialize;
 
-/// How long a TCP connect to an external NATS URL may take.
+mod running;
+
+use running::{RunningNode, taken};
+
+/// How long a TCP connect to an external NATS URL (or a running node's
+/// `/health`) may take.
 const REACH_WITHIN: Duration = Duration::from_secs(2);
+
+/// The plugins dir read when none is given: `crewlet plugins list`'s default.
+const DEFAULT_PLUGINS: &str = "plugins";
+
+/// The signing secrets `./dev` exports with a demo value when the shell has
+/// none (kept equal to `./dev` by a test).
+const DEV_DEMO_SECRETS: [(&str, &str); 2] = [
+    ("SLACK_SIGNING_SECRET", "crewlet-demo-slack-secret"),
+    ("GITHUB_WEBHOOK_SECRET", "crewlet-demo-github-secret"),
+];
 
 /// What the doctor is asked about: `crewlet run`'s own arguments.
 #[derive(Debug, Default)]
@@ -136,9 +157,10 @@ pub fn examine(args: &DoctorArgs) -> Vec<Finding> {
             return out;
         }
     };
+    let running = RunningNode::find(&config);
     out.push(data_dir(&config));
     out.extend(broker(&config));
-    out.extend(ports(&config));
+    out.extend(ports(&config, running.as_ref()));
     out.push(keyring(&config));
     let catalogue = plugins(&config, &args.plugins, &mut out);
     if let Some(file) = &args.company {
@@ -256,7 +278,7 @@ fn reach(url: &str) -> Finding {
     }
 }
 
-fn ports(config: &NodeConfig) -> Vec<Finding> {
+fn ports(config: &NodeConfig, running: Option<&RunningNode>) -> Vec<Finding> {
     let mut wanted = Vec::new();
     if config.api.port != 0 {
         wanted.push((
@@ -283,12 +305,7 @@ fn ports(config: &NodeConfig) -> Vec<Finding> {
         .into_iter()
         .map(|(check, addr, key)| match TcpListener::bind(addr) {
             Ok(_) => ok(check, format!("{addr} is free")),
-            Err(e) => bad(
-                check,
-                Verdict::Fail,
-                format!("{addr}: {e}"),
-                format!("stop what listens there (another node?), or set {key}"),
-            ),
+            Err(e) => taken(check, addr, key, &e, running),
         })
         .collect()
 }
@@ -318,7 +335,11 @@ fn plugins(
     cli: &[PathBuf],
     out: &mut Vec<Finding>,
 ) -> Option<crewlet_plugins::Catalogue> {
-    let dirs: Vec<PathBuf> = config.plugin_dirs.iter().chain(cli).cloned().collect();
+    let mut dirs: Vec<PathBuf> = config.plugin_dirs.iter().chain(cli).cloned().collect();
+    let defaulted = dirs.is_empty() && Path::new(DEFAULT_PLUGINS).is_dir();
+    if defaulted {
+        dirs.push(PathBuf::from(DEFAULT_PLUGINS));
+    }
     if dirs.is_empty() {
         out.push(bad(
             "plugins",
@@ -329,6 +350,17 @@ fn plugins(
         return None;
     }
     match crewlet_plugins::check(&dirs) {
+        Ok(report) if report.is_ok() && defaulted => out.push(bad(
+            "plugins",
+            Verdict::Ok,
+            format!(
+                "{} plugin(s) pass in ./{DEFAULT_PLUGINS} (no --plugins given: read as `crewlet plugins list` does)",
+                report.plugins.len()
+            ),
+            format!(
+                "`crewlet run` loads no plugins unless told: pass it --plugins {DEFAULT_PLUGINS} (as `./dev run` does)"
+            ),
+        )),
         Ok(report) if report.is_ok() => out.push(ok(
             "plugins",
             format!("{} plugin(s) pass", report.plugins.len()),
@@ -403,7 +435,7 @@ fn company(
         }
     };
     for name in secret_names(&company) {
-        out.push(if std::env::var_os(&name).is_some() {
+        let mut finding = if std::env::var_os(&name).is_some() {
             ok(
                 "secret",
                 format!(
@@ -420,8 +452,26 @@ fn company(
                     "fine if the fleet's bucket holds it (`crewlet secrets list`); else `crewlet secrets set {name}` or export it"
                 ),
             )
-        });
+        };
+        if let Some(note) = dev_demo(&name, std::env::var(&name).ok().as_deref()) {
+            finding.detail.push_str(&format!(" ({note})"));
+        }
+        out.push(finding);
     }
+}
+
+/// What `./dev` does with `name`, when it is one of its demo secrets.
+fn dev_demo(name: &str, value: Option<&str>) -> Option<String> {
+    let (_, demo) = DEV_DEMO_SECRETS.iter().find(|(n, _)| *n == name)?;
+    Some(match value {
+        Some(v) if v == *demo => format!(
+            "to `./dev`'s demo value {demo:?}: `./dev sample` signs with it; a real sender needs the real secret"
+        ),
+        Some(_) => "`./dev` keeps a value set here instead of its demo one".to_owned(),
+        None => format!(
+            "`./dev run` and `./dev sample` set it to the demo value {demo:?} when unset; a node started by hand needs it exported or in the fleet's bucket"
+        ),
+    })
 }
 
 /// Every secret the company names: integrations' signing secrets, model
@@ -440,4 +490,24 @@ pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
         names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));
     }
     names.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_demo_secrets_are_the_ones_dev_sets() {
+        let dev = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../dev"))
+            .expect("./dev is in the repository");
+        for (name, value) in DEV_DEMO_SECRETS {
+            let line = format!("export {name}=\"${{{name}:-{value}}}\"");
+            assert!(dev.contains(&line), "./dev no longer has: {line}");
+        }
+        assert!(dev_demo("OPENAI_API_KEY", None).is_none());
+        let unset = dev_demo("SLACK_SIGNING_SECRET", None).unwrap();
+        assert!(unset.contains("crewlet-demo-slack-secret"), "{unset}");
+        let demo = dev_demo("SLACK_SIGNING_SECRET", Some("crewlet-demo-slack-secret")).unwrap();
+        assert!(demo.contains("demo value"), "{demo}");
+    }
 }

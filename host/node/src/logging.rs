@@ -4,6 +4,12 @@
 //! event is emitted outside it) and the subsystem that emitted it (a
 //! `subsystem` field), so a fleet's merged log can be cut by either.
 //! `CREWLET_LOG` overrides the configured filter.
+//!
+//! Colour only when stderr is a terminal (and `NO_COLOR` is unset): a log
+//! written to a file, a pipe or a journal is read by tools and by `grep`,
+//! and escape codes in it are noise that breaks both.
+
+use std::io::IsTerminal;
 
 use crewlet_config::{LogFormat, LoggingConfig};
 use tracing_subscriber::EnvFilter;
@@ -26,6 +32,10 @@ pub fn init(config: &LoggingConfig) -> Result<(), String> {
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_writer(std::io::stderr);
     let result = match config.format {
         LogFormat::Text => builder.with_target(false).try_init(),
@@ -37,4 +47,23 @@ pub fn init(config: &LoggingConfig) -> Result<(), String> {
             .try_init(),
     };
     result.map_err(|e| format!("cannot install the logger: {e}"))
+}
+
+/// Whether to colour the log: on a terminal, unless `NO_COLOR` is set to
+/// anything non-empty (<https://no-color.org>).
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(colour(true, Some("".into())));
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
+    }
 }

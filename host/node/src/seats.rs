@@ -10,7 +10,9 @@
 //! the config epoch, brought to the epoch of the company a seat is
 //! equipped under. A `${NAME}` in a server's template resolves against the
 //! seat's own `credentials` first, then the company's secrets;
-//! `${CREWLET_SEAT}` is the seat's handle. A credential not known yet (the
+//! `${CREWLET_SEAT}` is the seat's handle, `${CREWLET_DATA_DIR}` the node's
+//! data dir (absolute), so a child's files follow `--data-dir`, not the
+//! folder the node was started from. A credential not known yet (the
 //! secrets bucket has not answered) starts nothing: equip waits for it up
 //! to `CREDENTIAL_WAIT`, then fails (the seat is equipped again after the
 //! backoff); a model key not known yet ends the turn as an outage (retried,
@@ -38,6 +40,24 @@ use tracing::{info, warn};
 
 /// `${CREWLET_SEAT}` in a server's template is the seat's handle.
 pub const SEAT_VARIABLE: &str = "CREWLET_SEAT";
+/// `${CREWLET_DATA_DIR}` in a server's template is the node's data dir.
+pub const DATA_DIR_VARIABLE: &str = "CREWLET_DATA_DIR";
+
+/// `resolve`, with `${CREWLET_DATA_DIR}` answered by `data_dir` (made
+/// absolute: a child may change its working directory).
+fn with_data_dir(
+    resolve: crewlet_mcp::Resolver,
+    data_dir: &std::path::Path,
+) -> crewlet_mcp::Resolver {
+    let dir = std::path::absolute(data_dir)
+        .unwrap_or_else(|_| data_dir.to_path_buf())
+        .display()
+        .to_string();
+    crewlet_mcp::Resolver::new(move |name: &str| match name {
+        DATA_DIR_VARIABLE => crewlet_secrets::Lookup::Found(dir.clone()),
+        _ => resolve.lookup(name),
+    })
+}
 
 /// How long equip waits for an MCP credential not known yet before it
 /// gives the seat back (bounded well inside the seats' equip timeout), and
@@ -544,7 +564,7 @@ pub async fn start(
         coord: ctx.coord.clone(),
         shared: SharedChildren::new(mcp.clone()),
         shared_lock: tokio::sync::Mutex::new(()),
-        resolve,
+        resolve: with_data_dir(resolve, &ctx.config.data_dir),
         mcp,
         exe: std::env::current_exe().ok(),
         registries: std::sync::Mutex::default(),

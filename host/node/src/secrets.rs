@@ -332,10 +332,15 @@ pub fn cli_set(
     {
         return Ok(done);
     }
+    // A node holding the data dir gets that data dir's own token.
+    let node = crate::client::NodeApi {
+        api,
+        data_dir: offline.map(|o| o.data_dir.as_path()),
+    };
     expect_ok(
         api,
-        crate::client::request(
-            api,
+        crate::client::request_to(
+            node,
             "PUT",
             &format!("/secrets/{name}"),
             &[],

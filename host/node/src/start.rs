@@ -230,8 +230,15 @@ async fn start_modules(ctx: &EngineContext, started: &mut Started) {
         consumers.start(&module).await;
     }
     let all = consumers.clone();
+    let installed = loaded.installed.clone();
     started.push("modules", move || {
-        Box::pin(async move { all.stop_all().await })
+        Box::pin(async move {
+            all.stop_all().await;
+            // Their watches end here, before the broker they read stops.
+            for module in installed.modules() {
+                module.stop().await;
+            }
+        })
     });
     if !ctx.config.plugin_reload {
         info!(

@@ -390,6 +390,8 @@ impl Probe for NodeState {
                 "failed": p.failed().len(),
                 "watches_reopening": p.watches_reopening(),
             })),
+            // Where this node's first-start token is, for a CLI refused.
+            "data_dir": std::path::absolute(&self.data_dir).unwrap_or_else(|_| self.data_dir.clone()).display().to_string(),
             "store": {
                 "path": self.store.path().display().to_string(),
                 "schema_version": self.store.schema_version(),

@@ -29,7 +29,7 @@
 //!   first token's value instead, for provisioning and tests.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
@@ -478,23 +478,6 @@ async fn revoke(State(tokens): State<Arc<Tokens>>, UrlPath(id): UrlPath<String>)
 }
 
 // ---- the command line ----------------------------------------------------
-
-/// The token the CLI sends: `CREWLET_TOKEN`, else the first-start token in
-/// the data dir (`CREWLET_DATA_DIR`, else the default data dir).
-pub fn cli_token() -> Option<String> {
-    if let Ok(t) = std::env::var(TOKEN_ENV)
-        && !t.trim().is_empty()
-    {
-        return Some(t.trim().to_owned());
-    }
-    let dir = std::env::var_os("CREWLET_DATA_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(crewlet_config::DEFAULT_DATA_DIR));
-    std::fs::read_to_string(dir.join(TOKEN_FILE))
-        .ok()
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-}
 
 /// Parses a TTL: `90s`, `15m`, `12h`, `30d`, or plain seconds.
 pub fn parse_ttl(s: &str) -> Result<u64, String> {

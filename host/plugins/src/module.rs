@@ -223,6 +223,16 @@ impl ModulePlugin {
         })
     }
 
+    /// Ends the live instance and with it every watch it holds, for a node
+    /// that stops. Why: a watch left open past the broker's stop reads as
+    /// a bucket that stopped answering (a WARN, and re-open attempts) on
+    /// every clean shutdown. Steps still queued are dropped (their
+    /// instance is gone); a later call would start a new instance.
+    pub async fn stop(&self) {
+        let ended = self.live.lock().await.take();
+        drop(ended);
+    }
+
     /// The module's manifest.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest

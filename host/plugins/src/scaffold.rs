@@ -21,7 +21,11 @@
 //!   plain functions with native unit tests (`cargo test`), and
 //!   `crewlet plugins check DIR` validates its manifest and world once
 //!   built. It never overwrites.
+//! - It ships what using it takes ([`guide`]): a README with the build,
+//!   check and try commands and the names the host uses, a `try.json` for
+//!   `crewlet plugins try`, and crewlet's own `rust-toolchain.toml`.
 
+mod guide;
 mod lock;
 mod templates;
 
@@ -91,7 +95,13 @@ impl fmt::Display for ScaffoldReport {
             f,
             "build: cargo build --release --target wasm32-wasip2 --manifest-path {dir}/Cargo.toml"
         )?;
-        writeln!(f, "check: crewlet plugins check {dir}")
+        writeln!(f, "check: crewlet plugins check {dir}")?;
+        writeln!(
+            f,
+            "try:   crewlet plugins try {} --request {dir}/try.json {dir}",
+            self.name
+        )?;
+        writeln!(f, "more:  {dir}/README.md")
     }
 }
 
@@ -113,12 +123,20 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
         });
     }
     let artifact = krate.replace('-', "_");
+    let secret_env = format!(
+        "{}_{}",
+        name.replace('-', "_").to_uppercase(),
+        match kind {
+            Kind::Provider => "API_KEY",
+            _ => "TOKEN",
+        }
+    );
     let fill = |t: &str| {
         t.replace("{{name}}", name)
             .replace("{{crate}}", &krate)
             .replace("{{artifact}}", &artifact)
             .replace("{{secret}}", &name.replace('-', "_"))
-            .replace("{{tool_prefix}}", &name.replace('-', "_"))
+            .replace("{{secret_env}}", &secret_env)
             .replace("{{sdk_version}}", &sdk_version())
             .replace("{{kind}}", kind.world())
     };
@@ -126,6 +144,23 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
         Kind::Webhook => (WEBHOOK_LIB, WEBHOOK_MANIFEST),
         Kind::Provider => (PROVIDER_LIB, PROVIDER_MANIFEST),
         Kind::Module => (MODULE_LIB, MODULE_MANIFEST),
+    };
+    let (try_line, readme_tail, try_request) = match kind {
+        Kind::Webhook => (
+            guide::WEBHOOK_TRY,
+            guide::WEBHOOK_README,
+            guide::WEBHOOK_REQUEST,
+        ),
+        Kind::Provider => (
+            guide::PROVIDER_TRY,
+            guide::PROVIDER_README,
+            guide::PROVIDER_REQUEST,
+        ),
+        Kind::Module => (
+            guide::MODULE_TRY,
+            guide::MODULE_README,
+            guide::MODULE_REQUEST,
+        ),
     };
     let lock = lock::for_plugin(WORKSPACE_LOCK, &krate, SDK_CRATE)
         .expect("the embedded plugins/Cargo.lock holds the SDK (lock.rs tests)");
@@ -141,6 +176,12 @@ pub fn scaffold(kind: Kind, name: &str, dir: &Path) -> Result<ScaffoldReport, Pl
         ),
         ("src/lib.rs".to_string(), fill(lib)),
         (".gitignore".to_string(), "/target\n".to_string()),
+        (
+            "README.md".to_string(),
+            fill(&guide::readme(try_line, readme_tail)),
+        ),
+        ("try.json".to_string(), fill(try_request)),
+        ("rust-toolchain.toml".to_string(), guide::rust_toolchain()),
     ];
     for (path, text) in SDK_FILES {
         files.push((path.to_string(), text.to_string()));

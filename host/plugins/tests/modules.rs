@@ -152,6 +152,16 @@ async fn owner_writes_reader_reads_and_watches_and_cannot_write() {
             "end-of-current".to_string()
         ]
     );
+
+    // A node that stops ends the instance, and its watches with it, before
+    // its broker goes (a watch cut by that would read as a failure).
+    assert_eq!(late.watches().len(), 1, "{:?}", late.watches());
+    late.stop().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !late.watches().is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", late.watches());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -113,6 +113,7 @@ pub struct NodeBuilder {
     removed: Vec<String>,
     api_port: u16,
     log: PathBuf,
+    cwd: Option<PathBuf>,
 }
 
 impl NodeBuilder {
@@ -123,7 +124,14 @@ impl NodeBuilder {
             removed: Vec::new(),
             api_port,
             log: sandbox.path(&format!("node-{api_port}.log")),
+            cwd: None,
         }
+    }
+
+    /// Starts the node in `dir` instead of the test's working directory.
+    pub fn current_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
     }
 
     pub fn arg(mut self, a: impl AsRef<std::ffi::OsStr>) -> Self {
@@ -162,6 +170,9 @@ impl NodeBuilder {
             .stderr(log);
         for k in &self.removed {
             cmd.env_remove(k);
+        }
+        if let Some(dir) = &self.cwd {
+            cmd.current_dir(dir);
         }
         Node {
             child: spawn_tied(cmd).expect("spawn crewlet"),

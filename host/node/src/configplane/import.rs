@@ -116,7 +116,13 @@ pub fn import(
             Err(e) => return Err(ImportError::Lock(e)),
         }
     }
-    let (status, body) = crate::client::request(api, "PUT", "/config", &[], document.as_bytes())?;
+    // The node holding `data_dir` gets its own first-start token.
+    let node = crate::client::NodeApi {
+        api,
+        data_dir: data_dir.map(PathBuf::as_path),
+    };
+    let (status, body) =
+        crate::client::request_to(node, "PUT", "/config", &[], document.as_bytes())?;
     if status == 400
         && let Some(invalid) = refused_document(&body)
     {
@@ -139,7 +145,7 @@ pub fn import(
     );
     match answer["epoch"].as_u64() {
         Some(epoch) if !wait.is_zero() => {
-            let applied = wait_applied(api, epoch, wait)?;
+            let applied = wait_applied(node, epoch, wait)?;
             Ok(format!("{activated}; {applied}"))
         }
         _ => Ok(activated),
@@ -152,10 +158,15 @@ const WAIT_POLL: Duration = Duration::from_millis(250);
 /// Waits until every node in `GET /config`'s `fleet` reports `epoch`
 /// applied; answers who did, or [`ImportError::NotApplied`] naming who did
 /// not (or why the fleet could not be read) when `wait` ran out.
-fn wait_applied(api: &str, epoch: u64, wait: Duration) -> Result<String, ImportError> {
+fn wait_applied(
+    node: crate::client::NodeApi<'_>,
+    epoch: u64,
+    wait: Duration,
+) -> Result<String, ImportError> {
+    let api = node.api;
     let started = Instant::now();
     loop {
-        let seen = match crate::client::request(api, "GET", "/config", &[], b"") {
+        let seen = match crate::client::request_to(node, "GET", "/config", &[], b"") {
             Ok((200, body)) => FleetSeen::read(&body, epoch),
             Ok((status, body)) => {
                 FleetSeen::Unknown(format!("GET /config answered {status}: {body}"))

@@ -329,14 +329,14 @@ impl Scheduler {
         let mut ev = self.publisher.event(
             "schedule_fired",
             json!({
-                "schedule": name, "seat": seat, "fire_key": id,
+                "schedule": name, "seat": seat, "seat_id": wake.seat_id, "fire_key": id,
                 "due": at.to_string(), "late_ms": late_ms,
                 "catch_up": catching_up, "epoch": epoch,
                 "taken_over": previous.is_some(),
             }),
         );
         ev.trace_id = Some(wake.trace_id.clone());
-        ev.seat = Some(wake.seat_id.clone());
+        ev.seat = Some(seat.to_owned());
         let _ = self.publisher.record(ev).await;
         info!(subsystem = "scheduler", schedule = %name, seat, due = %at, late_ms, catch_up = catching_up, "fired");
         Ok(())

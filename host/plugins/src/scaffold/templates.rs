@@ -61,8 +61,9 @@ delivery = "once"
 [module.state.notes]
 history = 1
 
-# A tool seats may call (as `{{tool_prefix}}__add_note`); the host checks
-# every call's arguments against this JSON Schema before the module runs.
+# A tool seats may call, as `{{name}}__add-note` (MODULE__TOOL, the name
+# as spelled here); the host checks every call's arguments against this
+# JSON Schema before the module runs.
 [module.tools.add-note]
 description = "Keeps a note under a key, in the bucket `notes`"
 arguments = { type = "object", properties = { key = { type = "string" }, text = { type = "string" } }, required = ["key", "text"] }

@@ -107,3 +107,105 @@ fn the_sdks_own_name_is_refused() {
     assert!(error.to_string().contains("choose another name"), "{error}");
     assert!(!dir.path().join("sdk").exists());
 }
+
+/// The scaffold of `kind` named `name`, written into a fresh temp dir.
+fn made(kind: Kind, name: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let report = scaffold(kind, name, dir.path()).unwrap();
+    let root = report.dir.clone();
+    let shown = report.to_string();
+    assert!(
+        shown.contains(&format!("crewlet plugins try {name} --request")),
+        "{shown}"
+    );
+    (dir, root)
+}
+
+fn read(root: &Path, file: &str) -> String {
+    std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+#[test]
+fn a_plugin_pins_the_toolchain_crewlets_bootstrap_installs() {
+    let (_dir, root) = made(Kind::Webhook, "acme-hook");
+    let ours: toml::Table = toml::from_str(&read(&root, "rust-toolchain.toml")).unwrap();
+    let repo: toml::Table =
+        toml::from_str(&std::fs::read_to_string(repo().join("rust-toolchain.toml")).unwrap())
+            .unwrap();
+    assert_eq!(ours, repo);
+    let targets = ours["toolchain"]["targets"].as_array().unwrap();
+    assert!(targets.iter().any(|t| t.as_str() == Some("wasm32-wasip2")));
+}
+
+#[test]
+fn a_plugin_has_a_readme_with_its_build_check_and_try_commands() {
+    for (kind, name) in [
+        (Kind::Webhook, "acme-hook"),
+        (Kind::Provider, "acme-llm"),
+        (Kind::Module, "acme-mod"),
+    ] {
+        let (_dir, root) = made(kind, name);
+        let readme = read(&root, "README.md");
+        for line in [
+            "cargo test",
+            "cargo build --release --target wasm32-wasip2",
+            "crewlet plugins check .",
+            &format!("crewlet plugins try {name} --request try.json ."),
+            "rust-toolchain.toml",
+        ] {
+            assert!(readme.contains(line), "{kind}: no `{line}` in\n{readme}");
+        }
+        assert!(!readme.contains("{{"), "{kind}: a hole left in\n{readme}");
+    }
+}
+
+#[test]
+fn each_try_request_is_one_plugins_try_reads_for_its_kind() {
+    use crate::trial::module::ModuleInput;
+    use crate::trial::provider::CompletionRequest;
+
+    let (_dir, root) = made(Kind::Webhook, "acme-hook");
+    let capture: crate::trial::Capture = serde_json::from_str(&read(&root, "try.json")).unwrap();
+    assert_eq!(capture.route, "/webhooks/acme-hook");
+    assert_eq!(capture.body().unwrap(), b"hello");
+    let manifest: toml::Table = toml::from_str(&read(&root, "plugin.toml")).unwrap();
+    let secret = manifest["webhook"]["secrets"][0].as_str().unwrap();
+    let readme = read(&root, "README.md");
+    assert!(
+        readme.contains(&format!(
+            "{}=t0k crewlet plugins try",
+            secret.to_uppercase()
+        )),
+        "the try line sets the secret by its upper-cased name:\n{readme}"
+    );
+
+    let (_dir, root) = made(Kind::Provider, "acme-llm");
+    let request: CompletionRequest = serde_json::from_str(&read(&root, "try.json")).unwrap();
+    assert_eq!(request.api_key_env.as_deref(), Some("ACME_LLM_API_KEY"));
+
+    let (_dir, root) = made(Kind::Module, "acme-mod");
+    let input: ModuleInput = serde_json::from_str(&read(&root, "try.json")).unwrap();
+    let ModuleInput::Tool { name, .. } = input else {
+        panic!("a tool call");
+    };
+    let manifest: toml::Table = toml::from_str(&read(&root, "plugin.toml")).unwrap();
+    assert!(
+        manifest["module"]["tools"].get(&name).is_some(),
+        "try.json calls {name}, which the manifest does not declare"
+    );
+}
+
+#[test]
+fn a_modules_tool_is_named_as_a_seat_calls_it() {
+    let (_dir, root) = made(Kind::Module, "acme-mod");
+    let text = read(&root, "plugin.toml");
+    let manifest: toml::Table = toml::from_str(&text).unwrap();
+    let readme = read(&root, "README.md");
+    for tool in manifest["module"]["tools"].as_table().unwrap().keys() {
+        // The host offers MODULE__TOOL: the manifest's names, unchanged.
+        let offered = format!("acme-mod__{tool}");
+        assert!(text.contains(&offered), "plugin.toml never says {offered}");
+        assert!(readme.contains(&offered), "README never says {offered}");
+    }
+    assert!(!text.contains("acme_mod__"), "{text}");
+}

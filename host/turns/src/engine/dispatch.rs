@@ -9,10 +9,18 @@
 //! - Only what the executor activated is offered (reply tools are activated
 //!   for it); every call — refused, failed or run — is in the turn's record
 //!   the reviewer reads, and is a `tool_call` event.
+//! - A failed call says why three times: to the model (its answer names the
+//!   tool and the reason, or that the tool gave none: a bare
+//!   `channel_not_found` does not read as a failure), in its `tool_call`
+//!   event (`error`, clipped like the record) and in the log (WARN for a
+//!   tool server's failure, INFO for the engine refusing the model's call).
+//!   Why: a reply that failed once went unexplained everywhere but the
+//!   reviewer's record.
 
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use tracing::{info, warn};
 
 use super::prompts;
 use super::{Brain, Ran, Run, Stop};
@@ -41,6 +49,23 @@ impl Answered {
         Answered {
             ok: false,
             ..Answered::ok(text)
+        }
+    }
+
+    /// A tool server's failure, as the model reads it: the tool as offered
+    /// and its reason.
+    fn of_tool(self, offered: &str) -> Answered {
+        if self.ok {
+            return self;
+        }
+        let reason = self.text.trim();
+        Answered {
+            text: if reason.is_empty() {
+                format!("{offered} failed and gave no reason.")
+            } else {
+                format!("{offered} failed: {reason}")
+            },
+            ..self
         }
     }
 }
@@ -84,7 +109,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 }
             }
             name => match builtins::split_offered(name) {
-                Some((server, tool)) => self.call_mcp(server, tool, &call.arguments).await?,
+                Some((server, tool)) => self
+                    .call_mcp(server, tool, &call.arguments)
+                    .await?
+                    .of_tool(name),
                 None => Answered::error(format!(
                     "There is no tool {name:?}. Your MCP servers' tools are called as SERVER__TOOL after activate_tool."
                 )),
@@ -93,11 +121,17 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         // The call's time ends with its answer: building its event is not
         // part of it.
         let took = started.elapsed();
-        self.emit(
-            "tool_call",
-            json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": took.as_millis() as u64, "us": took.as_micros() as u64}),
-        )
-        .await;
+        let mut event = json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": took.as_millis() as u64, "us": took.as_micros() as u64});
+        if !answered.ok {
+            let error = prompts::clipped(&answered.text, self.engine.limits.record_clip);
+            if builtins::split_offered(&call.name).is_some() {
+                warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, tool = %call.name, %error, "a tool call failed; the model is told why");
+            } else {
+                info!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, tool = %call.name, %error, "a call the model made was refused; it is told why");
+            }
+            event["error"] = json!(error);
+        }
+        self.emit("tool_call", event).await;
         self.record.push(Ran {
             name: call.name.clone(),
             arguments: call.arguments.clone(),

@@ -32,8 +32,8 @@ pub(super) fn another_round(feedback: &str) -> String {
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     fn owed_label(&self) -> String {
-        self.owed
-            .as_ref()
+        self.unanswered()
+            .or(self.owed.as_ref())
             .map(|t| t.to_string())
             .unwrap_or_default()
     }
@@ -166,7 +166,7 @@ pub(super) fn assistant(t: &Thought) -> Msg {
     }
 }
 
-fn clipped(s: &str, max: usize) -> String {
+pub(super) fn clipped(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_owned();
     }

@@ -22,11 +22,12 @@ use std::time::Instant;
 use crewlet_company::ModelRef;
 use serde_json::json;
 
+use super::owed::Standing;
 use super::prompts::{self, assistant};
 use super::{Act, Brain, Outcome, Run, Stop};
 use crate::builtins::{self, Claimed, SubmitReview, SubmitWork, Verdict};
 use crate::ports::{CallSite, Msg, Phase, Prompt, Thought, ToolDef, Toolbox};
-use crate::trigger;
+use crate::trigger::{self, Target};
 
 /// How an executor phase ended.
 enum Executed {
@@ -80,13 +81,23 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
 
     /// Whether a reply is owed and nothing posted answers it yet.
     pub(super) fn owed_unanswered(&self) -> bool {
-        match &self.owed {
-            None => false,
-            Some(owed) => !self
-                .record
-                .iter()
-                .any(|r| r.posted_to.as_ref().is_some_and(|t| owed.answered_by(t))),
-        }
+        self.unanswered().is_some()
+    }
+
+    /// The first reply owed that nothing posted answers: every trigger's,
+    /// not only the first one's (a batch may owe replies in two threads,
+    /// and a failed post to either leaves the turn undelivered).
+    pub(super) fn unanswered(&self) -> Option<&Target> {
+        self.replies
+            .iter()
+            .filter(|o| o.standing == Standing::Unanswered)
+            .map(|o| &o.target)
+            .find(|owed| {
+                !self
+                    .record
+                    .iter()
+                    .any(|r| r.posted_to.as_ref().is_some_and(|t| owed.answered_by(t)))
+            })
     }
 
     /// The executor's model ↔ tool loop for one iteration.

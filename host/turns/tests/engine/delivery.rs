@@ -1,5 +1,6 @@
 //! Delivery is the engine's judgement, three ways.
 
+use crewlet_bus::{ReplyTo, Wake};
 use crewlet_coord::Answer;
 use crewlet_turns::{Outcome, Phase, TurnEnd, trigger};
 
@@ -131,4 +132,87 @@ async fn a_posted_reply_and_a_done_review_deliver_once_and_are_recorded() {
     assert_eq!(f.run(&wakes).await, TurnEnd::AlreadyDone);
     assert_eq!(f.brain.asked().len(), 2);
     assert_eq!(f.chat.posts().len(), 1);
+}
+
+#[tokio::test]
+async fn a_failed_post_is_explained_to_the_model_and_in_its_event_and_is_not_delivery() {
+    let f = Fixture::new(Doc::default());
+    f.chat
+        .refuse_posts
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    f.script([
+        Step::calls(vec![
+            post("C1", "17.1", "green"),
+            submit("delivered", "answered"),
+        ]),
+        Step::calls(vec![
+            post("C1", "17.1", "green"),
+            submit("delivered", "answered"),
+        ]),
+        Step::calls(vec![review("done", "")]),
+    ]);
+    let end = f.run(&[mention("d1")]).await;
+    assert_eq!(outcome(&end), &Outcome::Delivered, "after the second post");
+    // The model read what failed, by the tool's offered name, and that its
+    // claim of delivery was refused for it.
+    let second = &f.brain.asked()[1].prompt.messages;
+    let answers: Vec<&str> = second
+        .iter()
+        .filter(|m| m.call_id.is_some())
+        .map(|m| m.content.as_str())
+        .collect();
+    assert_eq!(
+        answers[0], "chat__post_message failed: channel_not_found",
+        "{answers:?}"
+    );
+    assert!(
+        answers[1].starts_with("Refused: you claim delivery, but nothing was posted to C1#17.1"),
+        "{answers:?}"
+    );
+    // The event carries the reason; a call that worked carries none.
+    let calls = f.of_kind("tool_call").await;
+    assert_eq!(calls[0]["ok"], false);
+    assert_eq!(
+        calls[0]["error"],
+        "chat__post_message failed: channel_not_found"
+    );
+    assert!(calls[1]["error"].as_str().unwrap().starts_with("Refused:"));
+    assert_eq!(calls[2]["ok"], true);
+    assert!(calls[2].get("error").is_none(), "{}", calls[2]);
+}
+
+#[tokio::test]
+async fn a_batch_owing_two_threads_is_not_delivered_until_both_are_answered() {
+    let f = Fixture::new(Doc::default());
+    let other = Wake {
+        conversation: Some("C1#17.2".into()),
+        thread: Some("17.2".into()),
+        owed: Some(ReplyTo {
+            channel: "C1".into(),
+            thread: Some("17.2".into()),
+        }),
+        ..mention("d2")
+    };
+    f.script([
+        Step::calls(vec![
+            post("C1", "17.1", "green"),
+            submit("delivered", "answered"),
+        ]),
+        Step::calls(vec![
+            post("C1", "17.2", "green too"),
+            submit("delivered", "answered both"),
+        ]),
+        Step::calls(vec![review("done", "")]),
+    ]);
+    let end = f.run(&[mention("d1"), other]).await;
+    assert_eq!(outcome(&end), &Outcome::Delivered);
+    assert_eq!(f.brain.phases(), [E, E, R], "the first claim was bounced");
+    assert!(
+        f.brain.asked()[1]
+            .last()
+            .starts_with("Refused: you claim delivery, but nothing was posted to C1#17.2"),
+        "{}",
+        f.brain.asked()[1].last()
+    );
+    assert_eq!(f.chat.posts().len(), 2);
 }
