@@ -35,6 +35,7 @@ mod plugins_cli;
 mod plugins_try;
 mod replay;
 mod replies;
+mod route_cut;
 mod sandbox;
 mod secrets;
 mod speak;
