@@ -20,8 +20,15 @@
 //!    published). Whatever the plugin says (a refusal's reason, a reply
 //!    body) is scrubbed of the secrets the host handed it and bounded; a
 //!    refusal's body is the host's sentence around it;
-//! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (another live claim →
-//!    200 `duplicate`, nothing published; unknown fails open);
+//! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (unknown fails open).
+//!    Another live claim is another attempt's, which may have failed to
+//!    publish: a claim says somebody tried, not that the stream has it (a
+//!    sender told `duplicate` while that attempt's 503 was on its way never
+//!    retries — a mention lost in a route cut). So when the claim is young
+//!    enough for the stream's duplicate window to remember its message id,
+//!    the delivery is published again under that id and the ack says: a
+//!    duplicate → 200 `duplicate`, stored now → 202. An older claim → 200
+//!    `duplicate`, nothing published;
 //! 5. publish to [`INBOUND_SUBJECT`] with the claim key as the
 //!    stream's message id and wait for the ack — a failure releases the
 //!    claim and answers 503 + Retry-After;
@@ -126,6 +133,29 @@ pub struct Edge {
     releaser: Releaser,
     refusals: Refusals,
 }
+
+/// What the stream's ack said of a publish.
+enum Stored {
+    /// Stored by this publish.
+    Now,
+    /// Its message id was stored within the duplicate window already.
+    Already,
+}
+
+/// Whether the stream still remembers the message id of the delivery
+/// `held` claims: the claim was written within the stream's duplicate
+/// window, less [`CLOCK_MARGIN`] (the deadline is the broker's clock).
+fn stream_remembers(held: &crewlet_coord::Claimed) -> bool {
+    let written = held.deadline.checked_sub(CLAIM_TTL);
+    let age = written.and_then(|w| crewlet_os::wall_now().duration_since(w).ok());
+    // A claim written "after now" is younger than any age.
+    let age = age.unwrap_or(Duration::ZERO);
+    written.is_some() && age + CLOCK_MARGIN < crewlet_stream::streams::DUPLICATE_WINDOW
+}
+
+/// What the edge allows for its clock and the broker's to differ when it
+/// ages a claim against the stream's duplicate window.
+const CLOCK_MARGIN: Duration = Duration::from_secs(30);
 
 /// A delivery on the stream: what was published, and whether this attempt
 /// holds its claim (`false`: the claim's answer was unknown and failed open).
@@ -580,12 +610,13 @@ impl Edge {
                 .claim_delivery(&key, &claimant, CLAIM_TTL)
                 .await;
         }
-        let claimed = match claim {
-            Ok(Answer::Yes(_)) => true,
-            Ok(Answer::No(_)) => return Ok(None),
+        let (claimed, held) = match claim {
+            Ok(Answer::Yes(_)) => (true, None),
+            Ok(Answer::No(held)) if !stream_remembers(&held) => return Ok(None),
+            Ok(Answer::No(held)) => (false, Some(held)),
             Err(e) => {
                 warn!(subsystem = "ingress", %key, trace_id, error = %e, "claim unknown; failing open");
-                false
+                (false, None)
             }
         };
         let inbound = Inbound {
@@ -608,7 +639,33 @@ impl Edge {
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };
-        if let Err(e) = self.publish(&inbound).await {
+        if let Some(held) = held {
+            // Another attempt's claim: whether its delivery is on the stream
+            // is the stream's to say. Published again under the same message
+            // id, the stream keeps one copy and its ack tells which.
+            return match self.publish(&inbound).await {
+                Ok(Stored::Already) => Ok(None),
+                Ok(Stored::Now) => {
+                    let (key, trace_id) = (&inbound.key, &inbound.trace_id);
+                    info!(subsystem = "ingress", %key, trace_id, claimant = %held.claimant,
+                        "a claimed delivery was not on the stream (its attempt never published); published it");
+                    Ok(Some(Published {
+                        inbound,
+                        claimed: false,
+                    }))
+                }
+                // Nothing of ours to release: the claim is the other attempt's.
+                Err(e) => Err(format!("the stream did not take the delivery: {e}")),
+            };
+        }
+        let stored = self.publish(&inbound).await;
+        if let Ok(Stored::Already) = stored {
+            // Another attempt's copy reached the stream first (one that met
+            // this attempt's claim, or an earlier one whose ack was lost):
+            // the delivery is on the stream, so this is a duplicate.
+            return Ok(None);
+        }
+        if let Err(e) = stored {
             // Claimed, or unknown (a timed-out claim write may still land):
             // released off the answer's path, remembered until it is.
             let why = if claimed { "claimed" } else { "claim unknown" };
@@ -682,7 +739,7 @@ impl Edge {
         info!(subsystem = "ingress", %key, trace_id, "delivery accepted");
     }
 
-    async fn publish(&self, inbound: &Inbound) -> Result<(), String> {
+    async fn publish(&self, inbound: &Inbound) -> Result<Stored, String> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(MSG_ID_HEADER, inbound.key.as_str());
         headers.insert(TRACE_HEADER, inbound.trace_id.as_str());
@@ -693,7 +750,8 @@ impl Edge {
             .await
             .map_err(|e| e.to_string())?;
         match tokio::time::timeout(ACK_TIMEOUT, ack).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(a)) if a.duplicate => Ok(Stored::Already),
+            Ok(Ok(_)) => Ok(Stored::Now),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no ack within {ACK_TIMEOUT:?}")),
         }
