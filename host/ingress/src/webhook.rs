@@ -26,9 +26,12 @@
 //!    sender told `duplicate` while that attempt's 503 was on its way never
 //!    retries — a mention lost in a route cut). So when the claim is young
 //!    enough for the stream's duplicate window to remember its message id,
-//!    the delivery is published again under that id and the ack says: a
-//!    duplicate → 200 `duplicate`, stored now → 202. An older claim → 200
-//!    `duplicate`, nothing published;
+//!    the delivery is published again under that id (once the claim is a
+//!    second old: a live claimant has published by then, and is not
+//!    overtaken) and the ack says: a duplicate → 200 `duplicate`, stored
+//!    now → 202. An older claim → 200 `duplicate`, nothing published. The
+//!    claimant itself answers 202 whatever the ack says: the delivery is
+//!    its to record;
 //! 5. publish to [`INBOUND_SUBJECT`] with the claim key as the
 //!    stream's message id and wait for the ack — a failure releases the
 //!    claim and answers 503 + Retry-After;
@@ -151,6 +154,20 @@ fn stream_remembers(held: &crewlet_coord::Claimed) -> bool {
     // A claim written "after now" is younger than any age.
     let age = age.unwrap_or(Duration::ZERO);
     written.is_some() && age + CLOCK_MARGIN < crewlet_stream::streams::DUPLICATE_WINDOW
+}
+
+/// How long after its claim a live claimant has published, on any broker
+/// that answers at all (a publish takes milliseconds; one that takes
+/// longer is failing, and the claimant answers 503).
+const CLAIMANT_HEAD_START: Duration = Duration::from_secs(1);
+
+/// What is left of [`CLAIMANT_HEAD_START`] for the claim `held`.
+fn head_start_left(held: &crewlet_coord::Claimed) -> Option<Duration> {
+    let written = held.deadline.checked_sub(CLAIM_TTL)?;
+    let due = written + CLAIMANT_HEAD_START;
+    due.duration_since(crewlet_os::wall_now())
+        .ok()
+        .map(|d| d.min(CLAIMANT_HEAD_START))
 }
 
 /// What the edge allows for its clock and the broker's to differ when it
@@ -642,7 +659,12 @@ impl Edge {
         if let Some(held) = held {
             // Another attempt's claim: whether its delivery is on the stream
             // is the stream's to say. Published again under the same message
-            // id, the stream keeps one copy and its ack tells which.
+            // id, the stream keeps one copy and its ack tells which. A claim
+            // younger than [`CLAIMANT_HEAD_START`] is waited out first, so a
+            // claimant still publishing is not overtaken (two 202s).
+            if let Some(wait) = head_start_left(&held) {
+                tokio::time::sleep(wait).await;
+            }
             return match self.publish(&inbound).await {
                 Ok(Stored::Already) => Ok(None),
                 Ok(Stored::Now) => {
@@ -658,14 +680,11 @@ impl Edge {
                 Err(e) => Err(format!("the stream did not take the delivery: {e}")),
             };
         }
-        let stored = self.publish(&inbound).await;
-        if let Ok(Stored::Already) = stored {
-            // Another attempt's copy reached the stream first (one that met
-            // this attempt's claim, or an earlier one whose ack was lost):
-            // the delivery is on the stream, so this is a duplicate.
-            return Ok(None);
-        }
-        if let Err(e) = stored {
+        // The claimant answers 202 even when the stream had the message
+        // id already (an earlier attempt's publish that timed out and
+        // landed late): it holds the claim, so the delivery is its to
+        // record.
+        if let Err(e) = self.publish(&inbound).await {
             // Claimed, or unknown (a timed-out claim write may still land):
             // released off the answer's path, remembered until it is.
             let why = if claimed { "claimed" } else { "claim unknown" };
