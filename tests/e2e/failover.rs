@@ -21,7 +21,7 @@ use crate::turns::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
 use crewlet_testkit::{Cluster, PluginsDir};
 use serde_json::Value;
 
-const SEATS: [&str; 6] = ["ada", "bob", "cyd", "dee", "eve", "fay"];
+pub(crate) const SEATS: [&str; 6] = ["ada", "bob", "cyd", "dee", "eve", "fay"];
 const IDS: [&str; 3] = ["fo-a", "fo-b", "fo-c"];
 /// Short, so the dead holder's seats move within the test's budget.
 const LEASE_TTL: Duration = Duration::from_secs(5);
@@ -46,7 +46,7 @@ struct Sent {
 
 /// Sends one signed `app_mention` of `seat` in `thread`; the status, or
 /// `None` when the node did not answer.
-fn mention(api: &str, seat: &str, event_id: &str, thread: &str) -> Option<u16> {
+pub(crate) fn mention(api: &str, seat: &str, event_id: &str, thread: &str) -> Option<u16> {
     let body = serde_json::json!({
         "type": "event_callback",
         "event_id": event_id,
@@ -154,7 +154,7 @@ impl Drop for Stream {
 }
 
 /// Posts in the chat log: thread → the authors of its posts.
-fn posts(log: &Path) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn posts(log: &Path) -> BTreeMap<String, Vec<String>> {
     let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
         let p: Value = serde_json::from_str(line).expect("a post is JSON");
@@ -176,7 +176,7 @@ fn answered(log: &Path, sent: &[Sent], from: usize, seats: &BTreeSet<String>) ->
 
 /// Seat → holder node for the seats `node` sees held; `None` while its
 /// `/agents` does not answer.
-fn holders(node: &Node) -> Option<BTreeMap<String, String>> {
+pub(crate) fn holders(node: &Node) -> Option<BTreeMap<String, String>> {
     let r = node.get("/agents").filter(|r| r.status == 200)?;
     Some(
         r.json()["agents"]
@@ -195,7 +195,7 @@ fn holders(node: &Node) -> Option<BTreeMap<String, String>> {
 
 /// Every seat held, each node holding its fair share: placement gives
 /// each live seat node `ceil(seats / nodes)` per group, two here.
-fn balanced(held: &BTreeMap<String, String>) -> bool {
+pub(crate) fn balanced(held: &BTreeMap<String, String>) -> bool {
     let mut per: BTreeMap<&str, usize> = BTreeMap::new();
     for n in held.values() {
         *per.entry(n.as_str()).or_default() += 1;
@@ -206,7 +206,7 @@ fn balanced(held: &BTreeMap<String, String>) -> bool {
 }
 
 /// Every seat held, no turn in flight and every mailbox empty and settled.
-fn quiet(node: &Node) -> bool {
+pub(crate) fn quiet(node: &Node) -> bool {
     let Some(r) = node.get("/agents").filter(|r| r.status == 200) else {
         return false;
     };

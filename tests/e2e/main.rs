@@ -39,6 +39,7 @@ mod plugins_try;
 mod readiness;
 mod replay;
 mod replies;
+mod route_cut;
 mod sandbox;
 mod secrets;
 mod secrets_unknown;

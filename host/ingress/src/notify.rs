@@ -91,6 +91,13 @@ const ACK_WAIT: Duration = crewlet_stream::consumers::NOTIFY_ACK_WAIT;
 /// Deliveries one pull brings at most: few, so a node that freezes holds
 /// few hostage (each moves to a peer after [`ACK_WAIT`]).
 const IN_HAND: usize = 4;
+/// How long one pull request stands; the broker's idle heartbeat on it is
+/// a quarter of this, and two heartbeats missed replace the pull. A pull
+/// request is lost when the consumer's leader moves (a member cut off, an
+/// election): the new leader never heard of it. With the client's default
+/// (30 s, no heartbeat) the service heard nothing for up to 35 s after a
+/// route cut while deliveries waited on the stream; with this, ~2 s.
+const PULL_EXPIRES: Duration = Duration::from_secs(4);
 /// How long a shedding node keeps handing back what its pull delivers
 /// before it drops the pull.
 const HAND_BACK_QUIET: Duration = Duration::from_millis(200);
@@ -235,6 +242,8 @@ impl NotifyService {
                 let pull = consumer
                     .stream()
                     .max_messages_per_batch(IN_HAND)
+                    .expires(PULL_EXPIRES)
+                    .heartbeat(PULL_EXPIRES / 4)
                     .messages()
                     .await;
                 let mut messages = match pull {
@@ -266,9 +275,16 @@ impl NotifyService {
                                     worker.hand_back(msg).await;
                                 }
                             }
+                            // A missed heartbeat is a pull request nobody
+                            // holds any more (a consumer leader that moved
+                            // forgets it): the pull is replaced at once, not
+                            // left to its expiry.
                             Some(Err(e)) => {
-                                debug!(subsystem = "notify", error = %e, "pull interrupted");
-                                tokio::time::sleep(Duration::from_millis(250)).await;
+                                debug!(subsystem = "notify", error = %e, "pull interrupted; pulling afresh");
+                                tokio::select! {
+                                    _ = stopped.changed() => return,
+                                    _ = tokio::time::sleep(Duration::from_millis(250)) => break,
+                                }
                             }
                             None => break,
                         }

@@ -20,8 +20,18 @@
 //!    published). Whatever the plugin says (a refusal's reason, a reply
 //!    body) is scrubbed of the secrets the host handed it and bounded; a
 //!    refusal's body is the host's sentence around it;
-//! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (another live claim →
-//!    200 `duplicate`, nothing published; unknown fails open);
+//! 4. claim `SOURCE:DELIVERY_ID` for [`CLAIM_TTL`] (unknown fails open).
+//!    Another live claim is another attempt's, which may have failed to
+//!    publish: a claim says somebody tried, not that the stream has it (a
+//!    sender told `duplicate` while that attempt's 503 was on its way never
+//!    retries — a mention lost in a route cut). So when the claim is young
+//!    enough for the stream's duplicate window to remember its message id,
+//!    the delivery is published again under that id (once the claim is a
+//!    second old: a live claimant has published by then, and is not
+//!    overtaken) and the ack says: a duplicate → 200 `duplicate`, stored
+//!    now → 202. An older claim → 200 `duplicate`, nothing published. The
+//!    claimant itself answers 202 whatever the ack says: the delivery is
+//!    its to record;
 //! 5. publish to [`INBOUND_SUBJECT`] with the claim key as the
 //!    stream's message id and wait for the ack — a failure releases the
 //!    claim and answers 503 + Retry-After;
@@ -126,6 +136,43 @@ pub struct Edge {
     releaser: Releaser,
     refusals: Refusals,
 }
+
+/// What the stream's ack said of a publish.
+enum Stored {
+    /// Stored by this publish.
+    Now,
+    /// Its message id was stored within the duplicate window already.
+    Already,
+}
+
+/// Whether the stream still remembers the message id of the delivery
+/// `held` claims: the claim was written within the stream's duplicate
+/// window, less [`CLOCK_MARGIN`] (the deadline is the broker's clock).
+fn stream_remembers(held: &crewlet_coord::Claimed) -> bool {
+    let written = held.deadline.checked_sub(CLAIM_TTL);
+    let age = written.and_then(|w| crewlet_os::wall_now().duration_since(w).ok());
+    // A claim written "after now" is younger than any age.
+    let age = age.unwrap_or(Duration::ZERO);
+    written.is_some() && age + CLOCK_MARGIN < crewlet_stream::streams::DUPLICATE_WINDOW
+}
+
+/// How long after its claim a live claimant has published, on any broker
+/// that answers at all (a publish takes milliseconds; one that takes
+/// longer is failing, and the claimant answers 503).
+const CLAIMANT_HEAD_START: Duration = Duration::from_secs(1);
+
+/// What is left of [`CLAIMANT_HEAD_START`] for the claim `held`.
+fn head_start_left(held: &crewlet_coord::Claimed) -> Option<Duration> {
+    let written = held.deadline.checked_sub(CLAIM_TTL)?;
+    let due = written + CLAIMANT_HEAD_START;
+    due.duration_since(crewlet_os::wall_now())
+        .ok()
+        .map(|d| d.min(CLAIMANT_HEAD_START))
+}
+
+/// What the edge allows for its clock and the broker's to differ when it
+/// ages a claim against the stream's duplicate window.
+const CLOCK_MARGIN: Duration = Duration::from_secs(30);
 
 /// A delivery on the stream: what was published, and whether this attempt
 /// holds its claim (`false`: the claim's answer was unknown and failed open).
@@ -587,12 +634,13 @@ impl Edge {
                 .claim_delivery(&key, &claimant, CLAIM_TTL)
                 .await;
         }
-        let claimed = match claim {
-            Ok(Answer::Yes(_)) => true,
-            Ok(Answer::No(_)) => return Ok(None),
+        let (claimed, held) = match claim {
+            Ok(Answer::Yes(_)) => (true, None),
+            Ok(Answer::No(held)) if !stream_remembers(&held) => return Ok(None),
+            Ok(Answer::No(held)) => (false, Some(held)),
             Err(e) => {
                 warn!(subsystem = "ingress", %key, trace_id, error = %e, "claim unknown; failing open");
-                false
+                (false, None)
             }
         };
         let inbound = Inbound {
@@ -615,6 +663,34 @@ impl Edge {
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };
+        if let Some(held) = held {
+            // Another attempt's claim: whether its delivery is on the stream
+            // is the stream's to say. Published again under the same message
+            // id, the stream keeps one copy and its ack tells which. A claim
+            // younger than [`CLAIMANT_HEAD_START`] is waited out first, so a
+            // claimant still publishing is not overtaken (two 202s).
+            if let Some(wait) = head_start_left(&held) {
+                tokio::time::sleep(wait).await;
+            }
+            return match self.publish(&inbound).await {
+                Ok(Stored::Already) => Ok(None),
+                Ok(Stored::Now) => {
+                    let (key, trace_id) = (&inbound.key, &inbound.trace_id);
+                    info!(subsystem = "ingress", %key, trace_id, claimant = %held.claimant,
+                        "a claimed delivery was not on the stream (its attempt never published); published it");
+                    Ok(Some(Published {
+                        inbound,
+                        claimed: false,
+                    }))
+                }
+                // Nothing of ours to release: the claim is the other attempt's.
+                Err(e) => Err(format!("the stream did not take the delivery: {e}")),
+            };
+        }
+        // The claimant answers 202 even when the stream had the message
+        // id already (an earlier attempt's publish that timed out and
+        // landed late): it holds the claim, so the delivery is its to
+        // record.
         if let Err(e) = self.publish(&inbound).await {
             // Claimed, or unknown (a timed-out claim write may still land):
             // released off the answer's path, remembered until it is.
@@ -689,7 +765,7 @@ impl Edge {
         info!(subsystem = "ingress", %key, trace_id, "delivery accepted");
     }
 
-    async fn publish(&self, inbound: &Inbound) -> Result<(), String> {
+    async fn publish(&self, inbound: &Inbound) -> Result<Stored, String> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(MSG_ID_HEADER, inbound.key.as_str());
         headers.insert(TRACE_HEADER, inbound.trace_id.as_str());
@@ -700,7 +776,8 @@ impl Edge {
             .await
             .map_err(|e| e.to_string())?;
         match tokio::time::timeout(ACK_TIMEOUT, ack).await {
-            Ok(Ok(_)) => Ok(()),
+            Ok(Ok(a)) if a.duplicate => Ok(Stored::Already),
+            Ok(Ok(_)) => Ok(Stored::Now),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no ack within {ACK_TIMEOUT:?}")),
         }

@@ -61,6 +61,10 @@ impl StreamSpec {
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
+/// How long every stream remembers a message id (`Nats-Msg-Id`): a second
+/// publish of one within it is stored nowhere and acked as a duplicate.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+
 /// The seats a fleet may have: one mailbox consumer each.
 pub const MAX_MAILBOXES: i32 = 100_000;
 
@@ -247,7 +251,7 @@ async fn ensure(
                     storage: StorageType::File,
                     num_replicas: replicas,
                     discard: DiscardPolicy::Old,
-                    duplicate_window: Duration::from_secs(120),
+                    duplicate_window: DUPLICATE_WINDOW,
                     max_consumers: spec.max_consumers,
                     ..Config::default()
                 };
