@@ -1,6 +1,8 @@
 //! The budget park through the real binary, under bad input: a cap lowered
 //! below today's spend by a config apply (what runs finishes under the caps
-//! it started with; the next work parks), and a day window that turns over
+//! it started with; the next work parks; with `announce_park` the person is
+//! told once, and still answered once a raised cap lets the work run), and a
+//! day window that turns over
 //! while work is parked on it (the node's clock set just before midnight
 //! with `CREWLET_TEST_CLOCK_OFFSET_MS`; the work runs by itself after it).
 
@@ -22,9 +24,19 @@ executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" 
 reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
 budget = { day = 1000000 }
 {chat}
+[roles.desk]
+budget = { day = 1000000 }
+system_prompt = "You answer."
+executor = [{ provider = "openai", model = "exec-b", credentials = "${KEY_ONE}" }]
+reviewer = { provider = "openai", model = "review-b", credentials = "${KEY_ONE}" }
+[roles.desk.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
+replies = ["post_message"]
 [seats]
 ada = { role = "support" }
-bob = { role = "support" }
+bob = { role = "desk" }
 [integrations.slack]
 plugin = "slack"
 secret = "SLACK_SIGNING_SECRET"
@@ -120,6 +132,57 @@ fn a_cap_lowered_below_todays_spend_parks_the_next_work_and_stops_nothing_runnin
         "{said}"
     );
     assert_eq!(ai.request_count(), 2, "no model call to announce it");
+
+    // The notice was not the reply: once bob's cap is raised, the parked
+    // work runs and the real answer is posted; the notice stays the one.
+    ai.reply(
+        "exec-b",
+        post_and_submit("C3", "3", "yes, here is the answer"),
+    );
+    ai.reply("review-b", verdict("done"));
+    let raised = announcing.replace(
+        "[roles.desk]\nbudget = { day = 10 }",
+        "[roles.desk]\nbudget = { day = 1000000 }",
+    );
+    assert_ne!(raised, announcing, "the desk's cap is in the document");
+    let before = applied(&w);
+    let put = common::http::request(&w.node.api, "PUT", "/config", &[], raised.as_bytes()).unwrap();
+    assert_eq!(put.status, 201, "{}", put.text());
+    assert!(
+        eventually(Duration::from_secs(60), || w.posts().len() == 3),
+        "{:?}\n{}",
+        w.posts(),
+        w.node.log_text()
+    );
+    assert_ne!(applied(&w), before);
+    let bobs: Vec<String> = w
+        .posts()
+        .iter()
+        .filter(|p| p["as"] == "bob")
+        .map(|p| p["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(bobs.len(), 2, "{bobs:?}");
+    assert!(bobs[0].contains("out of token budget"), "{bobs:?}");
+    assert_eq!(bobs[1], "yes, here is the answer");
+    assert!(eventually(Duration::from_secs(30), || outcomes(&w)
+        .last()
+        .is_some_and(|o| o == "delivered")));
+    let bobs_park: Vec<_> = w
+        .events("budget_parked")
+        .into_iter()
+        .filter(|e| e["payload"]["scope"] == "seat:bob")
+        .collect();
+    assert_eq!(bobs_park.len(), 1, "{bobs_park:?}");
+    assert_eq!(
+        bobs_park[0]["payload"]["announced_to"],
+        serde_json::json!(["C3#3"])
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || agent(&w, "ada")["state"]
+            == "parked"),
+        "ada's cap is still 10: {}",
+        agent(&w, "ada")
+    );
 }
 
 /// Milliseconds since the epoch on this machine's clock.

@@ -31,6 +31,8 @@
 //! - [`reply`]: any other post is at most once per turn and target: its key
 //!   is created in the ledger bucket before the tool runs. Unknown refuses
 //!   to post (never twice) and fails the turn as an outage, to be run again.
+//! - [`notice`]: a parked seat's out-of-budget notice (opt-in) is its own
+//!   post, once per trigger and window, never the owed reply.
 //! - [`events`]: every step is emitted in order but published off the
 //!   turn's critical path (one writer task): a row or a broadcast never
 //!   delays a model call.
@@ -40,6 +42,7 @@ mod admission;
 mod budget;
 mod dispatch;
 mod events;
+mod notice;
 mod owed;
 mod park;
 mod prompts;
@@ -420,8 +423,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         // lost fence leave it not done.
         match stop {
             Stop::Budget(park) => {
-                self.parked(&park).await;
-                self.announce(&park).await;
+                let told = self.announce(&park).await;
+                self.parked(&park, &told).await;
                 Err(Halt::Parked(park))
             }
             Stop::Unavailable(reason) => Ok(Outcome::LlmUnavailable(reason)),
@@ -460,7 +463,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
 
     /// Records the park (event and log line); the triggers stay open, and
     /// the session is written by the run that finishes them.
-    async fn parked(&self, park: &Park) {
+    /// `told`: the targets the notice reached ([`notice`]).
+    async fn parked(&self, park: &Park, told: &[String]) {
         let until = park::company_time(&self.company, park.until);
         info!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id,
             scope = %park.scope_name(), period = park.period_name(), window = %park.window,
@@ -477,38 +481,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 "need": park.need,
                 "until": until,
                 "until_ms": park.until.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64),
+                "announced_to": told,
             }),
         )
         .await;
-    }
-
-    /// `[budgets] announce_park`: tells the person owed a reply, once (the
-    /// owed reply's own record keeps it to one post per trigger), that the
-    /// seat is out of budget until the window turns over. Off by default:
-    /// silence. A failed announcement is logged; the work stays parked.
-    async fn announce(&mut self, park: &Park) {
-        if !self.company.announce_park || !self.owed_unanswered() {
-            return;
-        }
-        let (Some(owed), Some((server, tool))) =
-            (self.owed.clone(), self.reply_tools().first().cloned())
-        else {
-            return;
-        };
-        let call = crate::ports::Call {
-            id: format!("budget-park-{}", self.turn_id),
-            name: format!("{server}__{tool}"),
-            arguments: json!({
-                "channel": owed.channel,
-                "thread": owed.thread,
-                "text": prompts::out_of_budget(&park.reason(&self.company)),
-            })
-            .to_string(),
-        };
-        if let Err(Stop::Outage(why)) = self.dispatch(&call).await {
-            warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, %why,
-                "could not announce the budget park to the person owed a reply");
-        }
     }
 
     /// Records what the turn said in its conversation's session.

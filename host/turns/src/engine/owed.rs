@@ -394,7 +394,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     /// Whether `server`'s `tool` declares the idempotency argument.
-    fn takes_idempotency_key(&self, server: &str, tool: &str) -> bool {
+    pub(super) fn takes_idempotency_key(&self, server: &str, tool: &str) -> bool {
         self.tools.tools(server).is_ok_and(|defs| {
             defs.iter().any(|d| {
                 d.name == tool && d.parameters["properties"].get(IDEMPOTENCY_ARG).is_some()

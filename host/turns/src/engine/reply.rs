@@ -10,6 +10,8 @@
 //!   There already: this turn (or an earlier run of the same turn, which
 //!   has the same id) posted there — not posted again, and it counts as
 //!   posted when delivery is judged.
+//! - The budget park's notice claims its keys the same way, one per trigger
+//!   and window parked on ([`super::notice`]), never the trigger's reply.
 //! - Unknown: nothing is posted (never twice) and the turn fails as an
 //!   outage, to be run again.
 //! - The tool refused (a definite "not posted"): the key is removed so a
@@ -18,21 +20,22 @@
 
 use crewlet_coord::{Answer, Bucket, Coord, CoordError};
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 use super::dispatch::Answered;
 use super::owed::{CLASS, Posting, text_of};
-use super::{Brain, Run, Stop};
+use super::{Brain, Park, Run, Stop};
 use crate::ports::{Said, Toolbox};
 use crate::trigger::{self, Target};
 
 /// One reply's key in the ledger bucket.
-struct ReplyKey {
+pub(super) struct ReplyKey {
     id: String,
     target: Target,
 }
 
 /// What creating the key said.
-enum Claim {
+pub(super) enum Claim {
     /// Ours: post.
     Won,
     /// Already there: posted before.
@@ -47,7 +50,35 @@ impl ReplyKey {
         }
     }
 
-    async fn claim(&self, coord: &Coord, turn_id: &str, seat: &str) -> Result<Claim, CoordError> {
+    /// The key of the budget park's notice for `trigger` at `target`, one
+    /// per window parked on ([`super::notice`]).
+    pub(super) fn park_notice(trigger: &str, park: &Park, target: Target) -> ReplyKey {
+        let d = Sha256::digest(
+            format!(
+                "budget-park\n{trigger}\n{}\n{}\n{}\n{target}",
+                park.scope_name(),
+                park.period_name(),
+                park.window
+            )
+            .as_bytes(),
+        );
+        ReplyKey {
+            id: d.iter().take(16).map(|b| format!("{b:02x}")).collect(),
+            target,
+        }
+    }
+
+    /// The key's ledger id: an idempotency key for a surface that dedupes.
+    pub(super) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(super) async fn claim(
+        &self,
+        coord: &Coord,
+        turn_id: &str,
+        seat: &str,
+    ) -> Result<Claim, CoordError> {
         let record = json!({"turn_id": turn_id, "seat": seat, "target": self.target.to_string()});
         Ok(
             match coord
@@ -62,7 +93,7 @@ impl ReplyKey {
 
     /// Frees the key after a definite "not posted". Best effort: a key left
     /// behind refuses a corrected attempt, never allows a second post.
-    async fn release(&self, coord: &Coord) {
+    pub(super) async fn release(&self, coord: &Coord) {
         let _ = coord.remove_record(Bucket::Ledger, CLASS, &self.id).await;
     }
 }

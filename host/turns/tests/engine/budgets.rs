@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use crewlet_coord::{Answer, BudgetView, Caps, Scope};
 use crewlet_turns::{Outcome, TurnEnd, estimate, trigger, windows_at};
+use serde_json::Value;
 
 use crate::harness::{
     Doc, Fixture, NEW_YEAR, Step, assignment, list_tools, mention, outcome, post, review, submit,
@@ -282,5 +283,112 @@ async fn an_uncounted_charge_is_an_outage_not_out_of_budget() {
     assert!(
         matches!(f.coord.completed(&key).await, Ok(Answer::No(()))),
         "an outage is not recorded as done"
+    );
+}
+
+/// Fills ada's day window (cap `cap`) without a turn.
+async fn fill_day(f: &Fixture, cap: u64) {
+    let windows = windows_at(&f.active.company, crewlet_coord::Clock::now(&f.clock));
+    let caps = Caps {
+        day: Some(cap),
+        ..Caps::default()
+    };
+    let full = f
+        .coord
+        .charge("ada", &windows, &Caps::default(), &caps, cap)
+        .await;
+    assert!(matches!(full, Ok(Answer::Yes(_))), "{full:?}");
+}
+
+fn announcing(cap: u64) -> Doc {
+    Doc {
+        announce_park: true,
+        ..day_cap(cap)
+    }
+}
+
+#[tokio::test]
+async fn a_parks_notice_is_its_own_post_once_per_window_and_the_reply_is_still_owed() {
+    let f = Fixture::new(announcing(5_000));
+    fill_day(&f, 5_000).await;
+    let wake = mention("d1");
+    let end = f.run(std::slice::from_ref(&wake)).await;
+    assert!(matches!(end, TurnEnd::Parked { .. }), "{end:?}");
+    let posts = f.chat.posts();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0]["channel"], "C1");
+    assert_eq!(posts[0]["thread"], "17.1");
+    let text = posts[0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("out of token budget (budget: day window until 2026-01-02T00:00:00+00:00)"),
+        "{text}"
+    );
+    assert!(
+        f.of_kind("reply_posted").await.is_empty(),
+        "the notice is not the reply"
+    );
+
+    // The same wake again while the window is still full (a peer, a
+    // re-fetch): parked, and nobody is told twice.
+    let again = f.run(std::slice::from_ref(&wake)).await;
+    assert!(matches!(again, TurnEnd::Parked { .. }), "{again:?}");
+    assert_eq!(f.chat.posts().len(), 1, "{:?}", f.chat.posts());
+    let parked = f.of_kind("budget_parked").await;
+    assert_eq!(parked.len(), 2);
+    assert_eq!(parked[0]["announced_to"], serde_json::json!(["C1#17.1"]));
+    assert_eq!(parked[1]["announced_to"], serde_json::json!([]));
+    assert!(f.brain.asked().is_empty(), "no model call while full");
+
+    // The window turns over: the work runs, and the real answer is posted.
+    f.clock.advance(Duration::from_secs(86_400));
+    f.script([
+        Step::calls(vec![post("C1", "17.1", "green"), submit("delivered", "x")]),
+        Step::calls(vec![review("done", "")]),
+    ]);
+    let end = f.run(std::slice::from_ref(&wake)).await;
+    assert_eq!(outcome(&end), &Outcome::Delivered);
+    let texts: Vec<Value> = f.chat.posts().iter().map(|p| p["text"].clone()).collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert_eq!(texts[1], "green");
+    assert_eq!(f.of_kind("reply_posted").await.len(), 1);
+}
+
+#[tokio::test]
+async fn a_parks_notice_whose_key_cannot_be_recorded_is_not_posted() {
+    let f = Fixture::new(announcing(5_000));
+    fill_day(&f, 5_000).await;
+    f.faulty.fail_writes_to(Some("reply."));
+    let end = f.run(&[mention("d1")]).await;
+    assert!(matches!(end, TurnEnd::Parked { .. }), "{end:?}");
+    assert!(
+        f.chat.posts().is_empty(),
+        "unknown posts nothing: never twice"
+    );
+    assert_eq!(
+        f.of_kind("budget_parked").await[0]["announced_to"],
+        serde_json::json!([])
+    );
+    // The ledger answers again: the next run of the parked wake tells.
+    f.faulty.heal();
+    let end = f.run(&[mention("d1")]).await;
+    assert!(matches!(end, TurnEnd::Parked { .. }), "{end:?}");
+    assert_eq!(f.chat.posts().len(), 1);
+}
+
+#[tokio::test]
+async fn a_parks_notice_the_tool_refused_is_posted_by_the_next_run() {
+    let f = Fixture::new(announcing(5_000));
+    fill_day(&f, 5_000).await;
+    f.chat
+        .refuse_posts
+        .store(1, std::sync::atomic::Ordering::SeqCst);
+    f.run(&[mention("d1")]).await;
+    assert!(f.chat.landed.lock().unwrap().is_empty());
+    f.run(&[mention("d1")]).await;
+    f.run(&[mention("d1")]).await;
+    assert_eq!(
+        f.chat.landed.lock().unwrap().len(),
+        1,
+        "a refused notice frees its key; the one that landed holds it"
     );
 }

@@ -32,6 +32,8 @@ pub struct Doc {
     pub max_iterations: u32,
     pub max_tool_rounds: u32,
     pub seat_day_cap: Option<u64>,
+    /// `[budgets] announce_park`.
+    pub announce_park: bool,
 }
 
 impl Default for Doc {
@@ -41,6 +43,7 @@ impl Default for Doc {
             max_iterations: 3,
             max_tool_rounds: 4,
             seat_day_cap: None,
+            announce_park: false,
         }
     }
 }
@@ -51,6 +54,11 @@ impl Doc {
             .seat_day_cap
             .map(|d| format!("[roles.dev.budget]\nday = {d}\n"))
             .unwrap_or_default();
+        let budgets = if self.announce_park {
+            "[budgets]\nannounce_park = true\n"
+        } else {
+            ""
+        };
         let text = format!(
             r#"
 [org]
@@ -66,6 +74,7 @@ max_tool_rounds = {}
 command = "chat"
 replies = ["post_message"]
 {budget}
+{budgets}
 [seats]
 ada = {{ role = "dev" }}
 "#,
