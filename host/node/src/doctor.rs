@@ -434,7 +434,7 @@ fn company(
             return;
         }
     };
-    for name in secret_names(&company) {
+    for name in crate::secrets::secret_names(&company) {
         let mut finding = if std::env::var_os(&name).is_some() {
             ok(
                 "secret",
@@ -472,24 +472,6 @@ fn dev_demo(name: &str, value: Option<&str>) -> Option<String> {
             "`./dev run` and `./dev sample` set it to the demo value {demo:?} when unset; a node started by hand needs it exported or in the fleet's bucket"
         ),
     })
-}
-
-/// Every secret the company names: integrations' signing secrets, model
-/// credentials, seats' own credentials; each once, sorted.
-pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
-    let mut names = std::collections::BTreeSet::new();
-    for i in company.integrations.values() {
-        names.insert(i.secret.name_str().to_string());
-    }
-    for role in company.roles.values() {
-        for m in role.executor.iter().chain(std::iter::once(&role.reviewer)) {
-            names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
-        }
-    }
-    for seat in company.seats.values() {
-        names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));
-    }
-    names.into_iter().collect()
 }
 
 #[cfg(test)]

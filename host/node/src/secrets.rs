@@ -224,7 +224,7 @@ async fn list_secrets(State(late): State<Late>) -> Response {
     let outside: Vec<serde_json::Value> = ctx
         .active
         .current()
-        .map(|a| crate::doctor::secret_names(&a.company))
+        .map(|a| secret_names(&a.company))
         .unwrap_or_default()
         .into_iter()
         .filter(|name| !listed.iter().any(|l| &l.name == name))
@@ -492,6 +492,24 @@ fn expect_ok(api: &str, (status, body): (u16, String)) -> Result<String, Secrets
             body,
         })
     }
+}
+
+/// Every secret the company names: integrations' signing secrets, model
+/// credentials, seats' own credentials; each once, sorted.
+pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
+    let mut names = std::collections::BTreeSet::new();
+    for i in company.integrations.values() {
+        names.insert(i.secret.name_str().to_string());
+    }
+    for role in company.roles.values() {
+        for m in role.executor.iter().chain(std::iter::once(&role.reviewer)) {
+            names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
+        }
+    }
+    for seat in company.seats.values() {
+        names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));
+    }
+    names.into_iter().collect()
 }
 
 #[cfg(test)]

@@ -220,7 +220,7 @@ pub(crate) async fn serve<H: SeatHost>(
             Ok(()) = pauses.changed(), if !detaching => fetch_due = Some(Instant::now()),
             Ok(()) = company.changed(), if !detaching => mb.park.company_changed(),
             () = sleep_until(ask_park.unwrap_or_else(Instant::now)), if ask_park.is_some() => {
-                if mb.park.ask(&mb.ctx).await {
+                if mb.park.ask(&*mb.ctx.host, &mb.ctx.spec, &mb.ctx.active).await {
                     fetch_due = Some(Instant::now());
                 }
             }

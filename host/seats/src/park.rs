@@ -22,8 +22,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info};
 
-use crate::host::{Room, SeatHost};
-use crate::mailbox::SeatCtx;
+use crate::host::{Room, SeatHost, SeatSpec};
+use crewlet_company::ActiveCompany;
 
 /// How soon an unanswered room question is asked again.
 pub(crate) const UNKNOWN_RETRY: Duration = Duration::from_secs(2);
@@ -74,15 +74,20 @@ impl ParkGate {
     }
 
     /// Asks the host whether there is room; answers whether the gate opened.
-    pub(crate) async fn ask<H: SeatHost>(&mut self, ctx: &SeatCtx<H>) -> bool {
+    pub(crate) async fn ask<H: SeatHost>(
+        &mut self,
+        host: &H,
+        spec: &SeatSpec,
+        active: &ActiveCompany,
+    ) -> bool {
         let Some(shut) = self.shut.clone() else {
             return false;
         };
-        let handle = ctx.spec.handle.as_str();
-        let answer = match ctx.active.current() {
+        let handle = spec.handle.as_str();
+        let answer = match active.current() {
             None => Room::Unknown("no company is active on this node".into()),
             Some(active) => {
-                let ask = ctx.host.room(&ctx.spec, &active, shut.need);
+                let ask = host.room(spec, &active, shut.need);
                 tokio::time::timeout(ASK_BOUND, ask)
                     .await
                     .unwrap_or_else(|_| {

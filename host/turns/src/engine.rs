@@ -59,10 +59,11 @@ use crewlet_coord::{Caps, Coord};
 use serde_json::json;
 use tracing::{info, warn};
 
-pub use budget::{estimate, windows_at, windows_now};
+pub use budget::estimate;
 pub use park::{
     BudgetRoom, Park, budget_parked, budget_room, company_time, park_for, parked_on, turns_over_at,
 };
+pub use park::{windows_at, windows_now};
 
 use crate::ports::{Brain, Clock, EventSink, Said, Sessions, Toolbox};
 use crate::trigger::{self, Target};

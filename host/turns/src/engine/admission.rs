@@ -21,7 +21,7 @@ use crewlet_company::{Company, Role};
 use crewlet_coord::{Answer, CoordError, Scope, Windows};
 use tracing::warn;
 
-use super::budget::windows_at;
+use super::park::windows_at;
 use super::park::{self, Park};
 use super::{Brain, Run, Stop, TurnEngine};
 use crate::ports::Toolbox;

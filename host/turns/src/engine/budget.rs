@@ -25,34 +25,14 @@
 //!
 //! [`Coord::refuse_for`]: crewlet_coord::Coord::refuse_for
 
-use std::time::SystemTime;
-
-use crewlet_company::{Ceilings, Company};
+use crewlet_company::Ceilings;
 use crewlet_coord::{Answer, Caps, Period, Refusal, Scope, Windows};
 use serde_json::json;
 use tracing::info;
 
-use super::park::{self, period_name, scope_name};
+use super::park::{self, period_name, scope_name, windows_at};
 use super::{Brain, Run, Stop};
 use crate::ports::{Msg, ToolDef, Toolbox};
-
-/// The budget windows at `instant`, on the company's clock (its timezone's
-/// offset in force then, DST included; UTC when the zone is unknown).
-pub fn windows_at(company: &Company, instant: SystemTime) -> Windows {
-    let offset = jiff::tz::TimeZone::get(&company.timezone)
-        .ok()
-        .and_then(|tz| {
-            let ts = jiff::Timestamp::try_from(instant).ok()?;
-            time::UtcOffset::from_whole_seconds(tz.to_offset(ts).seconds()).ok()
-        })
-        .unwrap_or(time::UtcOffset::UTC);
-    Windows::at(instant, offset)
-}
-
-/// The budget windows now, on the company's clock.
-pub fn windows_now(company: &Company) -> Windows {
-    windows_at(company, SystemTime::now())
-}
 
 pub(super) fn caps(c: &Ceilings) -> Caps {
     Caps {

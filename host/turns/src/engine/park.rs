@@ -21,9 +21,7 @@
 use std::time::SystemTime;
 
 use crewlet_company::{Ceilings, Company, Seat};
-use crewlet_coord::{BudgetView, Coord, CoordError, Period, Refusal, Scope};
-
-use super::budget::windows_at;
+use crewlet_coord::{BudgetView, Coord, CoordError, Period, Refusal, Scope, Windows};
 
 /// Why a seat's work waits: the window that has no room, and when it turns
 /// over.
@@ -267,6 +265,24 @@ pub(crate) fn of_refusal(
         until: turns_over_at(company, r.period, now),
         need: need.max(1),
     }
+}
+
+/// The budget windows at `instant`, on the company's clock (its timezone's
+/// offset in force then, DST included; UTC when the zone is unknown).
+pub fn windows_at(company: &Company, instant: SystemTime) -> Windows {
+    let offset = jiff::tz::TimeZone::get(&company.timezone)
+        .ok()
+        .and_then(|tz| {
+            let ts = jiff::Timestamp::try_from(instant).ok()?;
+            time::UtcOffset::from_whole_seconds(tz.to_offset(ts).seconds()).ok()
+        })
+        .unwrap_or(time::UtcOffset::UTC);
+    Windows::at(instant, offset)
+}
+
+/// The budget windows now, on the company's clock.
+pub fn windows_now(company: &Company) -> Windows {
+    windows_at(company, SystemTime::now())
 }
 
 #[cfg(test)]
