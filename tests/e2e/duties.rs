@@ -133,7 +133,14 @@ async fn drain(client: &async_nats::Client, handle: &str) -> Vec<serde_json::Val
 fn each_fire_instant_wakes_its_seat_once_across_a_frozen_and_a_killed_holder() {
     let server = NatsServer::start();
     let sbs: Vec<Sandbox> = (0..3).map(|_| Sandbox::new()).collect();
-    let lease = "scheduler_lease_seconds = 4";
+    // The lease against the cron's two seconds: the holder renews every
+    // sixth of the TTL, so a successor takes over at least 5/6 of a TTL
+    // after the kill, and the first instant the killed holder missed (at
+    // most 2 s after the kill) is late past its 2 s window — a catch-up
+    // fire — only when 5/6 TTL exceeds two windows. At 4 s (3.3 s) a kill
+    // just after a fire left nothing late and no catch-up fire (seen in a
+    // fresh-clone CI run); at 8 s (6.7 s) every kill does.
+    let lease = "scheduler_lease_seconds = 8";
     let mut nodes: Vec<Option<Node>> = sbs
         .iter()
         .enumerate()
