@@ -71,10 +71,12 @@ fi
 # 3. The plugins: every crate of the guest workspace, as components. Never
 #    through the host's lint wrapper (.ci/run sets it for `./dev test`,
 #    which runs this first): a wrapper changes every member's fingerprint,
-#    so the plugins were built again, ~20 crates, on every CI run.
+#    so the plugins were built again, ~20 crates, on every CI run. Nor into
+#    a target dir set for all of a user's projects: every plugin.toml names
+#    its component under plugins/target.
 if [[ -f plugins/Cargo.toml ]]; then
     say "building plugins (wasm32-wasip2)"
-    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS \
+    env -u RUSTC_WORKSPACE_WRAPPER -u CLIPPY_ARGS -u CARGO_TARGET_DIR -u CARGO_BUILD_TARGET_DIR \
         cargo build --quiet --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml
 fi
 
