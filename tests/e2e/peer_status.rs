@@ -59,7 +59,7 @@ impl OldPeer {
                 .unwrap();
             OldPeer {
                 owner: owner.as_str().to_owned(),
-                epoch: lease.epoch,
+                epoch: lease.epoch.get(),
                 key: lease.name.key(),
             }
         })

@@ -15,20 +15,23 @@ use std::time::{Duration, Instant};
 
 use crate::answer::{Answer, CoordError};
 
-/// What the holder may do now.
+/// The fencing answer to "may the holder still act?": yes, no, or unknown —
+/// never a bare bool, so a stale holder is not mistaken for a lost one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HolderState {
+pub enum Admits {
     /// Renewed within one beat: admit work.
-    Admitting,
-    /// Last good renew older than a beat: finish what runs, admit nothing new.
-    Stale,
-    /// Last good renew older than the TTL, or the store said no: give it up.
-    GiveUp,
+    Yes,
+    /// Last good renew older than a beat: whether the lease is still ours is
+    /// unknown — finish what runs, admit nothing new.
+    Unknown,
+    /// Last good renew older than the TTL, the store said no, or the tenure
+    /// was released: give it up.
+    No,
 }
 
 /// The state machine; drive it with [`Holder::on_renew`] and ask [`Holder::state`].
 #[derive(Debug, Clone)]
-pub struct Holder {
+pub(crate) struct Holder {
     beat: Duration,
     ttl: Duration,
     last_ok: Instant,
@@ -37,7 +40,7 @@ pub struct Holder {
 
 impl Holder {
     /// A holder whose tenure was won by a request sent at `acquired_at`.
-    pub fn new(acquired_at: Instant, beat: Duration, ttl: Duration) -> Holder {
+    pub(crate) fn new(acquired_at: Instant, beat: Duration, ttl: Duration) -> Holder {
         Holder {
             beat,
             ttl,
@@ -47,7 +50,11 @@ impl Holder {
     }
 
     /// Records the outcome of a renew sent at `sent_at`.
-    pub fn on_renew<Y, N>(&mut self, sent_at: Instant, outcome: &Result<Answer<Y, N>, CoordError>) {
+    pub(crate) fn on_renew<Y, N>(
+        &mut self,
+        sent_at: Instant,
+        outcome: &Result<Answer<Y, N>, CoordError>,
+    ) {
         match outcome {
             Ok(Answer::Yes(_)) => {
                 if sent_at > self.last_ok {
@@ -60,25 +67,38 @@ impl Holder {
         }
     }
 
-    /// The state at `now`.
-    pub fn state(&self, now: Instant) -> HolderState {
+    /// The answer at `now`.
+    pub(crate) fn state(&self, now: Instant) -> Admits {
         let age = now.saturating_duration_since(self.last_ok);
         if self.lost || age >= self.ttl {
-            HolderState::GiveUp
+            Admits::No
         } else if age >= self.beat {
-            HolderState::Stale
+            Admits::Unknown
         } else {
-            HolderState::Admitting
+            Admits::Yes
         }
     }
 
-    /// When the next renew is due.
-    pub fn next_renew(&self) -> Instant {
-        self.last_ok + self.beat / 2
+    /// Until when the answer is yes: the "admit until" deadline (`None`
+    /// once the store said no).
+    pub(crate) fn admit_until(&self) -> Option<Instant> {
+        (!self.lost).then_some(self.last_ok + self.beat)
     }
 
-    pub fn beat(&self) -> Duration {
-        self.beat
+    /// When the answer changes next without a renew (yes → unknown →
+    /// no), if it still can.
+    pub(crate) fn next_change(&self, now: Instant) -> Option<Instant> {
+        match self.state(now) {
+            Admits::Yes => Some(self.last_ok + self.beat),
+            Admits::Unknown => Some(self.last_ok + self.ttl),
+            Admits::No => None,
+        }
+    }
+
+    /// Half a beat after the last good renew: when a renew is due on the
+    /// plain cadence.
+    pub(crate) fn next_renew(&self) -> Instant {
+        self.last_ok + self.beat / 2
     }
 }
 
@@ -92,27 +112,21 @@ mod tests {
         let hb = Duration::from_secs(15);
         let ttl = Duration::from_secs(45);
         let mut h = Holder::new(t0, hb, ttl);
-        assert_eq!(
-            h.state(t0 + Duration::from_secs(14)),
-            HolderState::Admitting
-        );
+        assert_eq!(h.state(t0 + Duration::from_secs(14)), Admits::Yes);
         let unknown: Result<Answer<(), ()>, _> = Err(CoordError::Unavailable("x".into()));
         h.on_renew(t0 + Duration::from_secs(10), &unknown);
-        assert_eq!(h.state(t0 + Duration::from_secs(15)), HolderState::Stale);
-        assert_eq!(h.state(t0 + Duration::from_secs(44)), HolderState::Stale);
-        assert_eq!(h.state(t0 + Duration::from_secs(45)), HolderState::GiveUp);
+        assert_eq!(h.state(t0 + Duration::from_secs(15)), Admits::Unknown);
+        assert_eq!(h.state(t0 + Duration::from_secs(44)), Admits::Unknown);
+        assert_eq!(h.state(t0 + Duration::from_secs(45)), Admits::No);
         h.on_renew(
             t0 + Duration::from_secs(40),
             &Ok::<_, CoordError>(Answer::<(), ()>::Yes(())),
         );
-        assert_eq!(
-            h.state(t0 + Duration::from_secs(45)),
-            HolderState::Admitting
-        );
+        assert_eq!(h.state(t0 + Duration::from_secs(45)), Admits::Yes);
         h.on_renew(
             t0 + Duration::from_secs(46),
             &Ok::<_, CoordError>(Answer::<(), ()>::No(())),
         );
-        assert_eq!(h.state(t0 + Duration::from_secs(46)), HolderState::GiveUp);
+        assert_eq!(h.state(t0 + Duration::from_secs(46)), Admits::No);
     }
 }

@@ -16,7 +16,7 @@
 //! | [`Coord::admit`] (rate valve) | fails closed: refuse |
 //! | [`Coord::claim`] (delivery dedupe) | fails open: do not suppress |
 //! | [`Coord::completed`] (completion ledger) | fails open: do the work |
-//! | [`Coord::renew`] (lease) | holds, bounded by the holder's clock ([`Holder`]) |
+//! | [`Coord::renew`] (lease) | holds, bounded by the holder's clock ([`Tenancy`], [`Fence`]) |
 //! | [`Coord::charge`] (budget) | fails closed with an error that is not a refusal |
 //!
 //! Open it with [`Coord::open`] on the node's client. Tests use
@@ -26,6 +26,7 @@ pub mod answer;
 pub mod bucket;
 pub mod budget;
 pub mod claims;
+pub mod epoch;
 pub mod faulty;
 pub mod holder;
 pub mod kv;
@@ -39,7 +40,9 @@ pub mod reach;
 pub mod records;
 mod renewals;
 pub mod sweep;
+pub mod tenancy;
 pub mod tokens;
+pub mod typed;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -50,8 +53,9 @@ pub use answer::{Answer, CoordError, Reply};
 pub use bucket::{Bucket, MARKER_RETENTION, MAX_DUTY_TTL};
 pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, Windows};
 pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
+pub use epoch::FenceEpoch;
 pub use faulty::Faulty;
-pub use holder::{Holder, HolderState};
+pub use holder::Admits;
 pub use kv::{Change, Kv};
 pub use lease::{BrokerRow, DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow, Tenures};
 pub use memory::{Clock, ManualClock, MemoryKv, SystemClock};
@@ -69,7 +73,9 @@ pub use records::{
 };
 pub use renewals::RenewalCounts;
 pub use sweep::SweepReport;
+pub use tenancy::{Cadence, Fence, Released, RenewGrid, Standing, Tenancy, Terms};
 pub use tokens::{TokenRecord, TokenWatch};
+pub use typed::Claims;
 
 use bucket::Retentions;
 use kv::{Entry, Expect};
@@ -218,11 +224,6 @@ impl Coord {
         self.inner.opts.heartbeat.min(self.lease_ttl() / 3)
     }
 
-    /// A holder state machine for a lease this node holds.
-    pub fn holder(&self, now: std::time::Instant) -> Holder {
-        Holder::new(now, self.heartbeat(), self.lease_ttl())
-    }
-
     /// A seat's beat: how long a seat lease stays admitting after its last
     /// good renew — half the lease TTL in force (22.5 s at the default
     /// 45 s), where presence and duties use the heartbeat.
@@ -237,12 +238,6 @@ impl Coord {
     /// still stops taking new work half a TTL before it could be lost.
     pub fn seat_beat(&self) -> Duration {
         self.lease_ttl() / 2
-    }
-
-    /// A holder state machine for a seat lease this node holds: stale after
-    /// a [`Coord::seat_beat`] without a good renew, given up after the TTL.
-    pub fn seat_holder(&self, now: std::time::Instant) -> Holder {
-        Holder::new(now, self.seat_beat(), self.lease_ttl())
     }
 
     pub(crate) fn kv(&self, b: Bucket) -> &dyn Kv {

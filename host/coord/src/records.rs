@@ -378,11 +378,7 @@ impl Coord {
         id: &str,
         value: &serde_json::Value,
     ) -> Result<u64, CoordError> {
-        let key = class_key(class, id)?;
-        self.kv(bucket)
-            .put(bucket, &key, encode(value), Expect::Any)
-            .await?
-            .map_err(|_| CoordError::Contended { key, attempts: 1 })
+        self.claims(bucket, class).put(id, value).await
     }
 
     /// Creates `class:id` only if it holds nothing live. Yes: the revision;
@@ -394,11 +390,10 @@ impl Coord {
         id: &str,
         value: &serde_json::Value,
     ) -> Reply<u64, serde_json::Value> {
-        let key = class_key(class, id)?;
-        match self.create(bucket, &key, encode(value), None).await? {
-            Ok(rev) => Ok(Answer::Yes(rev)),
-            Err(e) => Ok(Answer::No(decode(bucket, &e)?)),
-        }
+        Ok(match self.claims(bucket, class).claim(id, value).await? {
+            Answer::Yes(rev) => Answer::Yes(rev),
+            Answer::No((there, _)) => Answer::No(there),
+        })
     }
 
     /// Replaces `class:id` by compare-and-set: only while its latest
@@ -413,22 +408,9 @@ impl Coord {
         value: &serde_json::Value,
         revision: u64,
     ) -> Reply<u64, ()> {
-        let key = class_key(class, id)?;
-        if revision == 0 {
-            return Err(CoordError::Invalid(format!(
-                "replacing {key:?} at revision 0 would create it; create with `create_record`, replace at a revision a read answered"
-            )));
-        }
-        Ok(
-            match self
-                .kv(bucket)
-                .put(bucket, &key, encode(value), Expect::Revision(revision))
-                .await?
-            {
-                Ok(rev) => Answer::Yes(rev),
-                Err(_) => Answer::No(()),
-            },
-        )
+        self.claims(bucket, class)
+            .replace(id, value, revision)
+            .await
     }
 
     /// Reads `class:id`: Yes with (value, revision), or No.
@@ -438,27 +420,14 @@ impl Coord {
         class: &str,
         id: &str,
     ) -> Reply<(serde_json::Value, u64), ()> {
-        let key = class_key(class, id)?;
-        Ok(match self.kv(bucket).get(bucket, &key).await? {
-            Some(e) if !e.removed => Answer::Yes((decode(bucket, &e)?, e.revision)),
-            _ => Answer::No(()),
-        })
+        self.claims(bucket, class).get(id).await
     }
 
     /// Removes `class:id` (a marker, swept later). Yes if it was live.
     pub async fn remove_record(&self, bucket: Bucket, class: &str, id: &str) -> Reply<(), ()> {
-        let key = class_key(class, id)?;
-        let kv = self.kv(bucket);
-        match kv.get(bucket, &key).await? {
-            Some(e) if !e.removed => match kv
-                .remove(bucket, &key, Expect::Revision(e.revision))
-                .await?
-            {
-                Ok(_) => Ok(Answer::Yes(())),
-                Err(_) => Ok(Answer::No(())),
-            },
-            _ => Ok(Answer::No(())),
-        }
+        self.claims::<serde_json::Value>(bucket, class)
+            .remove(id)
+            .await
     }
 
     /// Every live record of one class (certified listing): id → value.

@@ -2,15 +2,20 @@
 //! the node's status. Reading `node:*` back is the whole of fleet discovery,
 //! so a node that stops renewing simply stops being in the fleet.
 //!
-//! Ownership answers are three-valued and the holder side follows the
-//! coordination rule: an unknown renew holds (bounded by this node's clock),
-//! a definite "no" or a renew older than the TTL gives the lease up, and the
-//! loop then acquires again. A drain releases the lease first of all.
+//! The lease is held by a [`Tenancy`] on the presence terms (renewed every
+//! half heartbeat, carrying the status): an unknown renew holds (bounded by
+//! this node's clock), a definite "no" or a renew older than the TTL gives
+//! the lease up, and the node then acquires again. A drain releases the
+//! lease first of all.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crewlet_coord::{Answer, Coord, Held, HolderState, Lease, NodeStatus, Owner};
+use crewlet_coord::tenancy::StatusFn;
+use crewlet_coord::{
+    Admits, Answer, Coord, FenceEpoch, Held, NodeStatus, Owner, Released, ResourceName, Tenancy,
+    Terms,
+};
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,7 +26,7 @@ use tracing::{Instrument, info, warn};
 pub struct PresenceView {
     /// `acquiring`, `admitting`, `stale`, `released`.
     pub state: &'static str,
-    pub epoch: Option<u64>,
+    pub epoch: Option<FenceEpoch>,
     pub owner: String,
     pub last_error: Option<String>,
 }
@@ -51,7 +56,7 @@ impl Presence {
                 coord,
                 node_id,
                 owner,
-                Box::new(status),
+                Arc::new(status),
                 view.clone(),
                 stop_rx,
             )
@@ -75,8 +80,8 @@ impl Presence {
     }
 }
 
-type StatusFn = Box<dyn Fn() -> NodeStatus + Send + Sync>;
-
+/// Holds `node:{node_id}` for as long as it runs: acquire, hold the
+/// [`Tenancy`] until its answer is no (then acquire again), release on stop.
 async fn heartbeat(
     coord: Coord,
     node_id: String,
@@ -86,7 +91,7 @@ async fn heartbeat(
     mut stop: watch::Receiver<bool>,
 ) {
     let beat = coord.heartbeat();
-    let set = |state: &'static str, epoch: Option<u64>, error: Option<String>| {
+    let set = |state: &'static str, epoch: Option<FenceEpoch>, error: Option<String>| {
         let mut v = view.lock().expect("presence view");
         v.state = state;
         v.epoch = epoch;
@@ -94,22 +99,31 @@ async fn heartbeat(
             v.last_error = error;
         }
     };
-    let mut held: Option<(Lease, crewlet_coord::Holder)> = None;
+    let name = match ResourceName::node(&node_id) {
+        Ok(n) => n,
+        Err(e) => {
+            warn!(subsystem = "presence", error = %e, "this node's id names no presence lease");
+            set("acquiring", None, Some(e.to_string()));
+            let _ = stop.wait_for(|v| *v).await;
+            set("released", None, None);
+            return;
+        }
+    };
+    let mut held: Option<Tenancy> = None;
     loop {
-        let wait = match &mut held {
+        let wait = match &held {
             None => {
-                let sent = Instant::now();
-                match coord.acquire_presence(&node_id, &owner, status()).await {
-                    Ok(Answer::Yes(lease)) => {
+                let terms = Terms::presence(&coord, status.clone());
+                match Tenancy::acquire(&coord, &name, &owner, None, terms).await {
+                    Ok(Answer::Yes(tenancy)) => {
                         info!(
                             subsystem = "presence",
-                            epoch = lease.epoch,
+                            epoch = %tenancy.epoch(),
                             "presence lease acquired"
                         );
-                        set("admitting", Some(lease.epoch), None);
-                        let holder = coord.holder(sent);
-                        held = Some((lease, holder));
-                        beat / 2
+                        set("admitting", Some(tenancy.epoch()), None);
+                        held = Some(tenancy);
+                        continue;
                     }
                     Ok(Answer::No(Held::By { owner, epoch })) => {
                         // Usually this node's previous incarnation, whose
@@ -130,41 +144,39 @@ async fn heartbeat(
                     }
                 }
             }
-            Some((lease, holder)) => {
-                let sent = Instant::now();
-                let outcome = coord.renew_presence(lease, status()).await;
-                holder.on_renew(sent, &outcome);
-                match &outcome {
-                    Ok(Answer::Yes(renewed)) => *lease = renewed.clone(),
-                    Ok(Answer::No(why)) => {
-                        warn!(subsystem = "presence", ?why, "presence lease lost")
-                    }
-                    Err(e) => {
-                        warn!(subsystem = "presence", error = %e, "presence renew unknown; holding")
-                    }
-                }
-                let error = outcome.as_ref().err().map(ToString::to_string);
-                match holder.state(Instant::now()) {
-                    HolderState::Admitting => {
-                        set("admitting", Some(lease.epoch), error);
-                        holder
-                            .next_renew()
-                            .saturating_duration_since(Instant::now())
-                    }
-                    HolderState::Stale => {
-                        set("stale", Some(lease.epoch), error);
-                        beat / 4
-                    }
-                    HolderState::GiveUp => {
+            Some(tenancy) => {
+                let mut standing = tenancy.standing();
+                let now = standing.borrow_and_update().clone();
+                let epoch = Some(tenancy.epoch());
+                match now.admits {
+                    Admits::Yes => set("admitting", epoch, now.unknown),
+                    Admits::Unknown => set("stale", epoch, now.unknown),
+                    Admits::No => {
                         warn!(
                             subsystem = "presence",
                             "presence lease given up; acquiring again"
                         );
-                        set("acquiring", None, error);
+                        set("acquiring", None, now.unknown);
                         held = None;
-                        Duration::ZERO
+                        continue;
                     }
                 }
+                let stopping = tokio::select! {
+                    r = standing.changed() => {
+                        if r.is_err() {
+                            // The renewing ended without saying no (it
+                            // failed): nothing holds the lease any more.
+                            warn!(subsystem = "presence", "presence renewing ended; acquiring again");
+                            held = None;
+                        }
+                        false
+                    }
+                    _ = until_set(&mut stop) => true,
+                };
+                if stopping {
+                    break;
+                }
+                continue;
             }
         };
         tokio::select! {
@@ -172,17 +184,13 @@ async fn heartbeat(
             _ = until_set(&mut stop) => break,
         }
     }
-    if let Some((lease, _)) = held {
-        match tokio::time::timeout(Duration::from_secs(2), coord.release(&lease)).await {
-            Ok(Ok(Answer::Yes(()))) => info!(subsystem = "presence", "presence lease released"),
-            Ok(other) => warn!(
+    if let Some(tenancy) = held {
+        match tenancy.release(Some(Duration::from_secs(2))).await {
+            Released::Yes => info!(subsystem = "presence", "presence lease released"),
+            other => warn!(
                 subsystem = "presence",
                 ?other,
                 "presence release not confirmed; it lapses at its TTL"
-            ),
-            Err(_) => warn!(
-                subsystem = "presence",
-                "presence release timed out; it lapses at its TTL"
             ),
         }
     }

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_company::{Active, McpServer, McpTransport, Seat};
-use crewlet_coord::{Coord, HolderState, Scope};
+use crewlet_coord::{Admits, Coord, Scope};
 use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::{CallSite, ModelRequest, Models};
 use crewlet_seats::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
@@ -400,7 +400,7 @@ impl SeatHost for NodeSeats {
         let pauses = self.pauses.clone();
         let handle = spec.handle.as_str().to_owned();
         let may_act = move || {
-            if fence.state() == HolderState::GiveUp {
+            if fence.admits() == Admits::No {
                 Act::FenceLost
             } else if !crewlet_seats::admits(&pauses.borrow(), &handle) {
                 Act::Paused

@@ -290,7 +290,7 @@ impl NodeState {
             started_at_ms: Some(self.started_at_ms()),
             seats_held: Some(self.seats_held()),
             mcp: Some(self.mcp_rows()),
-            duties: Some(self.duties.board.rows()),
+            duties: Some(self.duties.held.rows()),
             broker: self.stream.get().filter(|m| m.is_connected()).map(|m| {
                 let info = m.server_info();
                 crewlet_coord::BrokerRow {

@@ -8,13 +8,11 @@
 //! it be tested against a real broker with a host that only records calls.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crewlet_bus::Wake;
 use crewlet_company::{Active, Handle};
-use crewlet_coord::{Holder, HolderState};
+use crewlet_coord::Fence;
 
 /// The seat a host equips and runs: what the company says about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,7 +46,10 @@ pub struct Batch {
     /// The company as it was when the turn started; a change applies to
     /// the next turn.
     pub active: Active,
-    /// Whether this node may still act for the seat.
+    /// Whether this node may still act for the seat: the seat lease's
+    /// [`Fence`] — yes: act; unknown (the last renew older than a seat
+    /// beat): finish what is under way, start nothing the seat's next owner
+    /// could duplicate; no (lost, or released): stop.
     pub fence: Fence,
 }
 
@@ -126,64 +127,5 @@ pub trait SeatHost: Send + Sync + 'static {
     ) -> impl Future<Output = Room> + Send {
         let _ = (seat, active, need);
         async { Room::Free }
-    }
-}
-
-/// A turn's question "may I still act for this seat?", answered from the
-/// lease holder's own clock at the moment it is asked.
-///
-/// [`HolderState::Admitting`]: act. [`HolderState::Stale`]: the last renew is
-/// older than a heartbeat — finish what is under way, start nothing the
-/// seat's next owner could duplicate. [`HolderState::GiveUp`]: the seat is
-/// no longer this node's (lost, or released): stop.
-#[derive(Debug, Clone)]
-pub struct Fence {
-    inner: Arc<FenceInner>,
-}
-
-#[derive(Debug)]
-struct FenceInner {
-    holder: Mutex<Holder>,
-    epoch: u64,
-    released: AtomicBool,
-}
-
-impl Fence {
-    pub(crate) fn new(holder: Holder, epoch: u64) -> Fence {
-        Fence {
-            inner: Arc::new(FenceInner {
-                holder: Mutex::new(holder),
-                epoch,
-                released: AtomicBool::new(false),
-            }),
-        }
-    }
-
-    /// The holder's state now.
-    pub fn state(&self) -> HolderState {
-        self.state_at(Instant::now())
-    }
-
-    /// The holder's state at `now`.
-    pub fn state_at(&self, now: Instant) -> HolderState {
-        if self.inner.released.load(Ordering::Acquire) {
-            return HolderState::GiveUp;
-        }
-        self.inner.holder.lock().expect("fence holder").state(now)
-    }
-
-    /// The lease's fencing epoch: a write made for this seat carries it, so
-    /// a store can refuse one from a tenure that has ended.
-    pub fn epoch(&self) -> u64 {
-        self.inner.epoch
-    }
-
-    pub(crate) fn with_holder<T>(&self, f: impl FnOnce(&mut Holder) -> T) -> T {
-        f(&mut self.inner.holder.lock().expect("fence holder"))
-    }
-
-    /// From now on the fence answers give-up.
-    pub(crate) fn mark_released(&self) {
-        self.inner.released.store(true, Ordering::Release);
     }
 }

@@ -43,7 +43,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream;
 use crewlet_company::{ActiveCompany, Handle};
-use crewlet_coord::{Coord, HolderState, Owner, ResourceName};
+use crewlet_coord::{Admits, Coord, Fence, FenceEpoch, Owner, RenewGrid, ResourceName};
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
@@ -52,8 +52,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 pub use crate::config::{Pauses, SeatsConfig, SeatsError, admits};
-pub use crate::host::{Batch, Fence, Room, SeatHost, SeatSpec, TurnVerdict};
-pub use crewlet_coord::HolderState as FenceState;
+pub use crate::host::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
 
 use crate::mailbox::Pace;
 
@@ -69,7 +68,7 @@ pub struct HeldSeat {
     pub handle: Handle,
     pub state: SeatState,
     /// The lease's fencing epoch.
-    pub epoch: u64,
+    pub epoch: FenceEpoch,
     /// When the lease was won.
     pub since: SystemTime,
 }
@@ -97,7 +96,7 @@ struct Slot {
     /// Changed only through [`Shared::move_to`], which keeps the count of
     /// serving seats.
     phase: Phase,
-    epoch: u64,
+    epoch: FenceEpoch,
     since: SystemTime,
     fence: Fence,
     release: watch::Sender<bool>,
@@ -119,8 +118,8 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) active: ActiveCompany,
     pub(crate) host: Arc<H>,
     pub(crate) heartbeat: Duration,
-    /// When this node's seat renews are sent ([`seat::RenewGrid`]).
-    pub(crate) renew_grid: seat::RenewGrid,
+    /// When this node's seat renews are sent ([`RenewGrid`]).
+    pub(crate) renew_grid: RenewGrid,
     pub(crate) pace: Pace,
     equip_backoff: Duration,
     pub(crate) equip_timeout: Duration,
@@ -199,7 +198,7 @@ impl<H: SeatHost> Seats<H> {
             active: cfg.active,
             host: cfg.host,
             heartbeat,
-            renew_grid: seat::RenewGrid::new(tokio::time::Instant::now()),
+            renew_grid: RenewGrid::new(tokio::time::Instant::now()),
             pace: Pace {
                 batch_window: cfg.batch_window,
                 fetch_expiry: cfg.fetch_expiry,
@@ -245,10 +244,10 @@ impl<H: SeatHost> Seats<H> {
             .iter()
             .filter(|(_, s)| s.phase == Phase::Serving)
             .filter_map(|(h, s)| {
-                let state = match s.fence.state() {
-                    HolderState::Admitting => SeatState::Admitting,
-                    HolderState::Stale => SeatState::Stale,
-                    HolderState::GiveUp => return None,
+                let state = match s.fence.admits() {
+                    Admits::Yes => SeatState::Admitting,
+                    Admits::Unknown => SeatState::Stale,
+                    Admits::No => return None,
                 };
                 Some(HeldSeat {
                     handle: h.clone(),

@@ -43,14 +43,14 @@ use async_nats::jetstream::consumer::pull::Batch as PullBatch;
 use async_nats::jetstream::{AckKind, Message};
 use crewlet_bus::Wake;
 use crewlet_company::ActiveCompany;
-use crewlet_coord::HolderState;
+use crewlet_coord::{Admits, Fence, Standing};
 use futures::StreamExt;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::{Id, JoinSet};
 use tokio::time::{Instant, sleep_until};
 use tracing::{debug, info, warn};
 
-use crate::host::{Batch, Fence, SeatHost, SeatSpec, TurnVerdict};
+use crate::host::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crate::park::ParkGate;
 
 /// Most wakes one turn takes; the rest wait for the next turn of the
@@ -134,7 +134,7 @@ pub(crate) async fn serve<H: SeatHost>(
     pace: Pace,
     consumer: PullConsumer,
     mut doorbell: Option<async_nats::Subscriber>,
-    mut state: watch::Receiver<HolderState>,
+    mut state: watch::Receiver<Standing>,
     mut detach: watch::Receiver<bool>,
 ) {
     let ack_wait = match consumer.cached_info().config.ack_wait {
@@ -172,7 +172,7 @@ pub(crate) async fn serve<H: SeatHost>(
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let admitting = !detaching
-            && *state.borrow() == HolderState::Admitting
+            && state.borrow().admits == Admits::Yes
             && *admission.borrow()
             && !mb.ctx.paused()
             && !mb.park.is_shut();
@@ -241,7 +241,7 @@ pub(crate) async fn serve<H: SeatHost>(
             item = next_message(&mut batch) => match item {
                 Some(Ok(msg)) => {
                     let admitting = !detaching
-                        && *state.borrow() == HolderState::Admitting
+                        && state.borrow().admits == Admits::Yes
                         && *admission.borrow()
                         && !mb.ctx.paused()
                         && !mb.park.is_shut();
@@ -581,7 +581,7 @@ async fn run_turn<H: SeatHost>(
             };
         };
         // Waiting for the permit may have outlived admission.
-        if ctx.fence.state() != HolderState::Admitting {
+        if ctx.fence.admits() != Admits::Yes {
             return TurnVerdict::Retry {
                 after: Duration::ZERO,
                 reason: "the seat stopped admitting before the turn started".into(),

@@ -11,16 +11,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::SystemTime;
 
 use crewlet_company::Handle;
-use crewlet_coord::{Answer, CoordError, ResourceName};
+use crewlet_coord::{Answer, CoordError, ResourceName, Tenancy, Terms};
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::host::{Fence, SeatHost, SeatSpec};
+use crate::host::{SeatHost, SeatSpec};
 use crate::placement::{self, Group, Inputs, Labels, Tenures, Wanted};
 use crate::{ACQUIRE_WAVE, Phase, Shared, Slot, seat};
 
@@ -205,10 +204,10 @@ impl<H: SeatHost> Shared<H> {
                 return false;
             }
         };
-        let sent = std::time::Instant::now();
-        match self.coord.acquire(&name, &self.owner, None).await {
-            Ok(Answer::Yes(lease)) => {
-                self.spawn_seat(Arc::new(spec), lease, sent);
+        let terms = Terms::seat(&self.coord, self.renew_grid);
+        match Tenancy::acquire(&self.coord, &name, &self.owner, None, terms).await {
+            Ok(Answer::Yes(tenancy)) => {
+                self.spawn_seat(Arc::new(spec), tenancy);
                 true
             }
             Ok(Answer::No(held)) => {
@@ -223,23 +222,17 @@ impl<H: SeatHost> Shared<H> {
         }
     }
 
-    fn spawn_seat(
-        self: &Arc<Self>,
-        spec: Arc<SeatSpec>,
-        lease: crewlet_coord::Lease,
-        sent: std::time::Instant,
-    ) {
+    fn spawn_seat(self: &Arc<Self>, spec: Arc<SeatSpec>, tenancy: Tenancy) {
         let generation = self.generations.fetch_add(1, Ordering::Relaxed);
-        let fence = Fence::new(self.coord.seat_holder(sent), lease.epoch);
+        let fence = tenancy.fence().clone();
         let (release, release_rx) = watch::channel(false);
         let handle = spec.handle.clone();
-        info!(subsystem = "seats", seat = %handle, epoch = lease.epoch, "seat acquired");
+        info!(subsystem = "seats", seat = %handle, epoch = %fence.epoch(), "seat acquired");
         let mut slots = self.slots.lock().expect("seat slots");
         let task = tokio::spawn(seat::run(
             self.clone(),
             spec.clone(),
-            lease.clone(),
-            fence.clone(),
+            tenancy,
             generation,
             release_rx,
         ));
@@ -249,8 +242,8 @@ impl<H: SeatHost> Shared<H> {
                 generation,
                 spec,
                 phase: Phase::Equipping,
-                epoch: lease.epoch,
-                since: SystemTime::now(),
+                epoch: fence.epoch(),
+                since: fence.since(),
                 fence,
                 release,
                 task: Some(task),

@@ -37,6 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::{Bucket, MAX_DUTY_TTL};
+use crate::epoch::FenceEpoch;
 use crate::kv::{Entry, Expect};
 use crate::names::{ResourceName, check_class};
 use crate::{Coord, decode, encode};
@@ -74,7 +75,7 @@ impl std::fmt::Display for Owner {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct LeaseRecord {
     owner: Owner,
-    epoch: u64,
+    epoch: FenceEpoch,
     ttl_ms: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     status: Option<NodeStatus>,
@@ -82,7 +83,7 @@ struct LeaseRecord {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct EpochRecord {
-    epoch: u64,
+    epoch: FenceEpoch,
     owner: Owner,
     /// Who held the epoch before this one (absent: none, or minted by a
     /// build that did not say).
@@ -96,7 +97,7 @@ pub struct Lease {
     pub name: ResourceName,
     pub owner: Owner,
     /// The fencing epoch.
-    pub epoch: u64,
+    pub epoch: FenceEpoch,
     pub ttl: Duration,
     /// When the record lapses, on the broker's clock (its write instant +
     /// TTL; a holder's own is counted from before its write was sent).
@@ -108,14 +109,14 @@ pub struct Lease {
     /// What this handle itself wrote (revision, owner, epoch): the renew
     /// fast path swaps only on a write it made, for the owner and epoch it
     /// made it with — never on fields a caller edited.
-    proof: Option<(u64, Owner, u64)>,
+    proof: Option<(u64, Owner, FenceEpoch)>,
 }
 
 /// Why an acquire was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Held {
     /// Another owner's live tenure.
-    By { owner: Owner, epoch: u64 },
+    By { owner: Owner, epoch: FenceEpoch },
     /// Claimants kept overtaking each other; nobody was refused by a holder.
     Contended,
 }
@@ -126,7 +127,7 @@ pub enum NotHeld {
     /// No live tenure on the resource.
     Free,
     /// A live tenure of another owner or another epoch.
-    Other { owner: Owner, epoch: u64 },
+    Other { owner: Owner, epoch: FenceEpoch },
 }
 
 fn bucket_for(class: &str) -> Bucket {
@@ -252,7 +253,7 @@ impl Coord {
         self.acquire_with(&name, owner, None, Some(status)).await
     }
 
-    async fn acquire_with(
+    pub(crate) async fn acquire_with(
         &self,
         name: &ResourceName,
         owner: &Owner,
@@ -273,7 +274,7 @@ impl Coord {
             let sent = read.now;
             let (cur_epoch, epoch_rev, epoch_owner) = match &read.epoch {
                 Some((e, r)) => (r.epoch, e.revision, Some(r.owner.clone())),
-                None => (0, 0, None),
+                None => (FenceEpoch(0), 0, None),
             };
             let lease_rev = read.lease_rev;
             if let Some((e, r)) = &read.lease
@@ -288,7 +289,7 @@ impl Coord {
                     }
                     // Our own live record: the same tenure, finished or refreshed.
                     let minted = r.epoch == cur_epoch && epoch_owner.as_ref() == Some(owner);
-                    let pending = r.epoch == cur_epoch + 1;
+                    let pending = r.epoch == cur_epoch.next();
                     if minted || pending {
                         let rec = LeaseRecord {
                             owner: owner.clone(),
@@ -328,7 +329,7 @@ impl Coord {
                 }
             }
             // A new tenure: win the lease key, then mint the next epoch.
-            let epoch = cur_epoch + 1;
+            let epoch = cur_epoch.next();
             let rec = LeaseRecord {
                 owner: owner.clone(),
                 epoch,
@@ -390,7 +391,7 @@ impl Coord {
 
     /// Renews a tenure: predicated on owner + epoch (read from the leader);
     /// a refusal writes nothing. Unknown leaves the lease as it was — the
-    /// holder keeps it, bounded by [`crate::Holder`].
+    /// holder keeps it, bounded by its clock ([`crate::Tenancy`]).
     pub async fn renew(&self, lease: &Lease) -> Reply<Lease, NotHeld> {
         let reply = self.renew_with(lease, None).await;
         self.inner.renewals.count(reply)
@@ -536,11 +537,11 @@ impl Coord {
     }
 
     /// The current fencing epoch of a resource (0 if never leased).
-    pub async fn epoch(&self, name: &ResourceName) -> Result<u64, CoordError> {
+    pub async fn epoch(&self, name: &ResourceName) -> Result<FenceEpoch, CoordError> {
         let key = name.key();
         match self.kv(Bucket::Epochs).get(Bucket::Epochs, &key).await? {
             Some(e) if !e.removed => Ok(decode::<EpochRecord>(Bucket::Epochs, &e)?.epoch),
-            _ => Ok(0),
+            _ => Ok(FenceEpoch(0)),
         }
     }
 

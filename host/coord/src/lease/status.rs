@@ -83,7 +83,7 @@ pub struct BrokerRow {
 #[serde(default)]
 pub struct DutyRow {
     pub duty: String,
-    pub epoch: u64,
+    pub epoch: crate::FenceEpoch,
     pub since_ms: i64,
 }
 

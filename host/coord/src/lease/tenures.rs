@@ -21,7 +21,7 @@ use crate::{Coord, decode};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenures {
     /// The latest epoch.
-    pub epoch: u64,
+    pub epoch: crate::FenceEpoch,
     /// Its owner: the holder now, or the last one if the lease is free.
     pub last: Owner,
     /// The owner of the epoch before it, when known.
@@ -59,7 +59,7 @@ impl Coord {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Answer;
+    use crate::{Answer, FenceEpoch};
 
     #[tokio::test]
     async fn the_epochs_say_who_held_the_last_two_tenures() {
@@ -80,14 +80,17 @@ mod tests {
             panic!("free seat not acquired")
         };
         let t = &c.tenures("seat").await.unwrap()["ada"];
-        assert_eq!((t.epoch, &t.last, &t.before), (1, &a, &None));
+        assert_eq!((t.epoch, &t.last, &t.before), (FenceEpoch(1), &a, &None));
         assert_eq!(t.last.node(), "node-a");
         assert!(matches!(c.release(&la).await, Ok(Answer::Yes(()))));
         let Ok(Answer::Yes(_)) = c.acquire(&name, &b, None).await else {
             panic!("released seat not acquired")
         };
         let t = &c.tenures("seat").await.unwrap()["ada"];
-        assert_eq!((t.epoch, &t.last, &t.before), (2, &b, &Some(a.clone())));
+        assert_eq!(
+            (t.epoch, &t.last, &t.before),
+            (FenceEpoch(2), &b, &Some(a.clone()))
+        );
         // A record of a build that wrote no `previous` reads as unknown.
         let old: EpochRecord = serde_json::from_str(r#"{"epoch":4,"owner":"n/1"}"#).unwrap();
         assert_eq!(old.previous, None);

@@ -4,8 +4,12 @@
 
 pub mod fixtures;
 mod records;
+mod tenancy;
 
-pub use records::replace_record;
+pub use records::{replace_record, typed_claims};
+pub use tenancy::{
+    tenancy_holds_renews_and_releases, tenancy_refused_is_no_at_once, tenancy_unknown_is_not_no,
+};
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -14,8 +18,8 @@ use std::time::{Duration, SystemTime};
 use crewlet_coord::budget::{Caps, Scope, Windows};
 use crewlet_coord::kv::{Change, Expect};
 use crewlet_coord::{
-    Answer, Bucket, BucketName, CoordError, Existing, Held, MAX_DUTY_TTL, NamedError, NamedSpec,
-    NodeStatus, NotHeld, Owner, Pointer, Refused, ResourceName, Unreleased, key_hint,
+    Answer, Bucket, BucketName, CoordError, Existing, FenceEpoch, Held, MAX_DUTY_TTL, NamedError,
+    NamedSpec, NodeStatus, NotHeld, Owner, Pointer, Refused, ResourceName, Unreleased, key_hint,
     merge_cooldowns,
 };
 use fixtures::Fixture;
@@ -55,7 +59,7 @@ pub async fn acquire_renew_release_and_epochs<F: Fixture>(f: &F) {
         c.acquire(&seat, &b, None).await.unwrap(),
         Answer::No(Held::By {
             owner: a.clone(),
-            epoch: 1
+            epoch: FenceEpoch(1)
         })
     );
     // The same owner asking again is the same tenure.
@@ -110,7 +114,7 @@ pub async fn acquire_renew_release_and_epochs<F: Fixture>(f: &F) {
         "a lapsed lease does not renew"
     );
     let l2 = c.acquire(&seat2, &a, None).await.unwrap().yes().unwrap();
-    assert_eq!(l2.epoch, l1.epoch + 1);
+    assert_eq!(l2.epoch, l1.epoch.next());
     // Presence leases live with seats and carry status.
     let me = owner("node");
     let st = NodeStatus {
@@ -155,7 +159,7 @@ pub async fn refused_calls_write_nothing<F: Fixture>(f: &F) {
     let mut other_owner = la.clone();
     other_owner.owner = b.clone();
     let mut other_epoch = la.clone();
-    other_epoch.epoch += 1;
+    other_epoch.epoch = other_epoch.epoch.next();
     let forged = [other_owner, other_epoch];
     for bad in &forged {
         assert!(c.renew(bad).await.unwrap().is_no());
@@ -195,7 +199,10 @@ pub async fn stampede<F: Fixture>(f: &F) {
     assert_eq!(wins.len(), 1, "exactly one claimant wins: {wins:?}");
     assert_eq!(wins[0].epoch, 1);
     let got = f.coord(0).get(&seat).await.unwrap().yes().unwrap();
-    assert_eq!((got.owner, got.epoch), (wins[0].owner.clone(), 1));
+    assert_eq!(
+        (got.owner, got.epoch),
+        (wins[0].owner.clone(), FenceEpoch(1))
+    );
 }
 
 /// 8 workers × 150 acquire/renew/release at a tiny TTL with readers
@@ -203,8 +210,8 @@ pub async fn stampede<F: Fixture>(f: &F) {
 pub async fn no_epoch_to_two_owners<F: Fixture>(f: &Arc<F>) {
     let _heavy = HEAVY.lock().await;
     let duty = fresh("worker");
-    let granted: Arc<Mutex<HashMap<u64, Owner>>> = Arc::default();
-    let observed: Arc<Mutex<Vec<(u64, Owner)>>> = Arc::default();
+    let granted: Arc<Mutex<HashMap<FenceEpoch, Owner>>> = Arc::default();
+    let observed: Arc<Mutex<Vec<(FenceEpoch, Owner)>>> = Arc::default();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ttl = Duration::from_millis(15);
     let mut workers = Vec::new();
@@ -259,7 +266,7 @@ pub async fn no_epoch_to_two_owners<F: Fixture>(f: &Arc<F>) {
         "too few tenures to prove anything: {}",
         granted.len()
     );
-    let mut epochs: Vec<u64> = granted.keys().copied().collect();
+    let mut epochs: Vec<FenceEpoch> = granted.keys().copied().collect();
     epochs.sort();
     assert_eq!(epochs.windows(2).filter(|w| w[0] == w[1]).count(), 0);
     for (epoch, who) in observed.lock().unwrap().iter() {
@@ -481,7 +488,7 @@ pub async fn duty_ceiling_and_deadline<F: Fixture>(f: &F) {
         .unwrap()
         .yes()
         .unwrap();
-    assert_eq!(lb.epoch, l.epoch + 1);
+    assert_eq!(lb.epoch, l.epoch.next());
     assert_eq!(
         c.list_live("worker")
             .await
@@ -1699,6 +1706,22 @@ macro_rules! contract_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn replace_record() {
             contract::replace_record(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn typed_claims() {
+            contract::typed_claims(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tenancy_holds_renews_and_releases() {
+            contract::tenancy_holds_renews_and_releases(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tenancy_unknown_is_not_no() {
+            contract::tenancy_unknown_is_not_no(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tenancy_refused_is_no_at_once() {
+            contract::tenancy_refused_is_no_at_once(&$fixture.await).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn winners_read_their_own_win() {

@@ -121,3 +121,79 @@ pub async fn replace_record<F: Fixture>(f: &F) {
     );
     assert!(r6 > r5);
 }
+
+/// A claim record of the shape its class is read as.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Fire {
+    epoch: crewlet_coord::FenceEpoch,
+    state: String,
+}
+
+/// Typed claims: the first claim wins and a later one is answered with
+/// the record there and its revision; a record that does not decode is an
+/// error naming the bucket and key — never a default.
+pub async fn typed_claims<F: Fixture>(f: &F) {
+    let (c, other) = (f.coord(0), f.coord(1));
+    let class = "typed";
+    let fires = c.claims::<Fire>(Bucket::Fires, class);
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let mine = Fire {
+        epoch: crewlet_coord::FenceEpoch(4),
+        state: "claimed".into(),
+    };
+    let rev = fires
+        .claim(&id, &mine)
+        .await
+        .unwrap()
+        .yes()
+        .expect("the first claim wins");
+    let theirs = Fire {
+        epoch: crewlet_coord::FenceEpoch(5),
+        state: "claimed".into(),
+    };
+    assert_eq!(
+        other
+            .claims::<Fire>(Bucket::Fires, class)
+            .claim(&id, &theirs)
+            .await
+            .unwrap(),
+        Answer::No((mine.clone(), rev)),
+        "a later claim is answered with the record there"
+    );
+    let published = Fire {
+        state: "published".into(),
+        ..mine.clone()
+    };
+    let rev2 = fires
+        .replace(&id, &published, rev)
+        .await
+        .unwrap()
+        .yes()
+        .unwrap();
+    assert_eq!(
+        fires.get(&id).await.unwrap(),
+        Answer::Yes((published, rev2))
+    );
+    // Written by another shape (a build that spelled the epoch as text).
+    let bad = uuid::Uuid::new_v4().simple().to_string();
+    c.put_record(
+        Bucket::Fires,
+        class,
+        &bad,
+        &json!({"epoch": "four", "state": "claimed"}),
+    )
+    .await
+    .unwrap();
+    for answer in [
+        fires.get(&bad).await.map(|_| ()),
+        fires.claim(&bad, &theirs).await.map(|_| ()),
+    ] {
+        match answer {
+            Err(CoordError::Corrupt { bucket, key, .. }) => {
+                assert_eq!(bucket, "fires");
+                assert!(key.starts_with("typed.") && key.ends_with(&bad), "{key}");
+            }
+            other => panic!("an undecodable record was answered {other:?}"),
+        }
+    }
+}

@@ -22,13 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crewlet_config::DutiesConfig;
-use crewlet_coord::{Coord, MARKER_RETENTION};
+use crewlet_coord::{Coord, Fence, FenceEpoch, MARKER_RETENTION};
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
-
-use super::tenure::Tenure;
 
 /// Rows deleted per transaction by the retention sweeps.
 const TRIM_BATCH: usize = 500;
@@ -65,7 +63,7 @@ impl Maintenance {
     /// (it trims its own tables and never does the fleet's work).
     pub async fn run(
         self,
-        tenure: Option<watch::Receiver<Option<Tenure>>>,
+        tenure: Option<watch::Receiver<Option<Fence>>>,
         mut stop: watch::Receiver<bool>,
     ) {
         let marker_age = marker_retention();
@@ -78,7 +76,7 @@ impl Maintenance {
             next = Instant::now() + self.config.maintenance_tick;
             let epoch = tenure
                 .as_ref()
-                .and_then(|rx| (*rx.borrow()).and_then(|t| t.admits(Instant::now())));
+                .and_then(|rx| rx.borrow().as_ref().and_then(Fence::admitted));
             let fleet = match epoch {
                 Some(epoch) => Some(self.fleet_pass(epoch, marker_age).await),
                 None => None,
@@ -95,7 +93,7 @@ impl Maintenance {
     }
 
     /// The holder's share: markers, then mailboxes.
-    async fn fleet_pass(&self, epoch: u64, marker_age: Duration) -> serde_json::Value {
+    async fn fleet_pass(&self, epoch: FenceEpoch, marker_age: Duration) -> serde_json::Value {
         let began = Instant::now();
         let sweep = self.coord.sweep_markers_older_than(marker_age).await;
         let swept: usize = sweep.swept.values().sum();
@@ -151,7 +149,7 @@ impl Maintenance {
         });
         info!(
             subsystem = "maintenance",
-            epoch,
+            epoch = %epoch,
             markers = swept,
             "coordination_markers swept"
         );

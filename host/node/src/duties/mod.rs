@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-pub use tenure::Board;
+pub use tenure::HeldDuties;
 use tenure::{DutyLease, Spec};
 
 /// Every duty this build runs.
@@ -65,7 +65,7 @@ const VIEW_EVERY: Duration = Duration::from_secs(5);
 /// What `/health` shows of the duties.
 #[derive(Clone, Default)]
 pub struct DutiesView {
-    pub board: Board,
+    pub held: HeldDuties,
     /// The fleet's duty holders as last read (`None`: not yet read).
     pub fleet: Arc<Mutex<Option<Value>>>,
     pub maintenance: Arc<Mutex<Option<maintenance::LastTick>>>,
@@ -76,7 +76,7 @@ impl DutiesView {
     pub fn health(&self) -> Value {
         json!({
             "workers_role": self.workers,
-            "held_here": self.board.rows(),
+            "held_here": self.held.rows(),
             "fleet": self.fleet.lock().expect("duties view").clone(),
             "maintenance_last_tick": self.maintenance.lock().expect("duties view").clone(),
         })
@@ -129,7 +129,7 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
                 duty: duty.name(),
                 ttl: duty.ttl(&p.config),
             },
-            view.board.clone(),
+            view.held.clone(),
             p.eligible.clone(),
         )
     };
@@ -148,11 +148,11 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
             active: p.active.clone(),
         };
         tasks.push(tokio::spawn(
-            work.run(scheduler.tenure(), stop.clone())
+            work.run(scheduler.fence(), stop.clone())
                 .instrument(info_span!("scheduler", subsystem = "scheduler")),
         ));
         let maintenance = lease(Duty::Maintenance);
-        maintenance_tenure = Some(maintenance.tenure());
+        maintenance_tenure = Some(maintenance.fence());
         leases.push(scheduler);
         leases.push(maintenance);
     } else {

@@ -24,18 +24,17 @@
 //!   `schedule_fired` event; every miss a `schedule_missed` event.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crewlet_bus::{MSG_ID_HEADER, TRACE_HEADER, Wake, inbox_subject};
 use crewlet_company::{Company, Schedule};
-use crewlet_coord::{Answer, Bucket, Coord};
+use crewlet_coord::{Admits, Answer, Bucket, Claims, Coord, Fence, FenceEpoch};
 use crewlet_store::{RunStatus, ScheduledRun, Store};
 use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 use tracing::{info, warn};
-
-use super::tenure::Tenure;
 
 /// How far back a successor catches up.
 pub const CATCHUP_CEILING: Duration = Duration::from_secs(24 * 3600);
@@ -69,10 +68,11 @@ enum Stop {
 }
 
 impl Scheduler {
-    /// Runs until `stop`: fires while `tenure` admits, idles otherwise.
+    /// Runs until `stop`: fires while the tenure's fence admits, idles
+    /// otherwise.
     pub async fn run(
         self,
-        mut tenure: watch::Receiver<Option<Tenure>>,
+        mut tenure: watch::Receiver<Option<Fence>>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut company = self.active.subscribe();
@@ -81,19 +81,18 @@ impl Scheduler {
         let mut cursors: BTreeMap<String, Timestamp> = BTreeMap::new();
         let mut epoch_seen = None;
         loop {
-            let held = *tenure.borrow_and_update();
-            let wait = match held.and_then(|t| t.admits(Instant::now()).map(|e| (t, e))) {
+            let held = tenure.borrow_and_update().clone();
+            let wait = match held.filter(|f| f.admits() == Admits::Yes) {
                 None => {
                     cursors.clear();
                     epoch_seen = None;
                     MAX_SLEEP
                 }
-                Some((_, epoch)) => {
-                    if epoch_seen != Some(epoch) {
+                Some(fence) => {
+                    if epoch_seen != Some(fence.epoch()) {
                         cursors.clear();
-                        epoch_seen = Some(epoch);
+                        epoch_seen = Some(fence.epoch());
                     }
-                    let fence = Fence { rx: &tenure, epoch };
                     match self.active.current() {
                         Some(active) => self.pass(&active.company, &fence, &mut cursors).await,
                         None => MAX_SLEEP,
@@ -113,7 +112,7 @@ impl Scheduler {
     async fn pass(
         &self,
         company: &Company,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
         cursors: &mut BTreeMap<String, Timestamp>,
     ) -> Duration {
         let now = Timestamp::now();
@@ -145,7 +144,7 @@ impl Scheduler {
         company: &Company,
         name: &str,
         schedule: &Schedule,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
         cursors: &mut BTreeMap<String, Timestamp>,
         now: Timestamp,
     ) -> Result<Option<Timestamp>, Stop> {
@@ -247,7 +246,7 @@ impl Scheduler {
         schedule: &Schedule,
         at: Timestamp,
         catching_up: bool,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
     ) -> Result<(), Stop> {
         for seat in &schedule.seats {
             self.fire(
@@ -274,35 +273,32 @@ impl Scheduler {
         seat: &str,
         at: Timestamp,
         catching_up: bool,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
     ) -> Result<(), Stop> {
         let epoch = fenced(tenure)?;
         let id = fire_id(name, seat, at);
-        let claim = json!({
-            "schedule": name, "seat": seat, "due_ms": at.as_millisecond(),
-            "epoch": epoch, "node": self.node_id, "state": "claimed",
-        });
-        let (revision, previous) = match self
-            .coord
-            .create_record(Bucket::Fires, "fire", &id, &claim)
-            .await
-        {
-            Ok(Answer::Yes(rev)) => (rev, None),
-            Ok(Answer::No(existing)) => {
-                if existing["state"] == "published" {
+        let mut record = FireRecord {
+            schedule: name.to_owned(),
+            seat: seat.to_owned(),
+            due_ms: at.as_millisecond(),
+            epoch,
+            node: self.node_id.clone(),
+            state: FireState::Claimed,
+            published_ms: None,
+        };
+        let fires = self.fires();
+        let (revision, taken_over) = match fires.claim(&id, &record).await {
+            Ok(Answer::Yes(rev)) => (rev, false),
+            Ok(Answer::No((existing, rev))) => {
+                if existing.state == FireState::Published {
                     return Ok(());
                 }
                 // Claimed and never published: ours from an earlier pass,
                 // or an older epoch's. Take it over and publish it again.
-                let Ok(Answer::Yes((value, rev))) =
-                    self.coord.get_record(Bucket::Fires, "fire", &id).await
-                else {
-                    return Err(Stop::Retry(format!("claim {id} unreadable")));
-                };
-                if value["epoch"].as_u64().unwrap_or(0) > epoch {
+                if existing.epoch > epoch {
                     return Err(Stop::Fenced);
                 }
-                (rev, Some(value))
+                (rev, true)
             }
             Err(e) => return Err(Stop::Retry(format!("claim {id}: {e}"))),
         };
@@ -310,16 +306,9 @@ impl Scheduler {
         let wake = self.wake(company, name, schedule, seat, at);
         let started = Timestamp::now();
         self.publish(&wake, &id).await.map_err(Stop::Retry)?;
-        let published = json!({
-            "schedule": name, "seat": seat, "due_ms": at.as_millisecond(),
-            "epoch": epoch, "node": self.node_id, "state": "published",
-            "published_ms": Timestamp::now().as_millisecond(),
-        });
-        if let Err(e) = self
-            .coord
-            .replace_record(Bucket::Fires, "fire", &id, &published, revision)
-            .await
-        {
+        record.state = FireState::Published;
+        record.published_ms = Some(Timestamp::now().as_millisecond());
+        if let Err(e) = fires.replace(&id, &record, revision).await {
             // The wake is out; a later pass publishes it again under the
             // same message id, which the stream drops as a duplicate.
             warn!(subsystem = "scheduler", fire = %id, error = %e, "fire published but not marked");
@@ -332,7 +321,7 @@ impl Scheduler {
                 "schedule": name, "seat": seat, "seat_id": wake.seat_id, "fire_key": id,
                 "due": at.to_string(), "late_ms": late_ms,
                 "catch_up": catching_up, "epoch": epoch,
-                "taken_over": previous.is_some(),
+                "taken_over": taken_over,
             }),
         );
         ev.trace_id = Some(wake.trace_id.clone());
@@ -398,12 +387,10 @@ impl Scheduler {
         at: Timestamp,
     ) -> Result<bool, Stop> {
         for seat in &schedule.seats {
-            match self
-                .coord
-                .get_record(Bucket::Fires, "fire", &fire_id(name, seat.as_str(), at))
-                .await
-            {
-                Ok(Answer::Yes((v, _))) if v["state"] == "published" => return Ok(true),
+            match self.fires().get(&fire_id(name, seat.as_str(), at)).await {
+                Ok(Answer::Yes((fire, _))) if fire.state == FireState::Published => {
+                    return Ok(true);
+                }
                 Ok(_) => {}
                 Err(e) => return Err(Stop::Retry(e.to_string())),
             }
@@ -415,19 +402,25 @@ impl Scheduler {
     async fn load_cursor(
         &self,
         name: &str,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
         now: Timestamp,
     ) -> Result<Timestamp, Stop> {
-        match self.coord.get_record(Bucket::Fires, "cursor", name).await {
-            Ok(Answer::Yes((v, _))) => Ok(v["through_ms"]
-                .as_i64()
-                .and_then(|ms| Timestamp::from_millisecond(ms).ok())
-                .unwrap_or(now)),
+        match self.cursors().get(name).await {
+            Ok(Answer::Yes((cursor, _))) => Timestamp::from_millisecond(cursor.through_ms)
+                .map_err(|e| {
+                    Stop::Retry(format!(
+                        "cursor {name} in fires holds an instant out of range ({e}); remove the record to start the schedule afresh"
+                    ))
+                }),
             Ok(Answer::No(())) => {
                 let epoch = fenced(tenure)?;
-                let v = json!({ "through_ms": now.as_millisecond(), "epoch": epoch, "node": self.node_id });
-                self.coord
-                    .put_record(Bucket::Fires, "cursor", name, &v)
+                let cursor = CursorRecord {
+                    through_ms: now.as_millisecond(),
+                    epoch,
+                    node: self.node_id.clone(),
+                };
+                self.cursors()
+                    .put(name, &cursor)
                     .await
                     .map_err(|e| Stop::Retry(e.to_string()))?;
                 info!(subsystem = "scheduler", schedule = %name, from = %now, "new schedule: fires from now on");
@@ -441,14 +434,16 @@ impl Scheduler {
         &self,
         name: &str,
         through: Timestamp,
-        tenure: &Fence<'_>,
+        tenure: &Fence,
         cursors: &mut BTreeMap<String, Timestamp>,
     ) -> Result<(), Stop> {
-        let epoch = fenced(tenure)?;
-        let v =
-            json!({ "through_ms": through.as_millisecond(), "epoch": epoch, "node": self.node_id });
-        self.coord
-            .put_record(Bucket::Fires, "cursor", name, &v)
+        let cursor = CursorRecord {
+            through_ms: through.as_millisecond(),
+            epoch: fenced(tenure)?,
+            node: self.node_id.clone(),
+        };
+        self.cursors()
+            .put(name, &cursor)
             .await
             .map_err(|e| Stop::Retry(e.to_string()))?;
         cursors.insert(name.to_owned(), through);
@@ -506,24 +501,58 @@ impl Scheduler {
     }
 }
 
+/// A fire's claim in `fires` (class `fire`): created before the wake is
+/// published, marked published after the stream acknowledged it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FireRecord {
+    schedule: String,
+    seat: String,
+    due_ms: i64,
+    /// The claimant's fencing epoch: a successor takes over a claim of an
+    /// older epoch, never a newer one.
+    epoch: FenceEpoch,
+    node: String,
+    state: FireState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    published_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum FireState {
+    Claimed,
+    Published,
+}
+
+/// A schedule's cursor in `fires` (class `cursor`): every instant through
+/// `through_ms` is resolved.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CursorRecord {
+    through_ms: i64,
+    epoch: FenceEpoch,
+    node: String,
+}
+
+impl Scheduler {
+    fn fires(&self) -> Claims<FireRecord> {
+        self.coord.claims(Bucket::Fires, "fire")
+    }
+
+    fn cursors(&self) -> Claims<CursorRecord> {
+        self.coord.claims(Bucket::Fires, "cursor")
+    }
+}
+
 /// The fire's key in `fires`: schedule, seat and instant.
 pub fn fire_id(schedule: &str, seat: &str, at: Timestamp) -> String {
     format!("{schedule}.{seat}.{}", at.as_millisecond())
 }
 
-/// The tenure a pass started under: every write first asks it again, so a
-/// lease lost or gone stale mid-pass stops the pass before its next write.
-struct Fence<'a> {
-    rx: &'a watch::Receiver<Option<Tenure>>,
-    epoch: u64,
-}
-
-fn fenced(fence: &Fence<'_>) -> Result<u64, Stop> {
-    let now = (*fence.rx.borrow()).and_then(|t| t.admits(Instant::now()));
-    match now {
-        Some(e) if e == fence.epoch => Ok(e),
-        _ => Err(Stop::Fenced),
-    }
+/// The epoch to write with under the tenure a pass started under: every
+/// write first asks its fence again, so a lease lost or gone stale mid-pass
+/// stops the pass before its next write.
+fn fenced(fence: &Fence) -> Result<FenceEpoch, Stop> {
+    fence.admitted().ok_or(Stop::Fenced)
 }
 
 fn signed(d: Duration) -> jiff::SignedDuration {

@@ -1,51 +1,37 @@
 //! Holding one `worker:DUTY` lease, and what its work loop may do with it.
 //!
 //! Rule: every node with the `workers` role competes for each duty's lease;
-//! the winner renews every sixth of the duty's TTL and *admits* work only
-//! while its last good renew is younger than a third of it (the
-//! [`Holder`](crewlet_coord::Holder): stop early, hand over late). The work
-//! loop asks [`Tenure::admits`] before every write and carries the epoch it
-//! answered on what it writes, so a holder that was frozen past its TTL
-//! wakes fenced — its monotonic clock has run on — and a peer's newer epoch
-//! is on every record written since. A drain releases the lease so a peer
-//! takes the duty on its next poll rather than after the TTL, and so does a
-//! node that stops admitting triggers (it sheds: its company is behind the
+//! the winner holds it by a [`Tenancy`] on the duty terms (renewed every
+//! sixth of the TTL, admitting while its last good renew is younger than a
+//! third of it: stop early, hand over late). The work loop asks the
+//! tenure's [`Fence`] before every write and carries the epoch it answered
+//! on what it writes, so a holder that was frozen past its TTL wakes fenced
+//! — its monotonic clock has run on — and a peer's newer epoch is on every
+//! record written since. A drain releases the lease so a peer takes the
+//! duty on its next poll rather than after the TTL, and so does a node
+//! that stops admitting triggers (it sheds: its company is behind the
 //! fleet's, so what it would fire or sweep is stale).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, UNIX_EPOCH};
 
-use crewlet_coord::{Answer, Coord, DutyRow, Held, HolderState, Lease, Owner, ResourceName};
+use crewlet_coord::{Admits, Answer, Coord, DutyRow, Fence, Owner, Released, ResourceName};
+use crewlet_coord::{Tenancy, Terms};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
 
-/// One duty's tenure on this node, as its work loop sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tenure {
-    pub epoch: u64,
-    /// Unix milliseconds: when this node won this epoch.
-    pub since_ms: i64,
-    /// Work may be admitted until then (last good renew + a third of the TTL).
-    admit_until: Instant,
-}
-
-impl Tenure {
-    /// The fencing epoch to write with, if work may start now.
-    pub fn admits(&self, now: Instant) -> Option<u64> {
-        (now < self.admit_until).then_some(self.epoch)
-    }
-}
-
-/// The duties this node holds, for its status and `/health`.
+/// The duties this node holds, each with its tenure's fence, for its
+/// status and `/health`.
 #[derive(Debug, Clone, Default)]
-pub struct Board(Arc<Mutex<std::collections::BTreeMap<&'static str, Tenure>>>);
+pub struct HeldDuties(Arc<Mutex<BTreeMap<&'static str, Fence>>>);
 
-impl Board {
-    fn set(&self, duty: &'static str, tenure: Option<Tenure>) {
-        let mut held = self.0.lock().expect("duty board");
-        match tenure {
-            Some(t) => held.insert(duty, t),
+impl HeldDuties {
+    fn set(&self, duty: &'static str, fence: Option<Fence>) {
+        let mut held = self.0.lock().expect("held duties");
+        match fence {
+            Some(f) => held.insert(duty, f),
             None => held.remove(duty),
         };
     }
@@ -54,36 +40,41 @@ impl Board {
     pub fn rows(&self) -> Vec<DutyRow> {
         self.0
             .lock()
-            .expect("duty board")
+            .expect("held duties")
             .iter()
-            .map(|(duty, t)| DutyRow {
+            .map(|(duty, f)| DutyRow {
                 duty: (*duty).to_owned(),
-                epoch: t.epoch,
-                since_ms: t.since_ms,
+                epoch: f.epoch(),
+                since_ms: f
+                    .since()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as i64),
             })
             .collect()
     }
 }
 
-/// A duty's lease loop: follow it with [`DutyLease::tenure`], stop it with
-/// [`DutyLease::stop`] (which releases the lease).
+/// A duty's lease loop: follow its tenure's fence with
+/// [`DutyLease::fence`], stop it with [`DutyLease::stop`] (which releases
+/// the lease).
 pub struct DutyLease {
     stop: watch::Sender<bool>,
     task: JoinHandle<()>,
-    tenure: watch::Receiver<Option<Tenure>>,
+    fence: watch::Receiver<Option<Fence>>,
 }
 
 impl DutyLease {
     /// Starts competing for `worker:{duty}` with lease `ttl`.
-    pub fn start(spec: Spec, board: Board, eligible: watch::Receiver<bool>) -> DutyLease {
+    pub fn start(spec: Spec, held: HeldDuties, eligible: watch::Receiver<bool>) -> DutyLease {
         let (stop, stop_rx) = watch::channel(false);
-        let (tx, tenure) = watch::channel(None);
-        let task = tokio::spawn(hold(spec, tx, board, eligible, stop_rx).in_current_span());
-        DutyLease { stop, task, tenure }
+        let (tx, fence) = watch::channel(None);
+        let task = tokio::spawn(hold(spec, tx, held, eligible, stop_rx).in_current_span());
+        DutyLease { stop, task, fence }
     }
 
-    pub fn tenure(&self) -> watch::Receiver<Option<Tenure>> {
-        self.tenure.clone()
+    /// The fence of the tenure this node holds now (`None`: none).
+    pub fn fence(&self) -> watch::Receiver<Option<Fence>> {
+        self.fence.clone()
     }
 
     /// Stops competing and releases the lease if held.
@@ -100,10 +91,6 @@ pub fn poll_every(ttl: Duration) -> Duration {
     (ttl / 30).clamp(Duration::from_secs(1), Duration::from_secs(30))
 }
 
-fn now_ms() -> i64 {
-    (time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000) as i64
-}
-
 /// Which duty, held by whom, for how long.
 pub struct Spec {
     pub coord: Coord,
@@ -114,8 +101,8 @@ pub struct Spec {
 
 async fn hold(
     spec: Spec,
-    tx: watch::Sender<Option<Tenure>>,
-    board: Board,
+    tx: watch::Sender<Option<Fence>>,
+    held_duties: HeldDuties,
     mut eligible: watch::Receiver<bool>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -126,100 +113,58 @@ async fn hold(
         ttl,
     } = spec;
     let name = ResourceName::worker(duty).expect("duty names are valid resource names");
-    let admit_window = ttl / 3;
-    let publish = |t: Option<Tenure>| {
-        board.set(duty, t);
-        tx.send_replace(t);
+    let publish = |f: Option<Fence>| {
+        held_duties.set(duty, f.clone());
+        tx.send_replace(f);
     };
-    let mut held: Option<(Lease, crewlet_coord::Holder, i64)> = None;
+    let mut held: Option<Tenancy> = None;
     loop {
         if !*eligible.borrow_and_update() {
             publish(None);
-            if let Some((lease, _, _)) = held.take() {
+            if let Some(tenancy) = held.take() {
                 info!(
                     subsystem = "duties",
                     duty, "this node sheds: giving the duty up"
                 );
-                release(&coord, duty, &lease).await;
+                release(duty, tenancy).await;
             }
             tokio::select! {
                 _ = eligible.changed() => continue,
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
-        let wait = match &mut held {
+        let wait = match &held {
             None => {
-                let sent = Instant::now();
-                match coord.acquire(&name, &owner, Some(ttl)).await {
-                    Ok(Answer::Yes(lease)) => {
-                        let since = now_ms();
-                        info!(
-                            subsystem = "duties",
-                            duty,
-                            epoch = lease.epoch,
-                            ?ttl,
-                            "duty acquired"
-                        );
-                        let holder = crewlet_coord::Holder::new(sent, admit_window, ttl);
-                        publish(Some(Tenure {
-                            epoch: lease.epoch,
-                            since_ms: since,
-                            admit_until: sent + admit_window,
-                        }));
-                        held = Some((lease, holder, since));
-                        ttl / 6
+                match Tenancy::acquire(&coord, &name, &owner, Some(ttl), Terms::duty(ttl)).await {
+                    Ok(Answer::Yes(tenancy)) => {
+                        info!(subsystem = "duties", duty, epoch = %tenancy.epoch(), ?ttl, "duty acquired");
+                        publish(Some(tenancy.fence().clone()));
+                        held = Some(tenancy);
+                        continue;
                     }
-                    Ok(Answer::No(Held::By { .. })) | Ok(Answer::No(Held::Contended)) => {
-                        poll_every(ttl)
-                    }
+                    Ok(Answer::No(_)) => poll_every(ttl),
                     Err(e) => {
                         warn!(subsystem = "duties", duty, error = %e, "duty lease unknown; trying again");
                         poll_every(ttl)
                     }
                 }
             }
-            Some((lease, holder, since)) => {
-                let sent = Instant::now();
-                let outcome = coord.renew(lease).await;
-                holder.on_renew(sent, &outcome);
-                match &outcome {
-                    Ok(Answer::Yes(renewed)) => *lease = renewed.clone(),
-                    Ok(Answer::No(why)) => {
-                        warn!(subsystem = "duties", duty, ?why, "duty lease lost")
-                    }
-                    Err(e) => {
-                        warn!(subsystem = "duties", duty, error = %e, "duty renew unknown; holding")
-                    }
+            Some(tenancy) => {
+                if tenancy.fence().admits() == Admits::No {
+                    warn!(subsystem = "duties", duty, epoch = %tenancy.epoch(), "duty given up");
+                    publish(None);
+                    held = None;
+                    continue;
                 }
-                match holder.state(Instant::now()) {
-                    HolderState::GiveUp => {
-                        warn!(
-                            subsystem = "duties",
-                            duty,
-                            epoch = lease.epoch,
-                            "duty given up"
-                        );
-                        publish(None);
-                        held = None;
-                        Duration::ZERO
-                    }
-                    state => {
-                        if outcome.as_ref().is_ok_and(Answer::is_yes) {
-                            publish(Some(Tenure {
-                                epoch: lease.epoch,
-                                since_ms: *since,
-                                admit_until: sent + admit_window,
-                            }));
-                        }
-                        if state == HolderState::Admitting {
-                            holder
-                                .next_renew()
-                                .saturating_duration_since(Instant::now())
-                        } else {
-                            ttl / 12
-                        }
-                    }
+                let stopping = tokio::select! {
+                    _ = tenancy.ended() => false,
+                    Ok(()) = eligible.changed() => false,
+                    _ = stop.wait_for(|s| *s) => true,
+                };
+                if stopping {
+                    break;
                 }
+                continue;
             }
         };
         tokio::select! {
@@ -229,14 +174,14 @@ async fn hold(
         }
     }
     publish(None);
-    if let Some((lease, _, _)) = held {
-        release(&coord, duty, &lease).await;
+    if let Some(tenancy) = held {
+        release(duty, tenancy).await;
     }
 }
 
-async fn release(coord: &Coord, duty: &'static str, lease: &Lease) {
-    match tokio::time::timeout(Duration::from_secs(2), coord.release(lease)).await {
-        Ok(Ok(Answer::Yes(()))) => info!(subsystem = "duties", duty, "duty released"),
+async fn release(duty: &'static str, tenancy: Tenancy) {
+    match tenancy.release(Some(Duration::from_secs(2))).await {
+        Released::Yes => info!(subsystem = "duties", duty, "duty released"),
         _ => warn!(
             subsystem = "duties",
             duty, "duty release not confirmed; it lapses at its TTL"

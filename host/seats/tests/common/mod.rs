@@ -314,7 +314,7 @@ pub enum Call {
         seat: String,
         conversation: Option<String>,
         deliveries: Vec<String>,
-        epoch: u64,
+        epoch: crewlet_coord::FenceEpoch,
     },
     RunEnd {
         seat: String,

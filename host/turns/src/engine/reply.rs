@@ -19,6 +19,7 @@
 //!   posted, so the key stays.
 
 use crewlet_coord::{Answer, Bucket, Coord, CoordError};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -32,6 +33,15 @@ use crate::trigger::{self, Target};
 pub(super) struct ReplyKey {
     id: String,
     target: Target,
+}
+
+/// A reply key's record in the ledger bucket: which turn of which seat
+/// posted to which target.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ReplyRecord {
+    turn_id: String,
+    seat: String,
+    target: String,
 }
 
 /// What creating the key said.
@@ -79,10 +89,15 @@ impl ReplyKey {
         turn_id: &str,
         seat: &str,
     ) -> Result<Claim, CoordError> {
-        let record = json!({"turn_id": turn_id, "seat": seat, "target": self.target.to_string()});
+        let record = ReplyRecord {
+            turn_id: turn_id.to_owned(),
+            seat: seat.to_owned(),
+            target: self.target.to_string(),
+        };
         Ok(
             match coord
-                .create_record(Bucket::Ledger, CLASS, &self.id, &record)
+                .claims::<ReplyRecord>(Bucket::Ledger, CLASS)
+                .claim(&self.id, &record)
                 .await?
             {
                 Answer::Yes(_) => Claim::Won,
