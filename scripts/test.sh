@@ -7,7 +7,8 @@
 # other binary on the other, that lane ended minutes after e2e on a 2-core
 # CI run). Each binary runs in its package's directory, as under `cargo
 # test`, and its output is printed whole when it ends. Exit status 1 if any
-# binary failed; every binary runs.
+# binary failed; every binary runs. The doctests run first, in one cargo
+# call (its count printed).
 #
 # With arguments it is plain `cargo test --workspace --no-fail-fast ARGS`
 # (to pick tests, or pass flags to the harness after `--`).
@@ -25,6 +26,18 @@ trap 'rm -rf "$work"' EXIT
 # Every target (benches and examples too, so a lint run riding on this
 # build — .ci/run — covers what `cargo clippy --all-targets` would).
 cargo test --workspace --all-targets --no-run --message-format=json-render-diagnostics >"$work/build.json"
+# The examples in the crates' docs are tests too: rustdoc compiles them
+# against the libraries just built (before the lint wrapper is dropped, so
+# nothing is built again) and runs them. Their count is printed, so a run's
+# output shows how many ran; a failing one fails the run like a binary.
+doc_rc=0
+cargo test --workspace --doc --no-fail-fast >"$work/doctests.log" 2>&1 || doc_rc=$?
+doctests="$(sed -n 's/^test result: [a-zA-Z]*\. \([0-9]*\) passed.*/\1/p' "$work/doctests.log" | awk '{n += $1} END {print n + 0}')"
+if [[ $doc_rc -ne 0 ]]; then
+    cat "$work/doctests.log"
+fi
+echo "test: $doctests doctests passed"
+
 # Tests run without the lint wrapper: a cargo they start builds as usual.
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 # One line per test binary (benches are built, never run here): its package
@@ -89,6 +102,7 @@ while IFS=$'\t' read -r n _ exe; do
     [[ "$(cat "$work/$n.log.rc" 2>/dev/null)" == 0 ]] || failed+=("$(basename "$exe")")
 done <"$work/queue"
 
+[[ $doc_rc -eq 0 ]] || failed+=("doctests")
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "test: ${#failed[@]} binary(ies) failed: ${failed[*]}" >&2
     exit 1

@@ -29,11 +29,7 @@ budget = { day = 1000000 }
 system_prompt = "You answer."
 executor = [{ provider = "openai", model = "exec-b", credentials = "${KEY_ONE}" }]
 reviewer = { provider = "openai", model = "review-b", credentials = "${KEY_ONE}" }
-[roles.desk.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
-replies = ["post_message"]
+{chat:desk}
 [seats]
 ada = { role = "support" }
 bob = { role = "desk" }
@@ -223,6 +219,8 @@ fn a_window_that_turns_over_while_work_is_parked_on_it_runs_the_work() {
             .unwrap()
             .ends_with("T00:00:00+00:00")
     );
+    // The turn's end is recorded after its park: wait for it, not race it.
+    w.wait_events("turn_ended", 1);
     assert_eq!(outcomes(&w), ["budget_exhausted"]);
     assert!(w.posts().is_empty());
 

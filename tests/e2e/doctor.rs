@@ -5,8 +5,9 @@ use std::net::TcpListener;
 
 use serde_json::Value;
 
+use crate::common::company::SCRIPTED_COMPANY;
 use crate::common::{self, Sandbox};
-use crate::turns::{self, SCRIPTED_COMPANY};
+use crate::turns;
 use crewlet_testkit::nats::nats_server_bin;
 
 fn doctor(sb: &Sandbox, config: &str, company: &str, envs: &[(&str, &str)]) -> (i32, Vec<Value>) {

@@ -11,45 +11,15 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use common::company::{SLACK_SECRET, scripted_company};
 use common::*;
 use crewlet_testkit::{PluginsDir, free_port};
 use serde_json::Value;
 
-const SLACK_SECRET: &str = "slack-signing-secret";
 const ROUTE_SECRET: &str = "route-secret-0123456789";
 const IDS: [&str; 3] = ["ec-a", "ec-b", "ec-c"];
 /// Short, so a dead holder's seats move within the test's budget.
 const LEASE_TTL: Duration = Duration::from_secs(6);
-
-fn company(chat_log: &str) -> String {
-    format!(
-        r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{{ provider = "scripted", model = "demo", options = {{ steps = [
-  {{ call = "chat__post_message", args = {{ channel = "{{{{wake.channel}}}}", thread = "{{{{wake.thread}}}}", text = "Hello from {{{{wake.handle}}}}!" }} }},
-  {{ call = "submit_work", args = {{ outcome = "delivered", summary = "replied" }} }},
-] }} }}]
-reviewer = {{ provider = "scripted", model = "demo-review", options = {{ steps = [
-  {{ call = "submit_review", args = {{ verdict = "done" }} }},
-] }} }}
-[roles.support.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {chat_log:?} }}
-replies = ["post_message"]
-[seats]
-ada = {{ role = "support" }}
-bob = {{ role = "support" }}
-cyd = {{ role = "support" }}
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
-"#
-    )
-}
 
 /// Seat → holder node, as `node`'s `/agents` says (`-` for none), for the
 /// seats that are held.
@@ -81,7 +51,8 @@ fn three_embedded_servers_cluster_and_two_take_over_from_a_killed_one() {
         .add("scripted", "plugins/providers/scripted/plugin.toml");
     let chat_log = sb.path("chat.jsonl");
     let doc = sb.path("company.toml");
-    std::fs::write(&doc, company(&chat_log.display().to_string())).unwrap();
+    let seats = "ada = { role = \"support\" }\nbob = { role = \"support\" }\ncyd = { role = \"support\" }\n";
+    std::fs::write(&doc, scripted_company(seats, &chat_log)).unwrap();
 
     let route_ports: Vec<u16> = IDS.iter().map(|_| free_port()).collect();
     let routes = route_ports

@@ -10,18 +10,17 @@
 //! server's log, which holds every post ever made.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{Node, Sandbox, eventually};
-use crate::turns::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
-use crewlet_testkit::{Cluster, PluginsDir};
-use serde_json::Value;
+use crate::common::eventually;
+use crate::common::fleet::{
+    Fleet, SEATS, assert_each_answered_once, balanced, holders, mention, posts,
+};
 
-pub(crate) const SEATS: [&str; 6] = ["ada", "bob", "cyd", "dee", "eve", "fay"];
 const IDS: [&str; 3] = ["fo-a", "fo-b", "fo-c"];
 /// Short, so the dead holder's seats move within the test's budget.
 const LEASE_TTL: Duration = Duration::from_secs(5);
@@ -42,31 +41,6 @@ struct Sent {
     thread: String,
     seat: &'static str,
     accepted: bool,
-}
-
-/// Sends one signed `app_mention` of `seat` in `thread`; the status, or
-/// `None` when the node did not answer.
-pub(crate) fn mention(api: &str, seat: &str, event_id: &str, thread: &str) -> Option<u16> {
-    let body = serde_json::json!({
-        "type": "event_callback",
-        "event_id": event_id,
-        "team_id": "T1",
-        "event": {"type": "app_mention", "user": "U1", "text": format!("<@{seat}> ping"), "channel": "C7", "ts": thread},
-    })
-    .to_string();
-    let (now, sig) = crewlet_ingress::sign::slack_headers(SLACK_SECRET.as_bytes(), body.as_bytes());
-    crewlet_testkit::http::post(
-        api,
-        &format!("/webhooks/slack/{seat}"),
-        &[
-            ("Content-Type", "application/json"),
-            ("X-Slack-Request-Timestamp", &now),
-            ("X-Slack-Signature", &sig),
-        ],
-        body.as_bytes(),
-    )
-    .ok()
-    .map(|r| r.status)
 }
 
 /// The steady stream: one mention every [`PACE`], seat after seat, ingress
@@ -153,18 +127,6 @@ impl Drop for Stream {
     }
 }
 
-/// Posts in the chat log: thread → the authors of its posts.
-pub(crate) fn posts(log: &Path) -> BTreeMap<String, Vec<String>> {
-    let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for line in std::fs::read_to_string(log).unwrap_or_default().lines() {
-        let p: Value = serde_json::from_str(line).expect("a post is JSON");
-        by.entry(p["thread"].as_str().unwrap_or("").to_owned())
-            .or_default()
-            .push(p["as"].as_str().unwrap_or("?").to_owned());
-    }
-    by
-}
-
 /// How many of `sent` (from index `from` on, seats in `seats`) were answered.
 fn answered(log: &Path, sent: &[Sent], from: usize, seats: &BTreeSet<String>) -> usize {
     let by = posts(log);
@@ -174,121 +136,14 @@ fn answered(log: &Path, sent: &[Sent], from: usize, seats: &BTreeSet<String>) ->
         .count()
 }
 
-/// Seat → holder node for the seats `node` sees held; `None` while its
-/// `/agents` does not answer.
-pub(crate) fn holders(node: &Node) -> Option<BTreeMap<String, String>> {
-    let r = node.get("/agents").filter(|r| r.status == 200)?;
-    Some(
-        r.json()["agents"]
-            .as_array()?
-            .iter()
-            .filter(|a| a["state"] == "held")
-            .map(|a| {
-                (
-                    a["handle"].as_str().unwrap_or("?").to_owned(),
-                    a["holder"]["node"].as_str().unwrap_or("-").to_owned(),
-                )
-            })
-            .collect(),
-    )
-}
-
-/// Every seat held, each node holding its fair share: placement gives
-/// each live seat node `ceil(seats / nodes)` per group, two here.
-pub(crate) fn balanced(held: &BTreeMap<String, String>) -> bool {
-    let mut per: BTreeMap<&str, usize> = BTreeMap::new();
-    for n in held.values() {
-        *per.entry(n.as_str()).or_default() += 1;
-    }
-    held.len() == SEATS.len()
-        && per.len() == IDS.len()
-        && per.values().all(|&n| n == SEATS.len() / IDS.len())
-}
-
-/// Every seat held, no turn in flight and every mailbox empty and settled.
-pub(crate) fn quiet(node: &Node) -> bool {
-    let Some(r) = node.get("/agents").filter(|r| r.status == 200) else {
-        return false;
-    };
-    let v = r.json();
-    let agents = v["agents"].as_array().cloned().unwrap_or_default();
-    agents.len() == SEATS.len()
-        && agents.iter().all(|a| {
-            a["state"] == "held"
-                && a["turns_in_flight"] == 0
-                && a["mailbox"]["pending"] == 0
-                && a["mailbox"]["in_work"] == 0
-        })
-}
-
-/// Dropped in field order: the nodes stop while their cluster still runs.
-struct Fleet {
-    nodes: Vec<Node>,
-    cluster: Cluster,
-    sb: Sandbox,
-}
-
-impl Fleet {
-    /// Node `i` (again, on its data dir), dialling its own cluster member first.
-    fn spawn(&self, i: usize) -> Node {
-        let mut urls = self.cluster.urls();
-        urls.rotate_left(i);
-        self.sb
-            .fleet_node(
-                IDS[i],
-                &urls,
-                &format!(
-                    "replicas = 3\n[coordination]\nlease_ttl_seconds = {}\nheartbeat_seconds = {}\n",
-                    LEASE_TTL.as_secs(),
-                    HEARTBEAT.as_secs()
-                ),
-            )
-            .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-            .spawn()
-    }
-
-    fn chat_log(&self) -> PathBuf {
-        self.sb.path("chat.jsonl")
-    }
-}
-
 #[test]
 fn a_killed_holders_seats_move_and_come_back_with_every_mention_answered_once() {
     let t0 = Instant::now();
-    let sb = Sandbox::new();
-    PluginsDir::new(sb.path("plugins"))
-        .add("slack", "plugins/webhooks/slack/plugin.toml")
-        .add("scripted", "plugins/providers/scripted/plugin.toml");
-    let seats: String = SEATS
-        .iter()
-        .map(|s| format!("{s} = {{ role = \"support\" }}\n"))
-        .collect();
-    let doc = SCRIPTED_COMPANY
-        .replace("{chat}", &chat_server("support", &sb.path("chat.jsonl")))
-        .replace("ada = { role = \"support\" }\n", &seats);
-    std::fs::write(sb.path("company.toml"), doc).unwrap();
-    let mut f = Fleet {
-        nodes: Vec::new(),
-        cluster: Cluster::start(),
-        sb,
-    };
-    f.nodes = (0..IDS.len()).map(|i| f.spawn(i)).collect();
-    for n in &mut f.nodes {
-        n.wait_ready(Duration::from_secs(60));
-    }
+    let (mut f, seen) = Fleet::start(IDS, LEASE_TTL, HEARTBEAT);
     let log = f.chat_log();
     let reader = &f.nodes[0];
-    let mut seen = BTreeMap::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            seen = holders(reader).unwrap_or_default();
-            balanced(&seen)
-        }),
-        "the seats never spread two to a node: {seen:?}"
-    );
-    eprintln!("seats spread after {:?}: {seen:?}", t0.elapsed());
 
-    let mut stream = Stream::start(f.nodes.iter().map(|n| n.api.clone()).collect());
+    let mut stream = Stream::start(f.apis());
     let every: BTreeSet<String> = SEATS.iter().map(|s| (*s).to_owned()).collect();
     assert!(
         eventually(Duration::from_secs(30), || answered(
@@ -404,31 +259,8 @@ fn a_killed_holders_seats_move_and_come_back_with_every_mention_answered_once() 
                 .collect::<Vec<_>>()
         }
     );
-    assert!(
-        eventually(Duration::from_secs(30), || f.nodes.iter().all(quiet)),
-        "the fleet never went quiet: {}",
-        f.nodes[0]
-            .get("/agents")
-            .map(|r| r.text())
-            .unwrap_or_default()
-    );
-    let by = posts(&log);
-    let wrong: Vec<(&str, &Vec<String>)> = accepted
-        .iter()
-        .filter_map(|s| {
-            let authors = &by[&s.thread];
-            (authors != &vec![s.seat.to_owned()]).then_some((s.thread.as_str(), authors))
-        })
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "not answered exactly once by the seat named: {wrong:?}"
-    );
-    assert_eq!(
-        by.len(),
-        accepted.len(),
-        "posts in threads nobody mentioned"
-    );
+    f.wait_quiet(&f.nodes[0]);
+    assert_each_answered_once(&log, accepted.iter().map(|s| (s.thread.as_str(), s.seat)));
     let ended = crate::common::events(&f.nodes[0], "turn_ended");
     let outcomes: BTreeSet<&str> = ended
         .iter()

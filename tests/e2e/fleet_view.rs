@@ -11,42 +11,12 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use common::company::{SLACK_SECRET, scripted_company};
 use common::*;
 use crewlet_testkit::{NatsServer, PluginsDir};
 use serde_json::Value;
 
-const SLACK_SECRET: &str = "slack-signing-secret";
 const SEATS: [&str; 3] = ["ada", "bob", "cyd"];
-
-fn company(chat_log: &str) -> String {
-    format!(
-        r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{{ provider = "scripted", model = "demo", options = {{ steps = [
-  {{ call = "chat__post_message", args = {{ channel = "{{{{wake.channel}}}}", thread = "{{{{wake.thread}}}}", text = "Hello from {{{{wake.handle}}}}!" }} }},
-  {{ call = "submit_work", args = {{ outcome = "delivered", summary = "replied" }} }},
-] }} }}]
-reviewer = {{ provider = "scripted", model = "demo-review", options = {{ steps = [
-  {{ call = "submit_review", args = {{ verdict = "done" }} }},
-] }} }}
-[roles.support.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {chat_log:?} }}
-replies = ["post_message"]
-[seats]
-ada = {{ role = "support", group = "day" }}
-bob = {{ role = "support", group = "day" }}
-cyd = {{ role = "support", group = "day" }}
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
-"#
-    )
-}
 
 struct Fleet {
     _server: NatsServer,
@@ -65,7 +35,11 @@ fn start(ids: &[&str]) -> Fleet {
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
     let doc = sb.path("company.toml");
-    std::fs::write(&doc, company(&sb.path("chat.jsonl").display().to_string())).unwrap();
+    let seats: String = SEATS
+        .iter()
+        .map(|s| format!("{s} = {{ role = \"support\", group = \"day\" }}\n"))
+        .collect();
+    std::fs::write(&doc, scripted_company(&seats, &sb.path("chat.jsonl"))).unwrap();
     let nodes = ids
         .iter()
         .map(|id| {

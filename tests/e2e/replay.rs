@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::common::company::{SCRIPTED_COMPANY, SLACK_SECRET};
 use crate::common::{self, eventually};
-use crate::turns::{self, SCRIPTED_COMPANY, SLACK_SECRET};
+use crate::turns;
 
 const WRONG: &str = "an-operators-wrong-secret";
 

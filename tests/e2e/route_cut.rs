@@ -20,17 +20,16 @@
 //! mentioned, and a mention never accepted is answered at most once.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::common::{Node, Sandbox, eventually};
-use crate::failover::{SEATS, balanced, holders, mention, posts, quiet};
-use crate::turns::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
+use crate::common::eventually;
+use crate::common::fleet::{
+    Fleet, SEATS, assert_each_answered_once, balanced, holders, mention, posts,
+};
 use crewlet_testkit::cluster::meta_leader;
-use crewlet_testkit::{Cluster, PluginsDir};
 
 const IDS: [&str; 3] = ["rc-a", "rc-b", "rc-c"];
 /// The member cut off when no meta leader is reported; otherwise the meta
@@ -157,32 +156,8 @@ impl Drop for Load {
     }
 }
 
-/// Dropped in field order: the nodes stop while their cluster still runs.
-struct Fleet {
-    nodes: Vec<Node>,
-    cluster: Cluster,
-    sb: Sandbox,
-}
-
+/// What the route cut's failure says of the mentions it lost.
 impl Fleet {
-    /// Node `i`, dialling cluster member `i` first.
-    fn spawn(&self, i: usize) -> Node {
-        let mut urls = self.cluster.urls();
-        urls.rotate_left(i);
-        self.sb
-            .fleet_node(
-                IDS[i],
-                &urls,
-                &format!(
-                    "replicas = 3\n[coordination]\nlease_ttl_seconds = {}\nheartbeat_seconds = {}\n",
-                    LEASE_TTL.as_secs(),
-                    HEARTBEAT.as_secs()
-                ),
-            )
-            .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-            .spawn()
-    }
-
     /// Every node's log lines that name one of `threads`' mentions (its
     /// event id), prefixed with the node.
     fn log_lines<'a>(&self, threads: impl Iterator<Item = &'a str>) -> String {
@@ -235,49 +210,16 @@ impl Fleet {
         }
         out
     }
-
-    fn chat_log(&self) -> PathBuf {
-        self.sb.path("chat.jsonl")
-    }
 }
 
 #[test]
 fn a_member_cut_off_for_30_s_loses_and_doubles_no_accepted_mention() {
     let t0 = Instant::now();
-    let sb = Sandbox::new();
-    PluginsDir::new(sb.path("plugins"))
-        .add("slack", "plugins/webhooks/slack/plugin.toml")
-        .add("scripted", "plugins/providers/scripted/plugin.toml");
-    let seats: String = SEATS
-        .iter()
-        .map(|s| format!("{s} = {{ role = \"support\" }}\n"))
-        .collect();
-    let doc = SCRIPTED_COMPANY
-        .replace("{chat}", &chat_server("support", &sb.path("chat.jsonl")))
-        .replace("ada = { role = \"support\" }\n", &seats);
-    std::fs::write(sb.path("company.toml"), doc).unwrap();
-    let mut f = Fleet {
-        nodes: Vec::new(),
-        cluster: Cluster::start(),
-        sb,
-    };
-    f.nodes = (0..IDS.len()).map(|i| f.spawn(i)).collect();
-    for n in &mut f.nodes {
-        n.wait_ready(Duration::from_secs(60));
-    }
+    let (f, _) = Fleet::start(IDS, LEASE_TTL, HEARTBEAT);
     let log = f.chat_log();
     let reader = &f.nodes[0];
-    let mut seen = BTreeMap::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            seen = holders(reader).unwrap_or_default();
-            balanced(&seen)
-        }),
-        "the seats never spread two to a node: {seen:?}"
-    );
-    eprintln!("seats spread after {:?}: {seen:?}", t0.elapsed());
 
-    let mut load = Load::start(f.nodes.iter().map(|n| n.api.clone()).collect());
+    let mut load = Load::start(f.apis());
     assert!(
         eventually(Duration::from_secs(30), || posts(&log).len() >= SEATS.len()),
         "the fleet never answered the load: {:?}\n{}",
@@ -402,28 +344,8 @@ fn a_member_cut_off_for_30_s_loses_and_doubles_no_accepted_mention() {
 
     // Once the fleet is quiet (no turn running, every mailbox settled),
     // each exactly once, by the seat named, and nothing else posted.
-    assert!(
-        eventually(Duration::from_secs(30), || f.nodes.iter().all(quiet)),
-        "the fleet never went quiet: {}",
-        reader.get("/agents").map(|r| r.text()).unwrap_or_default()
-    );
-    let by = posts(&log);
-    let wrong: Vec<(&str, &Vec<String>)> = accepted
-        .iter()
-        .filter_map(|s| {
-            let authors = &by[&s.thread];
-            (authors != &vec![s.seat.to_owned()]).then_some((s.thread.as_str(), authors))
-        })
-        .collect();
-    assert!(
-        wrong.is_empty(),
-        "not answered exactly once by the seat named: {wrong:?}"
-    );
-    assert_eq!(
-        by.len(),
-        accepted.len(),
-        "posts in threads nobody mentioned"
-    );
+    f.wait_quiet(reader);
+    assert_each_answered_once(&log, accepted.iter().map(|s| (s.thread.as_str(), s.seat)));
     let first_try = sent.iter().filter(|s| s.attempts.len() == 1).count();
     eprintln!(
         "each answered once; {first_try} accepted at the first attempt; done after {:?}",

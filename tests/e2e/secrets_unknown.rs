@@ -14,7 +14,8 @@ use crewlet_testkit::nats::{NatsServer, ServerSpec};
 use crewlet_testkit::openai::ScriptedOpenAi;
 use serde_json::{Value, json};
 
-use crate::turns::{SLACK_SECRET, post, submit, verdict};
+use crate::common::company::SLACK_SECRET;
+use crate::turns::{post, submit, verdict};
 
 const BUCKET: &str = "crewlet_secrets";
 
@@ -148,11 +149,7 @@ system_prompt = "You answer questions in chat."
 executor = [{ provider = "openai", model = "exec-a", credentials = "${MODEL_KEY}" }]
 reviewer = { provider = "openai", model = "review-a", credentials = "${MODEL_KEY}" }
 max_iterations = 2
-[roles.support.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
-replies = ["post_message"]
+{chat}
 [roles.ops]
 system_prompt = "You answer questions in chat."
 executor = [{ provider = "openai", model = "exec-b", credentials = "${MODEL_KEY}" }]
@@ -202,7 +199,7 @@ fn a_bucket_out_of_reach_at_start_is_unknown_until_it_answers_and_no_work_is_los
     let chat_log = sb.path("chat.jsonl");
     std::fs::write(
         sb.path("company.toml"),
-        COMPANY.replace("CHAT_LOG_PATH", &chat_log.display().to_string()),
+        crate::common::company::fill(COMPANY, &chat_log),
     )
     .unwrap();
     let mut node = sb

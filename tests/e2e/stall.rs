@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::company::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
 use crate::common::{Node, Sandbox, eventually, slack_mention};
-use crate::turns::{SCRIPTED_COMPANY, SLACK_SECRET, chat_server};
 use crewlet_testkit::{NatsServer, PluginsDir};
 use serde_json::Value;
 

@@ -14,8 +14,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crate::common::company::SCRIPTED_COMPANY;
 use crate::common::{self, eventually};
-use crate::turns::{self, SCRIPTED_COMPANY};
+use crate::turns;
 use crewlet_testkit::otlp::{OtlpReceiver, ReceivedSpan};
 
 /// One sample: its name, labels and value.

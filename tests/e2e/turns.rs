@@ -5,15 +5,14 @@
 
 use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
+use common::company::{SCRIPTED_COMPANY, SLACK_SECRET, fill};
 use common::{Node, Sandbox, broker_login, eventually};
 use crewlet_testkit::PluginsDir;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
-
-pub(crate) const SLACK_SECRET: &str = "slack-signing-secret";
 
 /// A plugins dir for a test: the built Slack and scripted components, and
 /// the OpenAI provider pointed at `ai`.
@@ -30,20 +29,6 @@ pub(crate) fn plugins(sb: &Sandbox, ai: Option<&ScriptedOpenAi>) -> PathBuf {
         );
     }
     dir.path().to_owned()
-}
-
-/// The chat MCP server every seat of `role` gets, one child per seat.
-pub(crate) fn chat_server(role: &str, log: &Path) -> String {
-    format!(
-        r#"
-[roles.{role}.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = {{ CHAT_IDENTITY = "${{CREWLET_SEAT}}", CHAT_LOG = {:?} }}
-replies = ["post_message"]
-"#,
-        log.display().to_string()
-    )
 }
 
 pub(crate) struct World {
@@ -79,10 +64,8 @@ pub(crate) fn start_custom(
 ) -> World {
     let sb = Sandbox::new();
     let chat_log = sb.path("chat.jsonl");
-    let doc = company.replace("CHAT_LOG_PATH", &chat_log.display().to_string());
-    let doc = doc.replace("{chat}", &chat_server("support", &chat_log));
     let company_file = sb.path("company.toml");
-    std::fs::write(&company_file, doc).unwrap();
+    std::fs::write(&company_file, fill(company, &chat_log)).unwrap();
     plugins(&sb);
     let node = spawn(&sb, envs, node_extra);
     World {
@@ -458,11 +441,7 @@ system_prompt = "You answer."
 executor = [{ provider = "openai", model = "exec-c", credentials = "${KEY_ONE}" }]
 reviewer = { provider = "openai", model = "review-c", credentials = "${KEY_ONE}" }
 budget = { day = 3000 }
-[roles.capped.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
-replies = ["post_message"]
+{chat:capped}
 [roles.support]
 system_prompt = "You answer."
 executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
@@ -472,11 +451,7 @@ reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
 system_prompt = "You answer."
 executor = [{ provider = "openai", model = "exec-d", credentials = "${KEY_ONE}" }]
 reviewer = { provider = "openai", model = "review-d", credentials = "${KEY_ONE}" }
-[roles.later.mcp.chat]
-command = "crewlet"
-args = ["mcp", "chat"]
-env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "CHAT_LOG_PATH" }
-replies = ["post_message"]
+{chat:later}
 [seats]
 ada = { role = "capped" }
 bob = { role = "support" }
@@ -697,26 +672,6 @@ fn budgets_stop_the_next_call_park_the_work_until_room_and_never_pass_an_outage_
     assert_eq!(outcomes(&w).last().map(String::as_str), Some("outage"));
     assert_eq!(w.events("budget_exhausted").len(), refusals);
 }
-
-pub(crate) const SCRIPTED_COMPANY: &str = r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{ provider = "scripted", model = "demo", options = { steps = [
-  { call = "chat__post_message", args = { channel = "{{wake.channel}}", thread = "{{wake.thread}}", text = "Hello from {{wake.handle}}!" } },
-  { call = "submit_work", args = { outcome = "delivered", summary = "replied" } },
-] } }]
-reviewer = { provider = "scripted", model = "demo-review", options = { steps = [
-  { call = "submit_review", args = { verdict = "done" } },
-] } }
-{chat}
-[seats]
-ada = { role = "support" }
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
-"#;
 
 #[test]
 fn the_scripted_provider_runs_a_whole_turn_without_any_vendor() {

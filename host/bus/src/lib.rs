@@ -112,6 +112,17 @@ pub const OWED_HEADER: &str = "Crewlet-Owed";
 
 /// The subject a seat's wakes are published to. `handle` is a company
 /// handle (`crewlet_company::Handle`), which is a valid subject token.
+///
+/// ```
+/// use crewlet_bus::{AGENT_SUBJECTS, inbox_subject, mailbox_durable};
+///
+/// // Ada's wakes go to her inbox, a subject the mailboxes' stream holds,
+/// // and wait there for her mailbox, the durable named after her.
+/// let subject = inbox_subject("ada");
+/// assert_eq!(subject, "crewlet.agent.ada.inbox");
+/// assert!(subject.starts_with(AGENT_SUBJECTS.trim_end_matches('>')));
+/// assert_eq!(mailbox_durable("ada"), "inbox-ada");
+/// ```
 pub fn inbox_subject(handle: &str) -> String {
     format!("crewlet.agent.{handle}.inbox")
 }

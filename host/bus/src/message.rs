@@ -31,6 +31,25 @@ pub struct Inbound {
 }
 
 /// A wake on a seat's [`crate::inbox_subject`].
+///
+/// ```
+/// use crewlet_bus::{ReplyTo, Wake};
+///
+/// // A wake published before WIT 0.4.0 has no `owed`: it still reads, as
+/// // "nobody is owed a reply" — an older node's wakes are never lost.
+/// let old = r#"{"trace_id": "t1", "delivery_id": "Ev1", "source": "slack",
+///     "event_type": "app_mention", "handle": "ada", "seat_id": "0f8e…",
+///     "reason": "mention", "text": "hi", "conversation": "C1#17.1",
+///     "channel": "C1", "thread": "17.1"}"#;
+/// let mut wake: Wake = serde_json::from_str(old)?;
+/// assert_eq!((wake.handle.as_str(), wake.owed.as_ref()), ("ada", None));
+///
+/// // What a node publishes today carries where the answer is owed.
+/// wake.owed = Some(ReplyTo { channel: "C1".into(), thread: Some("17.1".into()) });
+/// let again: Wake = serde_json::from_str(&serde_json::to_string(&wake)?)?;
+/// assert_eq!(again, wake);
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Wake {
     pub trace_id: String,

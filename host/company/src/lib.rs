@@ -311,6 +311,36 @@ fn render(errors: &[DocError]) -> String {
 
 impl Company {
     /// Parses and validates a document.
+    ///
+    /// ```
+    /// use crewlet_company::{Company, seat_id};
+    ///
+    /// let doc = r#"
+    ///     [org]
+    ///     name = "Acme"
+    ///     [roles.support]
+    ///     system_prompt = "You answer questions in chat."
+    ///     executor = [{ provider = "openai", model = "gpt-4.1", credentials = "${OPENAI_API_KEY}" }]
+    ///     reviewer = { provider = "openai", model = "gpt-4.1-mini", credentials = "${OPENAI_API_KEY}" }
+    ///     [seats]
+    ///     ada = { role = "support" }
+    /// "#;
+    /// let company = Company::parse(doc)?;
+    /// let ada = company.seat("ada").expect("ada is a seat");
+    /// assert_eq!(company.role_of(ada).executor[0].model, "gpt-4.1");
+    /// // Every node computes the same seat id, from the org and the handle.
+    /// assert_eq!(ada.id, seat_id("Acme", &ada.handle));
+    ///
+    /// // Every problem at once, each at its path: a key written into the
+    /// // document, and a seat of a role nobody defined.
+    /// let bad = doc
+    ///     .replace(r#""${OPENAI_API_KEY}" }]"#, r#""sk-live-123" }]"#)
+    ///     .replace(r#"role = "support""#, r#"role = "sales""#);
+    /// let err = Company::parse(&bad).unwrap_err();
+    /// let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    /// assert_eq!(paths, ["roles.support.executor[0].credentials", "seats.ada.role"]);
+    /// # Ok::<(), crewlet_company::Invalid>(())
+    /// ```
     pub fn parse(text: &str) -> Result<Company, Invalid> {
         let value: toml::Value = toml::from_str(text).map_err(|e| Invalid {
             errors: vec![DocError {

@@ -12,6 +12,47 @@
 //! caps (a record weighs its key and value), no bucket until one is opened.
 //! Its [`NamedKv::names`] are the named buckets only: the twin has no
 //! namespace to name the coordination buckets by.
+//!
+//! A seat lease on the twin, under a clock the example moves, and the
+//! store broken under it ([`Faulty`](crate::Faulty)):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use crewlet_coord::bucket::Retentions;
+//! use crewlet_coord::{Answer, Coord, CoordError, CoordOptions, Faulty, Held, Kv};
+//! use crewlet_coord::{ManualClock, MemoryKv, Owner, ResourceName};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let (a, b) = (Owner::incarnation("node-a"), Owner::incarnation("node-b"));
+//! let opts = CoordOptions::new(a.clone());
+//! let clock = ManualClock::new();
+//! let ages = Retentions { lease_ttl: opts.lease_ttl, status: opts.status_age, rate: opts.rate_age };
+//! let twin: Arc<dyn Kv> = Arc::new(MemoryKv::new(Arc::new(clock.clone()), &ages));
+//! let store = Faulty::new(twin);
+//! let coord = Coord::with_backends(store.clone(), store.clone(), opts.clone());
+//!
+//! let seat = ResourceName::seat("ada")?;
+//! let held = coord.acquire(&seat, &a, None).await?.yes().expect("a free seat is won");
+//! // No, with who holds it, while the lease lives.
+//! let refused = coord.acquire(&seat, &b, None).await?;
+//! assert!(matches!(refused, Answer::No(Held::By { ref owner, .. }) if *owner == a));
+//!
+//! // The store out of reach: the answer is unknown, an error, never "no".
+//! store.break_store();
+//! assert!(matches!(coord.renew(&held).await, Err(CoordError::Unavailable(_))));
+//! store.heal();
+//!
+//! // Unrenewed past its TTL the lease lapses; the next holder's fencing
+//! // epoch is higher, and the old holder's renew is a plain no.
+//! clock.advance(opts.lease_ttl + Duration::from_secs(1));
+//! let next = coord.acquire(&seat, &b, None).await?.yes().expect("a lapsed seat is won");
+//! assert!(next.epoch > held.epoch);
+//! assert!(coord.renew(&held).await?.is_no());
+//! # Ok::<(), CoordError>(())
+//! # }).unwrap();
+//! ```
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

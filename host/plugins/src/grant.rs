@@ -50,6 +50,41 @@ pub struct GrantError {
 impl Catalogue {
     /// Applies `grants` (by plugin name, read from `source`) to the
     /// manifests they name; the first that is wrong is refused whole.
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use std::path::Path;
+    /// use crewlet_plugins::Catalogue;
+    /// use crewlet_plugins::grant::Grant;
+    /// use crewlet_plugins::manifest::Manifest;
+    ///
+    /// let openai = Manifest::parse(
+    ///     Path::new("plugins/openai/plugin.toml"),
+    ///     r#"name = "openai"
+    ///        version = "1.0.0"
+    ///        kind = "provider"
+    ///        component = "openai.wasm"
+    ///        [provider]
+    ///        base_url = "https://api.openai.com/v1"
+    ///        allowed_outbound_hosts = ["https://api.openai.com"]"#,
+    /// )?;
+    /// let mut catalogue = Catalogue { plugins: vec![openai] };
+    ///
+    /// // The operator points the provider at a local proxy: its origin comes
+    /// // with the URL, marked as the operator's, not the manifest's.
+    /// let proxy = Grant { base_url: Some("http://127.0.0.1:4000/v1".into()), ..Grant::default() };
+    /// let grants = BTreeMap::from([("openai".to_string(), proxy)]);
+    /// catalogue.apply_grants(&grants, "node.toml")?;
+    /// let granted = &catalogue.plugins[0].granted;
+    /// assert_eq!(granted.base_url.as_deref(), Some("http://127.0.0.1:4000/v1"));
+    /// assert_eq!(granted.outbound[0].to_string(), "http://127.0.0.1:4000");
+    ///
+    /// // A grant for a plugin the dirs do not hold is refused, naming its key.
+    /// let typo = BTreeMap::from([("opnai".to_string(), Grant::default())]);
+    /// let refused = catalogue.apply_grants(&typo, "node.toml").unwrap_err();
+    /// assert!(refused.to_string().starts_with("node.toml: `plugins.grants.opnai`: "));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn apply_grants(
         &mut self,
         grants: &BTreeMap<String, Grant>,

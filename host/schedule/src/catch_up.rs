@@ -38,6 +38,25 @@ pub struct Plan {
 
 /// Splits the missed fires (in any order; a duplicate counts once) by the
 /// policy.
+///
+/// ```
+/// use crewlet_schedule::{CatchUp, plan};
+/// use jiff::Timestamp;
+///
+/// // A daily report nobody ran for three days.
+/// let missed: Vec<Timestamp> = ["2026-01-03T09:00:00Z", "2026-01-01T09:00:00Z", "2026-01-02T09:00:00Z"]
+///     .iter()
+///     .map(|t| t.parse().unwrap())
+///     .collect();
+/// let (jan1, jan2, jan3) = (missed[1], missed[2], missed[0]);
+/// // `latest`: the most recent once, now; the rest recorded as skipped.
+/// let latest = plan(CatchUp::Latest, &missed);
+/// assert_eq!((latest.fire, latest.skip), (vec![jan3], vec![jan1, jan2]));
+/// // `all` with a limit: the most recent `limit`, oldest first.
+/// assert_eq!(plan(CatchUp::All { limit: 2 }, &missed).fire, [jan2, jan3]);
+/// // `none`: the next fire is on time, nothing is caught up.
+/// assert!(plan(CatchUp::None, &missed).fire.is_empty());
+/// ```
 pub fn plan(policy: CatchUp, missed: &[Timestamp]) -> Plan {
     let mut missed = missed.to_vec();
     missed.sort_unstable();

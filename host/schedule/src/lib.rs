@@ -71,6 +71,33 @@ pub enum CronError {
 }
 
 /// A parsed cron expression.
+///
+/// ```
+/// use crewlet_schedule::Cron;
+/// use jiff::Timestamp;
+/// use jiff::tz::TimeZone;
+///
+/// let nightly = Cron::parse("30 2 * * *")?;
+/// let berlin = TimeZone::get("Europe/Berlin")?;
+/// let after: Timestamp = "2026-03-28T12:00:00Z".parse()?;
+/// let fires: Vec<String> = nightly
+///     .fires(&berlin, after)
+///     .take(2)
+///     .map(|t| t.to_zoned(berlin.clone()).to_string())
+///     .collect();
+/// // 02:30 does not exist on 29 March in Berlin (the clock springs from
+/// // 02:00 to 03:00): that fire comes at the instant it would have been.
+/// assert_eq!(
+///     fires,
+///     [
+///         "2026-03-29T03:30:00+02:00[Europe/Berlin]",
+///         "2026-03-30T02:30:00+02:00[Europe/Berlin]",
+///     ]
+/// );
+/// // An expression that matches no date is refused, never a silent schedule.
+/// assert!(Cron::parse("0 0 30 2 *").is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Cron {
     source: String,

@@ -9,6 +9,8 @@
 #![recursion_limit = "256"]
 
 pub mod cluster;
+pub mod diagram;
+pub mod doc_paths;
 pub mod github;
 pub mod http;
 pub mod layout;

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod company;
+pub mod fleet;
+
 pub use crewlet_testkit::http;
 use crewlet_testkit::nats::{nats_server_bin, spawn_tied};
 
@@ -386,6 +389,37 @@ pub async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serd
     Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
 }
 
+/// Posts a Slack `app_mention` signed with `secret`, in `channel`/`ts`, to
+/// seat `handle`'s route on the node at `api`; the node's answer.
+pub fn post_slack_mention(
+    api: &str,
+    secret: &str,
+    handle: &str,
+    event_id: &str,
+    channel: &str,
+    ts: &str,
+    text: &str,
+) -> std::io::Result<http::Response> {
+    let body = serde_json::json!({
+        "type": "event_callback",
+        "event_id": event_id,
+        "team_id": "T1",
+        "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
+    })
+    .to_string();
+    let (now, sig) = crewlet_ingress::sign::slack_headers(secret.as_bytes(), body.as_bytes());
+    http::post(
+        api,
+        &format!("/webhooks/slack/{handle}"),
+        &[
+            ("Content-Type", "application/json"),
+            ("X-Slack-Request-Timestamp", &now),
+            ("X-Slack-Signature", &sig),
+        ],
+        body.as_bytes(),
+    )
+}
+
 /// Sends `node` a Slack `app_mention` signed with `secret`, in
 /// `channel`/`ts`, to seat `handle`; asserts it was accepted (202).
 pub fn slack_mention(
@@ -397,25 +431,8 @@ pub fn slack_mention(
     ts: &str,
     text: &str,
 ) {
-    let body = serde_json::json!({
-        "type": "event_callback",
-        "event_id": event_id,
-        "team_id": "T1",
-        "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
-    })
-    .to_string();
-    let (now, sig) = crewlet_ingress::sign::slack_headers(secret.as_bytes(), body.as_bytes());
-    let r = crewlet_testkit::http::post(
-        &node.api,
-        &format!("/webhooks/slack/{handle}"),
-        &[
-            ("Content-Type", "application/json"),
-            ("X-Slack-Request-Timestamp", &now),
-            ("X-Slack-Signature", &sig),
-        ],
-        body.as_bytes(),
-    )
-    .expect("POST webhook");
+    let r = post_slack_mention(&node.api, secret, handle, event_id, channel, ts, text)
+        .expect("POST webhook");
     assert_eq!(
         r.status,
         202,
