@@ -26,7 +26,12 @@ fn log(node: &str, rows: &[(&str, i64)]) -> (tempfile::TempDir, Arc<Store>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open_in(dir.path()).unwrap();
     for (id, at) in rows {
-        let mut e = EventRecord::new(id, "turn_started", node, serde_json::json!({"turn_id": id}));
+        let mut e = EventRecord::new(
+            *id,
+            "turn_started",
+            node,
+            serde_json::json!({"turn_id": id}),
+        );
         e.at_ms = *at;
         e.seat = Some("ada".into());
         store.append_event(&e).unwrap();
