@@ -120,3 +120,128 @@ async fn get_config(State(plane): State<Arc<dyn ConfigPlane>>) -> Response {
         Err(r) => refused(r),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use axum::http::{Request, header};
+
+    use super::*;
+
+    /// Answers every request with the next refusal in line (or activates);
+    /// records the documents it was handed.
+    struct Scripted {
+        next: Mutex<Vec<ConfigRefusal>>,
+        handed: Mutex<Vec<String>>,
+    }
+
+    impl ConfigPlane for Scripted {
+        fn put(&self, document: String) -> ConfigFuture<'_, Result<Activated, ConfigRefusal>> {
+            self.handed.lock().unwrap().push(document);
+            let next = self.next.lock().unwrap().pop();
+            Box::pin(async move {
+                match next {
+                    Some(r) => Err(r),
+                    None => Ok(Activated {
+                        epoch: 3,
+                        digest: "d".into(),
+                        moved: true,
+                    }),
+                }
+            })
+        }
+
+        fn active(&self) -> ConfigFuture<'_, Result<serde_json::Value, ConfigRefusal>> {
+            let next = self.next.lock().unwrap().pop();
+            Box::pin(async move { next.map_or_else(|| Ok(json!({"epoch": 3})), Err) })
+        }
+    }
+
+    async fn send(
+        app: &Router,
+        method: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, Option<String>, serde_json::Value) {
+        let req = Request::builder()
+            .method(method)
+            .uri("/config")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+        let status = resp.status();
+        let retry = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|v| v.to_str().unwrap().to_owned());
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, retry, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn each_refusal_is_its_status_and_unknown_is_retry_later() {
+        let refusals = vec![
+            ConfigRefusal::Failed("broken".into()),
+            ConfigRefusal::NoActiveRevision,
+            ConfigRefusal::Invalid(json!([{"path": "org", "message": "missing"}])),
+            ConfigRefusal::PointerContended("raced".into()),
+            ConfigRefusal::PointerUnavailable("cut off".into()),
+            ConfigRefusal::Starting,
+        ];
+        let plane = Arc::new(Scripted {
+            next: Mutex::new(refusals),
+            handed: Mutex::new(Vec::new()),
+        });
+        let app = routes(plane.clone());
+        let expected = [
+            (StatusCode::SERVICE_UNAVAILABLE, Some("2"), "starting"),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("2"),
+                "pointer_unavailable",
+            ),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("2"),
+                "pointer_contended",
+            ),
+        ];
+        for (status, retry, error) in expected {
+            let got = send(&app, "GET", Vec::new()).await;
+            assert_eq!((got.0, got.1.as_deref()), (status, retry), "{}", got.2);
+            assert_eq!(got.2["error"], error);
+        }
+        let invalid = send(&app, "PUT", b"[org]".to_vec()).await;
+        assert_eq!(invalid.0, StatusCode::BAD_REQUEST);
+        assert_eq!(invalid.2["errors"][0]["path"], "org");
+        let none = send(&app, "GET", Vec::new()).await;
+        assert_eq!(none.0, StatusCode::NOT_FOUND);
+        assert_eq!(none.2["error"], "no_active_revision");
+        let failed = send(&app, "GET", Vec::new()).await;
+        assert_eq!(failed.0, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(failed.2["error"], "config_plane");
+        let made = send(&app, "PUT", b"[org]".to_vec()).await;
+        assert_eq!(made.0, StatusCode::CREATED, "a move is 201");
+        assert_eq!(made.2["activated"], true);
+    }
+
+    #[tokio::test]
+    async fn a_body_that_is_not_text_is_refused_before_the_plane_is_asked() {
+        let plane = Arc::new(Scripted {
+            next: Mutex::new(Vec::new()),
+            handed: Mutex::new(Vec::new()),
+        });
+        let app = routes(plane.clone());
+        let (status, _, body) = send(&app, "PUT", vec![0xff, 0xfe]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(
+            body["errors"][0]["message"]
+                .as_str()
+                .unwrap()
+                .contains("UTF-8")
+        );
+        assert!(plane.handed.lock().unwrap().is_empty());
+    }
+}
