@@ -2,7 +2,6 @@
 //! resume reach every node's mirror, a seat the company lacks is named,
 //! and a store that does not answer changes nothing and says so.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewlet_company::{Active, ActiveCompany, Company};
