@@ -1,5 +1,5 @@
 //! The `crewlet` binary. Everything lives in `crewlet-node`.
 
 fn main() {
-    std::process::exit(crewlet_node::cli::main());
+    std::process::exit(crewlet_node::main());
 }

@@ -14,6 +14,14 @@ rules=(
     "crewlet-seats wasmtime axum rusqlite rmcp"
     "crewlet-turns wasmtime axum rusqlite rmcp"
     "crewlet-schedule wasmtime axum rusqlite rmcp async-nats tokio"
+    # The feature crates the node wires: no HTTP (their routes are
+    # crewlet-api's), no plugin runtime, never the node itself.
+    "crewlet-configplane wasmtime axum rmcp crewlet-plugins crewlet-node"
+    "crewlet-history wasmtime axum rmcp crewlet-plugins crewlet-node"
+    "crewlet-fleet wasmtime axum rmcp crewlet-plugins crewlet-node"
+    "crewlet-tokens wasmtime axum rmcp rusqlite crewlet-plugins crewlet-node"
+    # The HTTP surface reads the node through traits: no NATS, no SQLite.
+    "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
 )
 
 failed=0
@@ -31,4 +39,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns and schedule stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, the feature crates and the HTTP surface stay free of what they must not reach"

@@ -29,7 +29,8 @@ use serde_json::Value;
 const LOG_FILTER: &str = "info,crewlet=debug,crewlet_api=debug,crewlet_config=debug,\
 crewlet_coord=debug,crewlet_ingress=debug,crewlet_mcp=debug,crewlet_models=debug,\
 crewlet_node=debug,crewlet_observe=debug,crewlet_plugins=debug,crewlet_seats=debug,\
-crewlet_secrets=debug,crewlet_store=debug,crewlet_stream=debug,crewlet_turns=debug";
+crewlet_secrets=debug,crewlet_store=debug,crewlet_stream=debug,crewlet_turns=debug,\
+crewlet_configplane=debug,crewlet_fleet=debug,crewlet_history=debug,crewlet_tokens=debug";
 
 const NODE_TOML: &str = r#"
 [coordination]

@@ -20,11 +20,18 @@
 //! carries no write.
 
 pub mod auth;
+pub mod config;
 mod dashboard;
 pub mod edge;
+pub mod fleet;
 pub mod hosts;
+pub mod metrics;
+pub mod module_state;
+pub mod pauses;
 mod retry;
+pub mod secrets;
 pub mod stream;
+pub mod tokens;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,10 +46,16 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use auth::{Authority, Refused, Scope, Verdict};
+pub use config::{Activated, ConfigPlane, ConfigRefusal};
 pub use edge::{EdgeLimits, RefusalPace};
+pub use fleet::{FleetView, Unavailable};
 pub use hosts::AllowedHosts;
+pub use metrics::{MetricsSource, Scraped};
+pub use module_state::{ModuleStates, StateRefusal};
+pub use pauses::{PauseRefusal, SeatPausing};
 pub use retry::retry_later;
 pub use stream::{EventFilter, EventSource};
+pub use tokens::{TokenAdmin, TokenFailure};
 
 /// Seconds a webhook sender (or any caller of a draining node) is told to
 /// wait before retrying: senders retry on schedules of their own, and a

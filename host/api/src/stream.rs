@@ -23,29 +23,15 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::broadcast;
+
+pub use crewlet_bus::EventFilter;
 
 use crate::Shared;
 
 pub type QueryFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send>>;
-
-/// A filter over the fleet's event logs, newest first.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventFilter {
-    /// Only this node's log (its `before_seq` positions are its own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node: Option<String>,
-    pub seat: Option<String>,
-    #[serde(rename = "type")]
-    pub kind: Option<String>,
-    pub party: Option<String>,
-    pub trace_id: Option<String>,
-    pub before_seq: Option<i64>,
-    pub limit: Option<usize>,
-}
 
 /// Where the surface reads events from. Implemented by the node.
 pub trait EventSource: Send + Sync + 'static {

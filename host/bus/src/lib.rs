@@ -18,7 +18,7 @@
 //! | [`NOTIFY_DLQ_SUBJECT`] ([`DeadLetter`]) | [`DLQ_STREAM`] | `notify-inbound` | operators |
 //! | [`event_subject`] of `module.NAME.TOPIC` | [`EVENTS_STREAM`] | a module's `publish`, as an event row | modules subscribed to it ([`module_durable`] for `once`, an ordered consumer per node for `each-node`) |
 //! | [`module_dlq_subject`] ([`DeadLetter`]) | [`DLQ_STREAM`] | a module's subscription, for an event it refused past its retries | operators |
-//! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-node`'s `history`) | the named node, answering from its own event log |
+//! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-history`; an [`EventFilter`] in the ask) | the named node, answering from its own event log |
 //! | [`LOCAL_COORDINATION_SUBJECT`] (core request/reply, no stream) | — | a node with `coordination.type = "local"`, at start | every other such node on the broker, whose answer refuses the start |
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
 //!
@@ -65,8 +65,10 @@
 //! A module's own topics are kinds too, built by [`module_topic_kind`]:
 //! `module.<module>.<topic>`, never in [`EVENT_KINDS`].
 
+mod history;
 mod message;
 
+pub use history::EventFilter;
 pub use message::{DeadLetter, Inbound, ReplyTo, Wake};
 
 /// Stream of seat mailboxes (interest retention).

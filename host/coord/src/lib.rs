@@ -185,6 +185,16 @@ impl Coord {
         Coord::with_backends(kv.clone(), kv, opts)
     }
 
+    /// Everything on one in-process twin on the system clock, behind a
+    /// [`Faulty`] switch a test breaks and heals (crate tests of the
+    /// subsystems that use coordination).
+    pub fn breakable_memory(opts: CoordOptions) -> (Arc<Faulty>, Coord) {
+        let kv = MemoryKv::new(Arc::new(SystemClock), &opts.retentions());
+        let faulty = Faulty::new(Arc::new(kv));
+        let backend: Arc<dyn Kv> = faulty.clone();
+        (faulty, Coord::with_backends(backend.clone(), backend, opts))
+    }
+
     /// Any backends: one for leases/duties/epochs, one for every record.
     pub fn with_backends(leases: Arc<dyn Kv>, records: Arc<dyn Kv>, opts: CoordOptions) -> Coord {
         Coord {

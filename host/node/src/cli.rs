@@ -441,7 +441,7 @@ pub fn main() -> i32 {
             show.node.node(),
             "/budgets",
             show.json,
-            crate::budgets::render,
+            crewlet_fleet::render_budgets,
         ),
         Command::Tokens(cmd) => tokens(cmd),
         Command::Agents(AgentsArgs { cmd: Some(cmd), .. }) => agents(cmd),
@@ -449,13 +449,13 @@ pub fn main() -> i32 {
             show.node.node(),
             "/agents",
             show.json,
-            crate::fleet::agents::render_agents,
+            crewlet_fleet::render_agents,
         ),
         Command::Fleet(show) => crate::client::shown(
             show.node.node(),
             "/fleet",
             show.json,
-            crate::fleet::render_fleet,
+            crewlet_fleet::render_fleet,
         ),
         Command::Webhook(WebhookCmd::Sample {
             to,
@@ -561,7 +561,7 @@ fn printed(done: Result<String, String>) -> i32 {
 }
 
 fn tokens(cmd: TokensCmd) -> i32 {
-    use crate::tokens::parse_ttl;
+    use crewlet_tokens::parse_ttl;
     let cli = api_request;
     let done = match cmd {
         TokensCmd::Create {
@@ -629,7 +629,7 @@ fn import_config(
             return 2;
         }
     };
-    match crate::configplane::import(file, api, data_dir, &node, wait) {
+    match crate::config_import::import(file, api, data_dir, &node, wait) {
         Ok(done) => {
             println!("{done}");
             0

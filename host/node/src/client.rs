@@ -17,7 +17,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::tokens::{TOKEN_ENV, TOKEN_FILE};
+use crewlet_tokens::{TOKEN_ENV, TOKEN_FILE};
 
 /// The API a command talks to when none is given.
 pub const DEFAULT_API: &str = "http://127.0.0.1:7420";

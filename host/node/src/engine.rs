@@ -111,6 +111,50 @@ pub struct EngineContext {
     pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
 }
 
+impl EngineContext {
+    /// A fleet read of the event logs, made from this context.
+    pub fn history(&self) -> crewlet_history::Reader {
+        crewlet_history::Reader::new(
+            self.node_id.clone(),
+            self.client.clone(),
+            self.coord.clone(),
+            self.store.clone(),
+            self.state.started_at_ms(),
+        )
+    }
+
+    /// The fleet's views (`/fleet`, `/agents`, a turn's detail).
+    pub fn fleet(&self) -> crewlet_fleet::View {
+        crewlet_fleet::View::new(
+            self.node_id.clone(),
+            self.coord.clone(),
+            self.client.clone(),
+            self.history(),
+            self.active.clone(),
+            self.pauses.clone(),
+        )
+    }
+
+    /// Pausing and resuming seats of the company served.
+    pub fn seat_pauses(&self) -> crewlet_seats::SeatPauses {
+        crewlet_seats::SeatPauses::new(
+            self.node_id.clone(),
+            self.coord.clone(),
+            self.active.clone(),
+        )
+    }
+
+    /// The config plane as the operator's requests reach it.
+    pub fn config_plane(&self) -> crewlet_configplane::Plane {
+        crewlet_configplane::Plane::new(
+            self.node_id.clone(),
+            self.coord.clone(),
+            self.publisher.clone(),
+            self.active.clone(),
+        )
+    }
+}
+
 /// The engine for routes bound before it started: empty until it is up.
 #[derive(Clone, Default)]
 pub struct Late(Arc<OnceLock<Up>>);

@@ -5,38 +5,42 @@
 //! the HTTP surface binds first, then subsystems start in order; a signal
 //! turns `/ready` to 503 at once, subsystems stop in the reverse order, and
 //! the stream (with its embedded nats-server) stops last.
+//!
+//! Every module is the crate's own (`pub(crate)`): the binary reaches the
+//! node through [`main`] alone, so rustc's dead-code lint sees all of it.
+//! A feature lives in a crate of its own (`crewlet-configplane`,
+//! `crewlet-history`, …) and this crate wires it.
 
-pub mod budgets;
-pub mod cli;
-pub mod client;
-pub mod company;
-pub mod configplane;
-pub mod descriptors;
-pub mod doctor;
-pub mod duties;
-pub mod engine;
-pub mod fleet;
-pub mod history;
-pub mod identity;
-pub mod ingress;
-pub mod local_guard;
-pub mod logging;
-pub mod metrics;
-pub mod module_state;
-pub mod modules;
-pub mod operator;
-pub mod pauses;
-pub mod plugin_try;
-pub mod plugins;
+pub(crate) mod cli;
+pub(crate) mod client;
+pub(crate) mod company;
+pub(crate) mod config_import;
+pub(crate) mod descriptors;
+pub(crate) mod doctor;
+pub(crate) mod duties;
+pub(crate) mod engine;
+pub(crate) mod identity;
+pub(crate) mod ingress;
+pub(crate) mod local_guard;
+pub(crate) mod logging;
+pub(crate) mod metrics;
+pub(crate) mod modules;
+pub(crate) mod operator;
+pub(crate) mod plugin_try;
+pub(crate) mod plugins;
+// Public until its rework (issue 33 item 2, in place) lands: its
+// `Presence::view` has no reader here yet. Moves out next session.
 pub mod presence;
-pub mod run;
-pub mod sample;
-pub mod seat_tools;
-pub mod seats;
-pub mod secrets;
-pub mod start;
-pub mod state;
-pub mod tokens;
+pub(crate) mod run;
+pub(crate) mod sample;
+pub(crate) mod seat_tools;
+pub(crate) mod seats;
+pub(crate) mod secrets;
+pub(crate) mod start;
+pub(crate) mod state;
+pub(crate) mod surface;
+
+pub use cli::main;
 
 /// The version this binary reports.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

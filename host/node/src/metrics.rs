@@ -9,11 +9,7 @@
 //! point Prometheus at it with a read token (`authorization:
 //! credentials_file`). Until the engine is up it answers 503.
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use crewlet_api::{MetricsSource, Scraped, Unavailable};
 use crewlet_coord::RenewalCounts;
 use crewlet_plugins::{HealthReport, Latency};
 use prometheus_client::collector::Collector;
@@ -24,33 +20,32 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 use crate::engine::{EngineContext, Late};
 
-/// The route every node serves, whatever its roles.
-pub fn routes(late: Late) -> Router {
-    Router::new()
-        .route("/metrics", get(scrape))
-        .with_state(late)
+/// The route every node serves, whatever its roles (`crewlet-api`'s).
+pub(crate) fn routes(late: Late) -> axum::Router {
+    crewlet_api::metrics::routes(std::sync::Arc::new(Metrics(late)))
 }
 
-async fn scrape(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return crewlet_api::retry_later(
-            crewlet_api::OPERATOR_RETRY_SECONDS,
-            "starting",
-            "the node's engine is still starting; metrics are served once it is up",
-        );
-    };
-    let text = ctx
-        .publisher
-        .meter()
-        .render(vec![Box::new(Scrape::of(ctx))]);
-    (
-        [(
-            header::CONTENT_TYPE,
-            crewlet_observe::OPENMETRICS_CONTENT_TYPE,
-        )],
-        text,
-    )
-        .into_response()
+/// This node's meter, and what the scrape reads beside it.
+struct Metrics(Late);
+
+impl MetricsSource for Metrics {
+    fn scrape(&self) -> Result<Scraped, Unavailable> {
+        let Some(ctx) = self.0.get() else {
+            return Err(Unavailable {
+                error: "starting",
+                detail: "the node's engine is still starting; metrics are served once it is up"
+                    .into(),
+            });
+        };
+        let body = ctx
+            .publisher
+            .meter()
+            .render(vec![Box::new(Scrape::of(ctx))]);
+        Ok(Scraped {
+            content_type: crewlet_observe::OPENMETRICS_CONTENT_TYPE,
+            body,
+        })
+    }
 }
 
 /// One plugin's health, as read at the scrape.

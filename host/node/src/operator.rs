@@ -187,7 +187,8 @@ impl Operator {
     async fn budgets(&self) -> Result<String, String> {
         let result = async {
             let (ctx, active) = self.ctx()?;
-            crate::budgets::view(ctx, &active.company)
+            ctx.fleet()
+                .budgets_of(&active.company)
                 .await
                 .map_err(|e| OperatorError::Unavailable {
                     what: "the budgets",
@@ -445,7 +446,7 @@ impl Operator {
             limit: Some(limit),
             ..crewlet_api::EventFilter::default()
         };
-        let read = crate::history::events(ctx, filter).await;
+        let read = ctx.history().events(filter).await;
         let rows: Vec<EventRecord> = read["events"]
             .as_array()
             .into_iter()
@@ -481,7 +482,8 @@ impl Operator {
     async fn pause(&self, p: PauseSeat) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &p.seat)?.handle.to_string();
-        crate::pauses::pause(ctx, &handle, "operator-mcp", p.reason)
+        ctx.seat_pauses()
+            .pause(&handle, "operator-mcp", p.reason)
             .await
             .map_err(paused_not)
     }
@@ -489,17 +491,17 @@ impl Operator {
     async fn resume(&self, s: SeatArg) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &s.seat)?.handle.to_string();
-        crate::pauses::resume(ctx, &handle, "operator-mcp")
+        ctx.seat_pauses()
+            .resume(&handle, "operator-mcp")
             .await
             .map_err(paused_not)
     }
 }
 
 /// A pause or resume not done, as the catalogue says it.
-fn paused_not(e: crate::pauses::PauseError) -> OperatorError {
-    use crate::pauses::PauseError;
+fn paused_not(e: crewlet_seats::PauseError) -> OperatorError {
+    use crewlet_seats::PauseError;
     match e {
-        PauseError::Starting => OperatorError::Starting,
         PauseError::NoCompany => OperatorError::NoCompany,
         PauseError::NoSeat(seat) => OperatorError::UnknownSeat {
             seat,

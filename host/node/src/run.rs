@@ -72,7 +72,7 @@ pub fn run(args: RunArgs) -> i32 {
             return EXIT_CONFIG;
         }
     };
-    if let Err(e) = crate::tokens::seed() {
+    if let Err(e) = crewlet_tokens::seed() {
         eprintln!("crewlet: {e}");
         return EXIT_CONFIG;
     }
@@ -250,7 +250,7 @@ async fn lifecycle(
     let late: Late = Late::default();
     // The guard reads the token mirror from the first request; it answers
     // unknown (503) until coordination has listed the fleet's tokens.
-    let tokens = Arc::new(crate::tokens::Tokens::default());
+    let tokens = Arc::new(crewlet_tokens::Tokens::default());
     let within = config.shutdown.drain_timeout;
     let mut started = Started::default();
 

@@ -28,10 +28,6 @@ pub struct Equipped {
 }
 
 impl Equipped {
-    pub fn tools(&self) -> &SeatTools {
-        &self.tools
-    }
-
     fn module(&self, name: &str) -> Option<Arc<ModulePlugin>> {
         match self.modules.iter().any(|m| m == name) {
             true => self.installed.module(name),

@@ -1,5 +1,5 @@
-//! The company's secrets on this node: `PUT`/`DELETE /secrets/{name}`,
-//! `GET /secrets`, `POST /secrets/rotate-key`, and `crewlet secrets
+//! The company's secrets on this node: what `GET /secrets` lists (the
+//! routes are `crewlet-api`'s, wired in `crate::surface`), and `crewlet secrets
 //! set|list|rm|rotate-key` against a running node — or `set --data-dir`
 //! against a stopped one, which seals the value into that node's store
 //! ([`adopt_pending`] moves it onto the fleet at the next start).
@@ -18,121 +18,12 @@
 
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{get, post, put};
-use crewlet_api::retry_later;
 use serde_json::json;
 use tracing::{info, warn};
 
-pub use crewlet_secrets::{
-    Keyring, Listed, MAX_SECRET_BYTES, Record, Resolver, Secrets, SecretsError, check_name,
-};
+pub use crewlet_secrets::{Keyring, Record, Secrets, SecretsError, check_name};
 
-use crate::engine::Late;
-
-/// The secrets routes, bound with the HTTP surface (503 until the engine is up).
-pub fn routes(late: Late) -> Router {
-    Router::new()
-        .route("/secrets", get(list_secrets))
-        .route("/secrets/rotate-key", post(rotate_key))
-        .route("/secrets/{name}", put(put_secret).delete(delete_secret))
-        // One byte over the cap, so the handler (not the layer) says 413
-        // with the secret's name in the message.
-        .layer(DefaultBodyLimit::max(MAX_SECRET_BYTES + 1))
-        .with_state(late)
-}
-
-fn error(status: StatusCode, kind: &str, detail: String) -> Response {
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        return retry_later(crewlet_api::OPERATOR_RETRY_SECONDS, kind, detail);
-    }
-    (status, Json(json!({ "error": kind, "detail": detail }))).into_response()
-}
-
-fn failure(e: SecretsError) -> Response {
-    let status = match &e {
-        SecretsError::BadName(_) => StatusCode::BAD_REQUEST,
-        SecretsError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        SecretsError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-        SecretsError::Corrupt { .. } | SecretsError::Keyring(_) => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
-        SecretsError::NoKeyring(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, "secrets", e.to_string())
-}
-
-fn not_up() -> Response {
-    error(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "starting",
-        "the node's engine is not up yet; retry in a few seconds".into(),
-    )
-}
-
-async fn put_secret(State(late): State<Late>, Path(name): Path<String>, body: Bytes) -> Response {
-    if let Err(e) = check_name(&name) {
-        return failure(e);
-    }
-    let Some(ctx) = late.get() else {
-        return not_up();
-    };
-    let Ok(value) = std::str::from_utf8(&body) else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "secrets",
-            format!("the value of {name} is not UTF-8 text; send the secret as text"),
-        );
-    };
-    match ctx.secrets.set(&name, value).await {
-        Ok(_) => {
-            info!(subsystem = "secrets", secret = %name, "secret set");
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Err(e) => {
-            warn!(subsystem = "secrets", secret = %name, error = %e, "secret not set");
-            failure(e)
-        }
-    }
-}
-
-async fn delete_secret(State(late): State<Late>, Path(name): Path<String>) -> Response {
-    if let Err(e) = check_name(&name) {
-        return failure(e);
-    }
-    let Some(ctx) = late.get() else {
-        return not_up();
-    };
-    match ctx.secrets.remove(&name).await {
-        Ok(true) => {
-            info!(subsystem = "secrets", secret = %name, "secret removed");
-            StatusCode::NO_CONTENT.into_response()
-        }
-        Ok(false) => error(
-            StatusCode::NOT_FOUND,
-            "no_such_secret",
-            format!("no secret named {name} is set; `crewlet secrets list` shows the names"),
-        ),
-        Err(e) => failure(e),
-    }
-}
-
-async fn rotate_key(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return not_up();
-    };
-    match ctx.secrets.rotate_key().await {
-        Ok(done) => Json(json!({ "rotation": done })).into_response(),
-        Err(e) => {
-            warn!(subsystem = "secrets", error = %e, "keyring rotation failed");
-            failure(e)
-        }
-    }
-}
+use crate::engine::EngineContext;
 
 /// Moves the secrets set while this node was stopped onto the fleet's
 /// bucket, then deletes them locally. A row the fleet already holds a newer
@@ -203,14 +94,8 @@ pub const PRECEDENCE: &str = "a name the fleet's secrets bucket holds answers fr
 /// every name the active company uses that the bucket lacks, answered from
 /// this node's environment or unset. 503 while the bucket does not answer:
 /// then no name's source is known.
-async fn list_secrets(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return not_up();
-    };
-    let listed = match ctx.secrets.list().await {
-        Ok(listed) => listed,
-        Err(e) => return failure(e),
-    };
+pub(crate) async fn listing(ctx: &EngineContext) -> Result<serde_json::Value, SecretsError> {
+    let listed = ctx.secrets.list().await?;
     let in_env = |name: &str| std::env::var_os(name).is_some();
     let rows: Vec<serde_json::Value> = listed
         .iter()
@@ -237,8 +122,7 @@ async fn list_secrets(State(late): State<Late>) -> Response {
             json!({ "name": name, "source": source })
         })
         .collect();
-    Json(json!({ "secrets": rows, "outside_bucket": outside, "precedence": PRECEDENCE }))
-        .into_response()
+    Ok(json!({ "secrets": rows, "outside_bucket": outside, "precedence": PRECEDENCE }))
 }
 
 // ---- `crewlet secrets` ---------------------------------------------------------

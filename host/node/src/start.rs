@@ -71,7 +71,7 @@ pub struct Parts<'a> {
     pub config: &'a NodeConfig,
     pub state: &'a Arc<NodeState>,
     pub late: &'a Late,
-    pub tokens: &'a Arc<crate::tokens::Tokens>,
+    pub tokens: &'a Arc<crewlet_tokens::Tokens>,
     pub active: &'a crewlet_company::ActiveCompany,
     pub company: &'a Option<CompanyFile>,
     pub plugins: &'a [std::path::PathBuf],
@@ -168,14 +168,17 @@ pub async fn start(
     }
     // Peers can ask this node for its history before they can see it.
     let since = p.state.started_at_ms();
-    crate::history::responder::start(
+    match crewlet_history::Responder::start(
         client.clone(),
         p.node_id.into(),
         p.store.clone(),
         since,
-        started,
     )
-    .await;
+    .await
+    {
+        Ok(responder) => started.push("history", move || Box::pin(responder.stop())),
+        Err(e) => warn!(subsystem = "history", error = %e, "history reads not answered"),
+    }
     let status_of = p.state.clone();
     let presence =
         crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
@@ -184,7 +187,8 @@ pub async fn start(
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;
-    let pauses = crate::pauses::start(coord.clone(), started);
+    let (mirror, pauses) = crewlet_seats::PauseMirror::start(coord.clone());
+    started.push("pauses", move || Box::pin(mirror.stop()));
     p.state.attach_pauses(pauses.clone());
 
     let ctx = EngineContext {
@@ -201,9 +205,7 @@ pub async fn start(
         secrets,
         pauses,
     };
-    crate::configplane::start(&ctx, started)
-        .await
-        .map_err(NodeError::Engine)?;
+    start_config_plane(&ctx, started).await;
     let edge = crate::ingress::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
@@ -218,6 +220,31 @@ pub async fn start(
     p.state.advance(Phase::Running);
     info!(subsystem = "node", stream = %urls, "node running");
     Ok(Some(publisher))
+}
+
+/// The config reconciler: it accepts a document as `--company` is, and
+/// shows its posture on the node's state.
+async fn start_config_plane(ctx: &EngineContext, started: &mut Started) {
+    let policy = crate::company::policy(&ctx.config);
+    let running = crewlet_configplane::start(crewlet_configplane::Parts {
+        node_id: ctx.node_id.clone(),
+        coord: ctx.coord.clone(),
+        store: ctx.store.clone(),
+        publisher: ctx.publisher.clone(),
+        active: ctx.active.clone(),
+        postures: ctx.state.clone(),
+        accept: Arc::new(move |document: &str| crate::company::accept(document, &policy)),
+        seed: ctx
+            .company_file
+            .as_ref()
+            .map(|f| crewlet_configplane::Seed {
+                path: f.path.clone(),
+                company: f.company.clone(),
+                activate: f.activate,
+            }),
+    })
+    .await;
+    started.push("configplane", move || Box::pin(running.stop()));
 }
 
 /// Every loaded module's subscriptions, consumed on this node, then the
@@ -310,25 +337,18 @@ async fn serve_http(
     } else {
         crewlet_api::probes_router
     };
+    let operators = Arc::new(crate::surface::Operators(p.tokens.clone()));
     let router = serve(crewlet_api::Surface {
         probe: p.state.clone(),
-        events: Arc::new(crate::history::History {
+        events: Arc::new(crate::surface::History {
             state: p.state.clone(),
             late: p.late.clone(),
         }),
         catalog: p.state.clone(),
         closing: stop_rx.clone(),
-        routes: crate::ingress::routes(p.late.clone())
-            .merge(crate::configplane::routes(p.late.clone()))
-            .merge(crate::secrets::routes(p.late.clone()))
-            .merge(crate::budgets::routes(p.late.clone()))
-            .merge(crate::pauses::routes(p.late.clone()))
-            .merge(crate::fleet::routes(p.late.clone()))
-            .merge(crate::tokens::routes(p.tokens.clone()))
-            .merge(crate::operator::routes(p.late.clone()))
-            .merge(crate::module_state::routes(p.late.clone())),
+        routes: crate::surface::routes(p.late, &operators),
         every_node: crate::metrics::routes(p.late.clone()),
-        authority: p.tokens.clone(),
+        authority: operators,
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });
     let limits = crewlet_api::EdgeLimits {
@@ -447,7 +467,7 @@ fn announce_login(
     data_dir: &std::path::Path,
     banner: bool,
 ) {
-    let file = data_dir.join(crate::tokens::TOKEN_FILE);
+    let file = data_dir.join(crewlet_tokens::TOKEN_FILE);
     info!(subsystem = "tokens", file = %file.display(), "first start: an admin operator token was made");
     if !banner {
         return;

@@ -31,7 +31,7 @@ use serde_json::json;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::configplane::posture::{Posture, PostureReport};
+use crewlet_configplane::{Posture, PostureReport};
 
 /// Where a node is in its life. Moves forward only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -457,5 +457,16 @@ impl crewlet_api::Catalog for NodeState {
                 None => None,
             }
         })
+    }
+}
+
+/// The config reconciler shows its posture here.
+impl crewlet_configplane::Postures for NodeState {
+    fn set_posture(&self, report: PostureReport) -> bool {
+        NodeState::set_posture(self, report)
+    }
+
+    fn posture(&self) -> Posture {
+        NodeState::posture(self)
     }
 }

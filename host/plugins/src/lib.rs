@@ -36,6 +36,7 @@ pub mod sandbox;
 pub mod scaffold;
 pub mod scrub;
 pub mod state;
+pub mod state_view;
 pub mod trial;
 pub mod voice;
 pub mod webhook;

@@ -31,6 +31,7 @@ mod config;
 pub mod host;
 mod mailbox;
 mod park;
+pub mod pauses;
 pub mod placement;
 mod seat;
 mod sweep;
@@ -53,6 +54,7 @@ use tracing::{debug, info, warn};
 
 pub use crate::config::{Pauses, SeatsConfig, SeatsError, admits};
 pub use crate::host::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
+pub use crate::pauses::{PauseError, PauseMirror, SeatPauses};
 
 use crate::mailbox::Pace;
 

@@ -23,7 +23,6 @@ use tracing::info;
 use crewlet_plugins::manifest::Delivery;
 use crewlet_plugins::module::ModulePlugin;
 
-pub use consumer::MAX_REFUSALS;
 use consumer::Subscription;
 
 /// How one subscription is doing on this node.

@@ -40,8 +40,8 @@ use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{Installed, Kind, Manifest, Plugin, Runtime, RuntimeConfig};
 use tracing::{error, info, warn};
 
-pub use reload::{POLL_EVERY, watch};
-pub use view::{permissions, render_live};
+pub use reload::watch;
+pub use view::render_live;
 
 /// How long `GET /plugins` waits for one bucket's usage.
 pub const USAGE_WITHIN: Duration = Duration::from_secs(2);

@@ -1,4 +1,6 @@
-//! `GET /budgets`: the live token windows of the company and every seat.
+//! What `GET /budgets` answers (the route is `crewlet-api`'s; the
+//! operator's MCP reads it too): the live token windows of the company and
+//! every seat.
 //!
 //! Rule: the answer is read from the fleet's counters (leader reads), so
 //! every node answers the same numbers; an unreachable counter is a 503,
@@ -10,44 +12,15 @@
 //! from the counters and the mailbox depths, so every node answers the same;
 //! `null` when the depths did not answer (unknown, never "nothing parked").
 
-use axum::Json;
-use axum::Router;
-use axum::extract::State;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use crewlet_api::retry_later;
 use crewlet_company::{Ceilings, Company};
 use crewlet_coord::{BudgetSlot, BudgetView, CoordError, Period, Scope};
 use serde_json::{Value, json};
 
-use crate::engine::{EngineContext, Late};
-
-pub fn routes(late: Late) -> Router {
-    Router::new()
-        .route("/budgets", get(get_budgets))
-        .with_state(late)
-}
-
-fn unavailable(error: &str, detail: String) -> Response {
-    retry_later(crewlet_api::OPERATOR_RETRY_SECONDS, error, detail)
-}
-
-async fn get_budgets(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return unavailable("starting", "the node's engine is not up yet".into());
-    };
-    let Some(active) = ctx.active.current() else {
-        return unavailable("no_company", "no company is active on this node".into());
-    };
-    match view(ctx, &active.company).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => unavailable("budgets_unavailable", e.to_string()),
-    }
-}
+use crate::View;
 
 /// The company's and every seat's windows, with their ceilings, and what
 /// is parked on each.
-pub async fn view(ctx: &EngineContext, company: &Company) -> Result<Value, CoordError> {
+pub(crate) async fn view(ctx: &View, company: &Company) -> Result<Value, CoordError> {
     let now = crewlet_os::wall_now();
     let windows = crewlet_turns::windows_at(company, now);
     let mut scopes = vec![(Scope::Company, company.budget)];
@@ -62,7 +35,7 @@ pub async fn view(ctx: &EngineContext, company: &Company) -> Result<Value, Coord
         .map(|(scope, _)| ctx.coord.budget(scope, &windows));
     let js = async_nats::jetstream::new(ctx.client.clone());
     let depths = async {
-        tokio::time::timeout(crate::history::BUDGET, crewlet_stream::mailbox_depths(&js))
+        tokio::time::timeout(crewlet_history::BUDGET, crewlet_stream::mailbox_depths(&js))
             .await
             .map_err(|_| "the mailbox listing did not answer in time".to_owned())?
             .map_err(|e| e.to_string())

@@ -14,7 +14,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use crewlet_api::EventFilter;
+use crewlet_bus::EventFilter;
 use crewlet_store::{EventQuery, Store};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

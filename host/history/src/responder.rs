@@ -8,55 +8,72 @@
 //!   thread from the writers, and the loop itself never waits on a slot,
 //!   so a stop is heard at once. A read the asker gave up on is answered to
 //!   nobody, which costs nothing.
-//! - Stopped from the teardown stack: the subscription ends, reads in
-//!   flight are abandoned (their askers time out and name this node).
+//! - Stopped by [`Responder::stop`] (the node's teardown stack calls it):
+//!   the subscription ends, reads in flight are abandoned (their askers
+//!   time out and name this node).
 
 use std::sync::Arc;
 
 use crewlet_store::Store;
 use futures::StreamExt;
 use tokio::sync::{Semaphore, watch};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tracing::{Instrument, info_span, warn};
 
 use super::local::{Ask, Told, answer_off_thread};
-use crate::engine::Started;
 
 /// History reads answered at once.
 const CONCURRENT: usize = 4;
 /// Bytes kept free of rows in an answer, for the envelope and headers.
 const HEADROOM: usize = 8 * 1024;
 
-/// Subscribes and answers until the node stops. A subscription that cannot
-/// be made is logged: peers then find no responder and name this node in
-/// their coverage.
-pub async fn start(
-    client: async_nats::Client,
-    node_id: String,
-    store: Arc<Store>,
-    since_ms: i64,
-    started: &mut Started,
-) {
-    let subject = crewlet_bus::history_subject(&node_id);
-    let sub = match client.subscribe(subject.clone()).await {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(subsystem = "history", %subject, error = %e,
-                "cannot answer the fleet's history reads; peers will name this node as not answering");
-            return;
-        }
-    };
-    let (stop_tx, stop) = watch::channel(false);
-    let task = tokio::spawn(
-        serve(client, sub, node_id, store, since_ms, stop)
-            .instrument(info_span!("history", subsystem = "history")),
-    );
-    started.push("history", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(true);
-            let _ = task.await;
-        })
-    });
+/// Why this node cannot answer its peers' history reads.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "cannot subscribe to {subject} to answer the fleet's history reads ({source}); peers will name this node as not answering until it restarts with the broker reachable"
+    )]
+    Subscribe {
+        subject: String,
+        #[source]
+        source: async_nats::SubscribeError,
+    },
+}
+
+/// This node answering its peers' history reads, until stopped.
+pub struct Responder {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Responder {
+    /// Subscribes and answers until [`Responder::stop`]. A subscription
+    /// that cannot be made is an error: peers then find no responder and
+    /// name this node in their coverage.
+    pub async fn start(
+        client: async_nats::Client,
+        node_id: String,
+        store: Arc<Store>,
+        since_ms: i64,
+    ) -> Result<Responder, StartError> {
+        let subject = crewlet_bus::history_subject(&node_id);
+        let sub = client
+            .subscribe(subject.clone())
+            .await
+            .map_err(|source| StartError::Subscribe { subject, source })?;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(
+            serve(client, sub, node_id, store, since_ms, stopped)
+                .instrument(info_span!("history", subsystem = "history")),
+        );
+        Ok(Responder { stop, task })
+    }
+
+    /// Ends the subscription and abandons reads in flight.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
 }
 
 async fn serve(

@@ -1,4 +1,5 @@
-//! History is read from every node, not copied to every node.
+//! The fleet's history (`crewlet-history`): read from every node, not
+//! copied to every node.
 //!
 //! Each node's event log holds only what it published, so a read of the
 //! event log (`GET /events`, the `/ws/stream` query, the operator's
@@ -31,13 +32,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crewlet_api::{EventFilter, EventSource};
+use crewlet_bus::EventFilter;
+use crewlet_coord::Coord;
+use crewlet_store::Store;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::engine::{EngineContext, Late};
-use crate::state::NodeState;
-use local::{Ask, Told};
+pub use local::{Ask, OpenTurn, Told};
+pub use responder::{Responder, StartError};
 
 /// The fleet read budget: membership and every peer's answer within it.
 pub const BUDGET: Duration = Duration::from_secs(2);
@@ -72,14 +74,60 @@ pub struct Gathered {
     pub coverage: Coverage,
 }
 
-/// Asks `ask` of every live node (or only `only`), this one from its own
-/// log; answers within [`BUDGET`].
-pub async fn gather(ctx: &EngineContext, ask: Ask, only: Option<&str>) -> Gathered {
+/// What a fleet read is made with: this node's id, log and start, the
+/// connection peers are asked on, and presence (who to ask). Cheap to clone.
+#[derive(Clone)]
+pub struct Reader {
+    node_id: String,
+    client: async_nats::Client,
+    coord: Coord,
+    store: Arc<Store>,
+    since_ms: i64,
+}
+
+impl Reader {
+    /// `since_ms`: when this process started (a turn that started before
+    /// cannot still be open).
+    pub fn new(
+        node_id: String,
+        client: async_nats::Client,
+        coord: Coord,
+        store: Arc<Store>,
+        since_ms: i64,
+    ) -> Reader {
+        Reader {
+            node_id,
+            client,
+            coord,
+            store,
+            since_ms,
+        }
+    }
+
+    /// Asks `ask` of every live node (or only `only`), this one from its own
+    /// log; answers within [`BUDGET`].
+    pub async fn gather(&self, ask: Ask, only: Option<&str>) -> Gathered {
+        gather(self, ask, only).await
+    }
+
+    /// A fleet read of the event log, as `GET /events` and the socket answer it.
+    pub async fn events(&self, filter: EventFilter) -> Value {
+        events(self, filter).await
+    }
+
+    /// A turn's detail, wherever it ran: every row carrying its turn id, from
+    /// every node (a turn moved by a crash has rows on two), with coverage.
+    pub async fn turn(&self, turn_id: &str) -> Value {
+        turn(self, turn_id).await
+    }
+}
+
+async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
     let begun = Instant::now();
     let deadline = tokio::time::Instant::now() + BUDGET;
     let me = ctx.node_id.clone();
     let room = ctx.client.server_info().max_payload;
-    let since = ctx.state.started_at_ms();
+    let since = ctx.since_ms;
     let asks_me = only.is_none_or(|n| n == me);
     let mine = async {
         if asks_me {
@@ -174,7 +222,7 @@ pub async fn gather(ctx: &EngineContext, ask: Ask, only: Option<&str>) -> Gather
 }
 
 async fn ask_peer(
-    ctx: &EngineContext,
+    ctx: &Reader,
     node: &str,
     body: bytes::Bytes,
     deadline: tokio::time::Instant,
@@ -233,8 +281,7 @@ pub fn merge(told: &[Told], limit: usize) -> (Vec<Value>, bool) {
     (rows.into_iter().cloned().collect(), truncated)
 }
 
-/// A fleet read of the event log, as `GET /events` and the socket answer it.
-pub async fn events(ctx: &EngineContext, filter: EventFilter) -> Value {
+async fn events(ctx: &Reader, filter: EventFilter) -> Value {
     let asked = filter.limit;
     let limit = local::effective_limit(asked);
     // `before_seq` is a position in one node's log: without `node` it
@@ -266,9 +313,7 @@ fn answer(told: &[Told], coverage: Coverage, limit: usize, asked: Option<usize>)
     out
 }
 
-/// A turn's detail, wherever it ran: every row carrying its turn id, from
-/// every node (a turn moved by a crash has rows on two), with coverage.
-pub async fn turn(ctx: &EngineContext, turn_id: &str) -> Value {
+async fn turn(ctx: &Reader, turn_id: &str) -> Value {
     let ask = Ask::Turn {
         turn_id: turn_id.to_owned(),
     };
@@ -288,58 +333,50 @@ pub async fn turn(ctx: &EngineContext, turn_id: &str) -> Value {
     })
 }
 
-/// The HTTP surface's [`EventSource`]: the live broadcast from the node's
-/// feed, queries from the whole fleet once the engine is up (before that,
-/// this node's log, with the coverage saying the fleet was not asked).
-pub struct History {
-    pub state: Arc<NodeState>,
-    pub late: Late,
-}
+/// This node's log could not be read for a read of it alone.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
 
-impl EventSource for History {
-    fn live(&self) -> Option<tokio::sync::broadcast::Receiver<Arc<str>>> {
-        self.state.live_feed()
+/// A read of this node's log alone, before the fleet can be asked (the
+/// engine is still starting): the answer has the fleet read's shape, its
+/// coverage saying the fleet was not asked.
+pub async fn own_log(
+    store: Arc<Store>,
+    node_id: String,
+    since_ms: i64,
+    filter: EventFilter,
+) -> Result<Value, Unreadable> {
+    let begun = Instant::now();
+    let asked = filter.limit;
+    let limit = local::effective_limit(asked);
+    let filter = EventFilter {
+        limit: Some(limit),
+        ..filter
+    };
+    let mine = local::answer_off_thread(
+        store,
+        node_id.clone(),
+        Ask::Events { filter },
+        since_ms,
+        usize::MAX,
+    )
+    .await;
+    if let Some(e) = mine.error {
+        return Err(Unreadable(e));
     }
-
-    fn query(&self, filter: EventFilter) -> crewlet_api::stream::QueryFuture {
-        let late = self.late.clone();
-        let state = self.state.clone();
-        Box::pin(async move {
-            if let Some(ctx) = late.get() {
-                return Ok(events(ctx, filter).await);
-            }
-            let begun = Instant::now();
-            let asked = filter.limit;
-            let limit = local::effective_limit(asked);
-            let filter = EventFilter {
-                limit: Some(limit),
-                ..filter
-            };
-            let mine = local::answer_off_thread(
-                state.store.clone(),
-                state.node_id.clone(),
-                Ask::Events { filter },
-                state.started_at_ms(),
-                usize::MAX,
-            )
-            .await;
-            if let Some(e) = mine.error {
-                return Err(e);
-            }
-            let coverage = Coverage {
-                complete: false,
-                membership: "unknown",
-                membership_error: Some(
-                    "the engine is still starting: only this node's log was read".into(),
-                ),
-                answered: vec![state.node_id.clone()],
-                missing: Vec::new(),
-                budget_ms: BUDGET.as_millis() as u64,
-                took_ms: begun.elapsed().as_millis() as u64,
-            };
-            Ok(answer(&[mine], coverage, limit, asked))
-        })
-    }
+    let coverage = Coverage {
+        complete: false,
+        membership: "unknown",
+        membership_error: Some(
+            "the engine is still starting: only this node's log was read".into(),
+        ),
+        answered: vec![node_id],
+        missing: Vec::new(),
+        budget_ms: BUDGET.as_millis() as u64,
+        took_ms: begun.elapsed().as_millis() as u64,
+    };
+    Ok(answer(&[mine], coverage, limit, asked))
 }
 
 #[cfg(test)]

@@ -39,16 +39,15 @@ use crewlet_company::PlacementGroup;
 use crewlet_coord::{Lease, NodeStatus};
 use serde_json::{Value, json};
 
-use super::{FleetError, bounded, node_of, table, text};
-use crate::engine::EngineContext;
-use crate::history::local::Ask;
+use super::{FleetError, View, bounded, node_of, table, text};
+use crewlet_history::Ask;
 
 /// Every seat of the active company, as the module docs describe.
-pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
+pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
     let active = ctx.active.current().ok_or(FleetError::NoCompany)?;
     let js = async_nats::jetstream::new(ctx.client.clone());
     let depths = async {
-        match tokio::time::timeout(crate::history::BUDGET, crewlet_stream::mailbox_depths(&js))
+        match tokio::time::timeout(crewlet_history::BUDGET, crewlet_stream::mailbox_depths(&js))
             .await
         {
             Ok(r) => r.map_err(|e| e.to_string()),
@@ -59,7 +58,7 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
         bounded(ctx.coord.list_live("seat")),
         bounded(ctx.coord.list_live("node")),
         depths,
-        crate::history::gather(ctx, Ask::OpenTurns, None),
+        ctx.history.gather(Ask::OpenTurns, None),
     );
     let pauses = ctx.pauses.borrow().clone();
     let parks = parks(ctx, &active.company, depths.as_ref().ok()).await;
@@ -203,7 +202,7 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
 /// The seats with waiting wakes whose budget has no room, with why (see the
 /// module docs); the counters are read only for those seats.
 async fn parks(
-    ctx: &EngineContext,
+    ctx: &View,
     company: &crewlet_company::Company,
     depths: Option<&BTreeMap<String, crewlet_stream::MailboxDepth>>,
 ) -> Result<BTreeMap<String, String>, String> {

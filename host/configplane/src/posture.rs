@@ -1,6 +1,6 @@
 //! The posture rule: what a node does about the fleet's active epoch,
 //! picked from what it sees of the pointer and of its peers (the rules are
-//! in [`crate::configplane`]'s docs). Pure: no I/O, tested as a table.
+//! in the crate's docs). Pure: no I/O, tested as a table.
 
 use std::time::Duration;
 

@@ -4,25 +4,79 @@
 //! pointer names into the node's [`crewlet_company::ActiveCompany`] — the one
 //! owner of the applied epoch — records it in the node store, picks its
 //! posture and keeps its status fresh in the status bucket.
+//!
+//! Started with [`start`], stopped with [`Running::stop`]: the loop ends
+//! between polls, never inside one.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crewlet_company::{Active, Company};
-use crewlet_coord::Pointer;
+use crewlet_company::{Active, ActiveCompany, Company, Invalid};
+use crewlet_coord::{Coord, Pointer};
+use crewlet_observe::Publisher;
+use crewlet_store::Store;
 use serde_json::json;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{Instrument, error, info, info_span, warn};
 
-use super::activation::{ConfigError, activate, announce, fetch};
-use super::posture::{PeersSeen, PointerSeen, Posture, Seen, decide};
-use crate::engine::{EngineContext, Started};
+use crate::activation::{ConfigError, activate, announce, fetch};
+use crate::posture::{PeersSeen, PointerSeen, Posture, PostureReport, Seen, decide};
 
 /// How often every node reads the pointer.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(2);
 /// How often a node re-writes its status while nothing changes (the status
 /// bucket forgets a node that said nothing for about a minute).
 pub const STATUS_REFRESH: Duration = Duration::from_secs(15);
+
+/// Where the node shows its posture (`/health`, `/ready`, presence).
+pub trait Postures: Send + Sync + 'static {
+    /// Sets the posture; answers whether it changed.
+    fn set_posture(&self, report: PostureReport) -> bool;
+    /// The posture now.
+    fn posture(&self) -> Posture;
+}
+
+/// How this node accepts a document: parsed, and checked against its own
+/// allow-list (the same rule as `--company` and `PUT /config`).
+pub trait Accept: Send + Sync + 'static {
+    fn accept(&self, document: &str) -> Result<Company, Invalid>;
+}
+
+impl<F> Accept for F
+where
+    F: Fn(&str) -> Result<Company, Invalid> + Send + Sync + 'static,
+{
+    fn accept(&self, document: &str) -> Result<Company, Invalid> {
+        self(document)
+    }
+}
+
+/// The `--company` document the node was started with.
+#[derive(Debug, Clone)]
+pub struct Seed {
+    pub path: PathBuf,
+    pub company: Company,
+    /// `--activate-company`: published whatever the pointer names, not
+    /// only onto an unset pointer.
+    pub activate: bool,
+}
+
+/// What the reconciler runs with.
+pub struct Parts {
+    pub node_id: String,
+    pub coord: Coord,
+    /// The node store: the applied revision is recorded there, and an
+    /// offline import waits there.
+    pub store: Arc<Store>,
+    pub publisher: Publisher,
+    /// The one owner of the applied epoch.
+    pub active: ActiveCompany,
+    pub postures: Arc<dyn Postures>,
+    pub accept: Arc<dyn Accept>,
+    pub seed: Option<Seed>,
+}
 
 /// A document this node publishes through the pointer once it can.
 struct Pending {
@@ -41,7 +95,7 @@ struct Failing {
 }
 
 struct Reconciler {
-    ctx: EngineContext,
+    ctx: Parts,
     pending: Option<Pending>,
     /// The epoch this node could not apply (retried every poll; logged once).
     failed: Option<Failing>,
@@ -104,7 +158,7 @@ impl Reconciler {
         });
         let posture = report.posture;
         let reason = report.reason.clone();
-        if self.ctx.state.set_posture(report) {
+        if self.ctx.postures.set_posture(report) {
             if posture == Posture::Serve {
                 info!(subsystem = "configplane", posture = posture.as_str(), %reason, "config posture");
             } else {
@@ -208,7 +262,7 @@ impl Reconciler {
                     source = %p.source, "company revision activated at start");
                 if a.moved {
                     announce(
-                        &self.ctx,
+                        &self.ctx.publisher,
                         "config_activated",
                         a.epoch,
                         &a.digest,
@@ -288,7 +342,14 @@ impl Reconciler {
                 "applied, but the node store writer failed"),
         }
         self.write_status().await;
-        announce(&self.ctx, "config_applied", epoch, digest, &company).await;
+        announce(
+            &self.ctx.publisher,
+            "config_applied",
+            epoch,
+            digest,
+            &company,
+        )
+        .await;
         Applied::Done
     }
 
@@ -298,7 +359,7 @@ impl Reconciler {
             "digest": self.ctx.active.current().filter(|a| a.applied_epoch().is_some()).map(|a| a.company.digest.clone()),
             "failed_epoch": self.failed.as_ref().map(|f| f.epoch),
             "error": self.failed.as_ref().map(|f| f.why.clone()),
-            "posture": self.ctx.state.posture().as_str(),
+            "posture": self.ctx.postures.posture().as_str(),
             "at_ms": crewlet_os::now_ms(),
         });
         match self
@@ -317,31 +378,29 @@ impl Reconciler {
 
 /// What to publish at start: an offline import held in the node store, else
 /// the `--company` document (only onto an unset pointer).
-async fn pending_at_start(ctx: &EngineContext) -> Option<Pending> {
+async fn pending_at_start(ctx: &Parts) -> Option<Pending> {
     let store = ctx.store.clone();
     match tokio::task::spawn_blocking(move || store.active_revision()).await {
-        Ok(Ok(Some(rev))) if rev.is_pending() => {
-            match crate::company::accept(&rev.document, &crate::company::policy(&ctx.config)) {
-                Ok(company) => {
-                    return Some(Pending {
-                        company,
-                        document: rev.document,
-                        source: rev
-                            .source
-                            .unwrap_or_else(|| "crewlet config import (offline)".into()),
-                        only_if_unset: false,
-                    });
-                }
-                Err(e) => error!(subsystem = "configplane", error = %e,
-                "the offline import in the node store does not validate; not publishing it"),
+        Ok(Ok(Some(rev))) if rev.is_pending() => match ctx.accept.accept(&rev.document) {
+            Ok(company) => {
+                return Some(Pending {
+                    company,
+                    document: rev.document,
+                    source: rev
+                        .source
+                        .unwrap_or_else(|| "crewlet config import (offline)".into()),
+                    only_if_unset: false,
+                });
             }
-        }
+            Err(e) => error!(subsystem = "configplane", error = %e,
+                "the offline import in the node store does not validate; not publishing it"),
+        },
         Ok(Ok(_)) => {}
         Ok(Err(e)) => warn!(subsystem = "configplane", error = %e,
             "cannot read the node store's active revision"),
         Err(e) => warn!(subsystem = "configplane", error = %e, "node store reader failed"),
     }
-    let file = ctx.company_file.as_ref()?;
+    let file = ctx.seed.as_ref()?;
     let document = match std::fs::read_to_string(&file.path) {
         Ok(d) => d,
         Err(e) => {
@@ -363,20 +422,35 @@ async fn pending_at_start(ctx: &EngineContext) -> Option<Pending> {
     })
 }
 
+/// The reconciler, polling until stopped.
+pub struct Running {
+    stop: watch::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Stops the loop between polls and waits for it.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
 /// Starts the config reconciler: one poll now (so a node that comes up
 /// ready already serves the fleet's revision when the pointer answers),
 /// then one every [`POLL_INTERVAL`].
-pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), String> {
+pub async fn start(parts: Parts) -> Running {
+    let pending = pending_at_start(&parts).await;
     let mut rec = Reconciler {
-        ctx: ctx.clone(),
-        pending: pending_at_start(ctx).await,
+        ctx: parts,
+        pending,
         failed: None,
         behind: None,
         status_written: None,
         pointer_down: false,
     };
     rec.tick().await;
-    let (stop_tx, mut stop_rx) = watch::channel(());
+    let (stop, mut stop_rx) = watch::channel(());
     let task = tokio::spawn(
         async move {
             loop {
@@ -390,11 +464,5 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         }
         .instrument(info_span!("configplane", subsystem = "configplane")),
     );
-    started.push("configplane", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(());
-            let _ = task.await;
-        })
-    });
-    Ok(())
+    Running { stop, task }
 }

@@ -1,4 +1,4 @@
-//! The config plane: one company, agreed by pointer.
+//! The config plane (`crewlet-configplane`): one company, agreed by pointer.
 //!
 //! Rule: a company document becomes active only by a compare-and-set on the
 //! fleet's config pointer, whose own revision is the epoch; every node polls
@@ -33,7 +33,8 @@
 //!   is unknown, never "no peer", and so never sheds either; a peer whose
 //!   status does not report `applied_epoch` (an older build) is not counted
 //!   as having the epoch, so a node never sheds on a peer's silence.
-//!   `/ready` fails on shed and stuck (the table is in [`crate::state`]);
+//!   `/ready` fails on shed and stuck (the table is in `crewlet-node`'s
+//!   `state`);
 //!   a shedding node stops consuming
 //!   `notify-inbound`.
 //! - At start, a node holding an offline import (`crewlet config import`
@@ -45,17 +46,20 @@
 //!   `/health`); `--activate-company` publishes it like an import.
 //!
 //! One job per file: [`activation`] (the compare-and-set protocol),
-//! [`routes`] (`PUT`/`GET /config`), [`posture`] (the pure rule),
-//! [`reconciler`] (the poll loop every node runs), [`import`] (the CLI).
+//! [`requests`] (what `PUT`/`GET /config` ask of it; the routes are
+//! `crewlet-api`'s), [`posture`] (the pure rule), [`reconciler`] (the poll
+//! loop every node runs). The CLI's `config import` is `crewlet-node`'s.
+//! It knows nothing of HTTP, plugins or MCP: how a document is accepted
+//! and where the posture is shown are handed in by the node.
 
 pub mod activation;
-pub mod import;
 pub mod posture;
 pub mod reconciler;
-pub mod routes;
+pub mod requests;
 
 pub use activation::{Activation, ConfigError, activate};
-pub use import::{ImportError, import};
 pub use posture::{Posture, PostureReport, SHED_GRACE, STUCK_AFTER, decide};
-pub use reconciler::{POLL_INTERVAL, STATUS_REFRESH, start};
-pub use routes::{MAX_DOCUMENT_BYTES, routes};
+pub use reconciler::{
+    Accept, POLL_INTERVAL, Parts, Postures, Running, STATUS_REFRESH, Seed, start,
+};
+pub use requests::Plane;

@@ -1,13 +1,11 @@
 //! The activation protocol: a document becomes active only by a
 //! compare-and-set on the fleet's config pointer, whose revision is the
-//! epoch (the rules are in [`crate::configplane`]'s docs).
+//! epoch (the rules are in the crate's docs).
 
 use crewlet_company::Company;
 use crewlet_coord::{Answer, Bucket, Coord, CoordError, Pointer};
 use serde_json::json;
 use tracing::warn;
-
-use crate::engine::EngineContext;
 
 /// Record class of a stored revision in the config bucket.
 const REVISION_CLASS: &str = "company_revision";
@@ -112,13 +110,13 @@ pub async fn activate(
 }
 
 /// A stored revision, read back from the config bucket and validated.
-pub(super) struct Fetched {
+pub(crate) struct Fetched {
     pub document: String,
     pub company: Company,
     pub source: Option<String>,
 }
 
-pub(super) async fn fetch(coord: &Coord, digest: &str, epoch: u64) -> Result<Fetched, ConfigError> {
+pub(crate) async fn fetch(coord: &Coord, digest: &str, epoch: u64) -> Result<Fetched, ConfigError> {
     let (value, _) = match coord
         .get_record(Bucket::Config, REVISION_CLASS, digest)
         .await?
@@ -155,14 +153,14 @@ pub(super) async fn fetch(coord: &Coord, digest: &str, epoch: u64) -> Result<Fet
 }
 
 /// Publishes a config event; a failure is logged, never fatal.
-pub(super) async fn announce(
-    ctx: &EngineContext,
+pub(crate) async fn announce(
+    publisher: &crewlet_observe::Publisher,
     kind: &str,
     epoch: u64,
     digest: &str,
     company: &Company,
 ) {
-    let event = ctx.publisher.event(
+    let event = publisher.event(
         kind,
         json!({
             "epoch": epoch,
@@ -171,7 +169,7 @@ pub(super) async fn announce(
             "seats": company.seats.len(),
         }),
     );
-    if let Err(e) = ctx.publisher.publish(event).await {
+    if let Err(e) = publisher.publish(event).await {
         warn!(subsystem = "configplane", error = %e, event = kind, "could not publish a config event");
     }
 }
@@ -186,7 +184,7 @@ mod tests {
 
     use super::*;
 
-    const EXAMPLE: &str = include_str!("../../../../examples/company.toml");
+    const EXAMPLE: &str = include_str!("../../../examples/company.toml");
 
     fn doc(org: &str) -> (String, Company) {
         let text = EXAMPLE.replace("name = \"Acme Robotics\"", &format!("name = \"{org}\""));

@@ -1,6 +1,7 @@
-//! Operator tokens on this node: the mirror the API guard reads, the
-//! first-start admin token, `GET`/`POST /tokens`, `DELETE /tokens/{id}`,
-//! and `crewlet tokens create|list|revoke`.
+//! Operator tokens on this node (`crewlet-tokens`): the mirror the API
+//! guard reads, the first-start admin token, what `GET`/`POST /tokens` and
+//! `DELETE /tokens/{id}` do (the routes are `crewlet-api`'s), and the TTLs
+//! `crewlet tokens create` takes.
 //!
 //! Rules, and why:
 //! - **The fleet's tokens bucket is the source; this node holds a mirror**
@@ -33,17 +34,10 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Json, Response};
-use axum::routing::{delete, get};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use crewlet_api::{Refused, Scope, Verdict, retry_later};
 use crewlet_coord::{Answer, Coord, TokenRecord};
 use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -140,38 +134,50 @@ pub struct Tokens {
     coord: OnceLock<Coord>,
 }
 
-impl crewlet_api::Authority for Tokens {
-    fn check(&self, token: &str) -> Verdict {
+/// What the mirror says of one presented token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Standing {
+    /// A live token: its id and its scope as stored (`read`, `write`,
+    /// `admin`; the guard refuses a scope it does not know).
+    Live {
+        id: String,
+        scope: String,
+    },
+    Expired,
+    Revoked,
+    /// No token with this value exists in the fleet.
+    NotHeld,
+    /// The mirror cannot say (why, for the 503's detail): fail closed.
+    Unknown(String),
+}
+
+impl Tokens {
+    /// Judges a presented token from memory (a map lookup per request).
+    pub fn check(&self, token: &str) -> Standing {
         let m = self.mirror.read().unwrap_or_else(|p| p.into_inner());
         match m.by_hash.get(&digest(token)) {
             Some((id, r)) => {
-                let now = now_ms();
                 if r.revoked_ms.is_some() {
-                    Verdict::Refused(Refused::Revoked)
-                } else if !r.live_at(now) {
-                    Verdict::Refused(Refused::Expired)
+                    Standing::Revoked
+                } else if !r.live_at(now_ms()) {
+                    Standing::Expired
                 } else {
-                    match Scope::parse(&r.scope) {
-                        Some(scope) => Verdict::Granted {
-                            id: id.clone(),
-                            scope,
-                        },
-                        None => Verdict::Refused(Refused::Unknown),
+                    Standing::Live {
+                        id: id.clone(),
+                        scope: r.scope.clone(),
                     }
                 }
             }
             None if !m.listed => {
-                Verdict::Unknown("the fleet's tokens have not been read yet".into())
+                Standing::Unknown("the fleet's tokens have not been read yet".into())
             }
-            None if !m.watching => Verdict::Unknown(
+            None if !m.watching => Standing::Unknown(
                 "the tokens bucket is unreachable and this node has not seen that token".into(),
             ),
-            None => Verdict::Refused(Refused::Unknown),
+            None => Standing::NotHeld,
         }
     }
-}
 
-impl Tokens {
     /// Starts mirroring the fleet's tokens on `coord` until `stop`; waits
     /// up to `first` for the first listing.
     pub async fn start(
@@ -348,36 +354,10 @@ async fn mirror(
     }
 }
 
-// ---- the API ----------------------------------------------------------------
+// ---- what the operator's requests do --------------------------------------
 
-/// `/tokens` (admin scope, checked by the guard).
-pub fn routes(tokens: Arc<Tokens>) -> Router {
-    Router::new()
-        .route("/tokens", get(list).post(create))
-        .route("/tokens/{id}", delete(revoke))
-        .with_state(tokens)
-}
-
-fn failure(e: TokensError) -> Response {
-    match e {
-        TokensError::Unavailable(_) => retry_later(2, "tokens_unavailable", e.to_string()),
-        _ => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            Json(json!({ "status": "error", "error": e.to_string() })),
-        )
-            .into_response(),
-    }
-}
-
-fn bad_request(error: String) -> Response {
-    (
-        StatusCode::BAD_REQUEST,
-        Json(json!({ "status": "bad_request", "error": error })),
-    )
-        .into_response()
-}
-
-fn shown(id: &str, r: &TokenRecord) -> serde_json::Value {
+/// A token as listed: never its value, never its hash.
+pub fn shown(id: &str, r: &TokenRecord) -> serde_json::Value {
     json!({
         "id": id,
         "name": r.name,
@@ -388,99 +368,67 @@ fn shown(id: &str, r: &TokenRecord) -> serde_json::Value {
     })
 }
 
-async fn list(State(tokens): State<Arc<Tokens>>) -> Response {
-    let coord = match tokens.coord() {
-        Ok(c) => c,
-        Err(e) => return failure(e),
-    };
-    match coord.tokens().await {
-        Ok(all) => Json(json!({
-            "tokens": all.iter().map(|(id, r)| shown(id, r)).collect::<Vec<_>>()
-        }))
-        .into_response(),
-        Err(e) => failure(TokensError::Unavailable(e.to_string())),
+impl Tokens {
+    /// Every token in the fleet, as [`shown`].
+    pub async fn list(&self) -> Result<Vec<serde_json::Value>, TokensError> {
+        let all = self
+            .coord()?
+            .tokens()
+            .await
+            .map_err(|e| TokensError::Unavailable(e.to_string()))?;
+        Ok(all.iter().map(|(id, r)| shown(id, r)).collect())
     }
-}
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateBody {
-    scope: String,
-    #[serde(default)]
-    name: String,
-    #[serde(default)]
-    ttl_seconds: Option<u64>,
-}
+    /// Makes a token of `scope` (already checked by the caller), live for
+    /// `ttl_seconds` if given; answers it [`shown`], with its value under
+    /// `token` — the only time the value is ever told.
+    pub async fn issue(
+        &self,
+        scope: &str,
+        name: String,
+        ttl_seconds: Option<u64>,
+    ) -> Result<serde_json::Value, TokensError> {
+        let (id, value) = fresh()?;
+        let now = now_ms();
+        let rec = TokenRecord {
+            hash: digest(&value),
+            scope: scope.into(),
+            name,
+            created_ms: now,
+            expires_ms: ttl_seconds.map(|s| now.saturating_add(s.saturating_mul(1000))),
+            revoked_ms: None,
+        };
+        self.create(&id, rec.clone()).await?;
+        info!(subsystem = "tokens", token = %id, scope, "operator token created");
+        let mut out = shown(&id, &rec);
+        out["token"] = json!(value);
+        Ok(out)
+    }
 
-async fn create(State(tokens): State<Arc<Tokens>>, body: axum::body::Bytes) -> Response {
-    let req: CreateBody = match serde_json::from_slice(&body) {
-        Ok(r) => r,
-        Err(e) => {
-            return bad_request(format!(
-                "expected {{\"scope\": \"read|write|admin\", \"name\"?: TEXT, \"ttl_seconds\"?: N}}: {e}"
-            ));
+    /// Revokes token `id`; answers it [`shown`], or `None` when no token
+    /// has that id.
+    pub async fn revoke(&self, id: &str) -> Result<Option<serde_json::Value>, TokensError> {
+        match self.coord()?.revoke_token(id, now_ms()).await {
+            Ok(Answer::Yes(rec)) => {
+                info!(subsystem = "tokens", token = %id, "operator token revoked");
+                self.apply(id.to_owned(), Some(rec.clone()));
+                Ok(Some(shown(id, &rec)))
+            }
+            Ok(Answer::No(())) => Ok(None),
+            Err(e) => Err(TokensError::Unavailable(e.to_string())),
         }
-    };
-    let Some(scope) = Scope::parse(&req.scope) else {
-        return bad_request(format!(
-            "scope {:?} is not one of read, write, admin",
-            req.scope
-        ));
-    };
-    if req.ttl_seconds == Some(0) || req.name.len() > 200 {
-        return bad_request("ttl_seconds must be above 0 and name at most 200 bytes".into());
-    }
-    let (id, value) = match fresh() {
-        Ok(f) => f,
-        Err(e) => return failure(e),
-    };
-    let now = now_ms();
-    let rec = TokenRecord {
-        hash: digest(&value),
-        scope: scope.as_str().into(),
-        name: req.name,
-        created_ms: now,
-        expires_ms: req
-            .ttl_seconds
-            .map(|s| now.saturating_add(s.saturating_mul(1000))),
-        revoked_ms: None,
-    };
-    if let Err(e) = tokens.create(&id, rec.clone()).await {
-        return failure(e);
-    }
-    info!(subsystem = "tokens", token = %id, scope = scope.as_str(), "operator token created");
-    let mut out = shown(&id, &rec);
-    out["token"] = json!(value);
-    (StatusCode::CREATED, Json(out)).into_response()
-}
-
-async fn revoke(State(tokens): State<Arc<Tokens>>, UrlPath(id): UrlPath<String>) -> Response {
-    let coord = match tokens.coord() {
-        Ok(c) => c,
-        Err(e) => return failure(e),
-    };
-    match coord.revoke_token(&id, now_ms()).await {
-        Ok(Answer::Yes(rec)) => {
-            info!(subsystem = "tokens", token = %id, "operator token revoked");
-            tokens.apply(id.clone(), Some(rec.clone()));
-            Json(shown(&id, &rec)).into_response()
-        }
-        Ok(Answer::No(())) => (
-            StatusCode::NOT_FOUND,
-            Json(json!({
-                "status": "not_found",
-                "error": format!("no token has id {id:?}; `crewlet tokens list` shows the ids"),
-            })),
-        )
-            .into_response(),
-        Err(e) => failure(TokensError::Unavailable(e.to_string())),
     }
 }
 
 // ---- the command line ----------------------------------------------------
 
+/// A TTL the CLI cannot read; the text says what it takes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--ttl {0:?}: expected a positive count with s, m, h or d (e.g. 30d)")]
+pub struct BadTtl(pub String);
+
 /// Parses a TTL: `90s`, `15m`, `12h`, `30d`, or plain seconds.
-pub fn parse_ttl(s: &str) -> Result<u64, String> {
+pub fn parse_ttl(s: &str) -> Result<u64, BadTtl> {
     let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
         Some(i) => s.split_at(i),
         None => (s, "s"),
@@ -494,16 +442,13 @@ pub fn parse_ttl(s: &str) -> Result<u64, String> {
     };
     match num.parse::<u64>() {
         Ok(n) if n > 0 && mult > 0 => Ok(n.saturating_mul(mult)),
-        _ => Err(format!(
-            "--ttl {s:?}: expected a positive count with s, m, h or d (e.g. 30d)"
-        )),
+        _ => Err(BadTtl(s.to_owned())),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crewlet_api::Authority;
 
     #[test]
     fn fresh_tokens_are_long_random_and_hash_to_hex() {
@@ -526,7 +471,7 @@ mod tests {
     #[test]
     fn the_mirror_is_unknown_until_listed_and_after_the_watch_drops() {
         let t = Tokens::default();
-        assert!(matches!(t.check("x"), Verdict::Unknown(_)));
+        assert!(matches!(t.check("x"), Standing::Unknown(_)));
         let rec = |scope: &str, revoked| TokenRecord {
             hash: digest(scope),
             scope: scope.into(),
@@ -541,20 +486,20 @@ mod tests {
         ]);
         assert_eq!(
             t.check("write"),
-            Verdict::Granted {
+            Standing::Live {
                 id: "a".into(),
-                scope: Scope::Write
+                scope: "write".into()
             }
         );
-        assert_eq!(t.check("admin"), Verdict::Refused(Refused::Revoked));
-        assert_eq!(t.check("other"), Verdict::Refused(Refused::Unknown));
+        assert_eq!(t.check("admin"), Standing::Revoked);
+        assert_eq!(t.check("other"), Standing::NotHeld);
         t.mirror.write().unwrap().watching = false;
         assert!(
-            matches!(t.check("other"), Verdict::Unknown(_)),
+            matches!(t.check("other"), Standing::Unknown(_)),
             "fail closed"
         );
         assert!(
-            matches!(t.check("write"), Verdict::Granted { .. }),
+            matches!(t.check("write"), Standing::Live { .. }),
             "a known token keeps its standing while cut off"
         );
     }

@@ -1,7 +1,8 @@
-//! Seeing the fleet: `GET /fleet` (every live node), `GET /agents`
-//! (every seat of the served company, in [`agents`]) and `GET /turns/{id}`
-//! (a turn's detail from every node's log), read scope, and the tables
-//! `crewlet fleet` / `crewlet agents` print.
+//! Seeing the fleet (`crewlet-fleet`): what `GET /fleet` (every live
+//! node), `GET /agents` (every seat of the served company, in [`agents`])
+//! and `GET /turns/{id}` (a turn's detail from every node's log) answer —
+//! the routes are `crewlet-api`'s — and the tables `crewlet fleet` /
+//! `crewlet agents` print.
 //!
 //! Rules, and why:
 //! - Membership is the presence leases (`node:*`), nothing else: a node is
@@ -15,86 +16,111 @@
 //!   an older build does not send is `null` in `/fleet` and "not reported"
 //!   in `crewlet fleet` (the rule is in `crewlet_coord`'s status module).
 //! - Every read is bounded by the fleet read budget
-//!   ([`crate::history::BUDGET`]): a view a person waits on must end.
+//!   ([`crewlet_history::BUDGET`]): a view a person waits on must end.
 
 pub mod agents;
+pub mod budgets;
 
+use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::Router;
-use axum::extract::State;
-use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
-use crewlet_coord::{CoordError, Lease};
+use crewlet_company::ActiveCompany;
+use crewlet_coord::{Coord, CoordError, Lease};
 use serde_json::{Value, json};
+use tokio::sync::watch;
 
-use crate::engine::{EngineContext, Late};
-use crate::history::BUDGET;
+use crewlet_history::BUDGET;
+
+pub use agents::render_agents;
+pub use budgets::render as render_budgets;
 
 /// Why a fleet view could not be given; the text says what to do.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("the node's engine is not up yet; retry in a few seconds")]
-    Starting,
     #[error("no company is active on this node; activate one with PUT /config")]
     NoCompany,
     #[error("the fleet's presence leases cannot be listed ({0}); retry shortly")]
     Presence(String),
 }
 
-/// `GET /fleet` and `GET /agents`.
-pub fn routes(late: Late) -> Router {
-    Router::new()
-        .route("/fleet", get(fleet_route))
-        .route("/agents", get(agents_route))
-        .route("/turns/{turn_id}", get(turn_route))
-        .with_state(late)
-}
-
-fn refused(e: FleetError) -> Response {
-    let error = match e {
-        FleetError::Starting => "starting",
-        FleetError::NoCompany => "no_company",
-        FleetError::Presence(_) => "presence_unknown",
-    };
-    crewlet_api::retry_later(crewlet_api::OPERATOR_RETRY_SECONDS, error, e.to_string())
-}
-
-async fn fleet_route(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return refused(FleetError::Starting);
-    };
-    match fleet(ctx).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => refused(e),
+impl FleetError {
+    /// A short kind a program can match (the HTTP answer's `error`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FleetError::NoCompany => "no_company",
+            FleetError::Presence(_) => "presence_unknown",
+        }
     }
 }
 
-async fn agents_route(State(late): State<Late>) -> Response {
-    let Some(ctx) = late.get() else {
-        return refused(FleetError::Starting);
-    };
-    match agents::agents(ctx).await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) => refused(e),
-    }
+/// The seats paused in the fleet, as this node mirrors them (`None` until
+/// first listed).
+pub type PausesWatch = watch::Receiver<Option<Arc<BTreeSet<String>>>>;
+
+/// What the fleet views read: presence and the seats' leases, the
+/// mailboxes, every node's log, the served company, the pauses.
+#[derive(Clone)]
+pub struct View {
+    node_id: String,
+    coord: Coord,
+    client: async_nats::Client,
+    history: crewlet_history::Reader,
+    active: ActiveCompany,
+    pauses: PausesWatch,
 }
 
-async fn turn_route(
-    State(late): State<Late>,
-    axum::extract::Path(turn_id): axum::extract::Path<String>,
-) -> Response {
-    let Some(ctx) = late.get() else {
-        return refused(FleetError::Starting);
-    };
-    let detail = crate::history::turn(ctx, &turn_id).await;
-    let status = if detail["found"] == true || detail["coverage"]["complete"] == false {
-        // Not found where some node did not answer is not "no such turn".
-        axum::http::StatusCode::OK
-    } else {
-        axum::http::StatusCode::NOT_FOUND
-    };
-    (status, Json(detail)).into_response()
+impl View {
+    pub fn new(
+        node_id: String,
+        coord: Coord,
+        client: async_nats::Client,
+        history: crewlet_history::Reader,
+        active: ActiveCompany,
+        pauses: PausesWatch,
+    ) -> View {
+        View {
+            node_id,
+            coord,
+            client,
+            history,
+            active,
+            pauses,
+        }
+    }
+
+    /// Every live node, with what its presence lease and its status say.
+    pub async fn fleet(&self) -> Result<Value, FleetError> {
+        fleet(self).await
+    }
+
+    /// Every seat of the active company ([`agents`]'s docs).
+    pub async fn agents(&self) -> Result<Value, FleetError> {
+        agents::agents(self).await
+    }
+
+    /// The company's and every seat's token windows, with their ceilings
+    /// and what is parked on each; an unreadable counter is an error,
+    /// never a zero. `None` when no company is active.
+    pub async fn budgets(&self) -> Result<Option<Value>, CoordError> {
+        let Some(active) = self.active.current() else {
+            return Ok(None);
+        };
+        self.budgets_of(&active.company).await.map(Some)
+    }
+
+    /// [`View::budgets`] of `company` (the one a caller already holds).
+    pub async fn budgets_of(
+        &self,
+        company: &crewlet_company::Company,
+    ) -> Result<Value, CoordError> {
+        budgets::view(self, company).await
+    }
+
+    /// A turn's detail from every node's log, with coverage.
+    pub async fn turn(&self, turn_id: &str) -> Value {
+        self.history.turn(turn_id).await
+    }
 }
 
 /// A coordination read within the fleet read budget; running out is an
@@ -121,8 +147,7 @@ pub(crate) fn node_of(owner: &crewlet_coord::Owner) -> &str {
     owner.as_str().split('/').next().unwrap_or_default()
 }
 
-/// Every live node, with what its presence lease and its status say.
-pub async fn fleet(ctx: &EngineContext) -> Result<Value, FleetError> {
+async fn fleet(ctx: &View) -> Result<Value, FleetError> {
     let (nodes, statuses) = futures::join!(
         bounded(ctx.coord.list_live("node")),
         bounded(ctx.coord.statuses())
@@ -145,7 +170,7 @@ pub async fn fleet(ctx: &EngineContext) -> Result<Value, FleetError> {
 }
 
 fn node_row(
-    ctx: &EngineContext,
+    ctx: &View,
     lease: &Lease,
     statuses: Option<&std::collections::BTreeMap<String, Value>>,
 ) -> Value {

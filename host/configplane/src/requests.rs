@@ -1,0 +1,108 @@
+//! What `PUT /config` and `GET /config` ask of the config plane (the routes
+//! themselves are `crewlet-api`'s, answering 503 with Retry-After until the
+//! engine is up): a document the node accepted is stored, then activated;
+//! the active revision is read back with every node's word on what it
+//! applied. An unreadable pointer is unknown (an error), never "unset".
+
+use crewlet_company::{ActiveCompany, Company};
+use crewlet_coord::{Coord, Pointer};
+use crewlet_observe::Publisher;
+use serde_json::{Value, json};
+use tracing::{info, warn};
+
+use crate::activation::{Activation, ConfigError, activate, announce, fetch};
+
+/// The config plane as the operator's requests reach it. Cheap to clone.
+#[derive(Clone)]
+pub struct Plane {
+    node_id: String,
+    coord: Coord,
+    publisher: Publisher,
+    active: ActiveCompany,
+}
+
+impl Plane {
+    pub fn new(
+        node_id: String,
+        coord: Coord,
+        publisher: Publisher,
+        active: ActiveCompany,
+    ) -> Plane {
+        Plane {
+            node_id,
+            coord,
+            publisher,
+            active,
+        }
+    }
+
+    /// Stores `document` (already accepted as `company`) and activates it
+    /// through the pointer; a move is announced (`config_activated`).
+    pub async fn put(&self, company: &Company, document: &str) -> Result<Activation, ConfigError> {
+        let source = format!("PUT /config on node {}", self.node_id);
+        match activate(&self.coord, company, document, &source).await {
+            Ok(a) => {
+                if a.moved {
+                    info!(subsystem = "configplane", epoch = a.epoch, digest = %a.digest,
+                        org = %company.org, "company revision activated");
+                    announce(
+                        &self.publisher,
+                        "config_activated",
+                        a.epoch,
+                        &a.digest,
+                        company,
+                    )
+                    .await;
+                }
+                Ok(a)
+            }
+            Err(e) => {
+                warn!(subsystem = "configplane", error = %e, "PUT /config not done");
+                Err(e)
+            }
+        }
+    }
+
+    /// The active revision (epoch, digest, org, source, document), whether
+    /// this node applied it, and every node's own word on what it applied
+    /// (`fleet`; unreadable is `null` with `fleet_error`, never empty).
+    /// `None` when no revision was ever activated.
+    pub async fn active(&self) -> Result<Option<Value>, ConfigError> {
+        let (digest, epoch) = match self.coord.active_config().await? {
+            Pointer::Set { revision, epoch } => (revision, epoch),
+            Pointer::Unset => return Ok(None),
+        };
+        let f = fetch(&self.coord, &digest, epoch).await?;
+        let applied_epoch = self.active.applied_epoch();
+        // The status bucket ages a departed node out.
+        let (fleet, fleet_error) = match self.coord.statuses().await {
+            Ok(all) => (
+                Some(
+                    all.iter()
+                        .map(|(node, s)| {
+                            json!({
+                                "node": node,
+                                "applied_epoch": s["applied_epoch"],
+                                "posture": s["posture"],
+                                "error": s["error"],
+                            })
+                        })
+                        .collect::<Vec<_>>(),
+                ),
+                None,
+            ),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        Ok(Some(json!({
+            "fleet": fleet,
+            "fleet_error": fleet_error,
+            "epoch": epoch,
+            "digest": digest,
+            "org": f.company.org,
+            "source": f.source,
+            "document": f.document,
+            "applied": applied_epoch == Some(epoch),
+            "applied_epoch": applied_epoch,
+        })))
+    }
+}
