@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::identities::{self, Claimant, RawIds, RawPerson, Registry};
 use crate::{
     Ceilings, Company, DocError, Handle, Integration, Invalid, McpServer, McpTransport, ModelRef,
     Role, Seat, SecretRef, seat_id,
@@ -25,6 +26,8 @@ pub struct Document {
     roles: BTreeMap<String, RawRole>,
     #[serde(default)]
     seats: BTreeMap<String, RawSeat>,
+    #[serde(default)]
+    people: BTreeMap<String, RawPerson>,
     #[serde(default)]
     integrations: BTreeMap<String, RawIntegration>,
     #[serde(default)]
@@ -124,6 +127,8 @@ struct RawSeat {
     group: Option<String>,
     #[serde(default)]
     credentials: BTreeMap<String, String>,
+    #[serde(default)]
+    identities: BTreeMap<String, RawIds>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -404,6 +409,7 @@ impl Document {
         }
 
         let mut seats = BTreeMap::new();
+        let mut registry = Registry::default();
         for (handle, s) in self.seats {
             let path = format!("seats.{handle}");
             let Some(h) = errors.check(path.clone(), Handle::parse(&handle)) else {
@@ -436,6 +442,9 @@ impl Document {
                     credentials.insert(name.name_str().to_owned(), reference);
                 }
             }
+            let claimant = Claimant::Seat { handle: h.clone() };
+            let identities =
+                identities::validate(&path, s.identities, &claimant, &mut registry, &mut errors);
             let id = seat_id(&self.org.name, &h);
             seats.insert(
                 h.clone(),
@@ -445,9 +454,11 @@ impl Document {
                     role: s.role,
                     group: s.group,
                     credentials,
+                    identities,
                 },
             );
         }
+        let people = identities::people(self.people, &mut registry, &mut errors);
 
         let mut integrations = BTreeMap::new();
         for (source, i) in self.integrations {
@@ -487,6 +498,8 @@ impl Document {
                 budget,
                 roles,
                 seats,
+                people,
+                registry,
                 integrations,
                 schedules,
                 placement,
