@@ -20,6 +20,7 @@
 
 mod identities;
 mod raw;
+pub mod resolve;
 
 use std::collections::BTreeMap;
 use std::fmt;

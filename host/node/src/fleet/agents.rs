@@ -182,6 +182,7 @@ pub async fn agents(ctx: &EngineContext) -> Result<Value, FleetError> {
             "handle": handle,
             "role": seat.role,
             "group": seat.group,
+            "identities": seat.identities,
             "holder": holder,
             "state": state,
             "reason": reason,
