@@ -1,5 +1,6 @@
 //! The document as written, and its validation into a [`Company`].
 
+mod identities;
 mod placement;
 mod schedules;
 
@@ -7,11 +8,12 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use crate::identities::{self, Claimant, RawIds, RawPerson, Registry};
+use crate::identities::{Claimant, Registry};
 use crate::{
     Ceilings, Company, DocError, Handle, Integration, Invalid, McpServer, McpTransport, ModelRef,
     Role, Seat, SecretRef, seat_id,
 };
+use identities::{RawIds, RawPerson};
 
 /// Default bound on executor ↔ reviewer iterations.
 const DEFAULT_MAX_ITERATIONS: u32 = 3;
