@@ -6,11 +6,12 @@
 //! Rules, and why:
 //! - **The registry first, then the handle.** An id a seat or person
 //!   claims on the delivery's source (`slack`: `U04ABCDEF`) names that
-//!   claimant; any other id that is a seat's handle (leading `@` stripped,
-//!   case folded) names that seat, as before identities existed. A route's
-//!   handle is always a handle.
+//!   claimant (a leading `@` aside: no id holds one); any other id that
+//!   is a seat's handle (leading `@` stripped, case folded) names that
+//!   seat, as before identities existed. A route's handle is always a
+//!   handle.
 //! - **Derived from the document alone**, built once per parsed company
-//!   ([`crewlet_company::Registry`]): every node serving a revision gives
+//!   ([`crate::Registry`]): every node serving a revision gives
 //!   the same answer, with no lookup and no state, in a few hash probes
 //!   per id.
 //! - **A person is not woken.** An id a person claims addresses nobody
@@ -56,7 +57,7 @@ pub fn resolve(company: &Company, to: &Addressed<'_>) -> Resolution {
         .chain(to.reviewers.iter().map(|h| (h.as_str(), "reviewer")));
     for (raw, why) in candidates {
         let claimed = (why != "route")
-            .then(|| company.claimant(to.source, raw.trim()))
+            .then(|| company.claimant(to.source, raw.trim().trim_start_matches('@')))
             .flatten();
         let seat = match claimed {
             Some(Claimant::Seat { handle }) => Some(handle.clone()),
@@ -150,7 +151,7 @@ mod tests {
         assert_eq!(seats(&slack), [("ada", "mention")]);
         assert_eq!(slack.people, ["grace"]);
         assert_eq!(slack.unclaimed, ["U0NOBODY"]);
-        let github = addressed(&c, "github", None, &["Acme-Ada-Bot"], &[]);
+        let github = addressed(&c, "github", None, &["Acme-Ada-Bot", "@acme-ada-bot"], &[]);
         assert_eq!(seats(&github), [("ada", "mention")]);
         let jira = addressed(&c, "jira", None, &[], &["5b10ac8d82e05b22cc7d4ef5"]);
         assert_eq!(seats(&jira), [("ada", "assignee")]);
