@@ -7,7 +7,6 @@
 use crate::common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use common::*;
 use crewlet_ingress::sign::{github_signature, slack_headers};
@@ -15,8 +14,6 @@ use crewlet_testkit::{NatsServer, free_port, http};
 use serde_json::{Value, json};
 
 const SECRET: &str = "identities-secret";
-/// No `seats` role: the test reads the mailboxes itself, as a seat would.
-const NO_SEATS: &str = r#"["data", "ingress", "workers"]"#;
 const ADA_SLACK: &str = "U04ABCDEF";
 const ADA_JIRA: &str = "5b10ac8d82e05b22cc7d4ef5";
 
@@ -49,30 +46,14 @@ fn company() -> String {
 }
 
 fn node(sb: &Sandbox, server: &NatsServer, doc: &Path) -> Node {
-    let port = free_port();
-    let cfg = sb.config(
-        port,
-        &format!(
-            "[node]\nid = \"ids-1\"\nroles = {NO_SEATS}\n[stream]\nurl = \"{}\"\n",
-            server.url()
-        ),
-    );
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut node = NodeBuilder::new(sb, port)
-        .arg("--config")
-        .arg(&cfg)
-        .arg("--data-dir")
-        .arg(sb.data_dir())
-        .arg("--plugins")
-        .arg(root.join("plugins"))
-        .arg("--company")
-        .arg(doc)
-        .env("GITHUB_WEBHOOK_SECRET", SECRET)
-        .env("SLACK_SIGNING_SECRET", SECRET)
-        .env("JIRA_WEBHOOK_SECRET", SECRET)
-        .spawn();
-    node.wait_ready(Duration::from_secs(60));
-    node
+    let plugins = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
+    let secrets = [
+        "GITHUB_WEBHOOK_SECRET",
+        "SLACK_SIGNING_SECRET",
+        "JIRA_WEBHOOK_SECRET",
+    ];
+    let env: Vec<(&str, &str)> = secrets.iter().map(|name| (*name, SECRET)).collect();
+    seatless_node(sb, "ids-1", &server.url(), &plugins, doc, &env)
 }
 
 fn accepted(node: &Node, r: std::io::Result<http::Response>) {
