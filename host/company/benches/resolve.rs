@@ -43,21 +43,32 @@ fn slack_id(i: usize) -> String {
     format!("U{i:08X}")
 }
 
-/// The median of `ROUNDS` rounds, per call of `f`.
-fn per_call(mut f: impl FnMut() -> usize) -> Duration {
-    let mut rounds: Vec<Duration> = (0..ROUNDS)
-        .map(|_| {
+/// Per call of each case, the median of `ROUNDS` rounds. The machine's
+/// speed drifts (2 shared cores), so the cases alternate within each round,
+/// their order rotating, rather than run one after the other.
+fn per_call(cases: &mut [(&str, &mut dyn FnMut() -> usize)]) -> Vec<Duration> {
+    let n = cases.len();
+    let mut rounds: Vec<Vec<Duration>> = vec![Vec::new(); n];
+    for round in 0..ROUNDS {
+        for k in 0..n {
+            let i = (k + round) % n;
+            let f = &mut cases[i].1;
             let start = Instant::now();
             let mut woken = 0;
             for _ in 0..PER_ROUND {
                 woken += f();
             }
             black_box(woken);
-            start.elapsed() / PER_ROUND as u32
+            rounds[i].push(start.elapsed() / PER_ROUND as u32);
+        }
+    }
+    rounds
+        .into_iter()
+        .map(|mut r| {
+            r.sort();
+            r[ROUNDS / 2]
         })
-        .collect();
-    rounds.sort();
-    rounds[ROUNDS / 2]
+        .collect()
 }
 
 /// Today's rule, as `notify::resolve` applied it to every id: a seat's
@@ -90,17 +101,6 @@ fn registry(company: &Company, source: &str, ids: &[String]) -> Resolution {
 fn main() {
     let text = document(true);
     let plain = document(false);
-    let parse = |doc: &str| {
-        let mut times: Vec<Duration> = (0..ROUNDS)
-            .map(|_| {
-                let start = Instant::now();
-                black_box(Company::parse(doc).expect("bench company"));
-                start.elapsed()
-            })
-            .collect();
-        times.sort();
-        times[ROUNDS / 2]
-    };
     let company = Company::parse(&text).expect("bench company");
     assert_eq!(company.registry.len(), 2 * SEATS);
 
@@ -120,41 +120,48 @@ fn main() {
     println!(
         "resolve: {IDS} addressed ids, {SEATS} seats with identities, median of {ROUNDS} rounds of {PER_ROUND}"
     );
-    let rows: [(&str, Duration); 5] = [
-        (
-            "today's handle match, 20 handles",
-            per_call(|| handle_match(&company, black_box(&handles))),
-        ),
-        (
-            "registry, 20 Slack ids",
-            per_call(|| registry(&company, "slack", black_box(&slack)).seats.len()),
-        ),
-        (
-            "registry, 20 GitHub logins (folded)",
-            per_call(|| registry(&company, "github", black_box(&logins)).seats.len()),
-        ),
-        (
-            "registry, 20 handles (claimed by none)",
-            per_call(|| registry(&company, "slack", black_box(&handles)).seats.len()),
-        ),
-        (
-            "registry, 20 unclaimed ids",
-            per_call(|| {
-                registry(&company, "slack", black_box(&nobody))
-                    .unclaimed
-                    .len()
-            }),
-        ),
+    let mut cases: [(&str, &mut dyn FnMut() -> usize); 5] = [
+        ("today's handle match, 20 handles", &mut || {
+            handle_match(&company, black_box(&handles))
+        }),
+        ("registry, 20 Slack ids", &mut || {
+            registry(&company, "slack", black_box(&slack)).seats.len()
+        }),
+        ("registry, 20 GitHub logins (folded)", &mut || {
+            registry(&company, "github", black_box(&logins)).seats.len()
+        }),
+        ("registry, 20 handles (claimed by none)", &mut || {
+            registry(&company, "slack", black_box(&handles)).seats.len()
+        }),
+        ("registry, 20 unclaimed ids", &mut || {
+            registry(&company, "slack", black_box(&nobody))
+                .unclaimed
+                .len()
+        }),
     ];
-    for (name, t) in rows {
+    let times = per_call(&mut cases);
+    for ((name, _), t) in cases.iter().zip(times) {
         println!(
             "  {name:<42} {:>8.2} µs per delivery",
             t.as_secs_f64() * 1e6
         );
     }
+    // Parsing alternates the two documents too.
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for (doc, times) in [(&text, &mut with), (&plain, &mut without)] {
+            let start = Instant::now();
+            black_box(Company::parse(doc).expect("bench company"));
+            times.push(start.elapsed());
+        }
+    }
+    let median = |mut t: Vec<Duration>| {
+        t.sort();
+        t[ROUNDS / 2].as_secs_f64() * 1e3
+    };
     println!(
         "parse: {SEATS} seats with identities {:.1} ms, without {:.1} ms",
-        parse(&text).as_secs_f64() * 1e3,
-        parse(&plain).as_secs_f64() * 1e3
+        median(with),
+        median(without)
     );
 }
