@@ -57,14 +57,7 @@ fn node(sb: &Sandbox, server: &NatsServer, doc: &Path) -> Node {
 }
 
 fn accepted(node: &Node, r: std::io::Result<http::Response>) {
-    let r = r.expect("POST webhook");
-    assert_eq!(
-        r.status,
-        202,
-        "{}\nnode log:\n{}",
-        r.text(),
-        node.log_text()
-    );
+    assert_accepted(node, &r.expect("POST webhook"));
 }
 
 /// A Slack `app_mention` from a person, on the shared route.

@@ -416,6 +416,11 @@ pub fn slack_mention(
         body.as_bytes(),
     )
     .expect("POST webhook");
+    assert_accepted(node, &r);
+}
+
+/// Asserts a webhook was accepted (202), showing the node's log if not.
+pub fn assert_accepted(node: &Node, r: &crewlet_testkit::http::Response) {
     assert_eq!(
         r.status,
         202,
