@@ -65,11 +65,19 @@ async function loadOrg() {
   const { ok, body } = await getJson("/org");
   const box = document.getElementById("org");
   if (!ok || !body) return;
-  const seats = el("table", {}, el("tr", {}, el("th", {}, "Seat"), el("th", {}, "Role"), el("th", {}, "Group")));
+  // `slack: U04ABCDEF · github: acme-ada-bot`, or a dash.
+  const ids = (identities) => Object.entries(identities ?? {}).map(([surface, list]) => `${surface}: ${list.join(", ")}`).join(" · ") || "—";
+  const seats = el("table", {}, el("tr", {}, el("th", {}, "Seat"), el("th", {}, "Role"), el("th", {}, "Group"), el("th", {}, "Identities")));
   for (const s of body.seats) {
-    seats.append(el("tr", { "data-testid": "seat" }, el("td", {}, "@" + s.handle), el("td", {}, s.role), el("td", {}, s.group ?? "—")));
+    seats.append(el("tr", { "data-testid": "seat" }, el("td", {}, "@" + s.handle), el("td", {}, s.role), el("td", {}, s.group ?? "—"), el("td", {}, ids(s.identities))));
   }
-  box.replaceChildren(el("p", {}, el("strong", {}, body.name), " ", el("span", { class: "muted" }, body.timezone)), seats);
+  const parts = [el("p", {}, el("strong", {}, body.name), " ", el("span", { class: "muted" }, body.timezone)), seats];
+  if (body.people?.length) {
+    const people = el("table", {}, el("tr", {}, el("th", {}, "Person"), el("th", {}, "Identities")));
+    for (const p of body.people) people.append(el("tr", { "data-testid": "person" }, el("td", {}, p.name), el("td", {}, ids(p.identities))));
+    parts.push(people);
+  }
+  box.replaceChildren(...parts);
 }
 
 async function loadPlugins() {

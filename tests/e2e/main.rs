@@ -18,6 +18,7 @@ mod fleet;
 mod fleet_view;
 mod grants;
 mod hot_reload;
+mod identities;
 mod ingress;
 mod layout;
 mod limits;

@@ -18,7 +18,9 @@
 //! expressions and time zones included; when they fire is
 //! `crewlet-schedule`'s.
 
+mod identities;
 mod raw;
+pub mod resolve;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +29,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 pub use crewlet_schedule::{CatchUp, Cron, DEFAULT_CATCH_UP_LIMIT, MAX_CATCH_UP_LIMIT};
+pub use identities::{Claimant, Identities, Person, Registry};
 
 /// The largest prompt a schedule may carry, in bytes (8 KiB).
 pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
@@ -191,6 +194,9 @@ pub struct Seat {
     /// server's template resolves here first (NAME → the secret holding
     /// this seat's value), then as a company secret.
     pub credentials: BTreeMap<String, SecretRef>,
+    /// Who this seat is on each surface (`identities = { slack = "U…" }`):
+    /// the ids a delivery addresses it by besides its handle.
+    pub identities: Identities,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -263,6 +269,11 @@ pub struct Company {
     pub budget: Ceilings,
     pub roles: BTreeMap<String, Role>,
     pub seats: BTreeMap<Handle, Seat>,
+    /// People the company knows (`[people.KEY]`), by key.
+    pub people: BTreeMap<String, Person>,
+    /// Every seat's and person's identities, derived from this document.
+    #[serde(skip)]
+    pub registry: Registry,
     pub integrations: BTreeMap<String, Integration>,
     pub schedules: BTreeMap<String, Schedule>,
     /// Placement groups pinned to node labels (`[placement.groups.NAME]`);
@@ -374,6 +385,12 @@ impl Company {
     /// The seat with `handle`, if the company has one.
     pub fn seat(&self, handle: &str) -> Option<&Seat> {
         Handle::parse(handle).ok().and_then(|h| self.seats.get(&h))
+    }
+
+    /// Who claims `id` on `surface` (a delivery's source): a seat or a
+    /// person of this document, if anyone.
+    pub fn claimant(&self, surface: &str, id: &str) -> Option<&Claimant> {
+        self.registry.claimant(surface, id)
     }
 
     /// The seats' handles, in order.

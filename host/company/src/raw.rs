@@ -1,5 +1,6 @@
 //! The document as written, and its validation into a [`Company`].
 
+mod identities;
 mod placement;
 mod schedules;
 
@@ -7,10 +8,12 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+use crate::identities::{Claimant, Registry};
 use crate::{
     Ceilings, Company, DocError, Handle, Integration, Invalid, McpServer, McpTransport, ModelRef,
     Role, Seat, SecretRef, seat_id,
 };
+use identities::{RawIds, RawPerson};
 
 /// Default bound on executor ↔ reviewer iterations.
 const DEFAULT_MAX_ITERATIONS: u32 = 3;
@@ -25,6 +28,8 @@ pub struct Document {
     roles: BTreeMap<String, RawRole>,
     #[serde(default)]
     seats: BTreeMap<String, RawSeat>,
+    #[serde(default)]
+    people: BTreeMap<String, RawPerson>,
     #[serde(default)]
     integrations: BTreeMap<String, RawIntegration>,
     #[serde(default)]
@@ -124,6 +129,8 @@ struct RawSeat {
     group: Option<String>,
     #[serde(default)]
     credentials: BTreeMap<String, String>,
+    #[serde(default)]
+    identities: BTreeMap<String, RawIds>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -404,6 +411,7 @@ impl Document {
         }
 
         let mut seats = BTreeMap::new();
+        let mut registry = Registry::default();
         for (handle, s) in self.seats {
             let path = format!("seats.{handle}");
             let Some(h) = errors.check(path.clone(), Handle::parse(&handle)) else {
@@ -436,6 +444,9 @@ impl Document {
                     credentials.insert(name.name_str().to_owned(), reference);
                 }
             }
+            let claimant = Claimant::Seat { handle: h.clone() };
+            let identities =
+                identities::validate(&path, s.identities, &claimant, &mut registry, &mut errors);
             let id = seat_id(&self.org.name, &h);
             seats.insert(
                 h.clone(),
@@ -445,9 +456,11 @@ impl Document {
                     role: s.role,
                     group: s.group,
                     credentials,
+                    identities,
                 },
             );
         }
+        let people = identities::people(self.people, &mut registry, &mut errors);
 
         let mut integrations = BTreeMap::new();
         for (source, i) in self.integrations {
@@ -487,6 +500,8 @@ impl Document {
                 budget,
                 roles,
                 seats,
+                people,
+                registry,
                 integrations,
                 schedules,
                 placement,

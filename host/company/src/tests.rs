@@ -477,3 +477,140 @@ fn a_pin_without_labels_or_with_a_bad_name_is_refused_at_its_path() {
         Company::parse("[org]\nname = \"A\"\n[placement.groups.gpu]\nnodes = 2\n").unwrap_err();
     assert_eq!(err.errors[0].path, "placement.groups.gpu.nodes");
 }
+
+fn with_identities(extra: &str) -> String {
+    format!(
+        r#"
+        [org]
+        name = "Acme"
+        [roles.eng]
+        system_prompt = "x"
+        executor = [{{ provider = "openai", model = "m" }}]
+        reviewer = {{ provider = "openai", model = "m" }}
+        {extra}
+        "#
+    )
+}
+
+#[test]
+fn seats_and_people_claim_their_ids_and_the_registry_names_them() {
+    let c = Company::parse(&with_identities(
+        r#"
+        [seats.ada]
+        role = "eng"
+        identities = { slack = "U04ABCDEF", github = "Acme-Ada-Bot", jira = "5b10a2844c20165700ede21g", gitlab = ["ada", "ada-bot"] }
+        [seats.linus]
+        role = "eng"
+        [people.grace]
+        name = "Grace Hopper"
+        identities = { slack = "U07GRACE1", jira = "557058:f58131cb" }
+        "#,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let ada = Claimant::Seat {
+        handle: Handle::parse("ada").unwrap(),
+    };
+    let grace = Claimant::Person {
+        key: "grace".into(),
+    };
+    assert_eq!(c.claimant("slack", "U04ABCDEF"), Some(&ada));
+    assert_eq!(c.claimant("github", "acme-ada-bot"), Some(&ada));
+    assert_eq!(c.claimant("gitlab", "ada-bot"), Some(&ada));
+    assert_eq!(c.claimant("jira", "557058:f58131cb"), Some(&grace));
+    assert_eq!(c.claimant("slack", "U04ABCDEG"), None);
+    assert_eq!(c.claimant("jira", "U04ABCDEF"), None, "ids are per surface");
+    assert_eq!(c.registry.len(), 7);
+    assert_eq!(c.people["grace"].name, "Grace Hopper");
+    assert_eq!(
+        c.seats[&Handle::parse("ada").unwrap()].identities["slack"],
+        ["U04ABCDEF"]
+    );
+    assert!(
+        c.seats[&Handle::parse("linus").unwrap()]
+            .identities
+            .is_empty()
+    );
+}
+
+#[test]
+fn an_id_claimed_twice_is_refused_naming_both_claimants() {
+    let err = Company::parse(&with_identities(
+        r#"
+        [seats.ada]
+        role = "eng"
+        identities = { slack = "U04ABCDEF", github = "acme-bot" }
+        [seats.linus]
+        role = "eng"
+        identities = { slack = "U04ABCDEF", github = "ACME-BOT" }
+        [people.grace]
+        name = "Grace"
+        identities = { slack = ["U04ABCDEF", "U07GRACE1"] }
+        [people.kay]
+        name = "Kay"
+        identities = { slack = "U07GRACE1" }
+        "#,
+    ))
+    .unwrap_err();
+    let text = err.to_string();
+    let at = |path: &str| -> Vec<&str> {
+        err.errors
+            .iter()
+            .filter(|e| e.path == path)
+            .map(|e| e.message.as_str())
+            .collect()
+    };
+    assert_eq!(err.errors.len(), 4, "{text}");
+    let two_seats = at("seats.linus.identities.slack");
+    assert!(
+        two_seats[0].contains("`seats.ada`") && two_seats[0].contains("`seats.linus`"),
+        "{text}"
+    );
+    let folded = at("seats.linus.identities.github");
+    assert!(
+        folded[0].contains("`seats.ada`"),
+        "GitHub logins fold: {text}"
+    );
+    let seat_person = at("people.grace.identities.slack");
+    assert!(
+        seat_person[0].contains("`seats.ada`") && seat_person[0].contains("`people.grace`"),
+        "{text}"
+    );
+    let two_people = at("people.kay.identities.slack");
+    assert!(
+        two_people[0].contains("`people.grace`") && two_people[0].contains("`people.kay`"),
+        "{text}"
+    );
+}
+
+#[test]
+fn bad_identities_and_people_are_refused_at_their_path() {
+    let err = Company::parse(&with_identities(
+        r#"
+        [seats.ada]
+        role = "eng"
+        identities = { slack = "<@U04ABCDEF>", github = [], "bad surface" = "x" }
+        [people.grace]
+        name = " "
+        identities = { jira = "two words" }
+        "#,
+    ))
+    .unwrap_err();
+    let paths: Vec<&str> = err.errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "seats.ada.identities.bad surface",
+            "seats.ada.identities.github",
+            "seats.ada.identities.slack",
+            "people.grace.name",
+            "people.grace.identities.jira",
+        ],
+        "{err}"
+    );
+    assert!(err.errors[2].message.contains("\"U04ABCDEF\""), "{err}");
+    let unknown = Company::parse(&with_identities(
+        "[people.grace]\nname = \"Grace\"\nemail = \"g@acme\"\n",
+    ))
+    .unwrap_err();
+    assert_eq!(unknown.errors[0].path, "people.grace.email", "{unknown}");
+}

@@ -181,6 +181,7 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
             "handle": handle,
             "role": seat.role,
             "group": seat.group,
+            "identities": seat.identities,
             "holder": holder,
             "state": state,
             "reason": reason,

@@ -7,8 +7,9 @@
 //!   has interest retention and would drop a delivery nobody is subscribed
 //!   to.
 //! - **Resolve through the org.** Route handle, mentions, assignees and
-//!   reviewers that name a seat of the active company (leading `@`
-//!   stripped); seat ids are UUIDv5, so every node answers the same.
+//!   reviewers map to seats through the active company's identities, or a
+//!   seat's handle ([`crewlet_company::resolve`]); seat ids are UUIDv5, so every
+//!   node answers the same.
 //! - **The valve fails closed by delaying.** A closed or unknown valve naks
 //!   with [`RETRY_DELAY`]; the delivery comes back, it is not dropped — and
 //!   a delay never counts towards dead-lettering (a busy seat is not a bad
@@ -60,6 +61,7 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer};
+use crewlet_company::resolve::{Addressed, Resolution};
 use crewlet_company::{Company, Handle, seat_id};
 use crewlet_coord::{Answer, Coord};
 use crewlet_observe::{ACK_TIMEOUT, AckError, Publisher, publish_acked};
@@ -321,24 +323,19 @@ struct Worker {
 
 /// The seats a delivery is for, each with why; first reason wins.
 pub fn resolve(company: &Company, inbound: &Inbound) -> Vec<(Handle, &'static str)> {
-    let mut out: Vec<(Handle, &'static str)> = Vec::new();
-    let candidates = inbound
-        .route_handle
-        .iter()
-        .map(|h| (h, "route"))
-        .chain(inbound.mentions.iter().map(|h| (h, "mention")))
-        .chain(inbound.assignees.iter().map(|h| (h, "assignee")))
-        .chain(inbound.reviewers.iter().map(|h| (h, "reviewer")));
-    for (raw, why) in candidates {
-        let name = raw.trim().trim_start_matches('@').to_ascii_lowercase();
-        let Ok(h) = Handle::parse(&name) else {
-            continue;
-        };
-        if company.seat(h.as_str()).is_some() && !out.iter().any(|(o, _)| o == &h) {
-            out.push((h, why));
-        }
-    }
-    out
+    addressed(company, inbound).seats
+}
+
+/// What a delivery's ids come to in `company`.
+fn addressed(company: &Company, inbound: &Inbound) -> Resolution {
+    let to = Addressed {
+        source: &inbound.source,
+        route_handle: inbound.route_handle.as_deref(),
+        mentions: &inbound.mentions,
+        assignees: &inbound.assignees,
+        reviewers: &inbound.reviewers,
+    };
+    crewlet_company::resolve::resolve(company, &to)
 }
 
 impl Worker {
@@ -482,7 +479,8 @@ impl Worker {
             });
         };
         let company = &active.company;
-        let mut seats = resolve(company, inbound);
+        let resolution = addressed(company, inbound);
+        let mut seats = resolution.seats;
         if let Some(owed) = &carried.owed {
             seats.retain(|(h, _)| owed.iter().any(|o| o == h.as_str()));
             if seats.is_empty() {
@@ -497,6 +495,8 @@ impl Worker {
                     "source": inbound.source, "event_type": inbound.event_type,
                     "delivery_id": inbound.delivery_id, "mentions": inbound.mentions,
                     "assignees": inbound.assignees, "reviewers": inbound.reviewers,
+                    "unclaimed": resolution.unclaimed, "people": resolution.people,
+                    "reason": unrouted_reason(&inbound.source, &resolution.unclaimed, &resolution.people),
                 }),
             );
             ev.trace_id = Some(inbound.trace_id.clone());
@@ -667,6 +667,25 @@ impl Worker {
             warn!(subsystem = "notify", event = kind, error = %e, "event not recorded");
         }
     }
+}
+
+/// Why a delivery woke nobody, in words an operator can act on.
+fn unrouted_reason(source: &str, unclaimed: &[String], people: &[String]) -> String {
+    let mut why = if unclaimed.is_empty() {
+        format!("it addresses no {source} id")
+    } else {
+        format!(
+            "no seat claims the {source} ids it addresses ({}): give the seat `identities = {{ {source} = \"ID\" }}` in the company document, or mention a seat's handle",
+            unclaimed.join(", ")
+        )
+    };
+    if !people.is_empty() {
+        why.push_str(&format!(
+            "; it addresses people, not seats ({})",
+            people.join(", ")
+        ));
+    }
+    why
 }
 
 fn party(party: String, role: &str) -> Party {

@@ -91,7 +91,9 @@ pub fn org_view(c: &Company) -> serde_json::Value {
             "id": s.id,
             "role": s.role,
             "group": s.group,
+            "identities": s.identities,
         })).collect::<Vec<_>>(),
+        "people": c.people.values().collect::<Vec<_>>(),
         "roles": c.roles.values().map(|r| serde_json::json!({
             "name": r.name,
             "executor": r.executor.iter().map(|m| format!("{}/{}", m.provider, m.model)).collect::<Vec<_>>(),

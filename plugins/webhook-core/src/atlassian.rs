@@ -4,7 +4,9 @@
 //! route ending in `/jira`, `confluence_webhook_secret` otherwise).
 //!
 //! The delivery id is `X-Atlassian-Webhook-Identifier`, stable across
-//! Atlassian's retries. Jira mentions are `[~accountid:<id>]`.
+//! Atlassian's retries. Jira mentions are `[~accountid:<id>]` in a comment
+//! body; Confluence's are `ri:account-id="<id>"` in storage format, read
+//! when the payload carries a body (`comment.body.storage.value`).
 
 use crate::json::{first_string, string_at};
 use crate::{Addressed, Delivery, Input, ParseError, Parsed, VerifyError, decode_hex};
@@ -61,15 +63,22 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
         &payload,
         &[
             &["comment", "body"],
+            &["comment", "body", "storage", "value"],
             &["issue", "fields", "description"],
+            &["page", "body", "storage", "value"],
             &["page", "title"],
         ],
     );
+    let mentioned = if source == "jira" {
+        account_mentions
+    } else {
+        storage_mentions
+    };
     let assignees = string_at(&payload, &["issue", "fields", "assignee", "accountId"])
         .into_iter()
         .collect();
     let addressed = Addressed {
-        mentions: text.as_deref().map(account_mentions).unwrap_or_default(),
+        mentions: text.as_deref().map(mentioned).unwrap_or_default(),
         assignees,
         reviewers: Vec::new(),
         channel: first_string(
@@ -100,18 +109,36 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     })
 }
 
-/// Jira's `[~accountid:<id>]` mentions, as account ids.
+/// Jira's `[~accountid:<id>]` mentions, as account ids (as Jira sends
+/// them, so they match a seat's `identities.jira`). A mention not closed by
+/// `]` right after its id (truncated, or mangled) names nobody.
 pub fn account_mentions(text: &str) -> Vec<String> {
+    delimited_ids(text, "[~accountid:", b']')
+}
+
+/// Confluence's mentions in storage format
+/// (`<ac:link><ri:user ri:account-id="<id>" /></ac:link>`), as account ids:
+/// the same ids as Jira's, so one `identities.confluence` entry per seat.
+pub fn storage_mentions(text: &str) -> Vec<String> {
+    delimited_ids(text, "ri:account-id=\"", b'"')
+}
+
+/// The ids between `open` and `close`, each of account-id characters
+/// (letters, digits, `:`, `-`, `_`), in order, without duplicates.
+fn delimited_ids(text: &str, open: &str, close: u8) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut rest = text;
-    while let Some(start) = rest.find("[~accountid:") {
-        let after = &rest[start + "[~accountid:".len()..];
-        let Some(end) = after.find(']') else { break };
-        let id = &after[..end];
-        if !id.is_empty() && !out.iter().any(|m| m == id) {
+    while let Some(start) = rest.find(open) {
+        let after = &rest[start + open.len()..];
+        let len = after
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'-' | b'_'))
+            .count();
+        let id = &after[..len];
+        if len > 0 && after.as_bytes().get(len) == Some(&close) && !out.iter().any(|m| m == id) {
             out.push(id.to_string());
         }
-        rest = &after[end + 1..];
+        rest = &after[len..];
     }
     out
 }

@@ -158,18 +158,30 @@ fn parse_command(input: &Input<'_>) -> Result<Parsed, ParseError> {
     })
 }
 
-/// Slack's `<@U123>` / `<@U123|name>` mentions, as user ids.
+/// Slack's `<@U123>` / `<@U123|name>` mentions, as user ids (exactly as
+/// Slack sends them, so they match a seat's `identities.slack`). A mention
+/// whose id is not one word of letters and digits, or that is not closed
+/// by `>` (a truncated or mangled message), names nobody.
 pub fn user_mentions(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let mut rest = text;
     while let Some(start) = rest.find("<@") {
         let after = &rest[start + 2..];
-        let Some(end) = after.find('>') else { break };
-        let id = after[..end].split('|').next().unwrap_or_default();
-        if !id.is_empty() && !out.iter().any(|m| m == id) {
+        let id_len = after.bytes().take_while(u8::is_ascii_alphanumeric).count();
+        let id = &after[..id_len];
+        let tail = &after[id_len..];
+        let closed = match tail.as_bytes().first() {
+            Some(b'>') => true,
+            // A label runs to `>`, and holds no other mention.
+            Some(b'|') => tail
+                .find(['>', '<'])
+                .is_some_and(|end| tail.as_bytes()[end] == b'>'),
+            _ => false,
+        };
+        if closed && !id.is_empty() && !out.iter().any(|m| m == id) {
             out.push(id.to_string());
         }
-        rest = &after[end + 1..];
+        rest = tail;
     }
     out
 }
@@ -213,6 +225,12 @@ mod tests {
             user_mentions("hi <@U1> and <@U2|bob> <@U1>"),
             vec!["U1", "U2"]
         );
+        // Malformed or truncated: nobody, and what follows still counts.
+        assert!(user_mentions("<@U04ABCDEF").is_empty());
+        assert!(user_mentions("<@U04ABCDEF|ada").is_empty());
+        assert!(user_mentions("<@> <@ U1> <@U1 x> <@U1\u{e9}>").is_empty());
+        assert_eq!(user_mentions("<@U1|a <@U2> <@W3|x>"), vec!["U2", "W3"]);
+        assert!(user_mentions("<!channel> <!subteam^S1|@eng> <#C1|general>").is_empty());
         assert_eq!(percent_decode("%2Fwebbot+x").as_deref(), Some("/webbot x"));
         assert_eq!(percent_decode("%2"), None);
     }

@@ -433,6 +433,11 @@ pub fn slack_mention(
 ) {
     let r = post_slack_mention(&node.api, secret, handle, event_id, channel, ts, text)
         .expect("POST webhook");
+    assert_accepted(node, &r);
+}
+
+/// Asserts a webhook was accepted (202), showing the node's log if not.
+pub fn assert_accepted(node: &Node, r: &http::Response) {
     assert_eq!(
         r.status,
         202,
@@ -508,6 +513,30 @@ pub fn hostile_route_node(
         + "\n[integrations.hostile]\nplugin = \"hostile-webhook\"\nsecret = \"HOSTILE_SECRET\"\n";
     let company_file = sb.path("company.toml");
     std::fs::write(&company_file, company).unwrap();
+    seatless_node(
+        sb,
+        id,
+        nats_url,
+        plugins,
+        &company_file,
+        &[
+            ("GITHUB_WEBHOOK_SECRET", secrets.0),
+            ("HOSTILE_SECRET", secrets.1),
+        ],
+    )
+}
+
+/// A node without seats (its tests read the mailboxes, as a seat would)
+/// serving `company_file` with the plugins under `plugins`, on `nats_url`,
+/// with `env` set.
+pub fn seatless_node(
+    sb: &Sandbox,
+    id: &str,
+    nats_url: &str,
+    plugins: &Path,
+    company_file: &Path,
+    env: &[(&str, &str)],
+) -> Node {
     let port = crewlet_testkit::free_port();
     let cfg = sb.config(
         port,
@@ -515,7 +544,7 @@ pub fn hostile_route_node(
             "[node]\nid = \"{id}\"\nroles = [\"data\", \"ingress\", \"workers\"]\n[stream]\nurl = \"{nats_url}\"\n"
         ),
     );
-    let mut node = NodeBuilder::new(sb, port)
+    let mut builder = NodeBuilder::new(sb, port)
         .arg("--config")
         .arg(&cfg)
         .arg("--data-dir")
@@ -523,10 +552,11 @@ pub fn hostile_route_node(
         .arg("--plugins")
         .arg(plugins)
         .arg("--company")
-        .arg(&company_file)
-        .env("GITHUB_WEBHOOK_SECRET", secrets.0)
-        .env("HOSTILE_SECRET", secrets.1)
-        .spawn();
+        .arg(company_file);
+    for (k, v) in env {
+        builder = builder.env(k, v);
+    }
+    let mut node = builder.spawn();
     node.wait_ready(Duration::from_secs(60));
     node
 }
