@@ -91,7 +91,8 @@ impl Default for CooldownPolicy {
 }
 
 impl Failure {
-    pub fn of(kind: &ErrorKind) -> Failure {
+    /// The class the plugin reported, in the provider world's words.
+    pub(crate) fn of(kind: &ErrorKind) -> Failure {
         match kind {
             ErrorKind::RateLimited(ms) => Failure::RateLimited {
                 retry_after_ms: *ms,
@@ -155,7 +156,7 @@ pub fn redact(text: &str, keys: &[Credential]) -> String {
 
 /// The backend's line for a classified failure:
 /// `rate-limited (HTTP 429, request req_1): the vendor's message`.
-pub fn provider_line(e: &ProviderError, keys: &[Credential]) -> String {
+pub(crate) fn provider_line(e: &ProviderError, keys: &[Credential]) -> String {
     let mut facts = Vec::new();
     if let Some(s) = e.status {
         facts.push(format!("HTTP {s}"));
@@ -173,7 +174,7 @@ pub fn provider_line(e: &ProviderError, keys: &[Credential]) -> String {
 }
 
 /// The line for a plugin that faulted instead of answering.
-pub fn fault_line(e: &CallError, keys: &[Credential]) -> String {
+pub(crate) fn fault_line(e: &CallError, keys: &[Credential]) -> String {
     redact(&format!("plugin-fault: {e}"), keys)
 }
 

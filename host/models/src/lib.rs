@@ -24,13 +24,15 @@
 //! bench and never shortening it. A model call never waits on a coordination
 //! read.
 //!
-//! Types: requests and answers use the plugin's own WIT types
-//! ([`Message`], [`Tool`], [`ToolChoice`], [`Completion`]) rather than a
-//! mirror, so nothing is translated twice. A model entry's `options` go to
-//! the plugin as `options-json`.
+//! Types: [`Models`] is the turn engine's [`Brain`] itself, and speaks its
+//! port's words ([`Prompt`], [`Thought`], [`CallSite`]); the provider
+//! world's WIT types are converted in one private module (`wire.rs`) and
+//! are not this crate's API. A model entry's `options` go to the plugin as
+//! `options-json`.
 
 pub mod failure;
 pub mod pool;
+mod wire;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -40,14 +42,13 @@ use crewlet_coord::{Cooldown, Coord, KeyHint};
 use crewlet_observe::Publisher;
 use crewlet_plugins::Installed;
 use crewlet_plugins::manifest::Permissions;
-use crewlet_plugins::provider::{Credential as WitCredential, ProviderPlugin, Request};
-use serde::Serialize;
+use crewlet_plugins::provider::ProviderPlugin;
+use crewlet_turns::{Brain, CallSite, Prompt, Thought, Unavailable};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-pub use crewlet_plugins::provider::{Completion, Message, Role, Tool, ToolCall, ToolChoice, Usage};
 pub use failure::{CooldownPolicy, DEFAULT_COOLDOWN_FLOOR, Decision, Failure};
 pub use pool::{
     Credential, CredentialPool, PoolLease, ProviderKey, Resolve, Secret, Unresolved, resolve_all,
@@ -76,33 +77,6 @@ impl Default for ModelsOptions {
     }
 }
 
-/// Which half of a turn made the call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    Executor,
-    Reviewer,
-}
-
-/// Where a call happened: every event it causes is addressed to this.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct CallSite {
-    pub turn_id: String,
-    pub seat: String,
-    pub phase: Phase,
-    pub iteration: u32,
-    pub trace_id: Option<String>,
-}
-
-/// One model call's input, the same for every model in the chain.
-#[derive(Debug, Clone)]
-pub struct ModelRequest {
-    pub messages: Vec<Message>,
-    pub tools: Vec<Tool>,
-    pub tool_choice: ToolChoice,
-    pub max_tokens: u32,
-}
-
 /// How one attempt ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -124,7 +98,12 @@ pub struct Attempt {
 /// A successful call.
 #[derive(Debug, Clone)]
 pub struct ModelAnswer {
-    pub completion: Completion,
+    /// The answer, as the turn engine takes it.
+    pub thought: Thought,
+    /// Why the model stopped, in the vendor's words (`stop`, `tool_calls`).
+    pub stop_reason: String,
+    /// The vendor's id for the answering request.
+    pub request_id: Option<String>,
     /// The chain entry that answered.
     pub model: ModelRef,
     /// The key that answered (`None` for a keyless entry).
@@ -148,6 +127,18 @@ pub struct Exhausted {
     /// Stopped because a model's key is not known yet: not an answer about
     /// the models — retry once the secrets store answers.
     pub unknown: bool,
+}
+
+/// A chain that stopped on a key not known yet is our outage (the turn runs
+/// again later); any other exhausted chain is the models' answer.
+impl From<Exhausted> for Unavailable {
+    fn from(e: Exhausted) -> Unavailable {
+        if e.unknown {
+            Unavailable::KeyUnknown(e.last_error)
+        } else {
+            Unavailable::Chain(e.last_error)
+        }
+    }
 }
 
 /// The model layer of one node. Dropping it stops its cooldown puller;
@@ -259,10 +250,23 @@ impl Models {
     pub async fn call(
         &self,
         chain: &[ModelRef],
-        req: ModelRequest,
-        site: CallSite,
+        prompt: Prompt,
+        site: &CallSite,
     ) -> Result<ModelAnswer, Exhausted> {
-        self.inner.call(chain, &req, &site).await
+        self.inner
+            .call(chain, &wire::Outgoing::of(prompt), site)
+            .await
+    }
+}
+
+impl Brain for Models {
+    async fn think(
+        &self,
+        chain: &[ModelRef],
+        prompt: Prompt,
+        site: &CallSite,
+    ) -> Result<Thought, Unavailable> {
+        Ok(self.call(chain, prompt, site).await?.thought)
     }
 }
 
@@ -284,16 +288,18 @@ impl Inner {
     async fn call(
         &self,
         chain: &[ModelRef],
-        req: &ModelRequest,
+        req: &wire::Outgoing,
         site: &CallSite,
     ) -> Result<ModelAnswer, Exhausted> {
         let mut attempts = Vec::new();
         let mut last_error = "the chain is empty: give the role at least one model".to_owned();
         for (i, entry) in chain.iter().enumerate() {
             let leave = match self.try_model(entry, req, site, &mut attempts).await {
-                Ok((completion, key_hint)) => {
+                Ok((thought, receipt, key_hint)) => {
                     return Ok(ModelAnswer {
-                        completion,
+                        thought,
+                        stop_reason: receipt.stop_reason,
+                        request_id: receipt.request_id,
                         model: entry.clone(),
                         key_hint,
                         attempts,
@@ -351,10 +357,10 @@ impl Inner {
     async fn try_model(
         &self,
         entry: &ModelRef,
-        req: &ModelRequest,
+        req: &wire::Outgoing,
         site: &CallSite,
         attempts: &mut Vec<Attempt>,
-    ) -> Result<(Completion, Option<KeyHint>), Leave> {
+    ) -> Result<(Thought, wire::Receipt, Option<KeyHint>), Leave> {
         let record = |attempts: &mut Vec<Attempt>, hint, failure: Failure, line: &str, t| {
             attempts.push(Attempt {
                 provider: entry.provider.clone(),
@@ -398,18 +404,7 @@ impl Inner {
             // A key is tried once per model per call, whatever its bench.
             keys.retain(|k| k.hint != cred.hint);
             let hint = (!cred.is_keyless()).then(|| cred.hint.clone());
-            let request = Request {
-                base_url: String::new(),
-                model: entry.model.clone(),
-                messages: req.messages.clone(),
-                tools: req.tools.clone(),
-                tool_choice: req.tool_choice.clone(),
-                max_tokens: req.max_tokens,
-                credential: WitCredential {
-                    api_key: cred.secret.expose().to_owned(),
-                },
-                options_json: options_json.clone(),
-            };
+            let request = req.request(&entry.model, cred.secret.expose(), &options_json);
             let started = Instant::now();
             let outcome = plugin.complete(request).await;
             let elapsed = started.elapsed();
@@ -423,7 +418,8 @@ impl Inner {
                         outcome: Outcome::Answered,
                         elapsed,
                     });
-                    return Ok((completion, hint));
+                    let (thought, receipt) = wire::thought(completion, entry);
+                    return Ok((thought, receipt, hint));
                 }
                 Ok(Err(e)) => (Failure::of(&e.kind), failure::provider_line(&e, &all_keys)),
                 Err(fault) => (Failure::PluginFault, failure::fault_line(&fault, &all_keys)),
@@ -561,7 +557,7 @@ impl Inner {
         if let (Some(s), Value::Object(map)) = (site, &mut payload) {
             map.insert("turn_id".into(), json!(s.turn_id));
             map.insert("seat".into(), json!(s.seat));
-            map.insert("phase".into(), json!(s.phase));
+            map.insert("phase".into(), json!(s.phase.as_str()));
             map.insert("iteration".into(), json!(s.iteration));
             map.insert("trace_id".into(), json!(s.trace_id));
         }

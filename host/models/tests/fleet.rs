@@ -6,10 +6,11 @@ mod common;
 
 use std::time::{Duration, Instant, SystemTime};
 
-use common::{Host, Node, model, msg, request, resolver, site};
+use common::{Host, Node, model, request, resolver, site};
 use crewlet_coord::key_hint;
-use crewlet_models::{Models, ModelsOptions, Role};
+use crewlet_models::{Models, ModelsOptions};
 use crewlet_testkit::{NatsServer, Reply, ScriptedOpenAi};
+use crewlet_turns::Msg;
 
 const KEY_1: &str = "live-key-0001-aaaaaaaaaaaa";
 const KEY_2: &str = "live-key-0002-bbbbbbbbbbbb";
@@ -68,8 +69,8 @@ async fn the_puller_merges_a_peer_bench_and_never_shortens_its_own() {
     let a = models
         .call(
             std::slice::from_ref(&entry),
-            request(vec![msg(Role::User, "hi")]),
-            site("t1"),
+            request(vec![Msg::user("hi")]),
+            &site("t1"),
         )
         .await
         .unwrap();
@@ -117,8 +118,8 @@ async fn with_coordination_down_the_local_bench_still_rotates_keys() {
     let a = models
         .call(
             std::slice::from_ref(&entry),
-            request(vec![msg(Role::User, "hi")]),
-            site("t1"),
+            request(vec![Msg::user("hi")]),
+            &site("t1"),
         )
         .await
         .unwrap();
@@ -132,7 +133,7 @@ async fn with_coordination_down_the_local_bench_still_rotates_keys() {
     assert!(models.pull_now().await.is_empty());
     server.reply("gpt-a", Reply::Text("k2 again".into()));
     let b = models
-        .call(&[entry], request(vec![msg(Role::User, "hi")]), site("t2"))
+        .call(&[entry], request(vec![Msg::user("hi")]), &site("t2"))
         .await
         .unwrap();
     assert_eq!(b.key_hint, Some(key_hint(KEY_2)));

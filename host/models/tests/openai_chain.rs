@@ -7,11 +7,12 @@ mod common;
 
 use std::time::{Duration, SystemTime};
 
-use common::{Host, Node, model, msg, request, resolver, site};
+use common::{Host, Node, model, request, resolver, site};
 use crewlet_company::ModelRef;
 use crewlet_coord::{KeyHint, key_hint};
-use crewlet_models::{CooldownPolicy, Failure, Models, ModelsOptions, Outcome, Role};
+use crewlet_models::{CooldownPolicy, Failure, Models, ModelsOptions, Outcome};
 use crewlet_testkit::{NatsServer, Reply, ScriptedOpenAi};
+use crewlet_turns::{Brain, Msg, Unavailable};
 use serde_json::json;
 
 const KEY_1: &str = "live-key-0001-aaaaaaaaaaaa";
@@ -37,23 +38,22 @@ async fn a_tool_call_round_trips_with_its_arguments() {
     let answer = models
         .call(
             &[model("openai", "gpt-a", &["K1"])],
-            request(vec![msg(Role::User, "what is the weather?")]),
-            site("t1"),
+            request(vec![Msg::user("what is the weather?")]),
+            &site("t1"),
         )
         .await
         .unwrap();
 
-    let call = &answer.completion.tool_calls[0];
+    let call = &answer.thought.calls[0];
     assert_eq!(call.name, "lookup");
     assert_eq!(
-        serde_json::from_str::<serde_json::Value>(&call.arguments_json).unwrap(),
+        serde_json::from_str::<serde_json::Value>(&call.arguments).unwrap(),
         json!({"q": "weather in Oslo", "n": 3})
     );
-    assert_eq!(answer.completion.stop_reason, "tool_calls");
-    assert_eq!(answer.completion.request_id.as_deref(), Some("req-1"));
-    assert!(
-        answer.completion.usage.input_tokens >= 1 && answer.completion.usage.output_tokens >= 1
-    );
+    assert_eq!(answer.stop_reason, "tool_calls");
+    assert_eq!(answer.request_id.as_deref(), Some("req-1"));
+    assert!(answer.thought.input_tokens >= 1 && answer.thought.output_tokens >= 1);
+    assert_eq!(answer.thought.model, "openai/gpt-a");
     assert_eq!(answer.model.model, "gpt-a");
     assert_eq!(answer.key_hint, Some(key_hint(KEY_1)));
     assert_eq!(answer.attempts.len(), 1);
@@ -82,10 +82,10 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     server.reply("gpt-a", Reply::Text("second key here".into()));
     let before = SystemTime::now();
     let answer = models_a
-        .call(&chain, request(vec![msg(Role::User, "hi")]), site("t1"))
+        .call(&chain, request(vec![Msg::user("hi")]), &site("t1"))
         .await
         .unwrap();
-    assert_eq!(answer.completion.text.as_deref(), Some("second key here"));
+    assert_eq!(answer.thought.text.as_deref(), Some("second key here"));
     assert_eq!(answer.key_hint, Some(key_hint(KEY_2)));
     assert!(
         matches!(
@@ -150,7 +150,7 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     for i in 0..3 {
         server.reply("gpt-a", Reply::Text(format!("b{i}")));
         let a = models_b
-            .call(&chain, request(vec![msg(Role::User, "hi")]), site("t2"))
+            .call(&chain, request(vec![Msg::user("hi")]), &site("t2"))
             .await
             .unwrap();
         assert_eq!(a.key_hint, Some(key_hint(KEY_2)));
@@ -168,8 +168,8 @@ async fn a_429_benches_the_key_for_the_fleet_and_the_next_key_answers() {
     let other = models_a
         .call(
             &[model("openai", "gpt-b", &["K1", "K2"])],
-            request(vec![msg(Role::User, "hi")]),
-            site("t3"),
+            request(vec![Msg::user("hi")]),
+            &site("t3"),
         )
         .await
         .unwrap();
@@ -235,8 +235,8 @@ async fn a_429_advising_one_second_benches_the_key_for_the_floor() {
         let answer = models
             .call(
                 std::slice::from_ref(&entry),
-                request(vec![msg(Role::User, "hi")]),
-                site("t1"),
+                request(vec![Msg::user("hi")]),
+                &site("t1"),
             )
             .await
             .unwrap();
@@ -267,8 +267,8 @@ async fn auth_rotates_the_key_and_benches_it_for_ten_minutes() {
     let answer = models
         .call(
             &[model("openai", "gpt-a", &["K1", "K2"])],
-            request(vec![msg(Role::User, "hi")]),
-            site("t1"),
+            request(vec![Msg::user("hi")]),
+            &site("t1"),
         )
         .await
         .unwrap();
@@ -301,14 +301,11 @@ async fn an_overloaded_model_falls_back_to_the_next_and_says_so() {
         model("openai", "gpt-small", &["K1"]),
     ];
     let answer = models
-        .call(&chain, request(vec![msg(Role::User, "hi")]), site("t7"))
+        .call(&chain, request(vec![Msg::user("hi")]), &site("t7"))
         .await
         .unwrap();
     assert_eq!(answer.model.model, "gpt-small");
-    assert_eq!(
-        answer.completion.text.as_deref(),
-        Some("from the small one")
-    );
+    assert_eq!(answer.thought.text.as_deref(), Some("from the small one"));
     assert_eq!(answer.attempts.len(), 2);
 
     let fallbacks = node.events("provider_fallback");
@@ -357,7 +354,7 @@ async fn an_exhausted_chain_fails_with_the_last_line_and_no_key_in_sight() {
         model("nobody", "m", &["K1"]),
     ];
     let err = models
-        .call(&chain, request(vec![msg(Role::User, "hi")]), site("t9"))
+        .call(&chain, request(vec![Msg::user("hi")]), &site("t9"))
         .await
         .unwrap_err();
     assert_eq!(
@@ -406,8 +403,8 @@ async fn an_exhausted_chain_fails_with_the_last_line_and_no_key_in_sight() {
     let err = models
         .call(
             &[model("openai", "gpt-big", &["NOT_SET"])],
-            request(vec![msg(Role::User, "hi")]),
-            site("t10"),
+            request(vec![Msg::user("hi")]),
+            &site("t10"),
         )
         .await
         .unwrap_err();
@@ -437,29 +434,30 @@ async fn models_with(
     .await
 }
 
+/// `K1` resolves to `KEY_1`; `LATER` is not known yet (the secrets bucket
+/// has not answered); every other name is unset.
+fn k1_and_later() -> crewlet_models::Resolve {
+    let known = resolver(&[("K1", KEY_1)]);
+    crewlet_models::Resolve::new(move |name: &str| match name {
+        "LATER" => crewlet_secrets::Lookup::Unknown("the secrets bucket has not answered".into()),
+        other => known.lookup(other),
+    })
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_not_known_yet_stops_the_chain_with_no_fallback_and_no_llm_unavailable() {
     let nats = NatsServer::start();
     let server = ScriptedOpenAi::start();
     let host = Host::new();
     let node = Node::join(&nats, "node-a").await;
-    let known = resolver(&[("K1", KEY_1)]);
-    let resolve = crewlet_models::Resolve::new(move |name: &str| match name {
-        "LATER" => crewlet_secrets::Lookup::Unknown("the secrets bucket has not answered".into()),
-        other => known.lookup(other),
-    });
-    let models = models_with(&node, &host, &server, resolve).await;
+    let models = models_with(&node, &host, &server, k1_and_later()).await;
     server.reply("gpt-b", Reply::Text("not asked".into()));
     let chain = [
         model("openai", "gpt-a", &["LATER"]),
         model("openai", "gpt-b", &["K1"]),
     ];
     let err = models
-        .call(
-            &chain,
-            request(vec![msg(Role::User, "hi")]),
-            site("t-unknown"),
-        )
+        .call(&chain, request(vec![Msg::user("hi")]), &site("t-unknown"))
         .await
         .unwrap_err();
     assert!(err.unknown, "{err}");
@@ -474,11 +472,7 @@ async fn a_key_not_known_yet_stops_the_chain_with_no_fallback_and_no_llm_unavail
         model("openai", "gpt-b", &["K1"]),
     ];
     let answer = models
-        .call(
-            &chain,
-            request(vec![msg(Role::User, "hi")]),
-            site("t-unset"),
-        )
+        .call(&chain, request(vec![Msg::user("hi")]), &site("t-unset"))
         .await
         .unwrap();
     assert_eq!(answer.model.model, "gpt-b");
@@ -510,7 +504,8 @@ async fn a_key_rotated_while_a_call_holds_the_old_one_is_looked_up_again_and_ans
     );
     server.reply("gpt-a", Reply::Text("answered with the new key".into()));
     let chain = [model("openai", "gpt-a", &["K"])];
-    let call = models.call(&chain, request(vec![msg(Role::User, "hi")]), site("t-rot"));
+    let at = site("t-rot");
+    let call = models.call(&chain, request(vec![Msg::user("hi")]), &at);
     let rotate = async {
         while server.request_count() == 0 {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -532,5 +527,69 @@ async fn a_key_rotated_while_a_call_holds_the_old_one_is_looked_up_again_and_ans
     );
     assert!(node.events("llm_unavailable").is_empty());
     assert_eq!(node.events("credential_benched").len(), 1);
+    models.shutdown().await;
+}
+
+/// The model layer is the turn engine's brain: the prompt goes out in the
+/// vendor's words, the answer comes back a thought, and an exhausted chain
+/// and a key not known yet stay two different outages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_the_turn_engines_brain_it_thinks_or_says_which_outage() {
+    let nats = NatsServer::start();
+    let server = ScriptedOpenAi::start();
+    let host = Host::new();
+    let node = Node::join(&nats, "node-a").await;
+    let models = models_with(&node, &host, &server, k1_and_later()).await;
+    let chain = [model("openai", "gpt-a", &["K1"])];
+    server.reply(
+        "gpt-a",
+        Reply::ToolCalls(vec![("lookup".into(), json!({"q": "oslo"}))]),
+    );
+    let mut prompt = request(vec![Msg::system("be brief"), Msg::user("weather?")]);
+    prompt.must_call_tool = true;
+    let thought = models
+        .think(&chain, prompt, &site("t-brain"))
+        .await
+        .unwrap();
+    assert_eq!(thought.model, "openai/gpt-a");
+    assert_eq!(thought.calls.len(), 1);
+    assert_eq!(thought.calls[0].name, "lookup");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&thought.calls[0].arguments).unwrap(),
+        json!({"q": "oslo"})
+    );
+    assert!(thought.input_tokens >= 1 && thought.output_tokens >= 1);
+    let sent = &server.requests()[0];
+    assert_eq!(sent.messages[0]["role"], "system");
+    assert_eq!(sent.messages[1]["role"], "user");
+    assert_eq!(sent.messages[1]["content"], "weather?");
+    assert_eq!(sent.body["tool_choice"], "required");
+    assert_eq!(
+        sent.tools[0]["function"]["parameters"],
+        json!({"type": "object", "properties": {"q": {"type": "string"}}})
+    );
+
+    server.reply("gpt-a", Reply::error(500, "boom"));
+    let down = models
+        .think(&chain, request(vec![Msg::user("hi")]), &site("t-down"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&down, Unavailable::Chain(line) if line.contains("transient (HTTP 500")),
+        "{down}"
+    );
+    let later = models
+        .think(
+            &[model("openai", "gpt-a", &["LATER"])],
+            request(vec![Msg::user("hi")]),
+            &site("t-later"),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&later, Unavailable::KeyUnknown(line) if line.contains("not answered")),
+        "{later}"
+    );
+    assert_eq!(server.request_count(), 2, "no call without a known key");
     models.shutdown().await;
 }

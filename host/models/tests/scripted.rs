@@ -5,10 +5,13 @@
 
 mod common;
 
-use common::{Host, Node, msg, request, scripted, site};
-use crewlet_models::{Failure, Message, Outcome, Role, ToolCall};
-use crewlet_plugins::provider::{Credential, ErrorKind, Request, ToolChoice};
+use common::{Host, Node, request, scripted, site};
+use crewlet_models::{Failure, Outcome};
+use crewlet_plugins::provider::{
+    Credential, ErrorKind, Message, Request, Role, ToolCall, ToolChoice,
+};
 use crewlet_testkit::NatsServer;
+use crewlet_turns::Msg;
 use serde_json::json;
 
 const WAKE: &str = "You were woken.\n```wake\n{\"channel\":\"C1\",\"thread\":\"17.1\",\"text\":\"hi there\",\"handle\":\"ada\",\"source\":\"slack\",\"n\":3}\n```\nAnswer in the thread.";
@@ -39,6 +42,16 @@ fn direct(messages: Vec<Message>, options: &serde_json::Value) -> Request {
             api_key: String::new(),
         },
         options_json: options.to_string(),
+    }
+}
+
+/// A message in the provider world's words, for calling the plugin direct.
+fn msg(role: Role, content: &str) -> Message {
+    Message {
+        role,
+        content: content.into(),
+        tool_calls: vec![],
+        tool_call_id: None,
     }
 }
 
@@ -226,13 +239,13 @@ async fn injected_failures_drive_the_chain_like_a_vendor_would() {
     let answer = models
         .call(
             &[flaky.clone(), limited.clone(), good.clone()],
-            request(vec![msg(Role::User, WAKE)]),
-            site("t1"),
+            request(vec![Msg::user(WAKE)]),
+            &site("t1"),
         )
         .await
         .unwrap();
     assert_eq!(answer.model.model, "good");
-    assert_eq!(answer.completion.text.as_deref(), Some("hello ada"));
+    assert_eq!(answer.thought.text.as_deref(), Some("hello ada"));
     assert_eq!(answer.key_hint, None, "keyless");
     let failures: Vec<_> = answer
         .attempts
@@ -271,8 +284,8 @@ async fn injected_failures_drive_the_chain_like_a_vendor_would() {
     let again = models
         .call(
             &[limited, good],
-            request(vec![msg(Role::User, WAKE)]),
-            site("t2"),
+            request(vec![Msg::user(WAKE)]),
+            &site("t2"),
         )
         .await
         .unwrap();
@@ -288,7 +301,7 @@ async fn injected_failures_drive_the_chain_like_a_vendor_would() {
     // A malformed entry is a bad request, and the chain moves on.
     let broken = scripted("broken", json!({"steps": "nope"}));
     let err = models
-        .call(&[broken], request(vec![msg(Role::User, "hi")]), site("t3"))
+        .call(&[broken], request(vec![Msg::user("hi")]), &site("t3"))
         .await
         .unwrap_err();
     assert!(

@@ -27,11 +27,10 @@ use std::time::Duration;
 use crewlet_company::{Active, McpServer, McpTransport, Seat};
 use crewlet_coord::{Admits, Coord, Scope};
 use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
-use crewlet_models::{CallSite, ModelRequest, Models};
+use crewlet_models::Models;
 use crewlet_seats::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
 use crewlet_turns::{
-    Act, Brain, Call, EventSink, Prompt, Said, SessionError, Sessions, Speaker, Thought, Turn,
-    TurnEnd, TurnEngine, TurnEvent, Unavailable, Unpublished,
+    Act, EventSink, Said, SessionError, Sessions, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished,
 };
 use futures::future::BoxFuture;
 
@@ -67,95 +66,6 @@ const CREDENTIAL_POLL: Duration = Duration::from_millis(250);
 
 /// How long an outage-failed turn waits before it runs again.
 const OUTAGE_RETRY: Duration = Duration::from_secs(5);
-
-/// The model layer as the turn engine's brain.
-pub struct ModelsBrain(pub Arc<Models>);
-
-impl Brain for ModelsBrain {
-    async fn think(
-        &self,
-        chain: &[crewlet_company::ModelRef],
-        prompt: Prompt,
-        site: &crewlet_turns::CallSite,
-    ) -> Result<Thought, Unavailable> {
-        use crewlet_models::{Message, Role, Tool, ToolCall, ToolChoice};
-        let messages = prompt
-            .messages
-            .into_iter()
-            .map(|m| Message {
-                role: match m.speaker {
-                    Speaker::System => Role::System,
-                    Speaker::User => Role::User,
-                    Speaker::Assistant => Role::Assistant,
-                    Speaker::Tool => Role::Tool,
-                },
-                content: m.content,
-                tool_calls: m
-                    .calls
-                    .into_iter()
-                    .map(|c| ToolCall {
-                        id: c.id,
-                        name: c.name,
-                        arguments_json: c.arguments,
-                    })
-                    .collect(),
-                tool_call_id: m.call_id,
-            })
-            .collect();
-        let tools = prompt
-            .tools
-            .into_iter()
-            .map(|t| Tool {
-                name: t.name,
-                description: t.description,
-                parameters_schema_json: t.parameters.to_string(),
-            })
-            .collect();
-        let req = ModelRequest {
-            messages,
-            tools,
-            tool_choice: if prompt.must_call_tool {
-                ToolChoice::Required
-            } else {
-                ToolChoice::Auto
-            },
-            max_tokens: prompt.max_tokens,
-        };
-        let site = CallSite {
-            turn_id: site.turn_id.clone(),
-            seat: site.seat.clone(),
-            phase: match site.phase {
-                crewlet_turns::Phase::Executor => crewlet_models::Phase::Executor,
-                crewlet_turns::Phase::Reviewer => crewlet_models::Phase::Reviewer,
-            },
-            iteration: site.iteration,
-            trace_id: site.trace_id.clone(),
-        };
-        let answer = self.0.call(chain, req, site).await.map_err(|e| {
-            if e.unknown {
-                Unavailable::KeyUnknown(e.last_error)
-            } else {
-                Unavailable::Chain(e.last_error)
-            }
-        })?;
-        let c = answer.completion;
-        Ok(Thought {
-            text: c.text,
-            calls: c
-                .tool_calls
-                .into_iter()
-                .map(|t| Call {
-                    id: t.id,
-                    name: t.name,
-                    arguments: t.arguments_json,
-                })
-                .collect(),
-            input_tokens: c.usage.input_tokens.into(),
-            output_tokens: c.usage.output_tokens.into(),
-            model: format!("{}/{}", answer.model.provider, answer.model.model),
-        })
-    }
-}
 
 /// The node's event log as the turn engine's event sink: the row, then the
 /// broadcast; the seat named as `seat:HANDLE` in the party index, like the
@@ -227,7 +137,7 @@ impl Sessions for NodeSessions {
 
 /// The node's seat host.
 pub struct NodeSeats {
-    pub engine: TurnEngine<ModelsBrain>,
+    pub engine: TurnEngine<Models>,
     pub coord: Coord,
     pub shared: SharedChildren,
     pub shared_lock: tokio::sync::Mutex<()>,
@@ -543,7 +453,7 @@ pub async fn start(
         .await,
     );
     let engine_turns = TurnEngine::new(
-        Arc::new(ModelsBrain(models.clone())),
+        models.clone(),
         ctx.coord.clone(),
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),

@@ -8,9 +8,11 @@
 //!   command that makes it, never a skipped test.
 //! - Its models are mocks LiteLLM itself implements (`mock_response` with
 //!   `mock_tool_calls`): every call to a model answers the same assistant
-//!   message, with token usage, and no upstream is ever called. The cost
-//!   map is read from the package (`LITELLM_LOCAL_MODEL_COST_MAP`), so the
-//!   proxy makes no call beyond loopback.
+//!   message, with token usage, and no upstream is ever called — or, for a
+//!   gateway's cost ([`LiteLlm::spawn_forwarding`]), models forwarded to an
+//!   OpenAI-compatible server on loopback. The cost map is read from the
+//!   package (`LITELLM_LOCAL_MODEL_COST_MAP`), so the proxy makes no call
+//!   beyond loopback.
 //! - The config is generated per instance (a master key, the models) in a
 //!   temp dir; as JSON, which is YAML.
 //! - What it served is read from its own access log, the proxy's word and
@@ -82,6 +84,29 @@ impl MockModel {
     }
 }
 
+/// One model the proxy forwards, as it would to a vendor: `name` to the
+/// OpenAI-compatible server at `api_base` (`http://127.0.0.1:PORT/v1`),
+/// under the same model name, with `api_key` as the bearer.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub name: String,
+    pub api_base: String,
+    pub api_key: String,
+}
+
+impl Upstream {
+    fn entry(&self) -> Value {
+        json!({
+            "model_name": self.name,
+            "litellm_params": {
+                "model": format!("openai/{}", self.name),
+                "api_base": self.api_base,
+                "api_key": self.api_key,
+            },
+        })
+    }
+}
+
 /// One request the proxy logged: method, path and status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Served {
@@ -107,6 +132,16 @@ impl LiteLlm {
     /// Starts the proxy serving `models` on a free loopback port; see
     /// [`LiteLlm::wait_ready`].
     pub fn spawn(models: &[MockModel]) -> LiteLlm {
+        LiteLlm::spawn_with(models.iter().map(MockModel::entry).collect())
+    }
+
+    /// Starts the proxy forwarding `models` upstream; see
+    /// [`LiteLlm::wait_ready`].
+    pub fn spawn_forwarding(models: &[Upstream]) -> LiteLlm {
+        LiteLlm::spawn_with(models.iter().map(Upstream::entry).collect())
+    }
+
+    fn spawn_with(model_list: Vec<Value>) -> LiteLlm {
         let bin = litellm_bin();
         assert!(
             bin.is_file(),
@@ -117,7 +152,7 @@ impl LiteLlm {
         let dir = tempfile::tempdir().expect("temp dir");
         let config = dir.path().join("litellm.yaml");
         let doc = json!({
-            "model_list": models.iter().map(MockModel::entry).collect::<Vec<_>>(),
+            "model_list": model_list,
             "general_settings": {"master_key": MASTER_KEY},
         });
         std::fs::write(&config, doc.to_string()).expect("write the LiteLLM config");
@@ -246,5 +281,21 @@ mod tests {
         assert_eq!(call["function"]["name"], "submit_work");
         assert_eq!(call["function"]["arguments"], "{\"outcome\":\"delivered\"}");
         assert_eq!(call["type"], "function");
+    }
+
+    #[test]
+    fn an_upstream_model_is_forwarded_under_its_own_name_with_no_mock() {
+        let entry = Upstream {
+            name: "gpt-bench".into(),
+            api_base: "http://127.0.0.1:9/v1".into(),
+            api_key: "sk-up".into(),
+        }
+        .entry();
+        let params = &entry["litellm_params"];
+        assert_eq!(entry["model_name"], "gpt-bench");
+        assert_eq!(params["model"], "openai/gpt-bench");
+        assert_eq!(params["api_base"], "http://127.0.0.1:9/v1");
+        assert_eq!(params["api_key"], "sk-up");
+        assert!(params.get("mock_response").is_none(), "{entry}");
     }
 }

@@ -10,15 +10,14 @@ use std::sync::Arc;
 use async_nats::jetstream;
 use crewlet_company::{ModelRef, SecretRef};
 use crewlet_coord::{Coord, CoordOptions, Owner};
-use crewlet_models::{
-    CallSite, Message, ModelRequest, Models, ModelsOptions, Phase, Resolve, Role, Tool, ToolChoice,
-};
+use crewlet_models::{Models, ModelsOptions, Resolve};
 use crewlet_observe::Publisher;
 use crewlet_plugins::manifest::Manifest;
 use crewlet_plugins::provider::ProviderPlugin;
 use crewlet_plugins::runtime::{Runtime, RuntimeConfig};
 use crewlet_store::{EventQuery, EventRecord, Store};
 use crewlet_testkit::{NatsServer, ScriptedOpenAi};
+use crewlet_turns::{CallSite, Msg, Phase, Prompt, ToolDef};
 
 pub const BUILD: &str =
     "cargo build --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml";
@@ -191,25 +190,15 @@ pub fn scripted(model: &str, options: serde_json::Value) -> ModelRef {
     }
 }
 
-pub fn msg(role: Role, content: &str) -> Message {
-    Message {
-        role,
-        content: content.into(),
-        tool_calls: vec![],
-        tool_call_id: None,
-    }
-}
-
-pub fn request(messages: Vec<Message>) -> ModelRequest {
-    ModelRequest {
+pub fn request(messages: Vec<Msg>) -> Prompt {
+    Prompt {
         messages,
-        tools: vec![Tool {
+        tools: vec![ToolDef {
             name: "lookup".into(),
             description: "look something up".into(),
-            parameters_schema_json: r#"{"type":"object","properties":{"q":{"type":"string"}}}"#
-                .into(),
+            parameters: serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
         }],
-        tool_choice: ToolChoice::Auto,
+        must_call_tool: false,
         max_tokens: 128,
     }
 }
