@@ -34,6 +34,12 @@ fn plugin(view: &Value, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The `permissions` lines of one plugin's row of `GET /plugins`.
+fn permissions(plugin: &Value) -> Vec<&str> {
+    let lines = plugin["permissions"].as_array().into_iter().flatten();
+    lines.filter_map(Value::as_str).collect()
+}
+
 fn grant(ai: &ScriptedOpenAi) -> String {
     format!(
         "[plugins.grants.openai]\nbase_url = \"{}\"\n",
@@ -59,12 +65,7 @@ fn a_granted_base_url_serves_the_turn_and_is_shown_as_the_operators() {
 
     let view = w.node.get("/plugins").unwrap().json();
     let openai = plugin(&view, "openai");
-    let lines: Vec<&str> = openai["permissions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let lines = permissions(&openai);
     let config = w.sb.path("node.toml").display().to_string();
     let by_operator = format!("(operator grant in {config})");
     assert!(
@@ -225,12 +226,7 @@ fn a_host_the_manifest_declares_and_the_operator_denies_is_refused_naming_the_de
             .all(|r| r["from"] == "manifest"),
         "nothing of slack's is the operator's: {slack}"
     );
-    let lines: Vec<&str> = openai["permissions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let lines = permissions(&openai);
     let marked = format!(
         "outbound {} (denied by the operator: `{key}` in {config})",
         ai.origin()

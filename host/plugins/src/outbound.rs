@@ -7,9 +7,10 @@
 //!   clear text.
 //! - The host never follows redirects; the guest does, so every hop arrives
 //!   here as its own request and is checked like the first.
-//! - The allowed origins are the effective ones (`crate::grant`: declared
-//!   + added by the operator − denied by the operator); this check is the
-//!   one choke point every request passes, the base URL's included.
+//! - The allowed origins are the effective ones (`crate::grant`: those
+//!   declared, plus those the operator adds, minus those the operator
+//!   denies); this check is the one choke point every request passes, the
+//!   base URL's included.
 //! - A refused request is `HttpRequestDenied` for the guest, whether the
 //!   origin was never declared or the operator denies it, and a log line
 //!   saying which ([`NotHeld`]): the manifest line that would allow it, or
