@@ -5,7 +5,9 @@
 //! which permissions the operator added. Without the grant the same turn
 //! fails and its failure names the host it tried; a grant naming a plugin
 //! the dirs do not hold, or a URL that is not one, stops the start with
-//! the key's path.
+//! the key's path. An operator's deny narrows what the manifest declares:
+//! the call is refused before it leaves the node, naming the deny, and
+//! `GET /plugins` and `plugins list --effective` say whose word it is.
 
 use std::time::Duration;
 
@@ -13,6 +15,7 @@ use serde_json::Value;
 
 use crate::common::{self, Sandbox};
 use crate::turns::{self, KEYS, OPENAI_COMPANY, outcomes, post, submit, verdict};
+use crewlet_testkit::http;
 use crewlet_testkit::{PluginsDir, ScriptedOpenAi};
 
 /// Slack and the OpenAI plugin as shipped, unedited.
@@ -20,6 +23,21 @@ fn shipped(sb: &Sandbox) {
     PluginsDir::new(sb.path("plugins"))
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("openai", "plugins/providers/openai/plugin.toml");
+}
+
+/// The row of `GET /plugins` for the plugin `name` (null when absent).
+fn plugin(view: &Value, name: &str) -> Value {
+    let mut plugins = view["plugins"].as_array().into_iter().flatten();
+    plugins
+        .find(|p| p["name"] == name)
+        .cloned()
+        .unwrap_or(Value::Null)
+}
+
+/// The `permissions` lines of one plugin's row of `GET /plugins`.
+fn permissions(plugin: &Value) -> Vec<&str> {
+    let lines = plugin["permissions"].as_array().into_iter().flatten();
+    lines.filter_map(Value::as_str).collect()
 }
 
 fn grant(ai: &ScriptedOpenAi) -> String {
@@ -46,19 +64,8 @@ fn a_granted_base_url_serves_the_turn_and_is_shown_as_the_operators() {
     );
 
     let view = w.node.get("/plugins").unwrap().json();
-    let openai = view["plugins"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "openai")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let lines: Vec<&str> = openai["permissions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .collect();
+    let openai = plugin(&view, "openai");
+    let lines = permissions(&openai);
     let config = w.sb.path("node.toml").display().to_string();
     let by_operator = format!("(operator grant in {config})");
     assert!(
@@ -133,6 +140,127 @@ fn a_wrong_grant_stops_the_start_with_its_key() {
             node.log_text().contains(says),
             "{says}: {}",
             node.log_text()
+        );
+    }
+}
+
+/// The provider's manifest declares the local server as its one host; the
+/// operator denies it. Every model call of the turn is refused before a
+/// request leaves the node (the server sees none), the turn's failure
+/// names the key that denies it, and the node (`GET /plugins`, `plugins
+/// list --effective --api`) and the file (`plugins list --effective
+/// --config`) both list the host as the operator's deny.
+#[test]
+fn a_host_the_manifest_declares_and_the_operator_denies_is_refused_naming_the_deny() {
+    let ai = ScriptedOpenAi::start();
+    let deny = format!(
+        "[plugins.grants.openai]\ndenied_outbound_hosts = [\"{}\"]\n\
+         [plugins.grants.atlassian]\ndenied_routes = [\"/webhooks/confluence\"]\n",
+        ai.origin()
+    );
+    let w = turns::start_custom(OPENAI_COMPANY, KEYS, &deny, |sb| {
+        turns::plugins(sb, Some(&ai));
+        PluginsDir::new(sb.path("plugins"))
+            .add("atlassian", "plugins/webhooks/atlassian/plugin.toml");
+    });
+    // A route the operator denies answers as one nobody declared; the
+    // plugin's other route still serves (and asks for the integration
+    // this company does not have).
+    let answer = |route: &str| {
+        let json = [("Content-Type", "application/json")];
+        let r = http::post(&w.node.api, route, &json, b"{}").unwrap();
+        (r.status, r.text())
+    };
+    let (status, text) = answer("/webhooks/confluence");
+    assert_eq!(status, 404, "{text}");
+    assert!(
+        text.contains("no webhook plugin serves /webhooks/confluence"),
+        "{text}"
+    );
+    let (status, text) = answer("/webhooks/nothing-declares-this");
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("no webhook plugin serves"), "{text}");
+    let (status, text) = answer("/webhooks/jira");
+    assert_eq!(status, 404, "{text}");
+    assert!(
+        text.contains("no [integrations.jira]"),
+        "jira is still served: {text}"
+    );
+
+    w.mention("ada", "EvG4", "C1", "4.1", "<@ada> hello?");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["llm_unavailable"]);
+    let key = "plugins.grants.openai.denied_outbound_hosts[0]";
+    let config = w.sb.path("node.toml").display().to_string();
+    let text = w.wait_events("llm_unavailable", 1)[0].to_string();
+    assert!(
+        text.contains(&format!(
+            "outbound {} is denied by the operator: `{key}` in {config}",
+            ai.origin()
+        )),
+        "{text}"
+    );
+    assert_eq!(ai.request_count(), 0, "no request left the node");
+
+    let view = w.node.get("/plugins").unwrap().json();
+    let openai = plugin(&view, "openai");
+    let rows = openai["effective"].as_array().cloned().unwrap_or_default();
+    let row = |permission: &str, value: &str| {
+        rows.iter()
+            .find(|r| r["permission"] == permission && r["value"] == value)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {permission} {value} in {rows:?}"))
+    };
+    let denied = row("outbound", &ai.origin());
+    assert_eq!(denied["from"], "operator_denied", "{denied}");
+    assert_eq!(denied["key"], key, "{denied}");
+    assert_eq!(denied["file"], config.as_str(), "{denied}");
+    let base = row("base_url", &ai.base_url());
+    assert_eq!(base["from"], "operator_denied", "{base}");
+    let slack = plugin(&view, "slack");
+    assert!(
+        slack["effective"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["from"] == "manifest"),
+        "nothing of slack's is the operator's: {slack}"
+    );
+    let lines = permissions(&openai);
+    let marked = format!(
+        "outbound {} (denied by the operator: `{key}` in {config})",
+        ai.origin()
+    );
+    assert!(lines.contains(&marked.as_str()), "{lines:?}");
+
+    let by = format!("operator denied (`{key}` in {config})");
+    let api = format!("http://{}", w.node.api);
+    let (status, live) =
+        common::run_to_exit(&["plugins", "list", "--effective", "--api", &api], &[]);
+    assert!(status.success(), "{live}");
+    let plugins = w.sb.path("plugins").display().to_string();
+    let (status, offline) = common::run_to_exit(
+        &[
+            "plugins",
+            "list",
+            "--effective",
+            "--config",
+            &config,
+            &plugins,
+        ],
+        &[],
+    );
+    assert!(status.success(), "{offline}");
+    for out in [&live, &offline] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(&format!("outbound {}", ai.origin())))
+            .unwrap_or_else(|| panic!("no outbound line in:\n{out}"));
+        assert!(line.ends_with(&by), "{line}");
+        assert!(
+            out.lines()
+                .any(|l| l.contains("route /webhooks/slack") && l.ends_with("manifest")),
+            "{out}"
         );
     }
 }

@@ -120,21 +120,29 @@ pub struct NodeConfig {
     /// `[plugins] reload` (on by default): a changed manifest or component
     /// in a plugins folder is validated and swapped in without a restart.
     pub plugin_reload: bool,
-    /// `[plugins.grants.NAME]`: what this deployment grants each plugin
-    /// beyond its manifest (checked against the catalogue at start).
+    /// `[plugins.grants.NAME]`: what this deployment adds to each plugin's
+    /// manifest and denies it (checked against the catalogue at start).
     pub plugin_grants: BTreeMap<String, PluginGrant>,
 }
 
-/// One plugin's operator grant as written: a provider's `base_url` (whose
-/// origin comes with it) and more `allowed_outbound_hosts`, a webhook
-/// plugin's `max_body_bytes`. The plugin host parses and applies it
-/// against the manifest it names, refusing it with the key's path.
+/// One plugin's operator grant as written: what it adds to the manifest —
+/// a provider's `base_url` (whose origin comes with it) and more
+/// `allowed_outbound_hosts`, a webhook plugin's `routes` and
+/// `max_body_bytes`, a module's `reads` — and what it denies, declared or
+/// not: `denied_outbound_hosts`, `denied_routes`, `denied_reads`. The
+/// plugin host parses and applies it against the manifest it names,
+/// refusing it with the key's path.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginGrant {
     pub base_url: Option<String>,
     pub allowed_outbound_hosts: Vec<String>,
+    pub denied_outbound_hosts: Vec<String>,
+    pub routes: Vec<String>,
+    pub denied_routes: Vec<String>,
     pub max_body_bytes: Option<u64>,
+    pub reads: Vec<String>,
+    pub denied_reads: Vec<String>,
 }
 
 /// Whether `name` can be a plugin's name: 1 to 63 of `a-z 0-9 -`,
@@ -437,6 +445,36 @@ mod tests {
         let cfg = parse("[mcp]\nallowed_dirs = [\"work\"]\n").unwrap();
         assert_eq!(cfg.mcp.allowed_dirs, [PathBuf::from("/etc/crewlet/work")]);
         assert_eq!(cfg.mcp.allowed_commands, vec![AllowedCommand::own_binary()]);
+    }
+
+    #[test]
+    fn a_grant_reads_what_it_adds_and_what_it_denies() {
+        let cfg = parse(
+            "[plugins.grants.openai]\ndenied_outbound_hosts = [\"https://api.openai.com\"]\n\
+             [plugins.grants.github]\nroutes = [\"/webhooks/ghe\"]\ndenied_routes = [\"/webhooks/github\"]\n\
+             [plugins.grants.board]\nreads = [\"a.b\"]\ndenied_reads = [\"c.d\"]\n",
+        )
+        .unwrap();
+        let g = &cfg.plugin_grants;
+        assert_eq!(
+            g["openai"].denied_outbound_hosts,
+            ["https://api.openai.com"]
+        );
+        assert_eq!(g["github"].routes, ["/webhooks/ghe"]);
+        assert_eq!(g["github"].denied_routes, ["/webhooks/github"]);
+        assert_eq!(
+            (&g["board"].reads[..], &g["board"].denied_reads[..]),
+            (&["a.b".to_string()][..], &["c.d".to_string()][..])
+        );
+        let err = parse("[plugins.grants.openai]\ndeny = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("plugins.grants.openai"), "{err}");
+        let err = parse("[plugins.grants.openai]\n").unwrap_err().to_string();
+        assert!(
+            err.contains("grants nothing") && err.contains("denied_outbound_hosts"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -442,7 +442,7 @@ impl File {
             if grant == &PluginGrant::default() {
                 return Err(invalid(
                     &key,
-                    "grants nothing; set base_url, allowed_outbound_hosts or max_body_bytes, or remove the table".into(),
+                    "grants nothing; set what it adds (base_url, allowed_outbound_hosts, routes, max_body_bytes, reads) or denies (denied_outbound_hosts, denied_routes, denied_reads), or remove the table".into(),
                 ));
             }
         }

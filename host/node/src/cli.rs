@@ -104,6 +104,12 @@ enum PluginsCmd {
         /// node would (its `[plugins] dirs` are read too).
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
+        /// Print each permission an operator's grant can change (base
+        /// URL, outbound hosts, routes, body limit, bucket reads) with
+        /// where it came from: manifest, operator added or operator
+        /// denied, naming the operator's key.
+        #[arg(long)]
+        effective: bool,
     },
     /// Run one request through a plugin and print what it made of it,
     /// with what it wrote to stderr or its log. A webhook plugin gets a
@@ -695,33 +701,48 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                 stamps = wait_for_change(&dirs, &stamps);
             }
         }
-        PluginsCmd::List { api: Some(api), .. } => {
-            match crate::client::request(&api, "GET", "/plugins", &[], b"") {
-                Ok((200, body)) => {
-                    let view: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-                    print!("{}", crate::plugins::render_live(&view));
-                    0
+        PluginsCmd::List {
+            api: Some(api),
+            effective,
+            ..
+        } => match crate::client::request(&api, "GET", "/plugins", &[], b"") {
+            Ok((200, body)) => {
+                let view: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+                match effective {
+                    true => print!("{}", crate::plugins::render_effective(&view)),
+                    false => print!("{}", crate::plugins::render_live(&view)),
                 }
-                Ok((status, body)) => {
-                    eprintln!("crewlet: GET /plugins answered {status}: {body}");
-                    1
-                }
-                Err(e) => {
-                    eprintln!("crewlet: {e}");
-                    1
-                }
+                0
             }
-        }
+            Ok((status, body)) => {
+                eprintln!("crewlet: GET /plugins answered {status}: {body}");
+                1
+            }
+            Err(e) => {
+                eprintln!("crewlet: {e}");
+                1
+            }
+        },
         PluginsCmd::List {
             dirs,
             api: None,
             config: Some(file),
-        } => crate::plugins::list_granted(&file, &dirs),
+            effective,
+        } => crate::plugins::list_granted(&file, &dirs, effective),
         PluginsCmd::List {
             dirs,
             api: None,
             config: None,
+            effective,
         } => match crewlet_plugins::list(&dirs) {
+            Ok(list) if effective => {
+                let plugins = list.catalogue.plugins.iter();
+                let rows: Vec<_> = plugins
+                    .map(crewlet_plugins::effective::PluginRows::of)
+                    .collect();
+                print!("{}", crewlet_plugins::effective::render(&rows));
+                0
+            }
             Ok(list) => {
                 print!("{list}");
                 0

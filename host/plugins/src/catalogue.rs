@@ -17,7 +17,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use crate::manifest::{
-    BucketDecl, MANIFEST_FILE, Manifest, ManifestError, Permissions, ReadDecl, Source, bucket_name,
+    BucketDecl, MANIFEST_FILE, Manifest, ManifestError, Permission, Permissions, ReadDecl, Source,
+    bucket_name,
 };
 
 /// A catalogue-level problem (between manifests).
@@ -415,12 +416,12 @@ pub struct PluginList {
     pub invalid: Vec<ManifestError>,
 }
 
-/// ` (operator grant in FILE)` when `granted`, else nothing.
-fn by_operator(m: &Manifest, granted: bool) -> String {
-    if granted {
-        format!(" ({})", m.granted)
-    } else {
-        String::new()
+/// ` (operator grant in FILE)` when the operator added `permission`,
+/// else nothing.
+fn by_operator(m: &Manifest, permission: Permission) -> String {
+    match m.granted.added_by(&permission) {
+        Some(_) => format!(" ({})", m.granted),
+        None => String::new(),
     }
 }
 
@@ -453,12 +454,16 @@ impl fmt::Display for PluginList {
             )?;
             match &m.permissions {
                 Permissions::Webhook { routes, secrets } => {
-                    writeln!(f, "  serves: {}", routes.join(", "))?;
+                    let served: Vec<String> = routes
+                        .iter()
+                        .map(|r| format!("{r}{}", by_operator(m, Permission::Route(r.clone()))))
+                        .collect();
+                    writeln!(f, "  serves: {}", served.join(", "))?;
+                    let limit = m.limits.max_body_bytes;
                     writeln!(
                         f,
-                        "  body limit: {} bytes{}",
-                        m.limits.max_body_bytes,
-                        by_operator(m, m.granted.max_body_bytes.is_some())
+                        "  body limit: {limit} bytes{}",
+                        by_operator(m, Permission::BodyLimit(limit))
                     )?;
                     writeln!(
                         f,
@@ -478,14 +483,14 @@ impl fmt::Display for PluginList {
                     writeln!(
                         f,
                         "  base url: {base_url}{}",
-                        by_operator(m, m.granted.base_url.is_some())
+                        by_operator(m, Permission::BaseUrl(base_url.clone()))
                     )?;
                     if !options.is_empty() {
                         writeln!(f, "  model options: {}", options.join(", "))?;
                     }
                     let hosts: Vec<String> = allowed_outbound_hosts
                         .iter()
-                        .map(|o| format!("{o}{}", by_operator(m, m.granted.outbound.contains(o))))
+                        .map(|o| format!("{o}{}", by_operator(m, Permission::Outbound(o.clone()))))
                         .collect();
                     writeln!(f, "  outbound http: {}", hosts.join(", "))?;
                 }
@@ -517,8 +522,9 @@ impl fmt::Display for PluginList {
                         };
                         writeln!(
                             f,
-                            "  read-only: {} as `{r}`{owner}",
-                            bucket_name(&r.module, &r.bucket)
+                            "  read-only: {} as `{r}`{owner}{}",
+                            bucket_name(&r.module, &r.bucket),
+                            by_operator(m, Permission::Read(r.clone()))
                         )?;
                     }
                     if state.is_empty() && reads.is_empty() {
@@ -546,6 +552,14 @@ impl fmt::Display for PluginList {
                         writeln!(f, "  tool: {} — {}", tool.name, tool.description)?;
                     }
                 }
+            }
+            for d in &m.granted.denied {
+                let file = &m.granted.source;
+                writeln!(
+                    f,
+                    "  denied by the operator: {} (`{}` in {file})",
+                    d.permission, d.key
+                )?;
             }
         }
         for e in &self.invalid {

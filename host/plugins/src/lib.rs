@@ -13,6 +13,9 @@
 //! - [`webhook`], [`provider`], [`module`]: one host per world;
 //!   [`installed`]: the ones a node serves now, swapped whole on reload.
 //! - [`state`]: module state on NATS JetStream key-value buckets (ADR 202).
+//! - [`grant`]: the operator's grants, resolved once into the manifests
+//!   (held = declared + added − denied); [`effective`]: each permission
+//!   with where it came from.
 //! - [`scaffold`]: `crewlet plugins new`.
 
 pub mod bindings;
@@ -21,6 +24,7 @@ pub mod call;
 pub mod catalogue;
 pub mod cli;
 pub mod crypto;
+pub mod effective;
 pub mod fault;
 pub mod grant;
 pub mod installed;

@@ -20,9 +20,12 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod granted;
 mod module;
 
+pub use granted::{ByOperator, Granted, NotHeld, Permission};
 pub(crate) use module::compile as compile_schema;
+pub(crate) use module::read_of;
 pub use module::{
     Delivery, MAX_TOOL_DESCRIPTION, MAX_TOOL_NAME, Source, Subscription, ToolDecl, valid_tool_name,
 };
@@ -168,29 +171,6 @@ pub const DEFAULT_MAX_BODY: u64 = 1024 * 1024;
 /// cap on a delivery.
 pub const MAX_GRANTED_BODY: u64 = 25 * 1024 * 1024;
 
-/// What the operator added to a manifest, kept for display.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Granted {
-    /// Where the grant was read (the node's configuration file).
-    pub source: String,
-    pub base_url: Option<String>,
-    pub outbound: Vec<Origin>,
-    pub max_body_bytes: Option<u64>,
-}
-
-impl Granted {
-    /// Whether the operator granted anything.
-    pub fn is_empty(&self) -> bool {
-        self.base_url.is_none() && self.outbound.is_empty() && self.max_body_bytes.is_none()
-    }
-}
-
-impl fmt::Display for Granted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "operator grant in {}", self.source)
-    }
-}
-
 /// One `scheme://host:port` a provider may reach.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Origin {
@@ -305,7 +285,8 @@ pub struct Manifest {
     pub scratch: bool,
     pub limits: Limits,
     pub permissions: Permissions,
-    /// What the operator's configuration added (empty: nothing).
+    /// What the operator's grant added and denied (empty: nothing); the
+    /// `permissions` above are already the effective ones.
     pub granted: Granted,
 }
 
@@ -360,6 +341,23 @@ fn valid_option(name: &str) -> bool {
 /// letter, at most 63 characters.
 pub fn valid_name(name: &str) -> bool {
     lowercase_word(name, b'-')
+}
+
+/// Whether `route` can be a webhook route: `/webhooks/…` of a-z A-Z 0-9
+/// / - _; else why not.
+pub(crate) fn check_route(route: &str) -> Result<(), String> {
+    let ok = route.starts_with("/webhooks/")
+        && route.len() > "/webhooks/".len()
+        && route
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-_".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{route}` must start with /webhooks/ and use only a-z A-Z 0-9 / - _"
+        ))
+    }
 }
 
 /// `a-z`, `0-9` and `joiner`, starting with a letter, 1–63 bytes.
@@ -515,19 +513,7 @@ impl Manifest {
                     return Err(err("webhook.routes", "name at least one route".to_string()));
                 }
                 for (i, route) in section.routes.iter().enumerate() {
-                    let ok = route.starts_with("/webhooks/")
-                        && route.len() > "/webhooks/".len()
-                        && route
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"/-_".contains(&b));
-                    if !ok {
-                        return Err(err(
-                            &format!("webhook.routes[{i}]"),
-                            format!(
-                                "`{route}` must start with /webhooks/ and use only a-z A-Z 0-9 / - _"
-                            ),
-                        ));
-                    }
+                    check_route(route).map_err(|p| err(&format!("webhook.routes[{i}]"), p))?;
                 }
                 for (i, secret) in section.secrets.iter().enumerate() {
                     let ok = !secret.is_empty()

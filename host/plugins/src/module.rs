@@ -1,4 +1,5 @@
-//! The module host: a long-lived module instance, its grants and watches.
+//! The module host: a long-lived module instance, the buckets issued to
+//! it and its watches.
 //!
 //! Rules, and why (ADR 202):
 //! - A module is issued its buckets by the names it uses: owned ones
@@ -7,7 +8,9 @@
 //!   bucket and the reason: the server enforces only the union of every
 //!   module's rights, so the runtime's refusal is what keeps a module to
 //!   its own.
-//! - Grants are resolved once, when the module is loaded, and every state
+//! - The buckets issued are resolved once, when the module is loaded,
+//!   from its effective permissions (a read the operator denies is not
+//!   issued, and its refusal names the operator's key), and every state
 //!   call passes one choke point, [`ModuleCtx::authorize`] (issued, then
 //!   writable for a write), which logs each refusal with its reason; then
 //!   key, size, credential. The first check that fails is the answer.
@@ -56,8 +59,8 @@ mod tools;
 pub mod watch;
 
 pub use bus::MAX_PUBLISH_BYTES;
-use ctx::{AbortOnDrop, ModuleCtx, Queued};
-pub use ctx::{Grant, grants};
+use ctx::{AbortOnDrop, ModuleCtx, Queued, denied_reads};
+pub use ctx::{IssuedBucket, issued_buckets};
 pub use tools::{MAX_ARGUMENTS_BYTES, MAX_TOOL_ANSWER_BYTES, ToolCaller, ToolError};
 
 /// Where a module's published events go: the node records each as an event
@@ -92,7 +95,8 @@ pub struct ModulePlugin {
     runtime: Arc<Runtime>,
     pre: ModulePre<Sandbox<ModuleCtx>>,
     backend: Arc<dyn StateBackend>,
-    grants: Arc<HashMap<String, Grant>>,
+    issued: Arc<HashMap<String, IssuedBucket>>,
+    denied: Arc<HashMap<String, crate::manifest::NotHeld>>,
     live: tokio::sync::Mutex<Option<Live>>,
     generation: Mutex<u64>,
     events: tokio::sync::mpsc::Sender<Queued>,
@@ -176,7 +180,8 @@ impl ModulePlugin {
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(WATCH_QUEUE);
         let plugin = Arc::new(ModulePlugin {
             guard: runtime.guard(&manifest),
-            grants: Arc::new(grants(&manifest)),
+            issued: Arc::new(issued_buckets(&manifest)),
+            denied: Arc::new(denied_reads(&manifest)),
             manifest,
             runtime: runtime.clone(),
             pre,
@@ -286,7 +291,8 @@ impl ModulePlugin {
         let world = ModuleCtx {
             plugin: self.manifest.name.clone(),
             generation,
-            grants: self.grants.clone(),
+            issued: self.issued.clone(),
+            denied: self.denied.clone(),
             backend: self.backend.clone(),
             events: self.events.clone(),
             listing: self.listing.clone(),

@@ -7,20 +7,28 @@
 //!   clear text.
 //! - The host never follows redirects; the guest does, so every hop arrives
 //!   here as its own request and is checked like the first.
-//! - A refused request is `HttpRequestDenied` for the guest and a log line
-//!   naming the origin and the manifest line that would allow it.
+//! - The allowed origins are the effective ones (`crate::grant`: those
+//!   declared, plus those the operator adds, minus those the operator
+//!   denies); this check is the one choke point every request passes, the
+//!   base URL's included.
+//! - A refused request is `HttpRequestDenied` for the guest, whether the
+//!   origin was never declared or the operator denies it, and a log line
+//!   saying which ([`NotHeld`]): the manifest line that would allow it, or
+//!   the operator's key that denies it. The call keeps the last refusal
+//!   ([`OutboundPolicy::refused`]) so its failure can name it.
 //! - Admitted requests go over the plugin's kept connections
 //!   ([`crate::pool`]), so a call does not pay a handshake.
 //! - Response bodies are capped; a larger one ends the body stream with
 //!   `HttpResponseBodySize`, so a hostile or broken server cannot make the
 //!   host buffer without bound.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use http_body_util::BodyExt;
 use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::manifest::Origin;
+use crate::manifest::{Granted, NotHeld, Origin, Permission};
 use crate::pool::Connections;
 
 /// The largest response body a provider may read, in bytes.
@@ -30,10 +38,14 @@ pub const MAX_RESPONSE_BODY: usize = 16 * 1024 * 1024;
 #[derive(Clone, Debug, Default)]
 pub struct OutboundPolicy {
     plugin: String,
-    manifest: String,
+    manifest: PathBuf,
     allowed: Vec<Origin>,
+    /// What the operator's grant did, to name a deny in a refusal.
+    granted: Arc<Granted>,
     body_cap: usize,
     denied: Arc<Mutex<Vec<String>>>,
+    /// This policy's last refusal.
+    refused: Arc<Mutex<Option<NotHeld>>>,
     /// The plugin's kept connections; `None`: a connection per request.
     connections: Option<Connections>,
 }
@@ -45,21 +57,35 @@ impl OutboundPolicy {
         OutboundPolicy::default()
     }
 
-    /// Allows exactly `allowed`.
+    /// Allows exactly `allowed` (the effective origins of `manifest`);
+    /// each refused origin is added to `denied`.
     pub fn new(
         plugin: &str,
-        manifest: &str,
+        manifest: &Path,
         allowed: Vec<Origin>,
         denied: Arc<Mutex<Vec<String>>>,
     ) -> Self {
         OutboundPolicy {
             plugin: plugin.to_string(),
-            manifest: manifest.to_string(),
+            manifest: manifest.to_path_buf(),
             allowed,
+            granted: Arc::default(),
             body_cap: MAX_RESPONSE_BODY,
             denied,
+            refused: Arc::default(),
             connections: None,
         }
+    }
+
+    /// Names what the operator's grant denies in a refusal.
+    pub fn with_grant(mut self, granted: Arc<Granted>) -> Self {
+        self.granted = granted;
+        self
+    }
+
+    /// Where this policy keeps its last refusal.
+    pub fn refused(&self) -> Arc<Mutex<Option<NotHeld>>> {
+        self.refused.clone()
     }
 
     /// Sends admitted requests over `connections` (the plugin's pool).
@@ -68,8 +94,8 @@ impl OutboundPolicy {
         self
     }
 
-    /// The origin of `uri` if it is allowed, else the refusal's text.
-    pub fn check(&self, uri: &http::Uri) -> Result<(), String> {
+    /// Whether the origin of `uri` is allowed; else why not.
+    pub fn check(&self, uri: &http::Uri) -> Result<(), NotHeld> {
         let scheme = uri.scheme_str().unwrap_or("https").to_ascii_lowercase();
         let host = uri.host().unwrap_or_default().to_ascii_lowercase();
         let port = uri
@@ -79,7 +105,8 @@ impl OutboundPolicy {
         if self.allowed.contains(&origin) {
             Ok(())
         } else {
-            Err(origin.to_string())
+            let outbound = Permission::Outbound(origin);
+            Err(self.granted.refusal(outbound, &self.manifest))
         }
     }
 }
@@ -102,17 +129,30 @@ impl WasiHttpHooks for OutboundPolicy {
             > + Send,
     > {
         drop(fut);
-        if let Err(origin) = self.check(request.uri()) {
-            tracing::warn!(
-                plugin = %self.plugin,
-                origin = %origin,
-                "outbound request denied: add \"{origin}\" to provider.allowed_outbound_hosts in {} to allow it",
-                self.manifest
-            );
+        if let Err(why) = self.check(request.uri()) {
+            let origin = match &why {
+                NotHeld::Undeclared { permission, .. } | NotHeld::Denied { permission, .. } => {
+                    permission.value()
+                }
+            };
+            match &why {
+                NotHeld::Undeclared { .. } => tracing::warn!(
+                    plugin = %self.plugin,
+                    origin = %origin,
+                    "outbound request denied: add \"{origin}\" to provider.allowed_outbound_hosts in {} to allow it",
+                    self.manifest.display()
+                ),
+                NotHeld::Denied { .. } => tracing::warn!(
+                    plugin = %self.plugin,
+                    origin = %origin,
+                    "outbound request denied: {why}"
+                ),
+            }
             self.denied
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(origin);
+            *self.refused.lock().unwrap_or_else(|p| p.into_inner()) = Some(why);
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let cap = self.body_cap;
@@ -151,18 +191,47 @@ mod tests {
     fn scheme_host_and_port_must_all_match() {
         let policy = OutboundPolicy::new(
             "p",
-            "plugin.toml",
+            Path::new("plugin.toml"),
             vec![Origin::parse("https://api.example.com").unwrap()],
             Arc::default(),
         );
         let ok: http::Uri = "https://API.example.com/v1/x".parse().unwrap();
         assert_eq!(policy.check(&ok), Ok(()));
         let clear: http::Uri = "http://api.example.com/v1".parse().unwrap();
-        assert_eq!(
-            policy.check(&clear),
-            Err("http://api.example.com:80".to_string())
+        let refused = policy.check(&clear).unwrap_err();
+        assert!(
+            matches!(&refused, NotHeld::Undeclared { permission, .. } if permission.value() == "http://api.example.com:80"),
+            "{refused:?}"
         );
         let port: http::Uri = "https://api.example.com:8443/".parse().unwrap();
         assert!(policy.check(&port).is_err());
+    }
+
+    #[test]
+    fn an_origin_the_operator_denies_is_refused_naming_the_key() {
+        let api = Origin::parse("https://api.example.com").unwrap();
+        let granted = Granted {
+            source: "node.toml".into(),
+            added: Vec::new(),
+            denied: vec![crate::manifest::ByOperator {
+                permission: Permission::Outbound(api),
+                key: "plugins.grants.p.denied_outbound_hosts[0]".into(),
+            }],
+        };
+        let other = Origin::parse("https://other.example.com").unwrap();
+        let policy =
+            OutboundPolicy::new("p", Path::new("plugin.toml"), vec![other], Arc::default())
+                .with_grant(Arc::new(granted));
+        let uri: http::Uri = "https://api.example.com/v1".parse().unwrap();
+        let refused = policy.check(&uri).unwrap_err();
+        assert!(matches!(refused, NotHeld::Denied { .. }), "{refused:?}");
+        assert!(
+            refused
+                .to_string()
+                .contains("`plugins.grants.p.denied_outbound_hosts[0]` in node.toml"),
+            "{refused}"
+        );
+        let other: http::Uri = "https://other.example.com/".parse().unwrap();
+        assert_eq!(policy.check(&other), Ok(()));
     }
 }

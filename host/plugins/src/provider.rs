@@ -3,8 +3,10 @@
 //! Rules, and why:
 //! - The base URL is the manifest's, set by the host on every request, so a
 //!   caller cannot point a plugin elsewhere; the plugin's outbound requests
-//!   are checked against `allowed_outbound_hosts` anyway
-//!   ([`crate::outbound`]).
+//!   are checked against its effective `allowed_outbound_hosts` anyway
+//!   ([`crate::outbound`]). A call refused there fails `request-denied`
+//!   with the host's reason: the manifest that does not declare the
+//!   origin, or the operator's key that denies it.
 //! - The credential is passed in the call and lives only in that call's
 //!   instance: a provider instance is never reused, so no key outlives the
 //!   call that leased it. The plugin's connections to the vendor are kept
@@ -21,7 +23,7 @@ use crate::HealthReport;
 use crate::bindings::module::crewlet::plugin::log;
 use crate::bindings::provider::ProviderPre;
 use crate::call::Guard;
-use crate::manifest::{Manifest, Origin, Permissions};
+use crate::manifest::{Granted, Manifest, Origin, Permissions};
 use crate::outbound::OutboundPolicy;
 use crate::pool::Connections;
 use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
@@ -41,6 +43,8 @@ pub struct ProviderPlugin {
     guard: Guard,
     cache: CacheOutcome,
     denied: Arc<Mutex<Vec<String>>>,
+    /// What the operator's grant did, for the refusals that name it.
+    granted: Arc<Granted>,
     /// Connections to the vendor, kept between calls (not the instance).
     connections: Connections,
 }
@@ -67,6 +71,7 @@ impl ProviderPlugin {
             })?;
         Ok(ProviderPlugin {
             guard: runtime.guard(&manifest),
+            granted: Arc::new(manifest.granted.clone()),
             manifest,
             runtime: runtime.clone(),
             pre,
@@ -135,11 +140,13 @@ impl ProviderPlugin {
             .unwrap_or_else(|_| base_url.clone());
         let policy = OutboundPolicy::new(
             &self.manifest.name,
-            &self.manifest.file.display().to_string(),
+            &self.manifest.file,
             allowed_outbound_hosts.clone(),
             self.denied.clone(),
         )
+        .with_grant(self.granted.clone())
         .with_connections(self.connections.clone());
+        let refused = policy.refused();
         let world = ProviderCtx {
             http: WasiHttpCtx::new(),
             outbound: policy,
@@ -171,8 +178,16 @@ impl ProviderPlugin {
             })
             .await?;
         let (answer, said) = result;
+        let refusal = refused.lock().unwrap_or_else(|p| p.into_inner()).take();
         let answer = answer.map_err(|mut e| {
-            e.message = format!("{} (calling {tried})", e.message);
+            // The host knows why it refused a request; the guest only
+            // that it was.
+            e.message = match refusal {
+                Some(why) if e.kind == ErrorKind::RequestDenied => {
+                    format!("{why} (calling {tried})")
+                }
+                _ => format!("{} (calling {tried})", e.message),
+            };
             e
         });
         Ok((answer, said))

@@ -4,7 +4,7 @@
 //! Rules, and why:
 //! - **Each world its own data** (`Sandbox<W>`): a webhook store holds
 //!   nothing beyond WASI (`W = ()`), a provider store its HTTP context and
-//!   outbound policy ([`ProviderCtx`]), a module store its grants and state
+//!   outbound policy ([`ProviderCtx`]), a module store its issued buckets and state
 //!   backend (`crate::module::ModuleCtx`). An import is implemented only
 //!   for the world that has it, so no host function can find the wrong
 //!   data at run time.

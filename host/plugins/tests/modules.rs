@@ -6,11 +6,13 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{caller, manifest, manifest_text, nats_bus, plugins_dir, runtime};
 use crewlet_plugins::catalogue::{BucketSpec, Catalogue};
+use crewlet_plugins::grant::Grant;
 use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
 use crewlet_plugins::runtime::LoadError;
 use crewlet_plugins::state::{KvState, StateBackend};
@@ -305,4 +307,54 @@ async fn a_read_of_an_undeclared_bucket_is_refused_at_load_and_orphans_are_repor
             .unwrap()
             .is_some()
     );
+}
+
+/// The operator denies the board the read its manifest declares: the
+/// bucket is refused to it exactly as one it never declared (`not-issued`,
+/// the value its `init` sees), while its owner writes as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_the_operator_denies_is_refused_like_an_undeclared_bucket() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client.clone()));
+    let (mut catalogue, _) = Catalogue::load(&plugins_dir()).unwrap();
+    let deny = Grant {
+        denied_reads: vec!["presence.seen".into()],
+        ..Grant::default()
+    };
+    let grants = BTreeMap::from([("presence-board".to_string(), deny)]);
+    catalogue.apply_grants(&grants, "node.toml").unwrap();
+    ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
+    let (rt, _data) = runtime();
+    let owner = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence"),
+        &catalogue,
+        backend.clone(),
+        nats_bus(&client),
+    )
+    .await
+    .unwrap();
+    owner
+        .on_event("seen.set", br#"{"who":"dora"}"#)
+        .await
+        .unwrap()
+        .unwrap();
+
+    let board = catalogue.get("presence-board").unwrap().clone();
+    let refused = ModulePlugin::start(&rt, board, &catalogue, backend.clone(), nats_bus(&client))
+        .await
+        .err()
+        .expect("its init's watch is refused");
+    let text = refused.to_string();
+    assert!(
+        text.contains("not-issued") && text.contains("presence.seen"),
+        "{text}"
+    );
+    // Without the deny the same manifest starts (the read is the only change).
+    let (plain, _) = Catalogue::load(&plugins_dir()).unwrap();
+    let board = plain.get("presence-board").unwrap().clone();
+    ModulePlugin::start(&rt, board, &plain, backend, nats_bus(&client))
+        .await
+        .unwrap();
 }

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use crewlet_config::NodeConfig;
 use crewlet_plugins::catalogue::Catalogue;
+use crewlet_plugins::effective::PluginRows;
 use crewlet_plugins::grant::Grant;
 use crewlet_plugins::installed::Refusal;
 use crewlet_plugins::module::{ModuleBus, ModulePlugin, WatchState, orphaned_buckets};
@@ -41,7 +42,7 @@ use crewlet_plugins::{Installed, Kind, Manifest, Plugin, Runtime, RuntimeConfig}
 use tracing::{error, info, warn};
 
 pub use reload::watch;
-pub use view::render_live;
+pub use view::{render_effective, render_live};
 
 /// How long `GET /plugins` waits for one bucket's usage.
 pub const USAGE_WITHIN: Duration = Duration::from_secs(2);
@@ -105,7 +106,12 @@ pub fn catalogue(
             let grant = Grant {
                 base_url: g.base_url.clone(),
                 allowed_outbound_hosts: g.allowed_outbound_hosts.clone(),
+                denied_outbound_hosts: g.denied_outbound_hosts.clone(),
+                routes: g.routes.clone(),
+                denied_routes: g.denied_routes.clone(),
                 max_body_bytes: g.max_body_bytes,
+                reads: g.reads.clone(),
+                denied_reads: g.denied_reads.clone(),
             };
             (name.clone(), grant)
         })
@@ -120,9 +126,11 @@ pub fn catalogue(
     Ok((catalogue, invalid))
 }
 
-/// `crewlet plugins list --config FILE [DIR…]`: the plugins as the node
-/// that file configures would load them, grants applied; the exit status.
-pub fn list_granted(file: &Path, dirs: &[std::path::PathBuf]) -> i32 {
+/// `crewlet plugins list --config FILE [--effective] [DIR…]`: the plugins
+/// as the node that file configures would load them, grants applied
+/// (with `effective`, each permission and where it came from); the exit
+/// status.
+pub fn list_granted(file: &Path, dirs: &[std::path::PathBuf], effective: bool) -> i32 {
     let env = |name: &str| std::env::var(name).ok();
     let config = match NodeConfig::load(Some(file), &Default::default(), &env) {
         Ok(c) => c,
@@ -133,6 +141,11 @@ pub fn list_granted(file: &Path, dirs: &[std::path::PathBuf]) -> i32 {
     };
     let dirs: Vec<std::path::PathBuf> = config.plugin_dirs.iter().chain(dirs).cloned().collect();
     match catalogue(&dirs, &config) {
+        Ok((catalogue, _)) if effective => {
+            let rows: Vec<_> = catalogue.plugins.iter().map(PluginRows::of).collect();
+            print!("{}", crewlet_plugins::effective::render(&rows));
+            0
+        }
         Ok((catalogue, invalid)) => {
             let list = crewlet_plugins::PluginList {
                 dirs,

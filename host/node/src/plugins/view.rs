@@ -1,18 +1,25 @@
 //! What an operator sees of the plugins: `GET /plugins` (and `crewlet
-//! plugins list --api`), with each permission's provenance and, for a
-//! plugin whose newest version was refused, why the older one serves.
+//! plugins list --api`), with each permission's provenance (`effective`:
+//! manifest, operator added, operator denied) and, for a plugin whose
+//! newest version was refused, why the older one serves.
 
 use serde_json::{Value, json};
 
+use crewlet_plugins::effective;
 use crewlet_plugins::manifest::Permissions;
 use crewlet_plugins::{HealthReport, Manifest, Plugin};
 
 use super::{Loaded, ModuleState, USAGE_WITHIN};
 
-/// What a plugin may touch, one line per grant; what the operator's
-/// configuration added says so.
+/// What a plugin may touch, one line per permission; what the operator's
+/// configuration added or denied says so (the lines an operator's grant
+/// can change are [`effective::rows`], as `effective` carries them).
 pub fn permissions(m: &Manifest) -> Vec<String> {
-    let by_operator = format!(" ({})", m.granted);
+    let lines = effective::lines(m);
+    let line = |kind: &str| -> Vec<String> {
+        let of_kind = lines.iter().filter(|(k, _)| *k == kind);
+        of_kind.map(|(_, line)| line.clone()).collect()
+    };
     let mut out = vec![format!(
         "memory {} MiB, {} ms per call",
         m.limits.memory_bytes / (1024 * 1024),
@@ -22,39 +29,18 @@ pub fn permissions(m: &Manifest) -> Vec<String> {
         out.push("a private scratch directory".into());
     }
     match &m.permissions {
-        Permissions::Webhook { routes, secrets } => {
-            out.extend(routes.iter().map(|r| format!("serves {r}")));
+        Permissions::Webhook { secrets, .. } => {
+            out.extend(line("route"));
             out.extend(secrets.iter().map(|s| format!("secret {s}")));
-            let whose = match m.granted.max_body_bytes {
-                Some(_) => by_operator.as_str(),
-                None => "",
-            };
-            out.push(format!(
-                "bodies up to {} bytes{whose}",
-                m.limits.max_body_bytes
-            ));
+            out.extend(line("body_limit"));
         }
-        Permissions::Provider {
-            base_url,
-            allowed_outbound_hosts,
-            ..
-        } => {
-            let whose = match &m.granted.base_url {
-                Some(_) => by_operator.as_str(),
-                None => "",
-            };
-            out.push(format!("base URL {base_url}{whose}"));
-            out.extend(allowed_outbound_hosts.iter().map(|o| {
-                let whose = match m.granted.outbound.contains(o) {
-                    true => by_operator.as_str(),
-                    false => "",
-                };
-                format!("outbound {o}{whose}")
-            }));
+        Permissions::Provider { .. } => {
+            out.extend(line("base_url"));
+            out.extend(line("outbound"));
         }
-        Permissions::Module { state, reads, .. } => {
+        Permissions::Module { state, .. } => {
             out.extend(state.iter().map(|b| format!("owns bucket {}", b.local)));
-            out.extend(reads.iter().map(|r| format!("reads bucket {r}")));
+            out.extend(line("read"));
         }
     }
     out
@@ -70,6 +56,7 @@ impl Loaded {
                 "kind": m.kind.world(),
                 "manifest": m.file.display().to_string(),
                 "permissions": permissions(m),
+                "effective": effective::rows(m),
                 "degraded": health.degraded,
                 "breaker": {
                     "state": health.breaker,
@@ -184,6 +171,16 @@ impl Loaded {
         }
         view
     }
+}
+
+/// `crewlet plugins list --api URL --effective`: each plugin's permissions
+/// the running node reports, with where each came from.
+pub fn render_effective(view: &Value) -> String {
+    let plugins = view["plugins"].as_array().into_iter().flatten();
+    let rows: Vec<effective::PluginRows> = plugins
+        .filter_map(|p| serde_json::from_value(p.clone()).ok())
+        .collect();
+    effective::render(&rows)
 }
 
 /// `crewlet plugins list --api URL`: what the running node reports, one

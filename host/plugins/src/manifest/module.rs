@@ -156,12 +156,7 @@ pub(super) fn parse(module: &str, section: RawModule) -> Result<Permissions, Ref
     let mut reads = Vec::new();
     for (i, read) in section.reads.iter().enumerate() {
         let field = format!("module.reads[{i}]");
-        let (owner, bucket) =
-            other_module(module, read).map_err(|p| (field, p.replace("NAME", "bucket")))?;
-        reads.push(ReadDecl {
-            module: owner,
-            bucket,
-        });
+        reads.push(read_of(module, read).map_err(|p| (field, p))?);
     }
     let mut publishes: Vec<String> = Vec::new();
     for (i, topic) in section.publishes.into_iter().enumerate() {
@@ -259,6 +254,16 @@ pub(super) fn parse(module: &str, section: RawModule) -> Result<Permissions, Ref
 
 /// `owner.name`, both parts valid names, `owner` another module; problems
 /// say `NAME` for the caller to fill in (bucket, topic).
+/// `text` (`module.bucket`) as a read of `module`, another module's
+/// bucket; else why not.
+pub(crate) fn read_of(module: &str, text: &str) -> Result<ReadDecl, String> {
+    let (owner, bucket) = other_module(module, text).map_err(|p| p.replace("NAME", "bucket"))?;
+    Ok(ReadDecl {
+        module: owner,
+        bucket,
+    })
+}
+
 fn other_module(module: &str, text: &str) -> Result<(String, String), String> {
     let (owner, name) = text
         .split_once('.')

@@ -1,5 +1,6 @@
-//! The module world's store data ([`ModuleCtx`]): the grants resolved once
-//! at load, the one choke point every state call passes
+//! The module world's store data ([`ModuleCtx`]): the buckets issued to
+//! the module, resolved once at load from its effective permissions (the
+//! operator's grant applied), the one choke point every state call passes
 //! ([`ModuleCtx::authorize`]), and the `state` host calls (the rules are
 //! in [`super`]'s docs).
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 
 use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
 use crate::bindings::module::exports::crewlet::plugin::handlers::{StateChange, StateEvent};
-use crate::manifest::{Manifest, Permissions, bucket_name};
+use crate::manifest::{Manifest, NotHeld, Permission, Permissions, bucket_name};
 use crate::sandbox::Sandbox;
 use crate::state::{
     BackendError, MAX_VALUE_BYTES, StateBackend, StoredEntry, WatchItem, credential_field,
@@ -25,22 +26,25 @@ enum Access {
     Write,
 }
 
-/// One bucket issued to a module.
+/// One bucket issued to a module (the operator's word for what a plugin
+/// may touch is a *grant*; a bucket is *issued*).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
+pub struct IssuedBucket {
     /// The mesh-wide bucket name.
     pub bucket: String,
     pub writable: bool,
 }
 
-/// The grants of `manifest`, by the name the module uses.
-pub fn grants(manifest: &Manifest) -> HashMap<String, Grant> {
+/// The buckets issued to `manifest`'s module, by the name the module
+/// uses: those it owns, and the reads it holds (the operator's grant
+/// already applied to the manifest).
+pub fn issued_buckets(manifest: &Manifest) -> HashMap<String, IssuedBucket> {
     let mut out = HashMap::new();
     if let Permissions::Module { state, reads, .. } = &manifest.permissions {
         for b in state {
             out.insert(
                 b.local.clone(),
-                Grant {
+                IssuedBucket {
                     bucket: bucket_name(&manifest.name, &b.local),
                     writable: true,
                 },
@@ -49,7 +53,7 @@ pub fn grants(manifest: &Manifest) -> HashMap<String, Grant> {
         for r in reads {
             out.insert(
                 r.to_string(),
-                Grant {
+                IssuedBucket {
                     bucket: bucket_name(&r.module, &r.bucket),
                     writable: false,
                 },
@@ -57,6 +61,23 @@ pub fn grants(manifest: &Manifest) -> HashMap<String, Grant> {
         }
     }
     out
+}
+
+/// The reads the operator denies `manifest`'s module, by the name the
+/// module would use, each with its refusal (naming the key).
+pub(super) fn denied_reads(manifest: &Manifest) -> HashMap<String, NotHeld> {
+    let denied = manifest.granted.denied.iter();
+    denied
+        .filter_map(|d| match &d.permission {
+            Permission::Read(read) => Some((
+                read.to_string(),
+                manifest
+                    .granted
+                    .refusal(d.permission.clone(), &manifest.file),
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
@@ -76,7 +97,9 @@ pub(super) struct Queued {
 pub(crate) struct ModuleCtx {
     pub(super) plugin: String,
     pub(super) generation: u64,
-    pub(super) grants: Arc<HashMap<String, Grant>>,
+    pub(super) issued: Arc<HashMap<String, IssuedBucket>>,
+    /// The reads the operator denies, refused like an unissued bucket.
+    pub(super) denied: Arc<HashMap<String, NotHeld>>,
     pub(super) backend: Arc<dyn StateBackend>,
     pub(super) events: tokio::sync::mpsc::Sender<Queued>,
     /// One listing of this module's watches at a time.
@@ -95,16 +118,23 @@ impl ModuleCtx {
     /// The one choke point of every state call: the bucket must be issued
     /// to this module, and writable for a write. Each refusal is logged
     /// with its reason and returned as a value the guest can handle.
-    fn authorize(&self, name: &str, access: Access) -> Result<&Grant, StateError> {
-        let Some(grant) = self.grants.get(name) else {
-            tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: the bucket is not issued to this module (declare it in `state` or `reads`)");
+    fn authorize(&self, name: &str, access: Access) -> Result<&IssuedBucket, StateError> {
+        let Some(issued) = self.issued.get(name) else {
+            match self.denied.get(name) {
+                Some(why) => {
+                    tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: {why}")
+                }
+                None => {
+                    tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: the bucket is not issued to this module (declare it in `state` or `reads`)")
+                }
+            }
             return Err(StateError::NotIssued(name.to_string()));
         };
-        if access == Access::Write && !grant.writable {
+        if access == Access::Write && !issued.writable {
             tracing::warn!(plugin = %self.plugin, bucket = name, "state refused: a write to a bucket this module only reads");
             return Err(StateError::ReadOnly(name.to_string()));
         }
-        Ok(grant)
+        Ok(issued)
     }
 
     fn key(key: &str) -> Result<(), StateError> {
@@ -134,11 +164,11 @@ fn entry(e: StoredEntry) -> Entry {
 impl state::Host for Sandbox<ModuleCtx> {
     async fn get(&mut self, bucket: String, key: String) -> Result<Option<Entry>, StateError> {
         let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?;
+        let issued = ctx.authorize(&bucket, Access::Read)?;
         ModuleCtx::key(&key)?;
         let found = ctx
             .backend
-            .get(&grant.bucket, &key)
+            .get(&issued.bucket, &key)
             .await
             .map_err(backend_error)?;
         Ok(found.map(entry))
@@ -151,7 +181,7 @@ impl state::Host for Sandbox<ModuleCtx> {
         value: Vec<u8>,
     ) -> Result<u64, StateError> {
         let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Write)?;
+        let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
         if value.len() > MAX_VALUE_BYTES {
             return Err(StateError::ValueTooLarge(value.len() as u64));
@@ -161,30 +191,33 @@ impl state::Host for Sandbox<ModuleCtx> {
             return Err(StateError::CredentialField(path));
         }
         ctx.backend
-            .put(&grant.bucket, &key, value)
+            .put(&issued.bucket, &key, value)
             .await
             .map_err(backend_error)
     }
 
     async fn delete(&mut self, bucket: String, key: String) -> Result<(), StateError> {
         let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Write)?;
+        let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
         ctx.backend
-            .delete(&grant.bucket, &key)
+            .delete(&issued.bucket, &key)
             .await
             .map_err(backend_error)
     }
 
     async fn keys(&mut self, bucket: String) -> Result<Vec<String>, StateError> {
         let ctx = &self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?;
-        ctx.backend.keys(&grant.bucket).await.map_err(backend_error)
+        let issued = ctx.authorize(&bucket, Access::Read)?;
+        ctx.backend
+            .keys(&issued.bucket)
+            .await
+            .map_err(backend_error)
     }
 
     async fn watch(&mut self, bucket: String) -> Result<u64, StateError> {
         let ctx = &mut self.world;
-        let grant = ctx.authorize(&bucket, Access::Read)?.clone();
+        let issued = ctx.authorize(&bucket, Access::Read)?.clone();
         if ctx.watches.len() >= MAX_WATCHES {
             tracing::warn!(plugin = %ctx.plugin, bucket, "state refused: the module holds {MAX_WATCHES} watches already");
             return Err(StateError::Unavailable(format!(
@@ -198,7 +231,7 @@ impl state::Host for Sandbox<ModuleCtx> {
         let watch = WatchTask {
             plugin: ctx.plugin.clone(),
             local: bucket.clone(),
-            bucket: grant.bucket,
+            bucket: issued.bucket,
             backend: ctx.backend.clone(),
             listing: ctx.listing.clone(),
             entry: ctx.board.register(watch_id, &bucket),

@@ -1,7 +1,7 @@
 //! One event or one tool call through a module, offline: what `crewlet
 //! plugins try` runs for a module.
 //!
-//! The module runs as a node would run it (its grants resolved from the
+//! The module runs as a node would run it (its buckets issued from the
 //! manifest, `init` first, the same deadline and memory cap), on state of
 //! its own: every bucket of the catalogue is created empty in an in-process
 //! store with the real one's semantics ([`crewlet_coord::MemoryKv`]), and
