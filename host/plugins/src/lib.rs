@@ -44,6 +44,7 @@ pub use breaker::{BreakerState, HealthReport};
 pub use call::GuestThreads;
 pub use catalogue::{Catalogue, CheckReport, DirError, PluginList};
 pub use cli::{PluginsError, check, list};
+pub use fault::Blame;
 pub use installed::{Installed, Plugin};
 pub use latency::Latency;
 pub use manifest::{Kind, Manifest, ManifestError};

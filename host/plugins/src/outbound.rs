@@ -14,6 +14,9 @@
 //! - Response bodies are capped; a larger one ends the body stream with
 //!   `HttpResponseBodySize`, so a hostile or broken server cannot make the
 //!   host buffer without bound.
+//! - From the request's send to its response body's end, the exchange is a
+//!   wait of the host's ([`crate::sandbox::HostWait`]): a deadline that
+//!   passes then is the vendor's, not charged to the plugin's breaker.
 
 use std::sync::{Arc, Mutex};
 
@@ -22,6 +25,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use crate::manifest::Origin;
 use crate::pool::Connections;
+use crate::sandbox::{HostWait, Whereabouts};
 
 /// The largest response body a provider may read, in bytes.
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024 * 1024;
@@ -36,6 +40,8 @@ pub struct OutboundPolicy {
     denied: Arc<Mutex<Vec<String>>>,
     /// The plugin's kept connections; `None`: a connection per request.
     connections: Option<Connections>,
+    /// The instance's whereabouts, each exchange counted as a host wait.
+    waits: Option<Arc<Whereabouts>>,
 }
 
 impl OutboundPolicy {
@@ -59,7 +65,16 @@ impl OutboundPolicy {
             body_cap: MAX_RESPONSE_BODY,
             denied,
             connections: None,
+            waits: None,
         }
+    }
+
+    /// This policy, counting its exchanges as waits of `whereabouts`' instance.
+    pub(crate) fn waited_by(&mut self, whereabouts: &Arc<Whereabouts>) -> &mut Self {
+        if self.waits.is_none() {
+            self.waits = Some(whereabouts.clone());
+        }
+        self
     }
 
     /// Sends admitted requests over `connections` (the plugin's pool).
@@ -116,10 +131,16 @@ impl WasiHttpHooks for OutboundPolicy {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let cap = self.body_cap;
-        let capped = move |response: http::Response<WasiBody>| {
+        // Held by the exchange's future, then by its body until that ends.
+        let wait = self.waits.as_ref().map(|w| w.host_wait());
+        let capped = move |response: http::Response<WasiBody>, wait: Option<HostWait>| {
             response.map(|body| {
                 http_body_util::Limited::new(body, cap)
                     .map_err(move |_| HttpError::HttpResponseBodySize(Some(cap as u64)))
+                    .map_frame(move |frame| {
+                        let _waiting = &wait;
+                        frame
+                    })
                     .boxed_unsync()
             })
         };
@@ -129,14 +150,14 @@ impl WasiHttpHooks for OutboundPolicy {
                 // The pool drives its connections itself.
                 let io = async { Ok(()) };
                 Ok((
-                    capped(response),
+                    capped(response, wait),
                     Box::new(io) as Box<dyn Future<Output = _> + Send>,
                 ))
             }),
             None => Box::new(async move {
                 let (response, io) =
                     wasmtime_wasi_http::default_send_request(request, options).await?;
-                let response = capped(response.map(BodyExt::boxed_unsync));
+                let response = capped(response.map(BodyExt::boxed_unsync), wait);
                 Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
             }),
         }
