@@ -14,6 +14,7 @@ rules=(
     "crewlet-seats wasmtime axum rusqlite rmcp"
     "crewlet-turns wasmtime axum rusqlite rmcp"
     "crewlet-schedule wasmtime axum rusqlite rmcp async-nats tokio"
+    "crewlet-ingress axum crewlet-api"
 )
 
 failed=0
@@ -31,4 +32,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns and schedule stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule and ingress stay free of what they must not reach"

@@ -25,6 +25,7 @@ pub mod edge;
 pub mod hosts;
 mod retry;
 pub mod stream;
+pub mod webhooks;
 
 use std::future::Future;
 use std::sync::Arc;
