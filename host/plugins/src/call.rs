@@ -20,7 +20,7 @@
 //!    ([`crate::fault::Blame`]), recorded in the plugin's health (only the
 //!    guest's faults count towards its breaker: a deadline that cut a call
 //!    waiting on the host or a vendor is the host's,
-//!    [`crate::sandbox::Whereabouts`]), and what the guest wrote to stderr
+//!    [`crate::whereabouts::Whereabouts`]), and what the guest wrote to stderr
 //!    said in the log ([`crate::voice`]). A store whose call failed is
 //!    dropped, never re-entered.
 
@@ -35,9 +35,10 @@ use crate::breaker::{Admission, BreakerPolicy, Health};
 use crate::fault::{Blame, CallError, Fault};
 use crate::manifest::Kind;
 use crate::manifest::MAX_CONCURRENCY;
-use crate::sandbox::{Sandbox, Whereabouts};
+use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
 use crate::voice::Speaker;
+use crate::whereabouts::Whereabouts;
 
 /// Where guest code runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,7 +15,7 @@
 //!   `HttpResponseBodySize`, so a hostile or broken server cannot make the
 //!   host buffer without bound.
 //! - From the request's send to its response body's end, the exchange is a
-//!   wait of the host's ([`crate::sandbox::HostWait`]): a deadline that
+//!   wait of the host's ([`crate::whereabouts::HostWait`]): a deadline that
 //!   passes then is the vendor's, not charged to the plugin's breaker.
 
 use std::sync::{Arc, Mutex};
@@ -25,7 +25,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use crate::manifest::Origin;
 use crate::pool::Connections;
-use crate::sandbox::{HostWait, Whereabouts};
+use crate::whereabouts::{HostWait, Whereabouts};
 
 /// The largest response body a provider may read, in bytes.
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024 * 1024;

@@ -24,13 +24,12 @@
 //!   an import is handed can never cost the host more than the bound — even
 //!   a list whose strings all point at one buffer.
 //! - **Where a call stands is known when its deadline cuts it**
-//!   ([`Whereabouts`]): at a tick's yield (the guest's own code was running)
+//!   ([`crate::whereabouts`]): at a tick's yield (the guest's own code was running)
 //!   or inside a host call with the host's own wait in flight (a vendor
 //!   over `wasi:http`, a bucket, the bus). The first is the guest's fault;
 //!   the second the host's ([`Blame`]), and not counted by the breaker.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
@@ -39,10 +38,11 @@ use wasmtime_wasi::{HostMonotonicClock, HostWallClock, WasiCtx, WasiCtxView, Was
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::bindings::module::crewlet::plugin::log::{self, Level};
-use crate::fault::{Blame, Fault};
+use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
 use crate::scrub::{MAX_PLUGIN_TEXT, Scrub};
 use crate::voice::Voice;
+use crate::whereabouts::{HostWait, Whereabouts};
 
 /// How often the epoch advances: a guest yields its thread at least this
 /// often, and a deadline is rounded up to it.
@@ -63,48 +63,6 @@ pub struct Sandbox<W> {
     transfer: usize,
     whereabouts: Arc<Whereabouts>,
     pub(crate) world: W,
-}
-
-/// Where one instance's call stands, read when its deadline cuts it (the
-/// store is gone with the cut task, so this is shared).
-#[derive(Debug, Default)]
-pub(crate) struct Whereabouts {
-    /// The guest is parked at a tick's yield: its own code was running.
-    at_tick: AtomicBool,
-    /// Waits of the host's in flight for this instance (see [`HostWait`]).
-    host_waits: AtomicUsize,
-}
-
-impl Whereabouts {
-    /// A wait of the host's begins; it ends when the value is dropped.
-    pub(crate) fn host_wait(self: &Arc<Self>) -> HostWait {
-        self.host_waits.fetch_add(1, Ordering::SeqCst);
-        HostWait(self.clone())
-    }
-
-    /// Who a deadline that cut the call now is charged to: the host when
-    /// the guest was not at a tick (so inside a host call) while a wait of
-    /// the host's was in flight; else the guest — its own code, or a wait
-    /// it chose (a timer).
-    pub(crate) fn blame_for_cut(&self) -> Blame {
-        let in_host = !self.at_tick.load(Ordering::SeqCst);
-        if in_host && self.host_waits.load(Ordering::SeqCst) > 0 {
-            Blame::Host
-        } else {
-            Blame::Guest
-        }
-    }
-}
-
-/// A wait the host makes on a guest's behalf (a vendor's answer, a bucket,
-/// the bus), counted while it lasts.
-#[derive(Debug)]
-pub(crate) struct HostWait(Arc<Whereabouts>);
-
-impl Drop for HostWait {
-    fn drop(&mut self) {
-        self.0.host_waits.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// What one instance may hold and hand over: its memory cap and the most
@@ -171,12 +129,12 @@ impl<W: Send + 'static> Sandbox<W> {
             }
             sandbox.ticks_left -= 1;
             let whereabouts = sandbox.whereabouts.clone();
-            whereabouts.at_tick.store(true, Ordering::SeqCst);
+            whereabouts.at_tick(true);
             Ok(UpdateDeadline::YieldCustom(
                 1,
                 Box::pin(async move {
                     tokio::task::yield_now().await;
-                    whereabouts.at_tick.store(false, Ordering::SeqCst);
+                    whereabouts.at_tick(false);
                 }),
             ))
         });
@@ -190,7 +148,7 @@ impl<W: Send + 'static> Sandbox<W> {
         sandbox.voice.prepare(scrub);
         sandbox.limiter.denied = None;
         sandbox.ticks_left = deadline_ticks(deadline);
-        sandbox.whereabouts.at_tick.store(false, Ordering::SeqCst);
+        sandbox.whereabouts.at_tick(false);
         store.set_epoch_deadline(1);
     }
 
