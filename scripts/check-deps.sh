@@ -22,6 +22,8 @@ rules=(
     "crewlet-tokens wasmtime axum rmcp rusqlite crewlet-plugins crewlet-node"
     # The HTTP surface reads the node through traits: no NATS, no SQLite.
     "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
+    # The webhook edge answers in the HTTP crate's terms: no axum, no api.
+    "crewlet-ingress axum crewlet-api"
 )
 
 failed=0
@@ -39,4 +41,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, the feature crates and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, the feature crates and the HTTP surface stay free of what they must not reach"

@@ -5,6 +5,7 @@
 
 mod common;
 
+mod blame;
 mod budget_park;
 mod clock_skew;
 mod config_plane;

@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, kv, stream};
-use axum::http::HeaderMap;
 use crewlet_bus::{EVENTS_STREAM, EVENTS_SUBJECTS, NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS};
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Coord, CoordOptions, Owner};
@@ -25,6 +24,7 @@ use crewlet_ingress::{Edge, EdgeConfig, Outcome};
 use crewlet_plugins::webhook::WebhookPlugin;
 use crewlet_plugins::{Manifest, Runtime, RuntimeConfig};
 use crewlet_testkit::NatsServer;
+use http::HeaderMap;
 
 const CLIENTS: usize = 64;
 const PER_CLIENT: usize = 40;
@@ -252,11 +252,13 @@ async fn main() {
                     h.insert("x-github-event", "issue_comment".parse().unwrap());
                     h.insert("x-github-delivery", id.parse().unwrap());
                     h.insert("x-hub-signature-256", sig.parse().unwrap());
+                    // Resolved once per request, as the HTTP route does.
+                    let route = edge.resolve("github", None).unwrap();
                     if full {
-                        let out = edge.deliver("github", None, &h, body).await;
+                        let out = edge.deliver(&route, &h, body).await;
                         assert!(matches!(out, Outcome::Accepted(_)), "{out:?}");
                     } else {
-                        let deliveries = edge.admit("github", None, &h, &body).await.unwrap();
+                        let deliveries = edge.admit(&route, &h, &body).await.unwrap();
                         for d in deliveries {
                             let published = edge.dispatch("github", None, d).await.unwrap();
                             assert!(published.is_some());

@@ -37,4 +37,4 @@ pub mod sign;
 pub mod webhook;
 
 pub use notify::{NotifyError, NotifyService};
-pub use webhook::{Edge, EdgeConfig, Outcome};
+pub use webhook::{Edge, EdgeConfig, Outage, Outcome, Refusal, Route};

@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, Request};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use crewlet_api::retry_later;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use crewlet_api::webhooks::{BodyRefusal, WebhookAnswer, Webhooks};
 use crewlet_company::Handle;
-use crewlet_ingress::{Edge, EdgeConfig, NotifyService};
+use crewlet_ingress::{Edge, EdgeConfig, NotifyService, Outcome, Refusal, Route};
+use crewlet_plugins::Blame;
 use crewlet_stream::ensure_mailboxes;
 use crewlet_stream::streams::START_WITHIN;
 use tracing::warn;
@@ -62,20 +62,6 @@ fn refused_log(ctx: &EngineContext) -> Option<Arc<crewlet_ingress::webhook::Refu
     }
 }
 
-async fn serve(late: &Late, source: &str, handle: Option<&str>, req: Request) -> Response {
-    let Some(edge) = late.edge() else {
-        return retry_later(
-            crewlet_api::RETRY_AFTER_SECONDS,
-            "starting",
-            "the node is starting; retry in a few seconds",
-        );
-    };
-    let (parts, body) = req.into_parts();
-    edge.serve(source, handle, &parts.headers, body)
-        .await
-        .into_response()
-}
-
 /// Runs `attempt` until it succeeds, with backoff (250 ms doubling to 5 s),
 /// for up to [`START_WITHIN`]: at start a cluster still electing its
 /// leaders answers consumer requests "timed out" for a while, as it does
@@ -103,24 +89,73 @@ where
 
 /// Routes bound with the HTTP surface, before the engine is up.
 pub fn routes(late: Late) -> Router {
-    let r2 = late.clone();
-    Router::new()
-        .route(
-            "/webhooks/{source}",
-            post(move |Path(source): Path<String>, req: Request| {
-                let late = late.clone();
-                async move { serve(&late, &source, None, req).await }
-            }),
-        )
-        .route(
-            "/webhooks/{source}/{handle}",
-            post(
-                move |Path((source, handle)): Path<(String, String)>, req: Request| {
-                    let late = r2.clone();
-                    async move { serve(&late, &source, Some(&handle), req).await }
-                },
-            ),
-        )
+    crewlet_api::webhooks::routes(Arc::new(NodeWebhooks(late)))
+}
+
+/// The node's one webhook edge under the HTTP crate's webhook routes:
+/// 503 + Retry-After until the engine is up, then each request's route
+/// resolved once by the edge and its answer handed back to be rendered.
+struct NodeWebhooks(Late);
+
+impl Webhooks for NodeWebhooks {
+    type Route = (Arc<Edge>, Route);
+
+    async fn resolve(
+        &self,
+        source: &str,
+        handle: Option<&str>,
+    ) -> Result<Self::Route, WebhookAnswer> {
+        let Some(edge) = self.0.edge() else {
+            return Err(WebhookAnswer::Starting);
+        };
+        match edge.resolve(source, handle) {
+            Ok(route) => Ok((edge.clone(), route)),
+            Err(refusal) => Err(answer(edge.refuse(source, handle, refusal).await)),
+        }
+    }
+
+    fn body_cap((_, route): &Self::Route) -> u64 {
+        route.body_cap()
+    }
+
+    async fn deliver(
+        &self,
+        (edge, route): Self::Route,
+        headers: HeaderMap,
+        body: Result<Bytes, BodyRefusal>,
+    ) -> WebhookAnswer {
+        let body = body.map_err(|refused| match refused {
+            BodyRefusal::TooLarge => Refusal::TooLarge {
+                cap: route.body_cap(),
+            },
+            BodyRefusal::Unreadable(why) => Refusal::Unreadable { why },
+        });
+        answer(edge.serve(&route, &headers, body).await)
+    }
+}
+
+/// The edge's outcome in the HTTP crate's words.
+fn answer(outcome: Outcome) -> WebhookAnswer {
+    let reason = outcome.reason().unwrap_or_default();
+    match outcome {
+        Outcome::Accepted(trace_ids) => WebhookAnswer::Accepted { trace_ids },
+        Outcome::Duplicate => WebhookAnswer::Duplicate,
+        Outcome::Ignored => WebhookAnswer::Ignored,
+        Outcome::Reply { content_type, body } => WebhookAnswer::Reply { content_type, body },
+        Outcome::Refused(refusal) => WebhookAnswer::Refused {
+            status: refusal.status().as_u16(),
+            reason,
+        },
+        Outcome::NotRun { retry_after, .. } => WebhookAnswer::NotRun {
+            reason,
+            retry_after,
+        },
+        Outcome::Fault {
+            plugin,
+            blame: Blame::Guest,
+        } => WebhookAnswer::Fault { plugin },
+        Outcome::Unavailable(_) | Outcome::Fault { .. } => WebhookAnswer::Unavailable { reason },
+    }
 }
 
 /// Starts the ingress subsystems once the engine is up: every seat's

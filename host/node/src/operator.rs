@@ -356,7 +356,7 @@ impl Operator {
                     "delivery {SOURCE}:{delivery_id} is already claimed"
                 )));
             }
-            Err(e) => return Err(OperatorError::NotAccepted(e)),
+            Err(e) => return Err(OperatorError::NotAccepted(e.to_string())),
         };
         edge.record(&published, started).await;
         let trace_id = published.inbound.trace_id.clone();

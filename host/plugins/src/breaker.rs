@@ -2,11 +2,15 @@
 //! that cannot flood the log.
 //!
 //! Rules, and why:
-//! - **Every fault counts** (verify, parse, a model call, a module step,
-//!   an instantiation): a plugin whose `verify` passes and whose `parse`
-//!   always traps is as broken as one that traps everywhere, and a success
-//!   in between does not wipe the count. [`BreakerPolicy::faults_to_open`]
-//!   faults within [`BreakerPolicy::window`] open the breaker.
+//! - **Every fault of the guest's counts** (verify, parse, a model call, a
+//!   module step): a plugin whose `verify` passes and whose `parse` always
+//!   traps is as broken as one that traps everywhere, and a success in
+//!   between does not wipe the count. [`BreakerPolicy::faults_to_open`]
+//!   faults within [`BreakerPolicy::window`] open the breaker. A failure
+//!   blamed on the host ([`Blame::Host`]: a deadline that passed while the
+//!   guest waited on a vendor or a bucket, a lost call) is counted apart
+//!   (`host_faults`) and never opens it: quarantining the plugin would not
+//!   make the vendor answer.
 //! - **Open means not run**: while open, a call is refused at once with
 //!   how long to wait ([`Admission::Refused`]); the webhook edge answers its
 //!   routes 503 + Retry-After without touching the plugin, so a hostile or
@@ -25,7 +29,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::fault::Fault;
+use crate::fault::{Blame, Fault};
 use crate::latency::{Latency, Timings};
 use crate::ration::{Ration, Verdict};
 
@@ -108,6 +112,8 @@ pub struct HealthReport {
     pub faults_in_window: u32,
     pub consecutive_faults: u32,
     pub total_faults: u64,
+    /// Failures blamed on the host, not counted by the breaker.
+    pub host_faults: u64,
     pub total_calls: u64,
     /// Calls refused without running, while quarantined or at the
     /// plugin's concurrency bound.
@@ -125,6 +131,7 @@ pub struct Health {
     policy: BreakerPolicy,
     inner: Mutex<Inner>,
     faults: AtomicU64,
+    host_faults: AtomicU64,
     calls: AtomicU64,
     refused: AtomicU64,
     timings: Timings,
@@ -144,6 +151,7 @@ impl Health {
                 last_fault_kind: None,
             }),
             faults: AtomicU64::new(0),
+            host_faults: AtomicU64::new(0),
             calls: AtomicU64::new(0),
             refused: AtomicU64::new(0),
             timings: Timings::default(),
@@ -209,10 +217,27 @@ impl Health {
         }
     }
 
-    pub(crate) fn record_fault(&self, fault: &Fault) {
+    /// A call that failed, charged to `blame`: only [`Blame::Guest`]
+    /// counts towards the breaker.
+    pub(crate) fn record_fault(&self, fault: &Fault, blame: Blame) {
         self.calls.fetch_add(1, Ordering::Relaxed);
-        self.faults.fetch_add(1, Ordering::Relaxed);
         let now = Instant::now();
+        if blame != Blame::Guest {
+            self.host_faults.fetch_add(1, Ordering::Relaxed);
+            let mut inner = self.lock();
+            // A probe the host failed proves nothing either way: the next
+            // call probes again.
+            if let Phase::HalfOpen { backoff, .. } = inner.phase {
+                inner.phase = Phase::HalfOpen {
+                    backoff,
+                    probe_until: None,
+                };
+            }
+            drop(inner);
+            self.log_fault(now, fault, blame);
+            return;
+        }
+        self.faults.fetch_add(1, Ordering::Relaxed);
         let mut inner = self.lock();
         inner.consecutive += 1;
         inner.last_fault = Some(fault.to_string());
@@ -226,7 +251,7 @@ impl Health {
         while inner.recent.len() > cap {
             inner.recent.pop_front();
         }
-        self.log_fault(now, fault);
+        self.log_fault(now, fault, blame);
         let reopen = match inner.phase {
             Phase::HalfOpen { backoff, .. } => Some((backoff * 2).min(self.policy.max_backoff)),
             Phase::Closed if inner.recent.len() >= cap => Some(self.policy.first_backoff),
@@ -247,19 +272,28 @@ impl Health {
         }
     }
 
-    fn log_fault(&self, now: Instant, fault: &Fault) {
+    fn log_fault(&self, now: Instant, fault: &Fault, blame: Blame) {
         let Verdict::Write {
             dropped: suppressed,
         } = self.fault_lines.take(now)
         else {
             return;
         };
-        tracing::warn!(
-            plugin = %self.plugin,
-            fault = fault.kind(),
-            suppressed,
-            "plugin call faulted: {fault}"
-        );
+        match blame {
+            Blame::Guest => tracing::warn!(
+                plugin = %self.plugin,
+                fault = fault.kind(),
+                suppressed,
+                "plugin call faulted: {fault}"
+            ),
+            _ => tracing::warn!(
+                plugin = %self.plugin,
+                fault = fault.kind(),
+                ?blame,
+                suppressed,
+                "plugin call failed waiting on the host, not charged to the plugin: {fault}"
+            ),
+        }
     }
 
     /// The current report.
@@ -282,6 +316,7 @@ impl Health {
             faults_in_window: inner.recent.iter().filter(|t| now - **t <= window).count() as u32,
             consecutive_faults: inner.consecutive,
             total_faults: self.faults.load(Ordering::Relaxed),
+            host_faults: self.host_faults.load(Ordering::Relaxed),
             total_calls: self.calls.load(Ordering::Relaxed),
             refused_calls: self.refused.load(Ordering::Relaxed),
             last_fault: inner.last_fault.clone(),
@@ -318,12 +353,12 @@ mod tests {
     #[test]
     fn faults_in_the_window_open_it_and_successes_between_do_not_reset_it() {
         let h = Health::new("p", quick());
-        h.record_fault(&trap());
+        h.record_fault(&trap(), Blame::Guest);
         h.record_ok();
-        h.record_fault(&trap());
+        h.record_fault(&trap(), Blame::Guest);
         h.record_ok();
         assert_eq!(h.admit(Duration::from_millis(10)), Admission::Run);
-        h.record_fault(&trap());
+        h.record_fault(&trap(), Blame::Guest);
         let r = h.report();
         assert_eq!(r.breaker, BreakerState::Open, "{r:?}");
         assert!(r.degraded);
@@ -338,7 +373,7 @@ mod tests {
     fn a_probe_closes_it_or_opens_it_for_longer() {
         let h = Health::new("p", quick());
         for _ in 0..3 {
-            h.record_fault(&trap());
+            h.record_fault(&trap(), Blame::Guest);
         }
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(h.admit(Duration::from_millis(10)), Admission::Run, "probe");
@@ -347,7 +382,7 @@ mod tests {
             h.admit(Duration::from_millis(10)),
             Admission::Refused { .. }
         ));
-        h.record_fault(&trap());
+        h.record_fault(&trap(), Blame::Guest);
         let r = h.report();
         assert_eq!(r.breaker, BreakerState::Open);
         assert!(r.retry_after.unwrap() > Duration::from_millis(50), "{r:?}");
@@ -359,10 +394,38 @@ mod tests {
     }
 
     #[test]
+    fn faults_blamed_on_the_host_never_open_it() {
+        let h = Health::new("p", quick());
+        let timeout = Fault::Timeout {
+            deadline: Duration::from_millis(5),
+        };
+        for _ in 0..10 {
+            h.record_fault(&timeout, Blame::Host);
+        }
+        let r = h.report();
+        assert_eq!(r.breaker, BreakerState::Closed, "{r:?}");
+        assert_eq!((r.total_faults, r.host_faults, r.total_calls), (0, 10, 10));
+        assert_eq!(r.faults_in_window, 0);
+        // A probe the host failed frees its slot at once.
+        for _ in 0..3 {
+            h.record_fault(&trap(), Blame::Guest);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(h.admit(Duration::from_secs(10)), Admission::Run, "probe");
+        h.record_fault(&timeout, Blame::Host);
+        assert_eq!(h.report().breaker, BreakerState::HalfOpen);
+        assert_eq!(
+            h.admit(Duration::from_secs(10)),
+            Admission::Run,
+            "next probe"
+        );
+    }
+
+    #[test]
     fn a_probe_that_never_settles_frees_its_slot_after_its_deadline() {
         let h = Health::new("p", quick());
         for _ in 0..3 {
-            h.record_fault(&trap());
+            h.record_fault(&trap(), Blame::Guest);
         }
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(h.admit(Duration::from_millis(5)), Admission::Run);

@@ -16,10 +16,13 @@
 //!    verify, parse or tool call) costs no hand-off, no timer and no
 //!    lowered priority; a guest that spins holds an I/O thread for at most
 //!    one tick, then competes only on the guest threads;
-//! 4. **settling**: the result or a typed fault, recorded in the plugin's
-//!    health, and what the guest wrote to stderr said in the log
-//!    ([`crate::voice`]). A store whose call failed is dropped, never
-//!    re-entered.
+//! 4. **settling**: the result or a typed fault with who is to blame
+//!    ([`crate::fault::Blame`]), recorded in the plugin's health (only the
+//!    guest's faults count towards its breaker: a deadline that cut a call
+//!    waiting on the host or a vendor is the host's,
+//!    [`crate::whereabouts::Whereabouts`]), and what the guest wrote to stderr
+//!    said in the log ([`crate::voice`]). A store whose call failed is
+//!    dropped, never re-entered.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -29,12 +32,13 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use wasmtime::Store;
 
 use crate::breaker::{Admission, BreakerPolicy, Health};
-use crate::fault::{CallError, Fault};
+use crate::fault::{Blame, CallError, Fault};
 use crate::manifest::Kind;
 use crate::manifest::MAX_CONCURRENCY;
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
 use crate::voice::Speaker;
+use crate::whereabouts::Whereabouts;
 
 /// Where guest code runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +97,9 @@ impl Guests {
 
     /// Runs `task` here until it first waits, then on the guest threads
     /// (all of it here, when shared), and waits for it for at most
-    /// `deadline` in all. `Ok(None)` is a task the deadline cut; `Err`
+    /// `deadline` in all. `Ok(Err(blame))` is a task the deadline cut, and
+    /// who the cut is charged to — read from `whereabouts` while the task
+    /// still stands (dropping it ends the host's waits it was in); `Err`
     /// carries why it never finished (the runtime went away, or host code
     /// panicked).
     ///
@@ -106,7 +112,8 @@ impl Guests {
         &self,
         task: impl Future<Output = T> + Send + 'static,
         deadline: Duration,
-    ) -> Result<Option<T>, String> {
+        whereabouts: Arc<Whereabouts>,
+    ) -> Result<Result<T, Blame>, String> {
         let until = tokio::time::Instant::now() + deadline;
         let mut task = Box::pin(task);
         let first = std::future::poll_fn(|cx| match task.as_mut().poll(cx) {
@@ -115,16 +122,17 @@ impl Guests {
         })
         .await;
         if let Some(value) = first {
-            return Ok(Some(value));
+            return Ok(Ok(value));
         }
-        let rest = tokio::time::timeout_at(until, task);
+        let rest = async move {
+            match tokio::time::timeout_at(until, &mut task).await {
+                Ok(value) => Ok(value),
+                Err(_) => Err(whereabouts.blame_for_cut()),
+            }
+        };
         match &self.runtime {
-            None => Ok(rest.await.ok()),
-            Some(rt) => rt
-                .spawn(rest)
-                .await
-                .map(|cut| cut.ok())
-                .map_err(|e| e.to_string()),
+            None => Ok(rest.await),
+            Some(rt) => rt.spawn(rest).await.map_err(|e| e.to_string()),
         }
     }
 }
@@ -224,30 +232,38 @@ impl Guard {
         };
         Sandbox::prepare(&mut store, deadline, scrub);
         let voice = store.data().voice.clone();
+        let whereabouts = store.data().whereabouts();
         let task = async move {
             let _slot = permit;
             f(store).await
         };
         let started = std::time::Instant::now();
-        let ran = self.guests.run(task, deadline).await;
+        let ran = self.guests.run(task, deadline, whereabouts).await;
         self.health.record_took(started.elapsed());
-        let fault = match ran {
-            Ok(Some((store, Ok(value)))) => {
+        let (fault, blame) = match ran {
+            Ok(Ok((store, Ok(value)))) => {
                 self.health.record_ok();
                 voice.settle(true);
                 return Ok((store, value));
             }
-            Ok(Some((mut store, Err(error)))) => store.data_mut().classify(&error, deadline, scrub),
-            Ok(None) => Fault::Timeout { deadline },
-            Err(lost) => Fault::Trap {
-                reason: format!("the call was lost: {lost}"),
-            },
+            Ok(Ok((mut store, Err(error)))) => (
+                store.data_mut().classify(&error, deadline, scrub),
+                Blame::Guest,
+            ),
+            Ok(Err(blame)) => (Fault::Timeout { deadline }, blame),
+            Err(lost) => (
+                Fault::Trap {
+                    reason: format!("the call was lost: {lost}"),
+                },
+                Blame::Host,
+            ),
         };
-        self.health.record_fault(&fault);
+        self.health.record_fault(&fault, blame);
         voice.settle(false);
         Err(CallError::Fault {
             plugin: self.plugin.clone(),
             fault,
+            blame,
         })
     }
 }

@@ -7,7 +7,8 @@
 //! - [`runtime`]: the engine (pooling, memory caps, the artifact cache) and
 //!   typed faults; [`sandbox`]: what one instance's store holds, per world.
 //! - [`call`]: the one way into a guest (breaker, concurrency bound, guest
-//!   threads, deadline); [`breaker`]: health and quarantine; [`scrub`]:
+//!   threads, deadline; [`whereabouts`]: who a call its deadline cut is
+//!   charged to); [`breaker`]: health and quarantine; [`scrub`]:
 //!   what a plugin says, made safe to repeat; [`voice`]: its `log` lines
 //!   and stderr in the node's log, rationed by [`ration`].
 //! - [`webhook`], [`provider`], [`module`]: one host per world;
@@ -44,11 +45,13 @@ pub mod state_view;
 pub mod trial;
 pub mod voice;
 pub mod webhook;
+pub mod whereabouts;
 
 pub use breaker::{BreakerState, HealthReport};
 pub use call::GuestThreads;
 pub use catalogue::{Catalogue, CheckReport, DirError, PluginList};
 pub use cli::{PluginsError, check, list};
+pub use fault::Blame;
 pub use installed::{Installed, Plugin};
 pub use latency::Latency;
 pub use manifest::{Kind, Manifest, ManifestError};

@@ -21,6 +21,9 @@
 //! - Response bodies are capped; a larger one ends the body stream with
 //!   `HttpResponseBodySize`, so a hostile or broken server cannot make the
 //!   host buffer without bound.
+//! - From the request's send to its response body's end, the exchange is a
+//!   wait of the host's ([`crate::whereabouts::HostWait`]): a deadline that
+//!   passes then is the vendor's, not charged to the plugin's breaker.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,6 +33,7 @@ use wasmtime_wasi_http::{Error as HttpError, RequestOptions, WasiBody, WasiHttpH
 
 use crate::manifest::{Granted, NotHeld, Origin, Permission};
 use crate::pool::Connections;
+use crate::whereabouts::{HostWait, Whereabouts};
 
 /// The largest response body a provider may read, in bytes.
 pub const MAX_RESPONSE_BODY: usize = 16 * 1024 * 1024;
@@ -48,6 +52,8 @@ pub struct OutboundPolicy {
     refused: Arc<Mutex<Option<NotHeld>>>,
     /// The plugin's kept connections; `None`: a connection per request.
     connections: Option<Connections>,
+    /// The instance's whereabouts, each exchange counted as a host wait.
+    waits: Option<Arc<Whereabouts>>,
 }
 
 impl OutboundPolicy {
@@ -74,6 +80,7 @@ impl OutboundPolicy {
             denied,
             refused: Arc::default(),
             connections: None,
+            waits: None,
         }
     }
 
@@ -86,6 +93,14 @@ impl OutboundPolicy {
     /// Where this policy keeps its last refusal.
     pub fn refused(&self) -> Arc<Mutex<Option<NotHeld>>> {
         self.refused.clone()
+    }
+
+    /// This policy, counting its exchanges as waits of `whereabouts`' instance.
+    pub(crate) fn waited_by(&mut self, whereabouts: &Arc<Whereabouts>) -> &mut Self {
+        if self.waits.is_none() {
+            self.waits = Some(whereabouts.clone());
+        }
+        self
     }
 
     /// Sends admitted requests over `connections` (the plugin's pool).
@@ -156,10 +171,16 @@ impl WasiHttpHooks for OutboundPolicy {
             return Box::new(async { Err(HttpError::HttpRequestDenied) });
         }
         let cap = self.body_cap;
-        let capped = move |response: http::Response<WasiBody>| {
+        // Held by the exchange's future, then by its body until that ends.
+        let wait = self.waits.as_ref().map(|w| w.host_wait());
+        let capped = move |response: http::Response<WasiBody>, wait: Option<HostWait>| {
             response.map(|body| {
                 http_body_util::Limited::new(body, cap)
                     .map_err(move |_| HttpError::HttpResponseBodySize(Some(cap as u64)))
+                    .map_frame(move |frame| {
+                        let _waiting = &wait;
+                        frame
+                    })
                     .boxed_unsync()
             })
         };
@@ -169,14 +190,14 @@ impl WasiHttpHooks for OutboundPolicy {
                 // The pool drives its connections itself.
                 let io = async { Ok(()) };
                 Ok((
-                    capped(response),
+                    capped(response, wait),
                     Box::new(io) as Box<dyn Future<Output = _> + Send>,
                 ))
             }),
             None => Box::new(async move {
                 let (response, io) =
                     wasmtime_wasi_http::default_send_request(request, options).await?;
-                let response = capped(response.map(BodyExt::boxed_unsync));
+                let response = capped(response.map(BodyExt::boxed_unsync), wait);
                 Ok((response, Box::new(io) as Box<dyn Future<Output = _> + Send>))
             }),
         }

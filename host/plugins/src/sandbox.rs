@@ -23,7 +23,13 @@
 //!   the guest is weighed before it is copied, so what an export returns or
 //!   an import is handed can never cost the host more than the bound — even
 //!   a list whose strings all point at one buffer.
+//! - **Where a call stands is known when its deadline cuts it**
+//!   ([`crate::whereabouts`]): at a tick's yield (the guest's own code was running)
+//!   or inside a host call with the host's own wait in flight (a vendor
+//!   over `wasi:http`, a bucket, the bus). The first is the guest's fault;
+//!   the second the host's ([`Blame`]), and not counted by the breaker.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::ResourceTable;
@@ -36,6 +42,7 @@ use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
 use crate::scrub::{MAX_PLUGIN_TEXT, Scrub};
 use crate::voice::Voice;
+use crate::whereabouts::{HostWait, Whereabouts};
 
 /// How often the epoch advances: a guest yields its thread at least this
 /// often, and a deadline is rounded up to it.
@@ -54,6 +61,7 @@ pub struct Sandbox<W> {
     pub(crate) voice: Voice,
     ticks_left: u64,
     transfer: usize,
+    whereabouts: Arc<Whereabouts>,
     pub(crate) world: W,
 }
 
@@ -86,7 +94,7 @@ impl WasiHttpView for Sandbox<ProviderCtx> {
         WasiHttpCtxView {
             ctx: &mut self.world.http,
             table: &mut self.table,
-            hooks: &mut self.world.outbound,
+            hooks: self.world.outbound.waited_by(&self.whereabouts),
         }
     }
 }
@@ -103,6 +111,7 @@ impl<W: Send + 'static> Sandbox<W> {
             voice,
             ticks_left: 0,
             transfer: bounds.transfer,
+            whereabouts: Arc::default(),
             world,
         }
     }
@@ -119,9 +128,14 @@ impl<W: Send + 'static> Sandbox<W> {
                 return Ok(UpdateDeadline::Interrupt);
             }
             sandbox.ticks_left -= 1;
+            let whereabouts = sandbox.whereabouts.clone();
+            whereabouts.at_tick(true);
             Ok(UpdateDeadline::YieldCustom(
                 1,
-                Box::pin(tokio::task::yield_now()),
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    whereabouts.at_tick(false);
+                }),
             ))
         });
         store.set_epoch_deadline(1);
@@ -134,7 +148,20 @@ impl<W: Send + 'static> Sandbox<W> {
         sandbox.voice.prepare(scrub);
         sandbox.limiter.denied = None;
         sandbox.ticks_left = deadline_ticks(deadline);
+        sandbox.whereabouts.at_tick(false);
         store.set_epoch_deadline(1);
+    }
+
+    /// A wait of the host's on this guest's behalf, counted while the
+    /// value lives (see [`Whereabouts`]).
+    pub(crate) fn host_wait(&self) -> HostWait {
+        self.whereabouts.host_wait()
+    }
+
+    /// Where this instance's calls stand, for the caller that outlives a
+    /// cut store.
+    pub(crate) fn whereabouts(&self) -> Arc<Whereabouts> {
+        self.whereabouts.clone()
     }
 
     /// What the guest wrote to stderr in this call so far, scrubbed of the

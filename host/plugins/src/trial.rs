@@ -80,14 +80,14 @@ impl Capture {
     }
 
     /// The body's bytes; `Err` names what is wrong with the field.
-    pub fn body(&self) -> Result<Vec<u8>, String> {
+    pub fn body(&self) -> Result<Vec<u8>, TrialInputError> {
         base64::engine::general_purpose::STANDARD
             .decode(&self.body_base64)
-            .map_err(|e| format!("body_base64 is not base64: {e}"))
+            .map_err(TrialInputError::Body)
     }
 
     /// The request a plugin gets, with `secrets` (name, value).
-    pub fn request(&self, secrets: &[(&str, &[u8])]) -> Result<Request, String> {
+    pub fn request(&self, secrets: &[(&str, &[u8])]) -> Result<Request, TrialInputError> {
         let headers: Vec<(&str, &str)> = self
             .headers
             .iter()
@@ -101,6 +101,18 @@ impl Capture {
             self.received_unix,
         ))
     }
+}
+
+/// Why a capture or a hand-written request cannot be tried: the file's
+/// fault, naming its field; fix the file.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialInputError {
+    #[error("body_base64 is not base64: {0}")]
+    Body(base64::DecodeError),
+    #[error("messages[{index}].role is {role:?}; one of system, user, assistant, tool")]
+    Role { index: usize, role: String },
+    #[error("tool_choice {0:?} is not auto, none, required or a listed tool")]
+    ToolChoice(String),
 }
 
 /// What the plugin made of a capture.

@@ -8,6 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{manifest, manifest_text, runtime};
+use crewlet_plugins::Blame;
 use crewlet_plugins::breaker::{BreakerPolicy, BreakerState};
 use crewlet_plugins::manifest::{Kind, Manifest};
 use crewlet_plugins::runtime::{CacheOutcome, CallError, Fault, LoadError, Runtime, RuntimeConfig};
@@ -64,9 +65,15 @@ async fn each_hostile_call_fails_typed_while_a_healthy_plugin_answers() {
     let hostile = WebhookPlugin::load(&rt, manifest("testdata/hostile-webhook")).unwrap();
     healthy_still_answers(&github).await;
 
-    // Infinite loop in parse: stopped at its 300 ms deadline, not later.
+    // Infinite loop in parse: stopped at its 300 ms deadline, not later,
+    // and charged to the guest: it was spinning in its own code.
     let started = Instant::now();
-    let fault = fault_of(hostile.parse(&misbehave(b"loop")).await);
+    let spun = hostile.parse(&misbehave(b"loop")).await;
+    assert_eq!(
+        spun.as_ref().map_err(CallError::blame).err(),
+        Some(Blame::Guest)
+    );
+    let fault = fault_of(spun);
     assert_eq!(
         fault,
         Fault::Timeout {

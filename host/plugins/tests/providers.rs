@@ -550,6 +550,61 @@ async fn openai_and_anthropic_classify_the_same_failure_the_same_way() {
     }
 }
 
+/// A vendor that never answers cuts every call at its deadline, and each
+/// is the host's to answer for, not the plugin's: past the breaker's five
+/// faults in its window the plugin is still not quarantined, and answers
+/// the moment the vendor does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_passing_while_the_vendor_is_slow_does_not_trip_the_breaker() {
+    let server = VendorServer::start().await;
+    let (p, _d) = plugin_with_deadline("openai", server.port, 200);
+    for _ in 0..7 {
+        server.answer(0, &[], "");
+    }
+    for _ in 0..7 {
+        let err = p
+            .complete(request())
+            .await
+            .expect_err("a vendor that never answers times the call out");
+        assert!(
+            matches!(err.fault(), Some(crewlet_plugins::Fault::Timeout { .. })),
+            "{err:?}"
+        );
+        assert_eq!(err.blame(), crewlet_plugins::Blame::Host, "{err:?}");
+    }
+    let report = p.health();
+    assert_eq!(
+        report.breaker,
+        crewlet_plugins::BreakerState::Closed,
+        "{report:?}"
+    );
+    assert_eq!(
+        (report.total_faults, report.host_faults),
+        (0, 7),
+        "{report:?}"
+    );
+    answers_again(&p, &server).await;
+}
+
+/// The vendor answers in time again: the plugin's next call (on a fresh
+/// instance) gets the answer.
+async fn answers_again(p: &ProviderPlugin, server: &VendorServer) {
+    server.answer(
+        200,
+        &[],
+        r#"{"choices":[{"finish_reason":"stop","message":{"content":"ok"}}],"usage":{}}"#,
+    );
+    assert_eq!(
+        p.complete(request())
+            .await
+            .unwrap()
+            .unwrap()
+            .text
+            .as_deref(),
+        Some("ok")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_covers_time_spent_waiting_in_host_calls() {
     let server = VendorServer::start().await;
@@ -572,18 +627,5 @@ async fn the_deadline_covers_time_spent_waiting_in_host_calls() {
         started.elapsed()
     );
     // The next call works on a fresh instance.
-    server.answer(
-        200,
-        &[],
-        r#"{"choices":[{"finish_reason":"stop","message":{"content":"ok"}}],"usage":{}}"#,
-    );
-    assert_eq!(
-        p.complete(request())
-            .await
-            .unwrap()
-            .unwrap()
-            .text
-            .as_deref(),
-        Some("ok")
-    );
+    answers_again(&p, &server).await;
 }

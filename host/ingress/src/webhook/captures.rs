@@ -9,11 +9,12 @@
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::http::HeaderMap;
 use crewlet_plugins::trial::Capture;
+use http::HeaderMap;
 use tracing::debug;
 
 use super::Edge;
+use super::route::Route;
 
 /// Where refused requests go, and how many are kept.
 #[derive(Debug)]
@@ -62,28 +63,14 @@ impl Edge {
     pub(super) fn keep_refused(
         &self,
         log: &RefusedLog,
-        source: &str,
-        handle: Option<&str>,
+        route: &Route,
         headers: &HeaderMap,
         body: &[u8],
         reason: &str,
     ) {
-        let secret = self.cfg.active.current().and_then(|a| {
-            let name = a
-                .company
-                .integrations
-                .get(source)?
-                .secret
-                .name_str()
-                .to_owned();
-            self.cfg.secrets.lookup(&name).found()
-        });
-        let route = match handle {
-            Some(h) => format!("/webhooks/{source}/{h}"),
-            None => format!("/webhooks/{source}"),
-        };
+        let secret = route.found_secret();
         let mut capture = crewlet_plugins::trial::Capture::of(
-            &route,
+            &route.path(),
             headers.iter().map(|(n, v)| {
                 (
                     n.as_str().to_owned(),
@@ -92,13 +79,10 @@ impl Edge {
             }),
             body,
             crewlet_os::now_ms() as i64 / 1000,
-            &secret
-                .as_ref()
-                .map(|s| vec![s.as_bytes()])
-                .unwrap_or_default(),
+            &secret.map(|s| vec![s.as_bytes()]).unwrap_or_default(),
         );
         capture.refused = Some(reason.to_string());
-        log.record(source, capture);
+        log.record(route.source(), capture);
     }
 }
 

@@ -9,9 +9,9 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use axum::http::StatusCode;
 use crewlet_observe::Publisher;
 use crewlet_store::Party;
+use http::StatusCode;
 use serde_json::json;
 use tracing::{debug, info, warn};
 

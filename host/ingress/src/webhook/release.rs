@@ -3,7 +3,7 @@
 //! claim lapses (the rules are in [`super`]'s docs).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crewlet_coord::{Answer, Coord, CoordError, Unreleased};
@@ -11,9 +11,19 @@ use tracing::{Instrument, debug, info, warn};
 
 use super::{ACK_TIMEOUT, CLAIM_TTL};
 
+/// Why a release did not settle: the claims bucket gave no answer, so the
+/// claim may still stand (the host's side; asked again).
+#[derive(Debug, thiserror::Error)]
+pub enum ReleaseError {
+    #[error("no answer within {0:?}")]
+    NoAnswer(Duration),
+    #[error(transparent)]
+    Store(CoordError),
+}
+
 /// Forgets `key`'s unreleased claim if it is still `claimant`'s.
 pub(super) fn forget(unreleased: &Mutex<HashMap<String, String>>, key: &str, claimant: &str) {
-    let mut map = unreleased.lock().expect("lock");
+    let mut map = unreleased.lock().unwrap_or_else(PoisonError::into_inner);
     if map.get(key).is_some_and(|c| c == claimant) {
         map.remove(key);
     }
@@ -33,15 +43,15 @@ const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(10);
 impl Releaser {
     /// Removes the claim on `key` if `claimant` holds it. Ok when it is
     /// gone or another claimant's; Err when the store did not answer.
-    pub(super) async fn release(&self, key: &str, claimant: &str) -> Result<(), String> {
+    pub(super) async fn release(&self, key: &str, claimant: &str) -> Result<(), ReleaseError> {
         self.release_once(key, claimant).await.map(|_| ())
     }
 
     /// As [`Releaser::release`], saying whether the key held nothing.
-    async fn release_once(&self, key: &str, claimant: &str) -> Result<Found, String> {
+    async fn release_once(&self, key: &str, claimant: &str) -> Result<Found, ReleaseError> {
         let answer = tokio::time::timeout(ACK_TIMEOUT, self.coord.release_claim(key, claimant))
             .await
-            .map_err(|_| format!("no answer within {ACK_TIMEOUT:?}"))?;
+            .map_err(|_| ReleaseError::NoAnswer(ACK_TIMEOUT))?;
         match answer {
             Ok(Answer::Yes(())) => Ok(Found::Settled),
             Ok(Answer::No(Unreleased::Absent)) => Ok(Found::Nothing),
@@ -57,7 +67,7 @@ impl Releaser {
                 Ok(Found::Settled)
             }
             // Unknown (or contended): ask again.
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(ReleaseError::Store(e)),
         }
     }
 

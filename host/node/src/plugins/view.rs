@@ -65,6 +65,7 @@ impl Loaded {
                 },
                 "calls": health.total_calls,
                 "faults": health.total_faults,
+                "host_faults": health.host_faults,
                 "refused": health.refused_calls,
                 "consecutive_faults": health.consecutive_faults,
                 "last_fault": health.last_fault,

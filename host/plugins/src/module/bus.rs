@@ -18,6 +18,7 @@ pub const MAX_PUBLISH_BYTES: usize = 256 * 1024;
 
 impl bus::Host for Sandbox<ModuleCtx> {
     async fn publish(&mut self, topic: String, payload: Vec<u8>) -> Result<(), PublishError> {
+        let _waiting = self.host_wait();
         let ctx = &self.world;
         if !ctx.publishes.contains(&topic) {
             tracing::warn!(plugin = %ctx.plugin, topic, "publish refused: the topic is not declared (add it to `publishes` in [module])");

@@ -163,6 +163,7 @@ fn entry(e: StoredEntry) -> Entry {
 
 impl state::Host for Sandbox<ModuleCtx> {
     async fn get(&mut self, bucket: String, key: String) -> Result<Option<Entry>, StateError> {
+        let _waiting = self.host_wait();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Read)?;
         ModuleCtx::key(&key)?;
@@ -180,6 +181,7 @@ impl state::Host for Sandbox<ModuleCtx> {
         key: String,
         value: Vec<u8>,
     ) -> Result<u64, StateError> {
+        let _waiting = self.host_wait();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
@@ -197,6 +199,7 @@ impl state::Host for Sandbox<ModuleCtx> {
     }
 
     async fn delete(&mut self, bucket: String, key: String) -> Result<(), StateError> {
+        let _waiting = self.host_wait();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
@@ -207,6 +210,7 @@ impl state::Host for Sandbox<ModuleCtx> {
     }
 
     async fn keys(&mut self, bucket: String) -> Result<Vec<String>, StateError> {
+        let _waiting = self.host_wait();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Read)?;
         ctx.backend

@@ -14,6 +14,7 @@ use crate::provider::{
     ToolChoice,
 };
 use crate::runtime::CallError;
+use crate::trial::TrialInputError;
 
 /// A completion request as `plugins try` reads it.
 #[derive(Debug, Clone, Deserialize)]
@@ -81,7 +82,7 @@ fn empty_schema() -> Value {
 impl CompletionRequest {
     /// The request the plugin gets, with `api_key`; `Err` names the field
     /// that is wrong.
-    pub fn request(&self, api_key: String) -> Result<Request, String> {
+    pub fn request(&self, api_key: String) -> Result<Request, TrialInputError> {
         let messages = self
             .messages
             .iter()
@@ -93,9 +94,10 @@ impl CompletionRequest {
                     "assistant" => Role::Assistant,
                     "tool" => Role::Tool,
                     other => {
-                        return Err(format!(
-                            "messages[{i}].role is {other:?}; one of system, user, assistant, tool"
-                        ));
+                        return Err(TrialInputError::Role {
+                            index: i,
+                            role: other.to_owned(),
+                        });
                     }
                 };
                 Ok(Message {
@@ -113,7 +115,7 @@ impl CompletionRequest {
                     tool_call_id: m.tool_call_id.clone(),
                 })
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, TrialInputError>>()?;
         let tool_choice = match self.tool_choice.as_deref() {
             None | Some("auto") => ToolChoice::Auto,
             Some("none") => ToolChoice::None,
@@ -121,11 +123,7 @@ impl CompletionRequest {
             Some(name) if self.tools.iter().any(|t| t.name == name) => {
                 ToolChoice::Named(name.to_string())
             }
-            Some(other) => {
-                return Err(format!(
-                    "tool_choice {other:?} is not auto, none, required or a listed tool"
-                ));
-            }
+            Some(other) => return Err(TrialInputError::ToolChoice(other.to_owned())),
         };
         Ok(Request {
             base_url: String::new(),
