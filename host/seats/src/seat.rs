@@ -188,6 +188,7 @@ pub(crate) async fn run<H: SeatHost>(
     ));
 
     // Equip.
+    let seen = *shared.retry_equip.borrow();
     let equipped = match shared.active.current() {
         None => Err("no company is active on this node".to_owned()),
         Some(active) => {
@@ -325,7 +326,7 @@ pub(crate) async fn run<H: SeatHost>(
         }
     }
     if failed {
-        shared.back_off(&handle);
+        shared.back_off(&handle, seen);
     }
     shared.remove_slot(&handle, generation);
 }
