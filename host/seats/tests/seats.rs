@@ -382,6 +382,59 @@ async fn wakes_of_one_conversation_run_as_one_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_parks_after_the_company_changed_under_it_asks_for_room_at_once() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let host = Recorder::new();
+    // Parks as a turn does whose caps were read at its start: its window
+    // turns over in an hour.
+    host.script(
+        "k1",
+        vec![
+            Step {
+                take: Duration::from_millis(600),
+                verdict: TurnVerdict::Park {
+                    after: Duration::from_secs(3600),
+                    need: 1,
+                    reason: "day window full (test)".into(),
+                },
+            },
+            Step {
+                take: Duration::ZERO,
+                verdict: TurnVerdict::Done,
+            },
+        ],
+    );
+    let mut node = env.node("n1", host, false).await;
+    node.wait_held(1).await;
+    env.wake("ada", "k1", None).await;
+    let runs_of_k1 = |c: &[common::Call]| {
+        c.iter()
+            .filter(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["k1"]),
+            )
+            .count()
+    };
+    node.host
+        .wait("k1 to start", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunStart { deliveries, .. } if deliveries == &["k1"]),
+            )
+        })
+        .await;
+    // A config apply (a raised cap) lands while the turn runs, its gate open.
+    env.active.set(Some(Active {
+        epoch: 7,
+        company: std::sync::Arc::new(company(&[("ada", None)])),
+    }));
+    node.host
+        .wait("k1 to run again at once, not in an hour", |c| {
+            runs_of_k1(c) == 2
+        })
+        .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_is_delivered_again_and_poison_is_not() {
     let env = Env::start(company(&[("ada", None)])).await;
     let host = Recorder::new();
