@@ -414,6 +414,7 @@ async fn open_secrets(
     info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
         keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
     let secrets = Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await);
+    p.state.attach_secrets(secrets.clone());
     let adopting = if secrets.is_listed() {
         crate::secrets::adopt_pending(p.store, &secrets).await;
         None
