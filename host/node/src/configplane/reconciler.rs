@@ -1,4 +1,7 @@
 //! The reconciler: every node polls the pointer every [`POLL_INTERVAL`],
+//! and at once when a node says it moved it
+//! ([`crewlet_bus::CONFIG_ACTIVATED_SUBJECT`], so a raised budget cap
+//! reaches parked work in milliseconds, not a poll later),
 //! publishes what it holds pending (an offline import, else the
 //! `--company` document onto an unset pointer), applies the epoch the
 //! pointer names into the node's [`crewlet_company::ActiveCompany`] — the one
@@ -376,12 +379,27 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         pointer_down: false,
     };
     rec.tick().await;
+    let mut moved = match ctx
+        .client
+        .subscribe(crewlet_bus::CONFIG_ACTIVATED_SUBJECT)
+        .await
+    {
+        Ok(s) => Some(s),
+        Err(e) => {
+            warn!(subsystem = "configplane", error = %e,
+                "cannot hear the fleet's config activations; applying on the poll only");
+            None
+        }
+    };
     let (stop_tx, mut stop_rx) = watch::channel(());
     let task = tokio::spawn(
         async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    said = next_hint(&mut moved) => {
+                        info!(subsystem = "configplane", epoch = %said, "a node moved the config pointer; polling it now");
+                    }
                     // A send or a dropped sender: either way, stop.
                     _ = stop_rx.changed() => break,
                 }
@@ -397,4 +415,17 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<(), Str
         })
     });
     Ok(())
+}
+
+/// The next "pointer moved" hint (its epoch as sent); never without a
+/// subscription, or once it ends.
+async fn next_hint(moved: &mut Option<async_nats::Subscriber>) -> String {
+    use futures::StreamExt;
+    if let Some(sub) = moved {
+        match sub.next().await {
+            Some(m) => return String::from_utf8_lossy(&m.payload).into_owned(),
+            None => *moved = None,
+        }
+    }
+    std::future::pending().await
 }

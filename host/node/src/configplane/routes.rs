@@ -90,6 +90,16 @@ async fn put_config(State(late): State<Late>, body: Bytes) -> Response {
                 info!(subsystem = "configplane", epoch = a.epoch, digest = %a.digest,
                     org = %company.org, "company revision activated");
                 announce(ctx, "config_activated", a.epoch, &a.digest, &company).await;
+                // Every node's reconciler polls at once; a hint lost costs
+                // one poll.
+                let hint = ctx.client.publish(
+                    crewlet_bus::CONFIG_ACTIVATED_SUBJECT,
+                    a.epoch.to_string().into(),
+                );
+                if let Err(e) = hint.await {
+                    warn!(subsystem = "configplane", error = %e, epoch = a.epoch,
+                        "could not tell the fleet the pointer moved; nodes apply it on their next poll");
+                }
             }
             let status = if a.moved {
                 StatusCode::CREATED
