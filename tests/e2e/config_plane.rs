@@ -109,6 +109,15 @@ fn a_put_revision_is_applied_by_every_node_and_a_bad_one_is_refused() {
     // Both nodes apply it: the reconciler, not the PUT, moved node two.
     wait_applied(&one, epoch1, "Acme Robotics");
     wait_applied(&two, epoch1, "Acme Robotics");
+    // Told at once (the poll is the fallback): node one said it moved it.
+    let told = format!("epoch={epoch1}");
+    assert!(
+        two.log_text().lines().any(|l| l
+            .contains("a node moved the config pointer; polling it now")
+            && l.contains(&told)),
+        "{}",
+        two.log_text()
+    );
     let on_two = two.get("/config").unwrap().json();
     assert_eq!(on_two["epoch"], epoch1);
     assert_eq!(on_two["applied"], true, "{on_two}");

@@ -10,7 +10,12 @@ use crate::common::{self, Sandbox};
 use crate::turns;
 use crewlet_testkit::nats::nats_server_bin;
 
-fn doctor(sb: &Sandbox, config: &str, company: &str, envs: &[(&str, &str)]) -> (i32, Vec<Value>) {
+pub(crate) fn doctor(
+    sb: &Sandbox,
+    config: &str,
+    company: &str,
+    envs: &[(&str, &str)],
+) -> (i32, Vec<Value>) {
     let node_toml = sb.path("doctor-node.toml");
     std::fs::write(&node_toml, config).unwrap();
     let company_toml = sb.path("doctor-company.toml");
@@ -47,7 +52,7 @@ fn doctor(sb: &Sandbox, config: &str, company: &str, envs: &[(&str, &str)]) -> (
     (status.code().unwrap(), findings)
 }
 
-fn finding<'a>(findings: &'a [Value], check: &str, needle: &str) -> &'a Value {
+pub(crate) fn finding<'a>(findings: &'a [Value], check: &str, needle: &str) -> &'a Value {
     findings
         .iter()
         .find(|f| f["check"] == check && f["detail"].as_str().unwrap().contains(needle))

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Node, Sandbox, broker_login, eventually};
@@ -168,53 +168,98 @@ plugin = "slack"
 secret = "SLACK_SIGNING_SECRET"
 "#;
 
+/// A node whose secrets bucket is out of its reach from its start: the
+/// broker lets its user do anything but open a consumer on the bucket, which
+/// holds the current model key and the ops seat's chat identity; the node's
+/// environment holds a stale key.
+struct OutOfReach {
+    sb: Sandbox,
+    conf: PathBuf,
+    server: NatsServer,
+    url: String,
+    node: Node,
+    ai: ScriptedOpenAi,
+    chat_log: PathBuf,
+}
+
+impl OutOfReach {
+    /// `company` filled in for the chat log (`crate::common::company::fill`), on a node ready.
+    fn start(company: &str) -> OutOfReach {
+        let sb = Sandbox::new();
+        let conf = sb.path("nats.conf");
+        broker_conf(&conf, true);
+        let server = NatsServer::spawn(ServerSpec {
+            name: format!("secrets-{}", crewlet_testkit::free_port()),
+            port: crewlet_testkit::free_port(),
+            monitor_port: crewlet_testkit::free_port(),
+            store_dir: sb.path("broker"),
+            extra_args: vec!["--config".into(), conf.display().to_string()],
+        });
+        server.wait_healthy(Duration::from_secs(20));
+        let url = server.url();
+        std::fs::create_dir_all(sb.data_dir()).unwrap();
+        seed_bucket(
+            &url,
+            &sb.data_dir().join("keyring"),
+            &[
+                ("MODEL_KEY", "sk-from-the-bucket"),
+                ("OPS_CHAT_NAME", "bob-from-the-bucket"),
+            ],
+        );
+        let ai = ScriptedOpenAi::start();
+        crate::turns::plugins(&sb, Some(&ai));
+        let chat_log = sb.path("chat.jsonl");
+        std::fs::write(
+            sb.path("company.toml"),
+            crate::common::company::fill(company, &chat_log),
+        )
+        .unwrap();
+        let mut node = sb
+            .node(&format!(
+                "[stream]\nurl = \"{url}\"\nuser = \"node\"\npassword = \"node-pw\"\n[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n"
+            ))
+            .arg("--company")
+            .arg(sb.path("company.toml"))
+            .arg("--plugins")
+            .arg(sb.path("plugins"))
+            .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+            .env("MODEL_KEY", "sk-stale-in-the-environment")
+            .env_remove("OPS_CHAT_NAME")
+            .spawn();
+        node.wait_ready(Duration::from_secs(60));
+        OutOfReach {
+            sb,
+            conf,
+            server,
+            url,
+            node,
+            ai,
+            chat_log,
+        }
+    }
+}
+
+/// The broker comes back letting the node read the bucket (restarted with
+/// the permission granted; the node reconnects). Answers when.
+fn reach(conf: &Path, server: &mut NatsServer) -> Instant {
+    let reached = Instant::now();
+    broker_conf(conf, false);
+    server.restart();
+    server.wait_healthy(Duration::from_secs(20));
+    reached
+}
+
 #[test]
 fn a_bucket_out_of_reach_at_start_is_unknown_until_it_answers_and_no_work_is_lost() {
-    let sb = Sandbox::new();
-    let conf = sb.path("nats.conf");
-    broker_conf(&conf, true);
-    let store = sb.path("broker");
-    let mut server = NatsServer::spawn(ServerSpec {
-        name: format!("secrets-{}", crewlet_testkit::free_port()),
-        port: crewlet_testkit::free_port(),
-        monitor_port: crewlet_testkit::free_port(),
-        store_dir: store,
-        extra_args: vec!["--config".into(), conf.display().to_string()],
-    });
-    server.wait_healthy(Duration::from_secs(20));
-    let url = server.url();
-    std::fs::create_dir_all(sb.data_dir()).unwrap();
-    // The fleet's bucket holds the current model key and the ops seat's
-    // chat identity; this node's environment holds a stale key.
-    seed_bucket(
-        &url,
-        &sb.data_dir().join("keyring"),
-        &[
-            ("MODEL_KEY", "sk-from-the-bucket"),
-            ("OPS_CHAT_NAME", "bob-from-the-bucket"),
-        ],
-    );
-    let ai = ScriptedOpenAi::start();
-    crate::turns::plugins(&sb, Some(&ai));
-    let chat_log = sb.path("chat.jsonl");
-    std::fs::write(
-        sb.path("company.toml"),
-        crate::common::company::fill(COMPANY, &chat_log),
-    )
-    .unwrap();
-    let mut node = sb
-        .node(&format!(
-            "[stream]\nurl = \"{url}\"\nuser = \"node\"\npassword = \"node-pw\"\n[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n"
-        ))
-        .arg("--company")
-        .arg(sb.path("company.toml"))
-        .arg("--plugins")
-        .arg(sb.path("plugins"))
-        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-        .env("MODEL_KEY", "sk-stale-in-the-environment")
-        .env_remove("OPS_CHAT_NAME")
-        .spawn();
-    node.wait_ready(Duration::from_secs(60));
+    let OutOfReach {
+        sb: _sb,
+        conf,
+        mut server,
+        url,
+        mut node,
+        ai,
+        chat_log,
+    } = OutOfReach::start(COMPANY);
     let login =
         || async_nats::ConnectOptions::with_user_and_password("admin".into(), "admin-pw".into());
 
@@ -262,12 +307,7 @@ fn a_bucket_out_of_reach_at_start_is_unknown_until_it_answers_and_no_work_is_los
     assert!(turn_outcomes(&node, "bob").is_empty());
     assert!(posts(&chat_log).is_empty());
 
-    // The broker comes back letting the node read the bucket (restarted
-    // with the permission granted; the node reconnects).
-    let reached = Instant::now();
-    broker_conf(&conf, false);
-    server.restart();
-    server.wait_healthy(Duration::from_secs(20));
+    let reached = reach(&conf, &mut server);
 
     let mut seen = Vec::new();
     assert!(
@@ -341,6 +381,124 @@ fn a_bucket_out_of_reach_at_start_is_unknown_until_it_answers_and_no_work_is_los
             .starts_with("a name the fleet's secrets bucket holds")
     );
     assert!(!listed.to_string().contains("sk-from-the-bucket"));
+    node.signal(libc::SIGTERM);
+    assert!(node.wait_exit(Duration::from_secs(30)).success());
+}
+
+/// `/health` `secrets` of `node`.
+fn standing(node: &Node) -> Value {
+    node.health()["secrets"].clone()
+}
+
+/// Milliseconds since the epoch on this machine's clock (the node's too).
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// The doctor's finding on the running node's secrets.
+fn doctor_says(sb: &Sandbox) -> Value {
+    let config = std::fs::read_to_string(sb.path("node.toml")).unwrap();
+    let company = std::fs::read_to_string(sb.path("company.toml")).unwrap();
+    let (_, findings) = crate::doctor::doctor(sb, &config, &company, &[]);
+    crate::doctor::finding(&findings, "node secrets", "").clone()
+}
+
+#[test]
+fn a_seat_waiting_for_a_secret_is_equipped_the_moment_it_is_known_not_after_its_backoff() {
+    // bob's own server (`desk`) needs a name only the bucket holds.
+    let company = COMPANY.replace("[roles.ops.mcp.chat]", "[roles.ops.mcp.desk]");
+    let OutOfReach {
+        sb,
+        conf,
+        mut server,
+        mut node,
+        ..
+    } = OutOfReach::start(&company);
+    // Unknown, and said so: on /health, with why, and by the doctor.
+    let mut seen = Value::Null;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            seen = standing(&node);
+            seen["error"].is_string()
+        }),
+        "{seen}\n{}",
+        node.log_text()
+    );
+    assert_eq!(
+        (seen["state"].as_str(), seen["source"].as_str()),
+        (Some("unknown"), Some("none")),
+        "{seen}"
+    );
+    let said = doctor_says(&sb);
+    assert_eq!(said["verdict"], "warn", "{said}");
+    assert!(
+        said["detail"].as_str().unwrap().contains("unknown"),
+        "{said}"
+    );
+
+    // Out of reach long enough that bob's backoff is long: his equip gave
+    // up twice (30 s each), so the next one is 20 s away.
+    let failed = |n: usize| {
+        node.log_text()
+            .lines()
+            .filter(|l| l.contains("equipping the seat failed") && l.contains("seat=bob"))
+            .count()
+            >= n
+    };
+    assert!(
+        eventually(Duration::from_secs(150), || failed(2)),
+        "{}",
+        node.log_text()
+    );
+    let desk = |node: &Node| {
+        node.health()["mcp"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["server"] == "desk" && r["started"].as_u64() >= Some(1))
+    };
+    assert!(!desk(&node), "desk started without its credential");
+    let reached_ms = wall_ms();
+    reach(&conf, &mut server);
+
+    // Known: the bucket answered; bob holds his server within a few
+    // seconds of it, not after the 20 s left of his backoff.
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            seen = standing(&node);
+            seen["state"] == "known"
+        }),
+        "{seen}\n{}",
+        node.log_text()
+    );
+    let known_ms = seen["since_ms"].as_i64().unwrap();
+    assert_eq!(seen["source"], "bucket", "{seen}");
+    assert!(seen["error"].is_null(), "{seen}");
+    let mut held_ms = 0;
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            held_ms = wall_ms();
+            desk(&node)
+        }),
+        "{}",
+        node.log_text()
+    );
+    let after_known = held_ms - known_ms;
+    eprintln!(
+        "bob held desk {after_known} ms after his secrets were known, {} ms after the bucket came back",
+        held_ms - reached_ms
+    );
+    assert!(
+        after_known < 5_000,
+        "held {after_known} ms after the secret was known: the seat waited for its backoff\n{}",
+        node.log_text()
+    );
+    let said = doctor_says(&sb);
+    assert_eq!(said["verdict"], "ok", "{said}");
+    assert!(said["detail"].as_str().unwrap().contains("knows"), "{said}");
     node.signal(libc::SIGTERM);
     assert!(node.wait_exit(Duration::from_secs(30)).success());
 }

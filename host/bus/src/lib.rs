@@ -21,6 +21,7 @@
 //! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-history`; an [`EventFilter`] in the ask) | the named node, answering from its own event log |
 //! | [`LOCAL_COORDINATION_SUBJECT`] (core request/reply, no stream) | — | a node with `coordination.type = "local"`, at start | every other such node on the broker, whose answer refuses the start |
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
+//! | [`CONFIG_ACTIVATED_SUBJECT`] (core publish, no stream; the new epoch) | — | a node that moved the config pointer (`PUT /config`) | every node's config reconciler, which polls the pointer at once |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -153,6 +154,11 @@ pub const LOCAL_COORDINATION_SUBJECT: &str = "crewlet.coordination.local";
 /// handle). A hint only: a peer that misses it claims on its next tick.
 pub const SEAT_RELEASED_SUBJECT: &str = "crewlet.seats.released";
 
+/// Where a node says it moved the config pointer (core NATS; the payload is
+/// the new epoch). A hint only: a node that misses it applies the epoch on
+/// its next poll.
+pub const CONFIG_ACTIVATED_SUBJECT: &str = "crewlet.config.activated";
+
 /// The subject an event of type `kind` is broadcast on.
 pub fn event_subject(kind: &str) -> String {
     format!("{EVENTS_PREFIX}.{kind}")
@@ -274,6 +280,7 @@ mod tests {
         ] {
             assert!(!covered(stream, &history_subject("n1")), "{stream}");
             assert!(!covered(stream, SEAT_RELEASED_SUBJECT), "{stream}");
+            assert!(!covered(stream, CONFIG_ACTIVATED_SUBJECT), "{stream}");
             assert!(!covered(stream, LOCAL_COORDINATION_SUBJECT), "{stream}");
         }
     }

@@ -1,4 +1,7 @@
 //! The reconciler: every node polls the pointer every [`POLL_INTERVAL`],
+//! and at once when a node says it moved it
+//! ([`crewlet_bus::CONFIG_ACTIVATED_SUBJECT`], so a raised budget cap
+//! reaches parked work in milliseconds, not a poll later),
 //! publishes what it holds pending (an offline import, else the
 //! `--company` document onto an unset pointer), applies the epoch the
 //! pointer names into the node's [`crewlet_company::ActiveCompany`] — the one
@@ -76,6 +79,9 @@ pub struct Parts {
     pub postures: Arc<dyn Postures>,
     pub accept: Arc<dyn Accept>,
     pub seed: Option<Seed>,
+    /// The node's NATS client, to hear a peer's "pointer moved" hint
+    /// ([`crewlet_bus::CONFIG_ACTIVATED_SUBJECT`]); `None`: the poll only.
+    pub client: Option<async_nats::Client>,
 }
 
 /// A document this node publishes through the pointer once it can.
@@ -450,12 +456,29 @@ pub async fn start(parts: Parts) -> Running {
         pointer_down: false,
     };
     rec.tick().await;
+    let mut moved = match &rec.ctx.client {
+        Some(client) => match client
+            .subscribe(crewlet_bus::CONFIG_ACTIVATED_SUBJECT)
+            .await
+        {
+            Ok(s) => Some(s),
+            Err(e) => {
+                warn!(subsystem = "configplane", error = %e,
+                    "cannot hear the fleet's config activations; applying on the poll only");
+                None
+            }
+        },
+        None => None,
+    };
     let (stop, mut stop_rx) = watch::channel(());
     let task = tokio::spawn(
         async move {
             loop {
                 tokio::select! {
                     _ = tokio::time::sleep(POLL_INTERVAL) => {}
+                    said = next_hint(&mut moved) => {
+                        info!(subsystem = "configplane", epoch = %said, "a node moved the config pointer; polling it now");
+                    }
                     // A send or a dropped sender: either way, stop.
                     _ = stop_rx.changed() => break,
                 }
@@ -465,4 +488,17 @@ pub async fn start(parts: Parts) -> Running {
         .instrument(info_span!("configplane", subsystem = "configplane")),
     );
     Running { stop, task }
+}
+
+/// The next "pointer moved" hint (its epoch as sent); never without a
+/// subscription, or once it ends.
+async fn next_hint(moved: &mut Option<async_nats::Subscriber>) -> String {
+    use futures::StreamExt;
+    if let Some(sub) = moved {
+        match sub.next().await {
+            Some(m) => return String::from_utf8_lossy(&m.payload).into_owned(),
+            None => *moved = None,
+        }
+    }
+    std::future::pending().await
 }

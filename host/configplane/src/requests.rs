@@ -19,6 +19,9 @@ pub struct Plane {
     coord: Coord,
     publisher: Publisher,
     active: ActiveCompany,
+    /// Where a move is told to every node's reconciler; `None`: they apply
+    /// it on their next poll.
+    hints: Option<async_nats::Client>,
 }
 
 impl Plane {
@@ -33,7 +36,15 @@ impl Plane {
             coord,
             publisher,
             active,
+            hints: None,
         }
+    }
+
+    /// Tells every node's reconciler through `client` when a `put` moved the
+    /// pointer, so the fleet applies it at once instead of a poll later.
+    pub fn with_hints(mut self, client: async_nats::Client) -> Plane {
+        self.hints = Some(client);
+        self
     }
 
     /// Stores `document` (already accepted as `company`) and activates it
@@ -53,6 +64,7 @@ impl Plane {
                         company,
                     )
                     .await;
+                    self.hint(a.epoch).await;
                 }
                 Ok(a)
             }
@@ -60,6 +72,21 @@ impl Plane {
                 warn!(subsystem = "configplane", error = %e, "PUT /config not done");
                 Err(e)
             }
+        }
+    }
+
+    /// Every node's reconciler polls at once; a hint lost costs one poll.
+    async fn hint(&self, epoch: u64) {
+        let Some(client) = &self.hints else { return };
+        let sent = client
+            .publish(
+                crewlet_bus::CONFIG_ACTIVATED_SUBJECT,
+                epoch.to_string().into(),
+            )
+            .await;
+        if let Err(e) = sent {
+            warn!(subsystem = "configplane", error = %e, epoch,
+                "could not tell the fleet the pointer moved; nodes apply it on their next poll");
         }
     }
 

@@ -89,6 +89,7 @@ async fn node(
         postures: board.clone(),
         accept: Arc::new(|document: &str| Company::parse(document)),
         seed,
+        client: None,
     })
     .await;
     Node {

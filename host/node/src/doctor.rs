@@ -13,7 +13,9 @@
 //! it calls a port taken: a node with this data dir holding its own ports
 //! is the setup working, not a failure; another node there is named. With
 //! no plugins dir given it reads `./plugins`, as `crewlet plugins list`
-//! does, and says that `run` needs `--plugins` for it.
+//! does, and says that `run` needs `--plugins` for it. That node's
+//! secrets are a finding too: known (ok), or unknown / answered from the
+//! last listing (a warning naming why and for how long).
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -161,6 +163,11 @@ pub fn examine(args: &DoctorArgs) -> Vec<Finding> {
     out.push(data_dir(&config));
     out.extend(broker(&config));
     out.extend(ports(&config, running.as_ref()));
+    out.extend(
+        running
+            .as_ref()
+            .and_then(|r| r.secrets(crewlet_os::now_ms())),
+    );
     out.push(keyring(&config));
     let catalogue = plugins(&config, &args.plugins, &mut out);
     if let Some(file) = &args.company {

@@ -152,6 +152,7 @@ impl EngineContext {
             self.publisher.clone(),
             self.active.clone(),
         )
+        .with_hints(self.client.clone())
     }
 }
 

@@ -14,8 +14,9 @@
 //! data dir (absolute), so a child's files follow `--data-dir`, not the
 //! folder the node was started from. A credential not known yet (the
 //! secrets bucket has not answered) starts nothing: equip waits for it up
-//! to `CREDENTIAL_WAIT`, then fails (the seat is equipped again after the
-//! backoff); a model key not known yet ends the turn as an outage (retried,
+//! to `CREDENTIAL_WAIT`, then fails, and the seat is equipped again the
+//! moment the node's secrets change (`Secrets::changes`), else after the
+//! backoff; a model key not known yet ends the turn as an outage (retried,
 //! its wakes nak'd with a delay), never `llm_unavailable`.
 //! `command = "crewlet"` runs this very binary (its `crewlet mcp chat`).
 
@@ -499,6 +500,9 @@ pub async fn start(
     let (admission, follower) = ctx.state.watch_admission();
     cfg.admission = admission;
     cfg.pauses = ctx.pauses.clone();
+    // A seat whose credential was not known is equipped the moment the
+    // secrets change, not after its equip backoff.
+    cfg.retry_equip = ctx.secrets.changes();
     let seats = match crewlet_seats::Seats::start(cfg) {
         Ok(s) => s,
         Err(e) => {

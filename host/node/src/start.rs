@@ -242,6 +242,7 @@ async fn start_config_plane(ctx: &EngineContext, started: &mut Started) {
                 company: f.company.clone(),
                 activate: f.activate,
             }),
+        client: Some(ctx.client.clone()),
     })
     .await;
     started.push("configplane", move || Box::pin(running.stop()));
@@ -434,6 +435,7 @@ async fn open_secrets(
     info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
         keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
     let secrets = Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await);
+    p.state.attach_secrets(secrets.clone());
     let adopting = if secrets.is_listed() {
         crate::secrets::adopt_pending(p.store, &secrets).await;
         None

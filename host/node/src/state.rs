@@ -104,6 +104,8 @@ pub struct NodeState {
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
+    /// Whether this node knows the fleet's secrets (`/health` `secrets`).
+    secrets: OnceLock<std::sync::Arc<crewlet_secrets::Secrets>>,
     /// The company served now; its epoch is the applied one.
     active: crewlet_company::ActiveCompany,
     /// Set by the config reconciler; `wait` until its first poll.
@@ -143,6 +145,7 @@ impl NodeState {
             plugins: OnceLock::new(),
             seats: OnceLock::new(),
             pauses: OnceLock::new(),
+            secrets: OnceLock::new(),
             active,
             posture: tokio::sync::watch::Sender::new(PostureReport {
                 posture: Posture::Wait,
@@ -207,6 +210,10 @@ impl NodeState {
             Some(p) => json!(p.iter().collect::<Vec<_>>()),
             None => json!("unknown"),
         })
+    }
+
+    pub fn attach_secrets(&self, secrets: std::sync::Arc<crewlet_secrets::Secrets>) {
+        let _ = self.secrets.set(secrets);
     }
 
     pub fn attach_seats(&self, seats: std::sync::Arc<dyn SeatsView>) {
@@ -381,6 +388,9 @@ impl Probe for NodeState {
             "max_concurrent": self.max_concurrent,
             "seats_held": self.seats_held(),
             "paused_seats": self.pauses_view(),
+            // known / unknown, since when, and what answers rest on
+            // (`crewlet_secrets::Standing`); null until the mirror starts.
+            "secrets": self.secrets.get().map(|s| s.standing()),
             "mcp": self.mcp_rows(),
             "duties": self.duties.health(),
             "stream": stream,

@@ -61,6 +61,11 @@ pub struct SeatsConfig<H: SeatHost> {
     /// an operator paused must not run because a read failed. Default:
     /// known, none paused.
     pub pauses: watch::Receiver<Option<Pauses>>,
+    /// Moved by the host when what a failed equip lacked may be there now
+    /// (the node: its secrets changed, so a credential not known may be):
+    /// a seat backing off after a failed equip that began before the move
+    /// is claimed again at once, not after its backoff. Default: never moves.
+    pub retry_equip: watch::Receiver<u64>,
 }
 
 /// The handles of the paused seats, as the fleet's pause records say.
@@ -100,6 +105,7 @@ impl<H: SeatHost> SeatsConfig<H> {
             max_outstanding: 256,
             admission: watch::channel(true).1,
             pauses: watch::channel(Some(Pauses::default())).1,
+            retry_equip: watch::channel(0).1,
         }
     }
 }

@@ -18,7 +18,9 @@
 //! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
 //!   reverse; the lease is renewed once a seat beat (half the TTL) and
 //!   judged by the holder's two clocks (stop admitting early, give up
-//!   late).
+//!   late). A failed equip backs off (doubling), unless the host's
+//!   `retry_equip` moves after that equip began (a secret became known):
+//!   then the seat is claimed on the tick the move starts.
 //! - **The mailbox** (`mailbox.rs`): the seat's durable pull consumer,
 //!   fetched only while admitting, wakes grouped per conversation, turns
 //!   under a node-wide limit, every wake settled by the turn's verdict; a
@@ -108,6 +110,9 @@ struct Slot {
 struct Backoff {
     until: Instant,
     next: Duration,
+    /// [`SeatsConfig::retry_equip`] when the failed equip began: once it
+    /// has moved, the backoff no longer holds the seat back.
+    seen: u64,
 }
 
 pub(crate) struct Shared<H: SeatHost> {
@@ -130,6 +135,7 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) in_flight: Arc<AtomicUsize>,
     pub(crate) admission: watch::Receiver<bool>,
     pub(crate) pauses: watch::Receiver<Option<Pauses>>,
+    pub(crate) retry_equip: watch::Receiver<u64>,
     /// What the mailboxes' last sweep found ([`sweep`]).
     pub(crate) swept: watch::Receiver<Arc<sweep::Swept>>,
     slots: Mutex<BTreeMap<Handle, Slot>>,
@@ -215,6 +221,7 @@ impl<H: SeatHost> Seats<H> {
             in_flight: Arc::new(AtomicUsize::new(0)),
             admission: cfg.admission,
             pauses: cfg.pauses,
+            retry_equip: cfg.retry_equip,
             swept: swept_rx,
             slots: Mutex::new(BTreeMap::new()),
             backoff: Mutex::new(BTreeMap::new()),
@@ -356,7 +363,9 @@ impl<H: SeatHost> Shared<H> {
         self.update_held();
     }
 
-    pub(crate) fn back_off(&self, handle: &Handle) {
+    /// Holds `handle` back after a failed equip that began when
+    /// [`SeatsConfig::retry_equip`] read `seen`.
+    pub(crate) fn back_off(&self, handle: &Handle, seen: u64) {
         let mut b = self.backoff.lock().expect("seat backoff");
         let base = self.equip_backoff;
         let wait = b.get(handle).map_or(base, |prev| prev.next);
@@ -365,8 +374,14 @@ impl<H: SeatHost> Shared<H> {
             Backoff {
                 until: Instant::now() + wait,
                 next: (wait * 2).min(base * 64),
+                seen,
             },
         );
+    }
+
+    /// Whether a backoff still holds its seat back at `now`.
+    fn holds_back(&self, b: &Backoff, now: Instant) -> bool {
+        b.until > now && b.seen == *self.retry_equip.borrow()
     }
 
     pub(crate) fn clear_backoff(&self, handle: &Handle) {
@@ -406,10 +421,14 @@ impl<H: SeatHost> Shared<H> {
 async fn placement_loop<H: SeatHost>(shared: Arc<Shared<H>>, mut stop: watch::Receiver<bool>) {
     let mut company = shared.active.subscribe();
     let mut released = releases(&shared).await;
+    let mut retry_equip = Some(shared.retry_equip.clone());
     loop {
         shared.tick().await;
         tokio::select! {
             _ = tokio::time::sleep(shared.heartbeat) => {}
+            _ = next_retry(&mut retry_equip) => {
+                debug!(subsystem = "seats", "what a failed equip lacked may be there now; seats backing off are claimed again");
+            }
             _ = next_release(&mut released) => {
                 // One tick for every release that came meanwhile.
                 while let Some(Some(_)) = released.as_mut().map(|r| r.next().now_or_never()) {}
@@ -453,6 +472,20 @@ async fn releases<H: SeatHost>(shared: &Shared<H>) -> Option<async_nats::Subscri
             warn!(subsystem = "seats", error = %e, "cannot hear peers' seat releases; claiming on the heartbeat only");
             None
         }
+    }
+}
+
+/// The next move of [`SeatsConfig::retry_equip`]; never once its sender
+/// is gone.
+async fn next_retry(retry: &mut Option<watch::Receiver<u64>>) {
+    match retry {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                *retry = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 

@@ -42,7 +42,7 @@ use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::Batch as PullBatch;
 use async_nats::jetstream::{AckKind, Message};
 use crewlet_bus::Wake;
-use crewlet_company::ActiveCompany;
+use crewlet_company::{Active, ActiveCompany};
 use crewlet_coord::{Admits, Fence, Standing};
 use futures::StreamExt;
 use tokio::sync::{Semaphore, watch};
@@ -461,11 +461,17 @@ impl<H: SeatHost> Mailbox<H> {
             _,
             Ended {
                 park: Some((after, need)),
+                under,
                 ..
             },
         )) = &done
         {
             self.park.shut(*after, *need);
+            // A change while the turn ran (a cap raised) met an open gate:
+            // ask at once under the company now.
+            if !same_company(under.as_ref(), self.ctx.active.current().as_ref()) {
+                self.park.company_changed();
+            }
             for m in &msgs {
                 nak(m, None).await;
             }
@@ -573,6 +579,7 @@ async fn run_turn<H: SeatHost>(
     progress_every: Duration,
     retry_without_company: Duration,
 ) -> Ended {
+    let mut under = None;
     let work = async {
         let Ok(_permit) = ctx.turns.clone().acquire_owned().await else {
             return TurnVerdict::Retry {
@@ -600,6 +607,7 @@ async fn run_turn<H: SeatHost>(
             };
         };
         let _counted = InFlight::enter(&ctx.in_flight);
+        under = Some(active.clone());
         let batch = Batch {
             conversation,
             wakes,
@@ -619,6 +627,17 @@ async fn run_turn<H: SeatHost>(
     Ended {
         again: settle(ctx.spec.handle.as_str(), &msgs, verdict).await,
         park,
+        under,
+    }
+}
+
+/// Whether two reads of the active company are the same document at the
+/// same epoch.
+fn same_company(a: Option<&Active>, b: Option<&Active>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.epoch == b.epoch && Arc::ptr_eq(&a.company, &b.company),
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -628,6 +647,8 @@ struct Ended {
     again: Option<Duration>,
     /// The turn parked: ask for room after this long, for this many tokens.
     park: Option<(Duration, u64)>,
+    /// The company it ran under (none: it never started).
+    under: Option<Active>,
 }
 
 /// Sends in-progress acks for `msgs` every `every`, for ever.

@@ -56,6 +56,7 @@ pub(crate) async fn run<H: SeatHost>(
     let mut state_rx = tenancy.standing();
 
     // Equip.
+    let seen = *shared.retry_equip.borrow();
     let equipped = match shared.active.current() {
         None => Err("no company is active on this node".to_owned()),
         Some(active) => {
@@ -182,7 +183,7 @@ pub(crate) async fn run<H: SeatHost>(
             "releasing the seat lease answered unknown; it lapses within the lease TTL"),
     }
     if failed {
-        shared.back_off(&handle);
+        shared.back_off(&handle, seen);
     }
     shared.remove_slot(&handle, generation);
 }

@@ -132,7 +132,7 @@ impl<H: SeatHost> Shared<H> {
             unavailable.extend(
                 backoff
                     .iter()
-                    .filter(|(_, b)| b.until > now)
+                    .filter(|(_, b)| self.holds_back(b, now))
                     .map(|(h, _)| h.clone()),
             );
             (holding, acquired, unavailable)

@@ -209,6 +209,44 @@ async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_backing_off_is_claimed_again_at_once_when_the_host_says_what_it_lacked_came() {
+    let env = Env::start(company(&[("late", None)])).await;
+    let (retry, retry_rx) = tokio::sync::watch::channel(0u64);
+    let mut node = env
+        .node_with("n1", Recorder::new().failing_equip("late"), false, |cfg| {
+            cfg.retry_equip = retry_rx
+        })
+        .await;
+    node.host.wait_equip("late").await;
+    until("late's lease to be released", || async {
+        env.holder_of("late").await.is_none()
+    })
+    .await;
+    // Backing off (30 s): no second equip on the next heartbeats.
+    tokio::time::sleep(HEARTBEAT * 3).await;
+    let equips = || {
+        node.host
+            .calls_of("late")
+            .iter()
+            .filter(|c| matches!(c, common::Call::Equip { .. }))
+            .count()
+    };
+    assert_eq!(equips(), 1, "equip retried without backing off");
+    // What it lacked arrives (on the node: a secret became known).
+    node.host.mend_equip("late");
+    let moved = Instant::now();
+    retry.send_modify(|n| *n += 1);
+    node.wait_held(1).await;
+    let took = moved.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "held {took:?} after the move: the 30 s backoff held it back"
+    );
+    assert_eq!(equips(), 2);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_equip_that_hangs_is_dropped_and_the_seat_given_back() {
     let env = Env::start(company(&[("good", None), ("stuck", None)])).await;
     let equip_timeout = Duration::from_millis(400);
@@ -340,6 +378,59 @@ async fn wakes_of_one_conversation_run_as_one_turn() {
         env.agent_messages().await == 0
     })
     .await;
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_parks_after_the_company_changed_under_it_asks_for_room_at_once() {
+    let env = Env::start(company(&[("ada", None)])).await;
+    let host = Recorder::new();
+    // Parks as a turn does whose caps were read at its start: its window
+    // turns over in an hour.
+    host.script(
+        "k1",
+        vec![
+            Step {
+                take: Duration::from_millis(600),
+                verdict: TurnVerdict::Park {
+                    after: Duration::from_secs(3600),
+                    need: 1,
+                    reason: "day window full (test)".into(),
+                },
+            },
+            Step {
+                take: Duration::ZERO,
+                verdict: TurnVerdict::Done,
+            },
+        ],
+    );
+    let mut node = env.node("n1", host, false).await;
+    node.wait_held(1).await;
+    env.wake("ada", "k1", None).await;
+    let runs_of_k1 = |c: &[common::Call]| {
+        c.iter()
+            .filter(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["k1"]),
+            )
+            .count()
+    };
+    node.host
+        .wait("k1 to start", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunStart { deliveries, .. } if deliveries == &["k1"]),
+            )
+        })
+        .await;
+    // A config apply (a raised cap) lands while the turn runs, its gate open.
+    env.active.set(Some(Active {
+        epoch: 7,
+        company: std::sync::Arc::new(company(&[("ada", None)])),
+    }));
+    node.host
+        .wait("k1 to run again at once, not in an hour", |c| {
+            runs_of_k1(c) == 2
+        })
+        .await;
     node.stop().await;
 }
 

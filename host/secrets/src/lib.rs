@@ -27,8 +27,8 @@ mod rotate;
 
 pub use keyring::{Envelope, Keyring, KeyringError, OpenError};
 pub use mirror::{
-    FIRST_LISTING, Listed, MAX_SECRET_BYTES, Opener, Record, SECRET_CLASS, Secrets, SecretsError,
-    Source, check_name,
+    Basis, FIRST_LISTING, Knowledge, Listed, MAX_SECRET_BYTES, Opener, Record, SECRET_CLASS,
+    Secrets, SecretsError, Source, Standing, check_name,
 };
 pub use resolver::{Lookup, Resolver};
 pub use rotate::Rotation;

@@ -108,6 +108,8 @@ struct Snapshot {
     slots: RwLock<HashMap<String, Slot>>,
     /// A certified listing has landed: a name it lacks is not in the bucket.
     listed: AtomicBool,
+    /// Counts every change to what a lookup may answer ([`Secrets::changes`]).
+    changed: watch::Sender<u64>,
 }
 
 impl Snapshot {
@@ -128,6 +130,8 @@ impl Snapshot {
             Some(s) if s.revision >= revision => {}
             _ => {
                 slots.insert(name, Slot { value, revision });
+                drop(slots);
+                self.changed.send_modify(|n| *n += 1);
             }
         }
     }
@@ -137,6 +141,7 @@ impl Snapshot {
     fn replace(&self, listed: HashMap<String, Slot>) {
         *self.slots.write().unwrap_or_else(|p| p.into_inner()) = listed;
         self.listed.store(true, Ordering::Release);
+        self.changed.send_modify(|n| *n += 1);
     }
 
     fn len(&self) -> usize {
@@ -226,6 +231,7 @@ pub struct Secrets {
     pub(crate) keyring: Option<Arc<RwLock<Keyring>>>,
     snapshot: Arc<Snapshot>,
     listed: watch::Receiver<bool>,
+    standing: Arc<Standings>,
     stop: watch::Sender<bool>,
     task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -284,6 +290,7 @@ impl Secrets {
         let keyring = Arc::new(RwLock::new(keyring));
         let (stop, stop_rx) = watch::channel(false);
         let (first_tx, mut listed) = watch::channel(false);
+        let standing = Arc::new(Standings::new());
         let task = tokio::spawn(
             mirror(
                 Mirror {
@@ -292,6 +299,7 @@ impl Secrets {
                     keyring: keyring.clone(),
                     snapshot: snapshot.clone(),
                     first: first_tx,
+                    standing: standing.clone(),
                 },
                 stop_rx,
             )
@@ -311,9 +319,23 @@ impl Secrets {
             keyring: Some(keyring),
             snapshot,
             listed,
+            standing,
             stop,
             task: std::sync::Mutex::new(Some(task)),
         }
+    }
+
+    /// Whether this node knows the fleet's secrets, since when, and what
+    /// its answers rest on (`/health`'s `secrets`).
+    pub fn standing(&self) -> Standing {
+        self.standing.now()
+    }
+
+    /// A counter that moves whenever what a lookup may answer changed (a
+    /// listing landed, a name was set or removed): a reader that waits on
+    /// a secret not known yet (a seat's equip) tries again when it moves.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.snapshot.changed.subscribe()
     }
 
     /// The value of `name`: the bucket's, else this node's environment
@@ -522,7 +544,10 @@ fn lookup(snapshot: &Snapshot, keyring: Option<&RwLock<Keyring>>, name: &str) ->
 }
 
 mod follow;
+mod standing;
 use follow::{Mirror, mirror};
+use standing::Standings;
+pub use standing::{Basis, Knowledge, Standing};
 
 #[cfg(test)]
 pub(crate) mod tests;

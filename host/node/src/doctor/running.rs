@@ -18,6 +18,8 @@ pub(super) struct RunningNode {
     data_dir: Option<PathBuf>,
     /// Whether it runs with the data dir these arguments name.
     ours: bool,
+    /// Its `/health` `secrets` (`crewlet_secrets::Standing`), if it says.
+    secrets: Option<serde_json::Value>,
 }
 
 impl RunningNode {
@@ -55,6 +57,41 @@ impl RunningNode {
             phase: text("phase").unwrap_or_default(),
             ours: theirs.as_deref().is_some_and(|d| same(d, data_dir)),
             data_dir: theirs,
+            secrets: Some(health["secrets"].clone()).filter(|s| s.is_object()),
+        })
+    }
+
+    /// What the node running with this data dir says of its secrets: known
+    /// and followed (ok), known from its last listing, or unknown (a
+    /// warning: `run` is not stopped by it, but work waits).
+    pub(super) fn secrets(&self, now_ms: i64) -> Option<Finding> {
+        const CHECK: &str = "node secrets";
+        let s = self.secrets.as_ref().filter(|_| self.ours)?;
+        let for_s = (now_ms - s["since_ms"].as_i64()?).max(0) / 1000;
+        let error = s["error"].as_str().unwrap_or("no reason given");
+        Some(match (s["state"].as_str()?, s["source"].as_str()?) {
+            ("known", "bucket") => ok(
+                CHECK,
+                format!(
+                    "the running node knows the fleet's secrets (its watch has followed the bucket for {for_s} s)"
+                ),
+            ),
+            ("known", _) => bad(
+                CHECK,
+                Verdict::Warn,
+                format!(
+                    "the running node answers from the secrets bucket's last listing: the bucket has not been followed for {for_s} s ({error})"
+                ),
+                "check that the node's NATS user may read the secrets bucket; the node opens it again by itself, and a secret changed meanwhile reaches it then",
+            ),
+            _ => bad(
+                CHECK,
+                Verdict::Warn,
+                format!(
+                    "the running node's secrets are unknown: the bucket has not answered it for {for_s} s ({error}); its webhooks answer 503, seats that need a secret wait, turns are retried"
+                ),
+                "let the node's NATS user read the secrets bucket (the reason above says what refused it); nothing is lost meanwhile, and the node goes on trying",
+            ),
         })
     }
 
@@ -123,6 +160,36 @@ mod tests {
         assert!(same.describe().contains("node n1"), "{}", same.describe());
         let other = RunningNode::of(&health, &dir.path().join("elsewhere")).unwrap();
         assert!(!other.ours);
+        assert!(same.secrets(0).is_none(), "an older node says nothing");
         assert!(RunningNode::of(&serde_json::json!({"status": "ok"}), dir.path()).is_none());
+    }
+
+    #[test]
+    fn the_running_nodes_secrets_are_ok_when_followed_and_a_warning_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = |state: &str, source: &str| {
+            let health = serde_json::json!({
+                "node_id": "n1", "data_dir": dir.path().display().to_string(),
+                "secrets": {"state": state, "since_ms": 1_000, "source": source, "error": "refused"},
+            });
+            RunningNode::of(&health, dir.path()).unwrap()
+        };
+        let known = node("known", "bucket").secrets(41_000).unwrap();
+        assert_eq!(known.verdict, Verdict::Ok);
+        assert!(known.detail.contains("40 s"), "{}", known.detail);
+        let stale = node("known", "last_listing").secrets(41_000).unwrap();
+        assert_eq!(stale.verdict, Verdict::Warn);
+        assert!(stale.detail.contains("last listing"), "{}", stale.detail);
+        let unknown = node("unknown", "none").secrets(41_000).unwrap();
+        assert_eq!(unknown.verdict, Verdict::Warn);
+        assert!(
+            unknown.detail.contains("unknown") && unknown.detail.contains("refused"),
+            "{}",
+            unknown.detail
+        );
+        let elsewhere = serde_json::json!({"node_id": "n2", "data_dir": "/elsewhere",
+            "secrets": {"state": "unknown", "since_ms": 0, "source": "none"}});
+        let theirs = RunningNode::of(&elsewhere, dir.path()).unwrap();
+        assert!(theirs.secrets(0).is_none(), "another data dir's node");
     }
 }

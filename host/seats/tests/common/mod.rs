@@ -350,7 +350,7 @@ pub struct Step {
 pub struct Recorder {
     calls: Mutex<Vec<Call>>,
     changed: watch::Sender<usize>,
-    fail_equip: BTreeSet<String>,
+    fail_equip: Mutex<BTreeSet<String>>,
     /// Seats whose equip (or unequip) never returns once called.
     hang_equip: BTreeSet<String>,
     hang_unequip: BTreeSet<String>,
@@ -374,7 +374,7 @@ impl Recorder {
         Recorder {
             calls: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
-            fail_equip: BTreeSet::new(),
+            fail_equip: Mutex::new(BTreeSet::new()),
             hang_equip: BTreeSet::new(),
             hang_unequip: BTreeSet::new(),
             script: Mutex::new(HashMap::new()),
@@ -383,9 +383,14 @@ impl Recorder {
         }
     }
 
-    pub fn failing_equip(mut self, handle: &str) -> Recorder {
-        self.fail_equip.insert(handle.to_owned());
+    pub fn failing_equip(self, handle: &str) -> Recorder {
+        self.fail_equip.lock().unwrap().insert(handle.to_owned());
         self
+    }
+
+    /// From now on `handle`'s equip succeeds (what it lacked arrived).
+    pub fn mend_equip(&self, handle: &str) {
+        self.fail_equip.lock().unwrap().remove(handle);
     }
 
     pub fn hanging_equip(mut self, handle: &str) -> Recorder {
@@ -492,7 +497,7 @@ impl SeatHost for Recorder {
     async fn equip(&self, seat: &SeatSpec, _active: &Active) -> Result<Equipped, String> {
         let h = seat.handle.as_str().to_owned();
         self.record(Call::Equip { seat: h.clone() });
-        if self.fail_equip.contains(&h) {
+        if self.fail_equip.lock().unwrap().contains(&h) {
             return Err(format!("seat {h} cannot be equipped (test)"));
         }
         if self.hang_equip.contains(&h) {

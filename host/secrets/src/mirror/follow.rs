@@ -13,7 +13,9 @@ use futures::StreamExt;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{BACKOFF, Opened, Opener, RESYNC, SECRET_CLASS, Slot, Snapshot, held, name_of};
+use super::{
+    BACKOFF, Opened, Opener, RESYNC, SECRET_CLASS, Slot, Snapshot, Standings, held, name_of,
+};
 use crate::keyring::Keyring;
 
 /// What the mirror task holds.
@@ -23,6 +25,7 @@ pub(super) struct Mirror {
     pub(super) keyring: Arc<RwLock<Keyring>>,
     pub(super) snapshot: Arc<Snapshot>,
     pub(super) first: watch::Sender<bool>,
+    pub(super) standing: Arc<Standings>,
 }
 
 /// The mirror loop: open the bucket (again) if it is not open, watch, load
@@ -46,6 +49,7 @@ pub(super) async fn mirror(m: Mirror, mut stop: watch::Receiver<bool>) {
                         Some(kv)
                     }
                     Err(why) => {
+                        m.standing.lost(m.snapshot.listed(), &why);
                         if !std::mem::replace(&mut down, true) {
                             warn!(subsystem = "secrets", error = %why, listed = m.snapshot.listed(),
                                 "secrets bucket not opened; opening it again with a backoff (names this node has no listing for are unknown meanwhile)");
@@ -69,6 +73,7 @@ pub(super) async fn mirror(m: Mirror, mut stop: watch::Receiver<bool>) {
                     match follow(w, &kv, &m, &mut stop).await {
                         None => return,
                         Some(why) => {
+                            m.standing.lost(m.snapshot.listed(), &why);
                             warn!(subsystem = "secrets", reason = %why,
                                 "secrets watch interrupted; opening the bucket and its watch again (the snapshot stays as it was)");
                             m.opened.set(None);
@@ -76,6 +81,7 @@ pub(super) async fn mirror(m: Mirror, mut stop: watch::Receiver<bool>) {
                     }
                 }
                 Err(u) => {
+                    m.standing.lost(m.snapshot.listed(), &u.0);
                     if !std::mem::replace(&mut down, true) {
                         warn!(subsystem = "secrets", error = %u.0,
                             "secrets bucket unreadable; keeping the snapshot and opening the bucket again");
@@ -118,6 +124,7 @@ async fn follow(
         );
     }
     m.snapshot.replace(listed);
+    m.standing.following();
     m.first.send_replace(true);
     let mut changes = w.changes;
     let mut check = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);

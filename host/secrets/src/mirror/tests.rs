@@ -311,3 +311,48 @@ async fn a_watch_that_cannot_be_opened_opens_the_bucket_again_before_watching_ag
     assert_eq!(s.get("KEPT").found().as_deref(), Some("v2"));
     s.stop().await;
 }
+
+#[tokio::test]
+async fn the_standing_is_unknown_until_listed_and_every_change_moves_the_counter() {
+    let (_f, kv) = kv();
+    let ring = Ring::new();
+    let (opener, opens, _calls) = gated(kv.clone());
+    let s = Secrets::with_opener(opener, ring.open(), Duration::from_millis(50)).await;
+    let mut changes = s.changes();
+    changes.borrow_and_update();
+    eventually("the refusal is the standing's reason", || {
+        s.standing().error.is_some()
+    })
+    .await;
+    let unknown = s.standing();
+    assert_eq!(
+        (unknown.state, unknown.source),
+        (Knowledge::Unknown, Basis::None)
+    );
+    assert!(unknown.error.unwrap().contains("refused"));
+    assert!(!changes.has_changed().unwrap(), "nothing learned yet");
+
+    opens.store(true, Ordering::SeqCst);
+    let moved = tokio::time::timeout(Duration::from_secs(20), changes.changed()).await;
+    assert!(
+        moved.is_ok_and(|r| r.is_ok()),
+        "the listing moves the counter"
+    );
+    let known = s.standing();
+    assert_eq!(
+        (known.state, known.source),
+        (Knowledge::Known, Basis::Bucket)
+    );
+    assert_eq!(known.error, None);
+    assert!(known.since_ms >= unknown.since_ms);
+
+    // A value another node sets moves it too, once it lands here.
+    let fleet = Secrets::start(kv, ring.open()).await;
+    changes.borrow_and_update();
+    fleet.set("CREWLET_TEST_LATE", "v").await.unwrap();
+    let moved = tokio::time::timeout(Duration::from_secs(5), changes.changed()).await;
+    assert!(moved.is_ok_and(|r| r.is_ok()), "a set moves the counter");
+    assert_eq!(s.get("CREWLET_TEST_LATE").found().as_deref(), Some("v"));
+    s.stop().await;
+    fleet.stop().await;
+}
