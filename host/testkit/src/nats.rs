@@ -132,20 +132,29 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
-    /// A fresh single server with JetStream, ready when this returns.
+    /// A fresh single server with JetStream, ready when this returns. Ports
+    /// handed out by [`free_port`] are unique within one test process only:
+    /// another test binary running beside it may bind one first, so a server
+    /// that never answers as itself is replaced on fresh ports (three tries).
     pub fn start() -> NatsServer {
-        let store = tempfile::tempdir().expect("temp store dir");
-        let spec = ServerSpec {
-            name: format!("test-{}", free_port()),
-            port: free_port(),
-            monitor_port: free_port(),
-            store_dir: store.path().to_path_buf(),
-            extra_args: Vec::new(),
-        };
-        let mut server = NatsServer::spawn(spec);
-        server._store = Some(store);
-        server.wait_healthy(Duration::from_secs(20));
-        server
+        let mut last = String::new();
+        for _ in 0..3 {
+            let store = tempfile::tempdir().expect("temp store dir");
+            let spec = ServerSpec {
+                name: format!("test-{}", free_port()),
+                port: free_port(),
+                monitor_port: free_port(),
+                store_dir: store.path().to_path_buf(),
+                extra_args: Vec::new(),
+            };
+            let mut server = NatsServer::spawn(spec);
+            server._store = Some(store);
+            match server.healthy_within(Duration::from_secs(20)) {
+                Ok(()) => return server,
+                Err(why) => last = why,
+            }
+        }
+        panic!("{last}");
     }
 
     /// Starts a server from `spec` without waiting for it.
@@ -195,22 +204,51 @@ impl NatsServer {
         self.child = Some(spawn_child(&self.spec));
     }
 
-    /// Waits until `/healthz` answers 200 (JetStream current), or panics.
+    /// Waits until `/healthz` answers 200 (JetStream current) from this
+    /// server — `/varz` names it — or panics. A monitor port that answers
+    /// under another name belongs to another test's server (this one could
+    /// not bind it): never taken for this one.
     pub fn wait_healthy(&self, within: Duration) {
+        if let Err(why) = self.healthy_within(within) {
+            panic!("{why}");
+        }
+    }
+
+    fn healthy_within(&self, within: Duration) -> Result<(), String> {
         let deadline = Instant::now() + within;
+        let mut foreign = None;
         loop {
             if healthz(self.spec.monitor_port) == Some(200) {
-                return;
+                match served_by(self.spec.monitor_port) {
+                    Some(name) if name == self.spec.name => return Ok(()),
+                    other => foreign = other,
+                }
             }
             if Instant::now() > deadline {
-                panic!(
-                    "nats-server {} did not become healthy within {within:?}",
-                    self.spec.name
-                );
+                return Err(match foreign {
+                    Some(name) => format!(
+                        "nats-server {} never answered on its monitor port {}: nats-server {name} \
+                         holds it (another test process took the port first)",
+                        self.spec.name, self.spec.monitor_port
+                    ),
+                    None => format!(
+                        "nats-server {} did not become healthy within {within:?}",
+                        self.spec.name
+                    ),
+                });
             }
             std::thread::sleep(Duration::from_millis(25));
         }
     }
+}
+
+/// The `server_name` the server on `monitor_port` reports (`/varz`).
+fn served_by(monitor_port: u16) -> Option<String> {
+    let varz = crate::http::get(&format!("127.0.0.1:{monitor_port}"), "/varz").ok()?;
+    if varz.status != 200 {
+        return None;
+    }
+    varz.json()["server_name"].as_str().map(str::to_owned)
 }
 
 impl Drop for NatsServer {
@@ -247,4 +285,29 @@ pub fn healthz(monitor_port: u16) -> Option<u16> {
     crate::http::get(&format!("127.0.0.1:{monitor_port}"), "/healthz")
         .ok()
         .map(|r| r.status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server whose monitor port another server holds (as when two test
+    /// binaries are handed the same port) is never taken for healthy on that
+    /// other server's word.
+    #[test]
+    fn a_monitor_port_held_by_another_server_is_not_this_ones_health() {
+        let holder = NatsServer::start();
+        let store = tempfile::tempdir().unwrap();
+        let late = NatsServer::spawn(ServerSpec {
+            name: format!("late-{}", free_port()),
+            port: free_port(),
+            monitor_port: holder.spec().monitor_port,
+            store_dir: store.path().to_path_buf(),
+            extra_args: Vec::new(),
+        });
+        let why = late
+            .healthy_within(Duration::from_secs(2))
+            .expect_err("the holder's /healthz is not the late server's");
+        assert!(why.contains(&holder.spec().name), "{why}");
+    }
 }
