@@ -30,7 +30,7 @@
 //!   the second the host's ([`Blame`]), and not counted by the breaker.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, Trap, UpdateDeadline, WasmBacktrace};
@@ -42,7 +42,7 @@ use crate::fault::Fault;
 use crate::outbound::OutboundPolicy;
 use crate::scrub::{MAX_PLUGIN_TEXT, Scrub};
 use crate::voice::Voice;
-use crate::whereabouts::{HostWait, Whereabouts};
+use crate::whereabouts::Whereabouts;
 
 /// How often the epoch advances: a guest yields its thread at least this
 /// often, and a deadline is rounded up to it.
@@ -62,7 +62,59 @@ pub struct Sandbox<W> {
     ticks_left: u64,
     transfer: usize,
     whereabouts: Arc<Whereabouts>,
+    /// When the host stops waiting on the current call's behalf (see
+    /// [`HostWaits::wait_for`]).
+    waits_end: Instant,
     pub(crate) world: W,
+}
+
+/// A wait of the host's on a guest's behalf that was given up at the
+/// margin before the call's deadline ([`HostWaits::wait_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OutOfTime {
+    pub(crate) waited: Duration,
+}
+
+impl std::fmt::Display for OutOfTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "no answer within {} ms, the time this call had left; it may or may not have taken effect",
+            self.waited.as_millis()
+        )
+    }
+}
+
+/// The host's waits on one call's behalf (a bucket, the bus).
+pub(crate) struct HostWaits {
+    whereabouts: Arc<Whereabouts>,
+    end: Instant,
+}
+
+impl HostWaits {
+    /// Runs one wait, counted while it lasts (see [`Whereabouts`]) and given
+    /// up a margin before the call's deadline. Why: a store that does not
+    /// answer must reach the guest as an answer it can handle
+    /// (`unavailable`), not as the deadline cutting the call — which ends
+    /// the instance and, for a module, every watch it holds.
+    pub(crate) async fn wait_for<T>(
+        &self,
+        wait: impl std::future::Future<Output = T>,
+    ) -> Result<T, OutOfTime> {
+        let _waiting = self.whereabouts.host_wait();
+        let started = Instant::now();
+        tokio::time::timeout_at(self.end.into(), wait)
+            .await
+            .map_err(|_| OutOfTime {
+                waited: started.elapsed(),
+            })
+    }
+}
+
+/// What a host wait leaves of a call's deadline for the guest to handle
+/// its answer: a tenth, within 20 ms..1 s.
+fn wait_margin(deadline: Duration) -> Duration {
+    (deadline / 10).clamp(Duration::from_millis(20), Duration::from_secs(1))
 }
 
 /// What one instance may hold and hand over: its memory cap and the most
@@ -112,6 +164,7 @@ impl<W: Send + 'static> Sandbox<W> {
             ticks_left: 0,
             transfer: bounds.transfer,
             whereabouts: Arc::default(),
+            waits_end: Instant::now(),
             world,
         }
     }
@@ -148,14 +201,18 @@ impl<W: Send + 'static> Sandbox<W> {
         sandbox.voice.prepare(scrub);
         sandbox.limiter.denied = None;
         sandbox.ticks_left = deadline_ticks(deadline);
+        sandbox.waits_end = Instant::now() + deadline.saturating_sub(wait_margin(deadline));
         sandbox.whereabouts.at_tick(false);
         store.set_epoch_deadline(1);
     }
 
-    /// A wait of the host's on this guest's behalf, counted while the
-    /// value lives (see [`Whereabouts`]).
-    pub(crate) fn host_wait(&self) -> HostWait {
-        self.whereabouts.host_wait()
+    /// What bounds the host's waits on this guest's behalf in the current
+    /// call ([`HostWaits::wait_for`]).
+    pub(crate) fn host_waits(&self) -> HostWaits {
+        HostWaits {
+            whereabouts: self.whereabouts.clone(),
+            end: self.waits_end,
+        }
     }
 
     /// Where this instance's calls stand, for the caller that outlives a

@@ -358,3 +358,64 @@ async fn a_read_the_operator_denies_is_refused_like_an_undeclared_bucket() {
         .await
         .unwrap();
 }
+
+/// A bucket that does not answer reaches the module as `unavailable`
+/// before the call's deadline, never as the deadline cutting the call:
+/// the instance (and every watch it holds) outlives the outage, no fault
+/// is counted, and the next write lands once the store is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bucket_that_does_not_answer_is_unavailable_to_the_module_within_its_deadline() {
+    let mut server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client.clone()));
+    let (catalogue, _) = Catalogue::load(&plugins_dir()).unwrap();
+    ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
+    let (rt, _data) = runtime();
+    let presence = ModulePlugin::start(
+        &rt,
+        manifest("modules/presence"),
+        &catalogue,
+        backend.clone(),
+        nats_bus(&client),
+    )
+    .await
+    .unwrap();
+    let deadline = presence.manifest().limits.deadline;
+
+    server.kill();
+    let started = Instant::now();
+    let answer = presence
+        .on_event("seen.set", br#"{"who":"carol","where":"away"}"#)
+        .await
+        .expect("the call is answered, not cut at its deadline");
+    let took = started.elapsed();
+    let refusal = answer.expect_err("the write cannot land while the store is down");
+    assert!(refusal.contains("unavailable"), "{refusal}");
+    assert!(took < deadline, "{took:?} against a {deadline:?} deadline");
+    let health = presence.health();
+    assert_eq!(
+        (health.total_faults, health.host_faults),
+        (0, 0),
+        "{health:?}"
+    );
+
+    server.restart();
+    let written = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = presence
+            .on_event("seen.set", br#"{"who":"carol","where":"back"}"#)
+            .await
+            .unwrap();
+        if r.is_ok() {
+            break;
+        }
+        assert!(Instant::now() < written, "never written once back: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready = presence
+        .logs()
+        .iter()
+        .filter(|l| l.contains("presence ready"))
+        .count();
+    assert_eq!(ready, 1, "one instance throughout: {:?}", presence.logs());
+}

@@ -18,7 +18,7 @@ pub const MAX_PUBLISH_BYTES: usize = 256 * 1024;
 
 impl bus::Host for Sandbox<ModuleCtx> {
     async fn publish(&mut self, topic: String, payload: Vec<u8>) -> Result<(), PublishError> {
-        let _waiting = self.host_wait();
+        let waits = self.host_waits();
         let ctx = &self.world;
         if !ctx.publishes.contains(&topic) {
             tracing::warn!(plugin = %ctx.plugin, topic, "publish refused: the topic is not declared (add it to `publishes` in [module])");
@@ -29,7 +29,11 @@ impl bus::Host for Sandbox<ModuleCtx> {
             return Err(PublishError::TooLarge(payload.len() as u64));
         }
         let kind = crewlet_bus::module_topic_kind(&ctx.plugin, &topic);
-        ctx.bus.publish(&kind, payload).await.map_err(|why| {
+        let published = waits
+            .wait_for(ctx.bus.publish(&kind, payload))
+            .await
+            .unwrap_or_else(|why| Err(format!("the bus gave {why}")));
+        published.map_err(|why| {
             tracing::warn!(plugin = %ctx.plugin, kind, "publish failed: the bus did not take the event: {why}");
             PublishError::Unavailable(why)
         })

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::bindings::module::crewlet::plugin::state::{self, Entry, StateError};
 use crate::bindings::module::exports::crewlet::plugin::handlers::{StateChange, StateEvent};
 use crate::manifest::{Manifest, NotHeld, Permission, Permissions, bucket_name};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{OutOfTime, Sandbox};
 use crate::state::{
     BackendError, MAX_VALUE_BYTES, StateBackend, StoredEntry, WatchItem, credential_field,
     valid_key,
@@ -146,6 +146,12 @@ impl ModuleCtx {
     }
 }
 
+/// A bucket that did not answer in the time the call had left.
+fn out_of_time(plugin: &str, bucket: &str, why: OutOfTime) -> StateError {
+    tracing::warn!(plugin, bucket, "state call given up: the bucket gave {why}");
+    StateError::Unavailable(format!("the bucket gave {why}"))
+}
+
 fn backend_error(e: BackendError) -> StateError {
     match e {
         BackendError::Full(b) => StateError::BucketFull(b),
@@ -163,14 +169,14 @@ fn entry(e: StoredEntry) -> Entry {
 
 impl state::Host for Sandbox<ModuleCtx> {
     async fn get(&mut self, bucket: String, key: String) -> Result<Option<Entry>, StateError> {
-        let _waiting = self.host_wait();
+        let waits = self.host_waits();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Read)?;
         ModuleCtx::key(&key)?;
-        let found = ctx
-            .backend
-            .get(&issued.bucket, &key)
+        let found = waits
+            .wait_for(ctx.backend.get(&issued.bucket, &key))
             .await
+            .map_err(|why| out_of_time(&ctx.plugin, &bucket, why))?
             .map_err(backend_error)?;
         Ok(found.map(entry))
     }
@@ -181,7 +187,7 @@ impl state::Host for Sandbox<ModuleCtx> {
         key: String,
         value: Vec<u8>,
     ) -> Result<u64, StateError> {
-        let _waiting = self.host_wait();
+        let waits = self.host_waits();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
@@ -192,30 +198,33 @@ impl state::Host for Sandbox<ModuleCtx> {
             tracing::warn!(plugin = %ctx.plugin, bucket, field = %path, "state refused: a credential field");
             return Err(StateError::CredentialField(path));
         }
-        ctx.backend
-            .put(&issued.bucket, &key, value)
+        waits
+            .wait_for(ctx.backend.put(&issued.bucket, &key, value))
             .await
+            .map_err(|why| out_of_time(&ctx.plugin, &bucket, why))?
             .map_err(backend_error)
     }
 
     async fn delete(&mut self, bucket: String, key: String) -> Result<(), StateError> {
-        let _waiting = self.host_wait();
+        let waits = self.host_waits();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Write)?;
         ModuleCtx::key(&key)?;
-        ctx.backend
-            .delete(&issued.bucket, &key)
+        waits
+            .wait_for(ctx.backend.delete(&issued.bucket, &key))
             .await
+            .map_err(|why| out_of_time(&ctx.plugin, &bucket, why))?
             .map_err(backend_error)
     }
 
     async fn keys(&mut self, bucket: String) -> Result<Vec<String>, StateError> {
-        let _waiting = self.host_wait();
+        let waits = self.host_waits();
         let ctx = &self.world;
         let issued = ctx.authorize(&bucket, Access::Read)?;
-        ctx.backend
-            .keys(&issued.bucket)
+        waits
+            .wait_for(ctx.backend.keys(&issued.bucket))
             .await
+            .map_err(|why| out_of_time(&ctx.plugin, &bucket, why))?
             .map_err(backend_error)
     }
 
