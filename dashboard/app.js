@@ -1,161 +1,155 @@
-// Crewlet dashboard v0: reads only. REST for the catalogue, /ws/stream for
-// the live feed and its queries. Nothing here writes.
+// Crewlet dashboard: the company at a glance, live, and the few acts an
+// operator needs — all through the node's API (REST with the session
+// cookie, `/ws/stream` for pushes and history queries). No library and no
+// fetch from outside the node: every file is embedded in the binary.
 //
 // Every data call needs a session: `POST /login` with an operator token
 // sets an HttpOnly cookie the browser then sends (this script never sees
 // it). The first-start URL carries the token in the fragment (`#token=…`),
-// which never leaves the browser; it is posted once, then wiped.
+// which never leaves the browser; it is posted once, then wiped. A 401 on
+// any call (no session, a token expired or revoked) returns to the login.
 
-const feed = document.getElementById("feed");
-const seen = new Set();
-const MAX_ROWS = 500;
+import { el } from "./dom.js";
+import { get, login, logout, resume, session, stream, onEvent, whenLoggedOut } from "./api.js";
+import { renderOrg, renderSeat } from "./org.js";
+import { renderTurn } from "./turn.js";
+import { renderFeed } from "./feed.js";
+import { renderBudgets, renderFleet, renderPlugins, renderBucket } from "./ops.js";
+import { renderConfig, renderSecrets, renderTokens } from "./act.js";
 
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return node;
+const main = document.getElementById("view");
+const nav = document.getElementById("nav");
+const loginBox = document.getElementById("login");
+
+// Each view: its render, and whether it re-reads on live events (views
+// holding a form the person is typing in do not).
+const ROUTES = {
+  org: { render: (box) => renderOrg(box), live: true },
+  seat: { render: (box, [h], again) => renderSeat(box, h, again), live: true },
+  turn: { render: (box, [id]) => renderTurn(box, id), live: true },
+  feed: { render: (box, _, __, params) => renderFeed(box, params) },
+  budgets: { render: (box) => renderBudgets(box), live: true },
+  fleet: { render: (box) => renderFleet(box), live: true, every: 5000 },
+  plugins: { render: (box, [name, bucket]) => (bucket ? renderBucket(box, name, bucket) : renderPlugins(box)), live: true, every: 10000 },
+  config: { render: (box) => renderConfig(box) },
+  secrets: { render: (box) => renderSecrets(box) },
+  tokens: { render: (box) => renderTokens(box) },
+};
+
+let current = { stop: () => {} };
+
+function parseRoute() {
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+  const [name, ...args] = path.split("/").map(decodeURIComponent);
+  return { name: ROUTES[name] ? name : "org", args, params: new URLSearchParams(query ?? "") };
 }
 
-function when(ms) {
-  return new Date(ms).toLocaleTimeString();
+/** Shows the route in the address bar; re-reads it while it is shown. */
+async function show() {
+  current.stop();
+  if (!session.scope) return;
+  const { name, args, params } = parseRoute();
+  const route = ROUTES[name];
+  for (const a of nav.querySelectorAll("a")) a.toggleAttribute("aria-current", a.dataset.route === name);
+  main.replaceChildren(el("p", { class: "muted" }, "Loading…"));
+  const me = { stop: () => {} };
+  current = me;
+  let busy = false;
+  let again = false;
+  // Renders into a box off the page and swaps it in, so a re-read does not flicker.
+  const draw = async () => {
+    if (busy) { again = true; return; }
+    busy = true;
+    const box = el("div", { class: "view", "data-testid": `view-${name}` });
+    const stop = await route.render(box, args, () => draw(), params);
+    busy = false;
+    if (current !== me || !session.scope) return typeof stop === "function" && stop();
+    if (typeof stop === "function") me.stop = stop;
+    main.replaceChildren(box);
+    main.dataset.ready = name;
+    if (again) { again = false; draw(); }
+  };
+  await draw();
+  if (!route.live) return;
+  // A person typing in the view is not interrupted by a re-read.
+  const typing = () => main.contains(document.activeElement) && /INPUT|TEXTAREA|SELECT/.test(document.activeElement.tagName);
+  let timer = null;
+  const soon = () => { if (!timer) timer = setTimeout(() => { timer = null; if (!typing()) draw(); }, 700); };
+  const unsubscribe = onEvent(soon);
+  const tick = setInterval(soon, route.every ?? 5000);
+  const prev = me.stop;
+  me.stop = () => { prev(); unsubscribe(); clearInterval(tick); clearTimeout(timer); };
 }
 
-function addEvent(ev, live) {
-  if (!ev || seen.has(ev.event_id)) return;
-  seen.add(ev.event_id);
-  const row = el("li", { "data-testid": "event", "data-type": ev.type, "data-event-id": ev.event_id },
-    el("span", { class: "type" }, ev.type), " ",
-    el("span", { class: "muted" }, `${when(ev.at_ms)} · ${ev.node_id}${ev.seat ? " · @" + ev.seat : ""}`),
-    el("pre", {}, JSON.stringify(ev.payload)));
-  if (live) feed.prepend(row); else feed.append(row);
-  while (feed.children.length > MAX_ROWS) feed.lastElementChild.remove();
-  document.getElementById("feed-count").textContent = `(${feed.children.length})`;
+function showLogin(reason) {
+  current.stop();
+  session.scope = null;
+  main.replaceChildren();
+  delete main.dataset.ready;
+  document.getElementById("scope").textContent = "logged out";
+  document.getElementById("logout").hidden = true;
+  nav.hidden = true;
+  document.getElementById("login-error").textContent = reason ?? "";
+  loginBox.hidden = false;
+  document.getElementById("login-token").focus();
 }
 
-async function login(token) {
-  const res = await fetch("/login", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({ token }),
-    credentials: "same-origin",
-  });
-  const body = await res.json().catch(() => null);
-  return { ok: res.ok, error: body?.error ?? `the node answered ${res.status}` };
-}
-
-function showLogin(message) {
-  const box = document.getElementById("login");
-  document.getElementById("login-error").textContent = message ?? "";
-  box.hidden = false;
-}
-
-async function getJson(path) {
-  const res = await fetch(path, { credentials: "same-origin" });
-  if (res.status === 401) showLogin("Log in with an operator token.");
-  return { ok: res.ok, body: await res.json().catch(() => null) };
+function started() {
+  loginBox.hidden = true;
+  nav.hidden = false;
+  document.getElementById("scope").textContent = `${session.scope} scope`;
+  document.getElementById("logout").hidden = false;
+  stream.open();
+  show();
 }
 
 async function loadHealth() {
-  const { body } = await getJson("/health");
+  const { body } = await get("/health");
   if (body) document.getElementById("node").textContent = `node ${body.node_id} · ${body.phase} · ${body.posture}`;
 }
 
-async function loadOrg() {
-  const { ok, body } = await getJson("/org");
-  const box = document.getElementById("org");
-  if (!ok || !body) return;
-  // `slack: U04ABCDEF · github: acme-ada-bot`, or a dash.
-  const ids = (identities) => Object.entries(identities ?? {}).map(([surface, list]) => `${surface}: ${list.join(", ")}`).join(" · ") || "—";
-  const seats = el("table", {}, el("tr", {}, el("th", {}, "Seat"), el("th", {}, "Role"), el("th", {}, "Group"), el("th", {}, "Identities")));
-  for (const s of body.seats) {
-    seats.append(el("tr", { "data-testid": "seat" }, el("td", {}, "@" + s.handle), el("td", {}, s.role), el("td", {}, s.group ?? "—"), el("td", {}, ids(s.identities))));
-  }
-  const parts = [el("p", {}, el("strong", {}, body.name), " ", el("span", { class: "muted" }, body.timezone)), seats];
-  if (body.people?.length) {
-    const people = el("table", {}, el("tr", {}, el("th", {}, "Person"), el("th", {}, "Identities")));
-    for (const p of body.people) people.append(el("tr", { "data-testid": "person" }, el("td", {}, p.name), el("td", {}, ids(p.identities))));
-    parts.push(people);
-  }
-  box.replaceChildren(...parts);
-}
-
-async function loadPlugins() {
-  const { ok, body } = await getJson("/plugins");
-  const box = document.getElementById("plugins");
-  if (!ok || !Array.isArray(body?.plugins)) {
-    box.replaceChildren(el("p", { class: "muted" }, "No plugins loaded on this node."));
-    return;
-  }
-  const table = el("table", {}, el("tr", {}, el("th", {}, "Plugin"), el("th", {}, "Kind"), el("th", {}, "May touch")));
-  for (const p of body.plugins) {
-    table.append(el("tr", { "data-testid": "plugin" },
-      el("td", {}, `${p.name} ${p.version ?? ""}${p.degraded ? " (degraded)" : ""}`),
-      el("td", {}, p.kind),
-      el("td", {}, el("code", {}, (p.permissions ?? []).join(", ") || "nothing"))));
-  }
-  box.replaceChildren(table);
-}
-
-// The history is the fleet's: say which nodes it did not reach, and a cut.
-function showCoverage(frame) {
-  const c = frame.coverage ?? {};
-  const missing = (c.missing ?? []).map((m) => `${m.node} (${m.reason})`);
-  const notes = [];
-  if (c.membership === "unknown") notes.push("fleet membership unknown: this node's history only");
-  if (missing.length) notes.push(`history missing from ${missing.join(", ")}`);
-  if (frame.truncated) notes.push(`newest ${frame.limit} shown`);
-  document.getElementById("feed-coverage").textContent = notes.join(" · ");
-}
-
-function connect() {
-  const state = document.getElementById("socket");
-  const ws = new WebSocket(`${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/ws/stream`);
-  ws.onopen = () => { state.textContent = "live"; state.classList.add("live"); };
-  ws.onclose = () => {
-    state.textContent = "offline"; state.classList.remove("live");
-    setTimeout(connect, 1000);
-  };
-  ws.onmessage = (msg) => {
-    const frame = JSON.parse(msg.data);
-    if (frame.kind === "hello") ws.send(JSON.stringify({ id: 1, query: "events", limit: 100 }));
-    else if (frame.kind === "event") addEvent(frame.event, true);
-    else if (frame.kind === "result") {
-      frame.events.forEach((e) => addEvent(e, false));
-      showCoverage(frame);
-    }
-  };
-}
-
-function start() {
-  document.getElementById("login").hidden = true;
-  loadHealth();
-  loadOrg();
-  loadPlugins();
-}
+whenLoggedOut((reason) => showLogin(reason));
+stream.stateListeners.add((s) => {
+  const pill = document.getElementById("socket");
+  pill.textContent = s;
+  pill.classList.toggle("live", s.startsWith("live"));
+});
 
 document.getElementById("login-form").addEventListener("submit", async (e) => {
   e.preventDefault();
   const input = document.getElementById("login-token");
   const done = await login(input.value.trim());
   input.value = "";
-  if (done.ok) start(); else showLogin(done.error);
+  if (done.ok) started(); else showLogin(done.body?.error ?? `the node answered ${done.status}`);
 });
+document.getElementById("logout").addEventListener("click", () => logout());
+document.getElementById("theme").addEventListener("click", () => {
+  const dark = document.documentElement.dataset.theme !== "dark" &&
+    !(document.documentElement.dataset.theme !== "light" && matchMedia("(prefers-color-scheme: dark)").matches);
+  document.documentElement.dataset.theme = dark ? "dark" : "light";
+  localStorage.setItem("crewlet-theme", document.documentElement.dataset.theme);
+});
+const theme = localStorage.getItem("crewlet-theme");
+if (theme) document.documentElement.dataset.theme = theme;
 
 // A login URL (`#token=…`) opened here, on load or pasted into an open tab.
 async function fromFragment() {
   const token = new URLSearchParams(location.hash.slice(1)).get("token");
-  if (!token) return false;
+  if (!token || location.hash.startsWith("#/")) return null;
   history.replaceState(null, "", location.pathname + location.search);
   const done = await login(token);
-  if (!done.ok) showLogin(done.error);
+  if (!done.ok) showLogin(done.body?.error ?? `the node answered ${done.status}`);
   return done.ok;
 }
 
 window.addEventListener("hashchange", async () => {
-  if (await fromFragment()) start();
+  const logged = await fromFragment();
+  if (logged) started();
+  else if (logged === null) show();
 });
-await fromFragment();
-start();
-connect();
+
+loadHealth();
 setInterval(loadHealth, 5000);
+const viaFragment = await fromFragment();
+if (viaFragment || (viaFragment === null && (await resume()))) started();
+else if (viaFragment === null && !session.scope && loginBox.hidden) showLogin("You are logged out: log in with an operator token.");

@@ -104,10 +104,9 @@ pub fn scope_needed(method: &Method, path: &str) -> Scope {
 
 /// The routes that pass without a token (module docs say why each).
 pub fn exempt(path: &str) -> bool {
-    matches!(
-        path,
-        "/health" | "/ready" | "/login" | "/logout" | "/" | "/assets/app.js" | "/assets/style.css"
-    ) || path.starts_with("/webhooks/")
+    matches!(path, "/health" | "/ready" | "/login" | "/logout" | "/")
+        || path.starts_with("/webhooks/")
+        || path.starts_with("/assets/")
 }
 
 /// The credential a request carries, as presented.
@@ -294,6 +293,18 @@ pub(crate) async fn login(
         HeaderValue::from_str(&cookie).expect("checked above"),
     );
     resp
+}
+
+/// `GET /session` (read scope, so the guard has judged it): the scope of
+/// the credential presented, for the dashboard to disable what it may not do.
+pub(crate) async fn session(
+    State(authority): State<Arc<dyn Authority>>,
+    headers: HeaderMap,
+) -> Response {
+    match judge(authority.as_ref(), &Method::GET, "/session", &headers) {
+        Ok(scope) => Json(serde_json::json!({ "scope": scope.as_str() })).into_response(),
+        Err(refused) => *refused,
+    }
 }
 
 /// `POST /logout`: the session cookie is cleared.

@@ -182,8 +182,7 @@ pub fn router(surface: Surface) -> Router {
         .route("/org", get(org))
         .route("/plugins", get(plugins))
         .route("/", get(dashboard::index))
-        .route("/assets/app.js", get(dashboard::app_js))
-        .route("/assets/style.css", get(dashboard::style))
+        .route("/assets/{file}", get(dashboard::asset))
         .route("/ws/stream", get(stream::ws_stream))
         .fallback(not_found)
         .with_state(shared.clone())
@@ -191,6 +190,7 @@ pub fn router(surface: Surface) -> Router {
             Router::new()
                 .route("/login", axum::routing::post(auth::login))
                 .route("/logout", axum::routing::post(auth::logout))
+                .route("/session", get(auth::session))
                 .with_state(authority.clone()),
         )
         .merge(surface_routes)
@@ -513,6 +513,24 @@ mod tests {
         );
 
         let read = ("authorization", "Bearer read-t");
+        // The dashboard learns what its session may do; its files need none.
+        let (status, body) = send(&app, "GET", "/session", &[host, read]).await;
+        assert_eq!(
+            (status, body["scope"].as_str()),
+            (StatusCode::OK, Some("read"))
+        );
+        assert_eq!(
+            send(&app, "GET", "/session", &[host]).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            send(&app, "GET", "/assets/org.js", &[host]).await.0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            send(&app, "GET", "/assets/none.js", &[host]).await.0,
+            StatusCode::NOT_FOUND
+        );
         assert_eq!(
             send(&app, "GET", "/org", &[host, read]).await.0,
             StatusCode::SERVICE_UNAVAILABLE,

@@ -1,0 +1,86 @@
+// Budgets (meters per window, parked work marked), the fleet (nodes, roles,
+// posture, epochs, duties, heartbeats) and plugins (grants and where each
+// came from, health, breaker, reloads; a module's buckets browsable,
+// read-only, through `GET /plugins/{name}/state/{bucket}`).
+
+import { el, table, when, ago, meter, badge, tokens, problem, section, link } from "./dom.js";
+import { get, why } from "./api.js";
+
+export async function renderBudgets(main) {
+  const a = await get("/budgets");
+  if (!a.ok) return main.replaceChildren(section("Budgets", problem(why(a))));
+  const cards = a.body.scopes.map((s) => {
+    const label = s.scope === "company" ? "Company" : s.scope.replace(/^seat:/, "@");
+    return el("div", { class: "budget", "data-testid": "budget", "data-scope": s.scope },
+      el("h3", {}, label),
+      ["day", "week", "month"].filter((w) => s.windows[w]).map((w) => {
+        const v = s.windows[w];
+        return meter(`${w} ${v.window}`, v.spent, v.cap, !!v.refused_at_ms);
+      }),
+      s.parked?.length
+        ? el("p", { class: "problem", "data-testid": "parked" }, `${s.parked.length} parked: `, s.parked.map((p) => typeof p === "string" ? p : JSON.stringify(p)).join(", "))
+        : null);
+  });
+  main.replaceChildren(section(`Budgets · ${a.body.org}`, el("p", { class: "muted" }, `Windows in ${a.body.timezone}; tokens spent against each cap.`),
+    el("div", { class: "grid" }, cards)));
+}
+
+export async function renderFleet(main) {
+  const a = await get("/fleet");
+  if (!a.ok) return main.replaceChildren(section("Fleet", problem(why(a))));
+  const rows = a.body.nodes.map((n) => el("tr", { "data-testid": "fleet-node", "data-node": n.id },
+    el("td", {}, el("strong", {}, n.id), n.this_node ? badge("this node") : null, n.draining ? badge("draining", "warn") : null),
+    el("td", {}, (n.roles ?? []).join(", ")),
+    el("td", {}, Object.entries(n.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(", ") || "—"),
+    el("td", {}, badge(n.posture ?? "unknown", n.posture === "serve" ? "ok" : "warn")),
+    el("td", {}, String(n.applied_epoch ?? "—")),
+    el("td", {}, String(n.seats_held ?? "—"), " seats · ", String(n.turns_in_flight ?? "—"), " in flight"),
+    el("td", {}, (n.duties ?? []).map((d) => d.duty).join(", ") || "—"),
+    el("td", {}, n.broker ? `${n.broker.server_name} ${n.broker.cluster ? "· cluster " + (n.broker.cluster.name ?? JSON.stringify(n.broker.cluster)) : "· no cluster"}` : "—"),
+    el("td", { title: when(n.last_beat_ms) }, ago(n.last_beat_ms))));
+  main.replaceChildren(section(`Fleet · ${a.body.nodes.length} node(s)`,
+    a.body.errors?.length ? problem(a.body.errors.map((e) => typeof e === "string" ? e : JSON.stringify(e)).join("; ")) : null,
+    table("Nodes", ["Node", "Roles", "Labels", "Posture", "Epoch", "Holds", "Duties", "Broker", "Heartbeat"], rows)));
+}
+
+function health(p) {
+  if (p.degraded) return badge("degraded", "bad");
+  if (p.state && p.state !== "running") return badge(p.state, "warn");
+  return badge("healthy", "ok");
+}
+
+export async function renderPlugins(main) {
+  const a = await get("/plugins");
+  if (!a.ok) return main.replaceChildren(section("Plugins", problem(why(a))));
+  const b = a.body;
+  const buckets = new Map();
+  for (const k of b.buckets ?? []) {
+    const [, module, ...rest] = k.name.split("_");
+    if (!buckets.has(module)) buckets.set(module, []);
+    buckets.get(module).push({ ...k, short: rest.join("_") });
+  }
+  const rows = b.plugins.map((p) => el("tr", { "data-testid": "plugin", "data-plugin": p.name },
+    el("td", {}, el("strong", {}, p.name), " ", el("span", { class: "muted" }, p.version ?? "")),
+    el("td", {}, p.kind),
+    el("td", {}, health(p)),
+    el("td", {}, badge(`breaker ${p.breaker?.state ?? "unknown"}`, p.breaker?.state === "closed" ? "ok" : "bad"),
+      el("div", { class: "small muted" }, `${p.faults ?? 0} faults · ${p.calls ?? 0} calls${p.last_fault ? " · last: " + p.last_fault : ""}`)),
+    el("td", {}, `${p.reloads ?? 0} reloads`, p.reload_refused ? el("div", { class: "problem small" }, `refused: ${typeof p.reload_refused === "string" ? p.reload_refused : JSON.stringify(p.reload_refused)}`) : null),
+    el("td", {}, el("ul", { class: "plain small" }, (p.effective ?? []).map((g) => el("li", {}, `${g.permission} ${g.value} `, el("span", { class: "muted" }, `(from ${g.from})`))),
+      (p.permissions ?? []).filter((x) => x.startsWith("owns") || x.startsWith("reads") || x.startsWith("secret")).map((x) => el("li", {}, x)))),
+    el("td", {}, (buckets.get(p.name) ?? []).map((k) => el("div", {}, link(`#/plugins/${encodeURIComponent(p.name)}/${encodeURIComponent(k.short)}`, k.short, { "data-testid": "bucket-link" }), el("span", { class: "muted small" }, ` ${k.keys} keys`))))));
+  main.replaceChildren(section(`Plugins · ${b.plugins.length}`,
+    b.detail ? el("p", { class: "muted" }, b.detail) : null,
+    b.failed?.length ? problem(`failed to load: ${b.failed.map((f) => `${f.name ?? f.manifest}: ${f.error}`).join("; ")}`) : null,
+    table("Plugins", ["Plugin", "Kind", "Health", "Breaker", "Reload", "Grants (where from)", "Buckets"], rows)));
+}
+
+export async function renderBucket(main, name, bucket) {
+  const a = await get(`/plugins/${encodeURIComponent(name)}/state/${encodeURIComponent(bucket)}`);
+  if (!a.ok) return main.replaceChildren(section(`${name} · ${bucket}`, problem(why(a))));
+  main.replaceChildren(section(`${name} · bucket ${bucket} (read-only)`,
+    el("p", { class: "muted" }, `${a.body.keys} keys${a.body.truncated ? `, first ${a.body.limit} shown` : ""} · `, link("#/plugins", "all plugins")),
+    table("Entries", ["Key", "Revision", "Value"], (a.body.entries ?? []).map((e) => el("tr", { "data-testid": "bucket-entry" },
+      el("td", {}, e.key), el("td", {}, String(e.revision)), el("td", {}, el("pre", { class: "small" }, JSON.stringify(e.value, null, 2))))))));
+}
+
