@@ -51,6 +51,7 @@ async function show() {
   const { name, args, params } = parseRoute();
   const route = ROUTES[name];
   for (const a of nav.querySelectorAll("a")) a.toggleAttribute("aria-current", a.dataset.route === name);
+  delete main.dataset.ready;
   main.replaceChildren(el("p", { class: "muted" }, "Loading…"));
   const me = { stop: () => {} };
   current = me;

@@ -20,6 +20,8 @@ export function el(tag, attrs = {}, ...children) {
 export function table(label, heads, rows, attrs = {}) {
   const head = el("tr", {}, heads.map((h) => el("th", { scope: "col" }, h)));
   const body = rows.map((r) => (r instanceof Node ? r : el("tr", {}, r.map((c) => el("td", {}, c)))));
+  // Each cell names its column, for the stacked layout of a phone's width.
+  for (const tr of body) [...tr.children].forEach((td, i) => heads[i] && td.setAttribute("data-label", heads[i]));
   return el("div", { class: "scroll", role: "region", "aria-label": label, tabindex: "0" },
     el("table", attrs, el("thead", {}, head), el("tbody", {}, body)));
 }

@@ -74,14 +74,18 @@ export async function renderOrg(main) {
     section("Seats", seats), section("Roles", roles), section("People", people));
 }
 
+// The last pause or resume answer per seat: it outlives the re-read it causes.
+const lastAct = new Map();
+
 function pauseControls(handle, agent, refresh) {
   const blocked = cannot("write");
   const paused = agent?.paused === true;
   const reason = el("input", { id: "pause-reason", placeholder: "why (optional)", disabled: blocked || paused });
-  const out = el("span", { class: "muted", role: "status", "data-testid": "pause-result" }, blocked ? `Pause and resume are disabled: ${blocked}.` : "");
+  const out = el("span", { class: "muted", role: "status", "data-testid": "pause-result" }, blocked ? `Pause and resume are disabled: ${blocked}.` : lastAct.get(handle) ?? "");
   const act = async (verb) => {
     const a = await call("POST", `/agents/${encodeURIComponent(handle)}/${verb}`, verb === "pause" && reason.value ? { reason: reason.value } : undefined);
     out.textContent = a.ok ? `${verb === "pause" ? "Paused" : "Resumed"}.` : `Not ${verb}d: ${why(a)}`;
+    lastAct.set(handle, out.textContent);
     if (a.ok) refresh();
   };
   return el("div", { class: "controls" },

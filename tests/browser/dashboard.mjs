@@ -32,8 +32,11 @@ try {
   await page.goto(base);
   await page.getByTestId("socket").filter({ hasText: "live" }).waitFor({ timeout: 15000 });
   if (new URL(page.url()).hash) throw new Error(`the token stayed in the address bar: ${page.url()}`);
+  await page.getByTestId("seat").first().waitFor({ timeout: 15000 });
   const seats = await page.getByTestId("seat").count();
   if (seats < 2) throw new Error(`expected the example company's seats, found ${seats}`);
+  // The org is the landing view; the feed is a click away.
+  await page.getByRole("link", { name: "Feed" }).click();
   await page.locator('[data-testid=event][data-type=node_started]').first().waitFor({ timeout: 15000 });
   console.log("READY");
   await page

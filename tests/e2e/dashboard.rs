@@ -12,8 +12,11 @@ use common::*;
 use crewlet_testkit::{NatsServer, free_port};
 
 const SECRET: &str = "dashboard-secret";
+/// The Slack signing secret the example company's nodes verify with.
+pub(crate) const SLACK_SECRET: &str = "dashboard-slack-secret";
 
-fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
+/// A node on `server`; with `company`, the example company and plugins.
+pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
     let cfg = sb.config(
@@ -35,7 +38,8 @@ fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
             .arg(root.join("examples/company.toml"))
             .arg("--plugins")
             .arg(root.join("plugins"))
-            .env("GITHUB_WEBHOOK_SECRET", SECRET);
+            .env("GITHUB_WEBHOOK_SECRET", SECRET)
+            .env("SLACK_SIGNING_SECRET", SLACK_SECRET);
     }
     let mut node = builder.spawn();
     node.wait_ready(Duration::from_secs(30));

@@ -1,0 +1,199 @@
+// Every dashboard view from a live two-node fleet, in Debian's headless
+// Chromium: each view shows the node's real data, at laptop (1280 px) and
+// phone (390 px) widths, light and dark, with no sideways scroll; each is
+// screenshotted under OUT_DIR. Then, driven with the Rust test over
+// stdin/stdout: pause a seat from its page (prints PAUSED, waits for a
+// RESUME line, resumes, prints RESUMED); a read-scope session sees every
+// writing control disabled with the reason and the API refuses its write;
+// a token that expires while its page is open lands on the login.
+//
+//   node views.mjs BASE_URL ADMIN_TOKEN READ_TOKEN OUT_DIR
+import { chromium } from "playwright-core";
+import { createInterface } from "node:readline";
+
+const [base, adminToken, readToken, out] = process.argv.slice(2);
+const input = createInterface({ input: process.stdin });
+const lines = input[Symbol.asyncIterator]();
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  args: [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+  ],
+});
+const T = 20000;
+const errors = [];
+const fail = (msg) => { throw new Error(msg); };
+
+async function session(token, scheme = "light") {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, colorScheme: scheme });
+  const page = await context.newPage();
+  page.setDefaultTimeout(T);
+  page.on("pageerror", (e) => errors.push(e.message));
+  // Nothing is fetched from outside the node.
+  page.on("request", (r) => { if (!r.url().startsWith(base) && !r.url().startsWith(base.replace("http", "ws"))) errors.push(`fetched ${r.url()}`); });
+  await page.goto(`${base}/#token=${token}`);
+  await page.getByTestId("nav").waitFor({ state: "visible", timeout: T });
+  return page;
+}
+
+async function open(page, route) {
+  await page.evaluate((r) => (location.hash = `#/${r}`), route);
+  const name = route.split(/[/?]/)[0];
+  await page.waitForFunction((n) => document.getElementById("view").dataset.ready === n, name, { timeout: T });
+}
+
+/** Both widths: no sideways scroll at either; a screenshot of each. */
+async function shoot(page, name) {
+  for (const [w, h] of [[1280, 900], [390, 844]]) {
+    await page.setViewportSize({ width: w, height: h });
+    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+    if (wide > w) fail(`${name} scrolls sideways at ${w} px (${wide} px wide)`);
+    await page.screenshot({ path: `${out}/${name}-${w}.png`, fullPage: true });
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
+}
+
+const text = async (page, id) => (await page.getByTestId(id).first().textContent()) ?? "";
+
+try {
+  // Logged out, the page says so and shows nothing of the company.
+  {
+    const ctx = await browser.newContext();
+    const page = await ctx.newPage();
+    await page.goto(base);
+    await page.getByTestId("logged-out").waitFor({ state: "visible", timeout: T });
+    if (await page.getByTestId("seat").count()) fail("seats shown without a session");
+    if ((await page.content()).includes("No company loaded")) fail("logged out reads as no company");
+    await page.screenshot({ path: `${out}/login-1280.png` });
+    await ctx.close();
+  }
+
+  const page = await session(adminToken);
+  page.setDefaultTimeout(T);
+  // The org: every seat with a state, a holder and today's spend.
+  await open(page, "org");
+  const seats = page.getByTestId("seat");
+  if ((await seats.count()) !== 3) fail(`expected the example company's 3 seats, found ${await seats.count()}`);
+  for (const s of await seats.all()) {
+    const state = await s.getAttribute("data-state");
+    if (!["idle", "working"].includes(state)) fail(`seat ${await s.getAttribute("data-handle")} is ${state}`);
+  }
+  const grace = page.locator("[data-testid=seat][data-handle=grace] [data-testid=meter]");
+  if (Number(await grace.getAttribute("data-spent")) <= 0) fail("grace's spend today did not move after her turn");
+  await shoot(page, "org");
+
+  // A turn's timeline, reached from the feed's link on a turn_ended sentence.
+  await open(page, "feed?type=turn_ended");
+  const ended = page.locator("[data-testid=event][data-type=turn_ended]").first();
+  await ended.waitFor({ timeout: T });
+  if (!/turn ended delivered/.test(await ended.getByTestId("sentence").textContent())) fail("a turn_ended row is not a sentence");
+  await shoot(page, "feed");
+  await ended.getByTestId("turn-link").click();
+  await page.waitForFunction(() => document.getElementById("view").dataset.ready === "turn", null, { timeout: T });
+  const steps = await page.getByTestId("step").evaluateAll((s) => s.map((x) => x.dataset.type));
+  for (const kind of ["webhook_received", "wake_published", "turn_started", "model_call", "tool_call", "review", "reply_posted", "turn_ended"]) {
+    if (!steps.includes(kind)) fail(`the turn's timeline lacks ${kind}: ${steps.join(", ")}`);
+  }
+  if (!/scripted\/demo-support/.test(await page.getByTestId("timeline").textContent())) fail("the model call does not name its model");
+  await shoot(page, "turn");
+
+  // The seat's page: the turn in its recent turns.
+  await open(page, "seat/grace");
+  await page.getByTestId("seat-turn").first().waitFor({ timeout: T });
+  await shoot(page, "seat");
+
+  await open(page, "budgets");
+  const spent = await page.locator("[data-testid=budget][data-scope='seat:grace'] [data-testid=meter]").first().getAttribute("data-spent");
+  if (Number(spent) <= 0) fail("grace's budget meter did not move");
+  await shoot(page, "budgets");
+
+  await open(page, "fleet");
+  if ((await page.getByTestId("fleet-node").count()) !== 2) fail("the fleet view does not show both nodes");
+  await shoot(page, "fleet");
+
+  await open(page, "plugins");
+  await page.locator("[data-testid=plugin][data-plugin=scripted]").waitFor({ timeout: T });
+  await page.locator("[data-testid=plugin][data-plugin=notebook] [data-testid=bucket-link]", { hasText: "worked" }).click();
+  await page.waitForFunction(() => document.getElementById("view").dataset.ready === "plugins", null, { timeout: T });
+  await page.getByTestId("bucket-entry").filter({ hasText: "grace" }).waitFor({ timeout: T });
+  await shoot(page, "bucket");
+  await open(page, "plugins");
+  await shoot(page, "plugins");
+
+  for (const v of ["config", "secrets", "tokens"]) {
+    await open(page, v);
+    await shoot(page, v);
+  }
+
+  // Dark, keyboard: the nav is reachable by Tab and every control has a name.
+  {
+    const dark = await session(adminToken, "dark");
+    await open(dark, "org");
+    const bg = await dark.evaluate(() => getComputedStyle(document.body).backgroundColor);
+    if (bg === "rgb(245, 246, 250)") fail("dark scheme renders light");
+    await shoot(dark, "org-dark");
+    const unnamed = await dark.evaluate(() => [...document.querySelectorAll("button, input, select, textarea")]
+      .filter((c) => !c.hidden && !(c.labels?.length || c.getAttribute("aria-label") || c.textContent.trim() || c.placeholder))
+      .map((c) => c.outerHTML));
+    if (unnamed.length) fail(`controls without a name: ${unnamed.join(" ")}`);
+    let reached = false;
+    for (let i = 0; i < 15 && !reached; i++) {
+      await dark.keyboard.press("Tab");
+      reached = await dark.evaluate(() => document.activeElement?.getAttribute("href") === "#/fleet");
+    }
+    if (!reached) fail("the Fleet link is not reachable by keyboard");
+    await dark.keyboard.press("Enter");
+    await dark.waitForFunction(() => document.getElementById("view").dataset.ready === "fleet", null, { timeout: T });
+    await dark.context().close();
+  }
+
+  // Pause from the UI; the driver checks the seat takes no wake; resume.
+  await open(page, "seat/ada");
+  await page.getByTestId("pause").click();
+  await page.locator("[data-testid=seat-state]", { hasText: "paused" }).first().waitFor({ timeout: T });
+  console.log("PAUSED");
+  if ((await lines.next()).value !== "RESUME") fail("the driver did not say RESUME");
+  input.close();
+  await page.getByTestId("resume").click();
+  await page.getByTestId("pause-result").filter({ hasText: "Resumed" }).waitFor({ timeout: T });
+  await page.waitForFunction(() => document.querySelector("[data-testid=seat-state]")?.textContent !== "paused", null, { timeout: T });
+  console.log("RESUMED");
+
+  // A read-scope session: writing controls disabled with the reason; the API refuses.
+  {
+    const reader = await session(readToken);
+    await open(reader, "seat/ada");
+    if (!(await reader.getByTestId("pause").isDisabled())) fail("a read session may press Pause");
+    if (!/read scope; this needs write/.test(await text(reader, "pause-result"))) fail("the disabled Pause does not say why");
+    const refused = await reader.evaluate(async () => {
+      const r = await fetch("/agents/ada/pause", { method: "POST", credentials: "same-origin" });
+      return { status: r.status, body: await r.json() };
+    });
+    if (refused.status !== 403 || refused.body.scope_needed !== "write") fail(`the API let a read session pause: ${JSON.stringify(refused)}`);
+    await open(reader, "tokens");
+    if (!/read scope; this needs admin/.test(await text(reader, "disabled-reason"))) fail("tokens do not say why they are disabled");
+    await shoot(reader, "read-scope-tokens");
+    await reader.context().close();
+  }
+
+  // An expiring token: created here, logged in, and back at the login once it expires.
+  {
+    await open(page, "tokens");
+    await page.fill("#token-name", "short");
+    await page.fill("#token-ttl", "5");
+    await page.getByRole("button", { name: "Create" }).click();
+    const value = await page.getByTestId("token-value").textContent({ timeout: T });
+    const brief = await session(value);
+    await open(brief, "org");
+    await brief.getByTestId("logged-out").waitFor({ state: "visible", timeout: T });
+    if (!/expired/.test(await text(brief, "login-error"))) fail(`the login does not say the token expired: ${await text(brief, "login-error")}`);
+    await brief.screenshot({ path: `${out}/expired-1280.png` });
+    await brief.context().close();
+  }
+  if (errors.length) fail(`page errors: ${errors.join("; ")}`);
+  console.log("OK");
+} finally {
+  input.close();
+  await browser.close();
+}
