@@ -191,6 +191,35 @@ try {
     await brief.screenshot({ path: `${out}/expired-1280.png` });
     await brief.context().close();
   }
+  // Acting: a secret set (its value never shown back) and removed.
+  await open(page, "secrets");
+  await page.fill("#secret-name", "DASH_SECRET");
+  await page.fill("#secret-value", "dash-value-never-shown");
+  await page.getByRole("button", { name: "Set", exact: true }).click();
+  await page.locator("[data-testid=secret][data-name=DASH_SECRET]").waitFor();
+  if ((await page.content()).includes("dash-value-never-shown")) fail("a secret's value is shown back");
+  await page.getByRole("button", { name: "Remove DASH_SECRET" }).click();
+  await page.getByTestId("secret-result").filter({ hasText: "removed" }).waitFor();
+  if (await page.locator("[data-testid=secret][data-name=DASH_SECRET]").count()) fail("a removed secret is still listed");
+
+  // A company revision: Activate only once the diff is shown, then activated.
+  await open(page, "config");
+  const doc = page.getByTestId("config-doc");
+  await doc.fill(`${await doc.inputValue()}\n# edited from the dashboard\n`);
+  if (!(await page.getByTestId("config-activate").isDisabled())) fail("Activate is enabled before the diff is shown");
+  await page.getByTestId("config-show-diff").click();
+  const added = await page.locator("[data-testid=config-diff] .add").allTextContents();
+  if (!added.some((l) => l.includes("# edited from the dashboard"))) fail(`the diff does not show the added line: ${added}`);
+  await page.getByTestId("config-activate").click();
+  await page.getByTestId("config-result").filter({ hasText: "activated" }).waitFor();
+  await shoot(page, "config-activated");
+
+  // The read token revoked from the tokens page.
+  await open(page, "tokens");
+  const viewer = page.locator("[data-testid=token]", { hasText: "viewer" });
+  await viewer.getByRole("button", { name: /^Revoke/ }).click();
+  await page.getByTestId("token-result").filter({ hasText: "revoked" }).waitFor();
+
   if (errors.length) fail(`page errors: ${errors.join("; ")}`);
   console.log("OK");
 } finally {

@@ -152,6 +152,23 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     );
     assert_eq!(next(), "OK");
     assert!(driver.wait().unwrap().success());
+    // What the page did, as the API sees it: the revision, the secret, the token.
+    let config = a.get("/config").expect("GET /config").json();
+    assert!(
+        config["document"]
+            .as_str()
+            .is_some_and(|d| d.contains("# edited from the dashboard")),
+        "{config}"
+    );
+    let secrets = a.get("/secrets").expect("GET /secrets").json();
+    assert!(
+        !secrets.to_string().contains("DASH_SECRET"),
+        "removed: {secrets}"
+    );
+    let bearer = format!("Bearer {read_token}");
+    let refused =
+        http::request(&a.api, "GET", "/org", &[("Authorization", &bearer)], b"").expect("GET /org");
+    assert_eq!(refused.status, 401, "revoked: {}", refused.text());
     for view in [
         "org", "feed", "turn", "seat", "budgets", "fleet", "plugins", "bucket", "config",
         "secrets", "tokens",
