@@ -82,7 +82,7 @@ export function coverageLine(answer) {
   return notes.join(" · ");
 }
 
-export function renderFeed(main, params) {
+export async function renderFeed(main, params) {
   const filter = { seat: params.get("seat") ?? "", type: params.get("type") ?? "", turn: params.get("turn") ?? "" };
   const list = el("ol", { class: "feed", "data-testid": "feed", "aria-live": "polite" });
   const coverage = el("p", { class: "muted small", "data-testid": "feed-coverage" });
@@ -145,6 +145,7 @@ export function renderFeed(main, params) {
     more.disabled = false;
     more.hidden = !any;
   });
-  firstPage();
-  return onEvent((ev) => matches(ev, filter) && add(ev, true));
+  const stop = onEvent((ev) => matches(ev, filter) && add(ev, true));
+  await firstPage();
+  return stop;
 }

@@ -4,7 +4,7 @@
 use crate::common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -46,13 +46,19 @@ pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox,
     (sb, node)
 }
 
-#[test]
-fn the_dashboard_shows_the_org_and_a_live_feed_in_a_real_browser() {
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+/// `tests/browser`, where the browser scripts run; playwright-core installed.
+pub(crate) fn browser_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
     assert!(
-        browser_dir.join("node_modules/playwright-core").is_dir(),
+        dir.join("node_modules/playwright-core").is_dir(),
         "playwright-core is not installed: run `./dev test` (scripts/bootstrap.sh --browser installs it)"
     );
+    dir
+}
+
+#[test]
+fn the_dashboard_shows_the_org_and_a_live_feed_in_a_real_browser() {
+    let browser_dir = browser_dir();
     let server = NatsServer::start();
     let (_sa, node_a) = node_on(&server, "dash-a", true);
     let page = node_a.get("/").expect("dashboard served");

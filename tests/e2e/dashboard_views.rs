@@ -5,7 +5,7 @@
 //! token lands on the login. Screenshots go under the test's output dir.
 
 use crate::common;
-use crate::dashboard::{SLACK_SECRET, node_on};
+use crate::dashboard::{SLACK_SECRET, browser_dir, node_on};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -31,13 +31,23 @@ fn seat_events(node: &Node, kind: &str, seat: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Waits up to 30 s for a turn of `seat` to end.
+fn wait_turn_ended(node: &Node, seat: &str) {
+    assert!(
+        eventually(Duration::from_secs(30), || !seat_events(
+            node,
+            "turn_ended",
+            seat
+        )
+        .is_empty()),
+        "a turn of {seat}: {}",
+        node.log_text()
+    );
+}
+
 #[test]
 fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wakes() {
-    let browser_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
-    assert!(
-        browser_dir.join("node_modules/playwright-core").is_dir(),
-        "playwright-core is not installed: run `./dev test` (scripts/bootstrap.sh --browser installs it)"
-    );
+    let browser_dir = browser_dir();
     let server = NatsServer::start();
     let (_sa, a) = node_on(&server, "views-a", true);
     let (_sb, _b) = node_on(&server, "views-b", true);
@@ -63,16 +73,7 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
         "9.1",
         "<@grace> hi",
     );
-    assert!(
-        eventually(Duration::from_secs(30), || !seat_events(
-            &a,
-            "turn_ended",
-            "grace"
-        )
-        .is_empty()),
-        "grace's turn: {}",
-        a.log_text()
-    );
+    wait_turn_ended(&a, "grace");
     let made = http::request(
         &a.api,
         "POST",
@@ -140,16 +141,8 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     writeln!(stdin, "RESUME").unwrap();
     drop(stdin);
     assert_eq!(next(), "RESUMED");
-    assert!(
-        eventually(Duration::from_secs(30), || !seat_events(
-            &a,
-            "turn_ended",
-            "ada"
-        )
-        .is_empty()),
-        "ada's held wake runs once resumed: {}",
-        a.log_text()
-    );
+    // Ada's held wake runs once resumed.
+    wait_turn_ended(&a, "ada");
     assert_eq!(next(), "OK");
     assert!(driver.wait().unwrap().success());
     // What the page did, as the API sees it: the revision, the secret, the token.
@@ -177,5 +170,121 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
             let shot = out.join(format!("{view}-{width}.png"));
             assert!(shot.is_file(), "{}", shot.display());
         }
+    }
+}
+
+/// The figure in BENCHMARKS.md ("Dashboard first paint"): first paint and
+/// time to interactive of the org view and the feed on a company of 200
+/// seats whose node logged 10,000 events, against the login page measured
+/// in the same run. Not a check (figures are never asserted):
+/// `cargo test -p crewlet --test e2e -- --ignored --nocapture dashboard_views::figure`
+#[test]
+#[ignore = "a benchmark: prints the figure, asserts nothing about it"]
+fn figure_first_paint_of_the_org_and_the_feed_at_200_seats_and_10000_events() {
+    let browser_dir = browser_dir();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = std::fs::read_to_string(root.join("examples/company.toml")).unwrap();
+    let mut seats = String::from("[seats]\n");
+    for i in 0..200 {
+        let role = if i % 4 == 0 { "support" } else { "engineer" };
+        seats.push_str(&format!("seat{i:03} = {{ role = \"{role}\" }}\n"));
+    }
+    let company = example.replace(
+        "[seats]\nada = { role = \"engineer\" }\nlinus = { role = \"engineer\" }\ngrace = { role = \"support\" }\n",
+        &seats.replace("seat000", "ada"),
+    );
+    assert!(company.contains("seat199"), "the example's [seats] moved");
+    let sb = Sandbox::new();
+    std::fs::write(sb.path("company.toml"), &company).unwrap();
+    let mut node = sb
+        .node("")
+        .arg("--company")
+        .arg(sb.path("company.toml"))
+        .arg("--plugins")
+        .arg(root.join("plugins"))
+        .env("GITHUB_WEBHOOK_SECRET", "figure-secret")
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    let id = node.health()["node_id"].as_str().unwrap().to_owned();
+    let newest = |node: &Node| {
+        node.get(&format!("/events?node={id}&limit=1"))
+            .map(|r| r.json()["events"][0]["seq"].as_i64().unwrap_or(0))
+            .unwrap_or(0)
+    };
+    // Deliveries that mention no one: each logs its receipt, none wakes a seat.
+    let api = node.api.clone();
+    let mut sent = 0;
+    while newest(&node) < 10_000 {
+        let senders: Vec<_> = (0..4)
+            .map(|t| {
+                let api = api.clone();
+                std::thread::spawn(move || {
+                    for i in 0..250 {
+                        let body = br#"{"action":"created","issue":{"number":1},"comment":{"body":"a note"}}"#;
+                        let sig = crewlet_ingress::sign::github_signature(b"figure-secret", body);
+                        let delivery = format!("fig-{}-{t}-{i}", sent);
+                        let r = http::post(
+                            &api,
+                            "/webhooks/github",
+                            &[
+                                ("Content-Type", "application/json"),
+                                ("X-GitHub-Event", "issue_comment"),
+                                ("X-GitHub-Delivery", &delivery),
+                                ("X-Hub-Signature-256", &sig),
+                            ],
+                            body,
+                        );
+                        assert!(r.is_ok_and(|r| r.status == 202));
+                    }
+                })
+            })
+            .collect();
+        senders.into_iter().for_each(|s| s.join().unwrap());
+        sent += 1;
+    }
+    let output = Command::new("node")
+        .arg(browser_dir.join("paint.mjs"))
+        .arg(format!("http://{}", node.api))
+        .arg(http::OPERATOR_TOKEN)
+        .arg("7")
+        .current_dir(&browser_dir)
+        .output()
+        .expect("run node (Node.js)");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let rows: Vec<Value> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let median = |view: &str, key: &str| {
+        let mut v: Vec<f64> = rows
+            .iter()
+            .filter(|r| r["view"] == view)
+            .filter_map(|r| r[key].as_f64())
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (base_fcp, base_ready) = (median("login", "fcp"), median("login", "ready"));
+    println!("events in the node's log: {}", newest(&node));
+    println!(
+        "| view | first contentful paint (median of 7) | ratio | interactive with data (median of 7) | ratio | rows drawn |"
+    );
+    for view in ["login", "org", "feed"] {
+        let (fcp, ready) = (median(view, "fcp"), median(view, "ready"));
+        let drawn = rows
+            .iter()
+            .find(|r| r["view"] == view)
+            .map(|r| r["rows"].clone());
+        println!(
+            "| {view} | {fcp:.0} ms | {:.2}x | {ready:.0} ms | {:.2}x | {} |",
+            fcp / base_fcp,
+            ready / base_ready,
+            drawn.unwrap_or_default()
+        );
     }
 }
