@@ -112,7 +112,10 @@ async function loadHealth() {
   if (body) document.getElementById("node").textContent = `node ${body.node_id} · ${body.phase} · ${body.posture}`;
 }
 
-whenLoggedOut((reason) => showLogin(reason));
+// The node's 401 speaks to API clients; a person at the page reads what to do.
+whenLoggedOut((reason) => showLogin(reason.startsWith("no operator token was sent")
+  ? "Log in with an operator token: the node prints a login URL on its first start, and `crewlet tokens create` makes more."
+  : `${reason.split("; send `Authorization")[0]}.`));
 stream.stateListeners.add((s) => {
   const pill = document.getElementById("socket");
   pill.textContent = s;

@@ -6,6 +6,7 @@
 import { el, when, seatLink, turnLink, trim, tokens, problem, section } from "./dom.js";
 import { get, stream, onEvent } from "./api.js";
 
+/** Rows a history read asks for (`#/feed?page=N` sets another, up to 1000). */
 const PAGE = 100;
 const MAX_ROWS = 2000;
 export const KINDS = [
@@ -84,6 +85,7 @@ export function coverageLine(answer) {
 
 export async function renderFeed(main, params) {
   const filter = { seat: params.get("seat") ?? "", type: params.get("type") ?? "", turn: params.get("turn") ?? "" };
+  const page = Math.min(1000, Math.max(1, Number(params.get("page")) || PAGE));
   const list = el("ol", { class: "feed", "data-testid": "feed", "aria-live": "polite" });
   const coverage = el("p", { class: "muted small", "data-testid": "feed-coverage" });
   const seen = new Set();
@@ -115,7 +117,7 @@ export async function renderFeed(main, params) {
   });
   main.replaceChildren(section("Live events", form, coverage, list, more));
 
-  const query = (extra) => stream.query({ seat: filter.seat || undefined, type: filter.type || undefined, limit: PAGE, ...extra });
+  const query = (extra) => stream.query({ seat: filter.seat || undefined, type: filter.type || undefined, limit: page, ...extra });
   const firstPage = async () => {
     if (filter.turn) {
       // A turn's events are read from every node's log by `/turns/{id}`.

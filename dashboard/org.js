@@ -121,6 +121,7 @@ export async function renderSeat(main, handle, refresh) {
       : problem(`turns could not be read: ${turns.error}`),
     el("p", {}, el("a", { href: `#/feed?seat=${encodeURIComponent(handle)}` }, `All of @${handle}'s events →`))),
     section("Schedules", schedules.length
-      ? table("Schedules", ["Name", "Cron", "Time zone", "Next fire"], schedules.map((s) => [s.name, el("code", {}, s.cron), s.timezone, s.next ? `${when(Date.parse(s.next))} (${ago(Date.parse(s.next))})` : "—"]))
+      ? table("Schedules", ["Name", "Cron", "Time zone", "Next fire"], schedules.map((s) => el("tr", { "data-testid": "schedule" }, el("td", {}, s.name), el("td", {}, el("code", {}, s.cron)), el("td", {}, s.timezone),
+        el("td", {}, s.next ? `${when(Date.parse(s.next))} (${ago(Date.parse(s.next))})` : "—"))))
       : el("p", { class: "muted" }, "No schedules wake this seat.")));
 }

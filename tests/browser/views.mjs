@@ -89,6 +89,14 @@ try {
   await ended.waitFor({ timeout: T });
   if (!/turn ended delivered/.test(await ended.getByTestId("sentence").textContent())) fail("a turn_ended row is not a sentence");
   await shoot(page, "feed");
+  // Paged: three rows a page, older ones appended below without repeats.
+  await open(page, "feed?page=3");
+  const ids = () => page.getByTestId("event").evaluateAll((r) => r.map((x) => x.dataset.eventId));
+  if ((await ids()).length !== 3) fail(`a page of 3 shows ${(await ids()).length} rows`);
+  await page.getByTestId("feed-older").click();
+  await page.waitForFunction(() => document.querySelectorAll("[data-testid=event]").length > 3, null, { timeout: T });
+  const paged = await ids();
+  if (new Set(paged).size !== paged.length) fail("paging repeated a row");
   await ended.getByTestId("turn-link").click();
   await page.waitForFunction(() => document.getElementById("view").dataset.ready === "turn", null, { timeout: T });
   const steps = await page.getByTestId("step").evaluateAll((s) => s.map((x) => x.dataset.type));
@@ -102,6 +110,9 @@ try {
   await open(page, "seat/grace");
   await page.getByTestId("seat-turn").first().waitFor({ timeout: T });
   await shoot(page, "seat");
+  // Ada's page: the example's stand-up with its next fire.
+  await open(page, "seat/ada");
+  await page.getByTestId("schedule").filter({ hasText: "standup" }).waitFor({ timeout: T });
 
   await open(page, "budgets");
   const spent = await page.locator("[data-testid=budget][data-scope='seat:grace'] [data-testid=meter]").first().getAttribute("data-spent");
