@@ -65,11 +65,12 @@ export async function logout() {
   loggedOut({ error: "You logged out." });
 }
 
-/** Reads the session's scope; false when there is none (the login shows). */
+/** Reads the session's scope. The answer: ok, 401 (none: the login shows),
+ * or anything else — the node cannot say yet, which is not "logged out". */
 export async function resume() {
   const a = await get("/session");
   if (a.ok) session.scope = a.body.scope;
-  return a.ok;
+  return a;
 }
 
 /** The socket: pushes every fleet event to `onEvent` listeners and answers
@@ -103,7 +104,7 @@ class Stream {
       for (const done of this.waiting.values()) done({ kind: "error", error: "the socket closed" });
       this.waiting.clear();
       // A session that ended (expired, revoked) shows the login, not a retry loop.
-      if (this.wanted && (await resume())) setTimeout(() => this.wanted && this.open(), 1000);
+      if (this.wanted && (await resume()).status !== 401) setTimeout(() => this.wanted && this.open(), 1000);
     };
   }
   close() {

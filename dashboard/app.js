@@ -9,8 +9,8 @@
 // which never leaves the browser; it is posted once, then wiped. A 401 on
 // any call (no session, a token expired or revoked) returns to the login.
 
-import { el } from "./dom.js";
-import { get, login, logout, resume, session, stream, onEvent, whenLoggedOut } from "./api.js";
+import { el, problem } from "./dom.js";
+import { get, login, logout, resume, session, stream, onEvent, whenLoggedOut, why } from "./api.js";
 import { renderOrg, renderSeat } from "./org.js";
 import { renderTurn } from "./turn.js";
 import { renderFeed } from "./feed.js";
@@ -157,6 +157,15 @@ window.addEventListener("hashchange", async () => {
 
 loadHealth();
 setInterval(loadHealth, 5000);
+// A session the node cannot judge yet (its token store does not answer) is
+// neither in nor out: say so and ask again.
+async function boot() {
+  const a = await resume();
+  if (a.ok) return started();
+  if (a.status === 401) return;
+  main.replaceChildren(problem(`The node cannot check this session yet (${why(a)}); asking again in 2 s.`));
+  setTimeout(boot, 2000);
+}
 const viaFragment = await fromFragment();
-if (viaFragment || (viaFragment === null && (await resume()))) started();
-else if (viaFragment === null && !session.scope && loginBox.hidden) showLogin("You are logged out: log in with an operator token.");
+if (viaFragment) started();
+else if (viaFragment === null) boot();

@@ -172,6 +172,7 @@ try {
   console.log("RESUMED");
 
   // A read-scope session: writing controls disabled with the reason; the API refuses.
+  let readerPage;
   {
     const reader = await session(readToken);
     await open(reader, "seat/ada");
@@ -185,7 +186,9 @@ try {
     await open(reader, "tokens");
     if (!/read scope; this needs admin/.test(await text(reader, "disabled-reason"))) fail("tokens do not say why they are disabled");
     await shoot(reader, "read-scope-tokens");
-    await reader.context().close();
+    // Left on the org (re-read every few seconds) until its token is revoked below.
+    await open(reader, "org");
+    readerPage = reader;
   }
 
   // An expiring token: created here, logged in, and back at the login once it expires.
@@ -230,6 +233,10 @@ try {
   const viewer = page.locator("[data-testid=token]", { hasText: "viewer" });
   await viewer.getByRole("button", { name: /^Revoke/ }).click();
   await page.getByTestId("token-result").filter({ hasText: "revoked" }).waitFor();
+  // The session made from it ends: its open page is back at the login, saying why.
+  await readerPage.getByTestId("logged-out").waitFor({ state: "visible", timeout: T });
+  if (!/revoked/.test(await text(readerPage, "login-error"))) fail(`the login does not say the token was revoked: ${await text(readerPage, "login-error")}`);
+  await readerPage.context().close();
 
   if (errors.length) fail(`page errors: ${errors.join("; ")}`);
   console.log("OK");
