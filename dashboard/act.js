@@ -24,6 +24,27 @@ export function diffLines(a, b) {
   return out;
 }
 
+/** The changed lines with `around` unchanged lines each side; longer
+ * unchanged runs become one "… N unchanged lines" row. */
+function withContext(rows, around = 3) {
+  const near = rows.map(() => false);
+  rows.forEach(([k], i) => {
+    if (k === " ") return;
+    for (let j = Math.max(0, i - around); j <= Math.min(rows.length - 1, i + around); j++) near[j] = true;
+  });
+  const out = [];
+  let skipped = 0;
+  rows.forEach((row, i) => {
+    if (near[i]) {
+      if (skipped) out.push([" ", `… ${skipped} unchanged lines`]);
+      skipped = 0;
+      out.push(row);
+    } else skipped++;
+  });
+  if (skipped) out.push([" ", `… ${skipped} unchanged lines`]);
+  return out;
+}
+
 function disabledNote(scope) {
   const c = cannot(scope);
   return c ? el("p", { class: "muted", "data-testid": "disabled-reason" }, `Disabled: ${c}.`) : null;
@@ -32,7 +53,7 @@ function disabledNote(scope) {
 export async function renderConfig(main) {
   const a = await get("/config");
   if (!a.ok && a.status !== 404) return main.replaceChildren(section("Company revision", problem(why(a))));
-  const active = a.ok ? a.body.document : "";
+  let active = a.ok ? a.body.document : "";
   const blocked = cannot("write");
   const doc = el("textarea", { id: "config-doc", rows: 18, spellcheck: "false", "data-testid": "config-doc", disabled: !!blocked }, active);
   const diffBox = el("pre", { class: "diff", "data-testid": "config-diff", "aria-live": "polite" });
@@ -45,7 +66,7 @@ export async function renderConfig(main) {
     const rows = diffLines(active, doc.value);
     const changed = rows.filter(([k]) => k !== " ");
     diffBox.replaceChildren(...(changed.length
-      ? rows.map(([k, line]) => el("span", { class: k === "+" ? "add" : k === "-" ? "del" : "same" }, `${k} ${line}\n`))
+      ? withContext(rows).map(([k, line]) => el("span", { class: k === "+" ? "add" : k === "-" ? "del" : "same" }, `${k} ${line}\n`))
       : [el("span", { class: "muted" }, "No change from the active revision.")]));
     shown = doc.value;
     activate.disabled = !changed.length;
@@ -55,11 +76,17 @@ export async function renderConfig(main) {
     activate.disabled = true;
     const r = await call("PUT", "/config", doc.value);
     out.textContent = r.ok ? `Revision ${r.body.epoch} ${r.body.activated ? "activated" : "was already active"}.` : `Not activated: ${why(r)}`;
+    if (r.ok) {
+      active = doc.value;
+      heading.textContent = `Company revision ${r.body.epoch}`;
+    }
   });
-  main.replaceChildren(section(`Company revision ${a.ok ? a.body.applied_epoch ?? "" : "(none active)"}`,
+  const card = section(`Company revision ${a.ok ? a.body.applied_epoch ?? "" : "(none active)"}`,
     disabledNote("write"),
     el("label", { for: "config-doc" }, "Company document (TOML)"), doc,
-    el("div", { class: "controls" }, show, activate), diffBox, out));
+    el("div", { class: "controls" }, show, activate), diffBox, out);
+  const heading = card.querySelector("h2");
+  main.replaceChildren(card);
 }
 
 export async function renderSecrets(main) {
