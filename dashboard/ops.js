@@ -4,10 +4,40 @@
 // read-only, through `GET /plugins/{name}/state/{bucket}`).
 
 import { el, table, when, ago, meter, badge, tokens, problem, section, link } from "./dom.js";
-import { get, why } from "./api.js";
+import { get, why, stream } from "./api.js";
+
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  node.append(...children);
+  return node;
+}
+
+/** Tokens of the turns that ended in the last 24 hours, by hour (the
+ * fleet's history; rolling, so no midnight empties it). */
+async function spendChart() {
+  const r = await stream.query({ type: "turn_ended", limit: 1000 });
+  if (r.kind !== "result") return problem(`the spend over time could not be read: ${r.error}`);
+  const now = Date.now();
+  const hours = new Array(24).fill(0); // [0] is 24 hours ago, [23] the last hour
+  for (const e of r.events) {
+    const ago = Math.floor((now - e.at_ms) / 3_600_000);
+    if (ago >= 0 && ago < 24) hours[23 - ago] += (e.payload.input_tokens ?? 0) + (e.payload.output_tokens ?? 0);
+  }
+  const top = Math.max(1, ...hours);
+  const bars = hours.map((t, h) => svg("rect", { x: h * 10 + 1, y: 60 - (t / top) * 58, width: 8, height: Math.max((t / top) * 58, t ? 1 : 0), class: "bar", "data-testid": "spend-bar", "data-tokens": t },
+    svg("title", {}, `${23 - h}–${24 - h} h ago: ${tokens(t)} tokens`)));
+  return el("figure", { class: "chart" },
+    svg("svg", { viewBox: "0 0 240 72", role: "img", "aria-label": `Tokens spent in the last 24 hours by hour; most in one hour ${tokens(top)}` },
+      ...bars, svg("line", { x1: 0, y1: 60.5, x2: 240, y2: 60.5, class: "axis" }),
+      ...[24, 18, 12, 6].map((h) => svg("text", { x: (24 - h) * 10 + 1, y: 70, class: "tick" }, `-${h}h`)),
+      svg("text", { x: 226, y: 70, class: "tick" }, "now")),
+    el("figcaption", { class: "muted small" }, `Tokens of turns that ended in the last 24 hours, by hour (most ${tokens(top)}; ${r.truncated ? "the newest 1000 turns" : "every turn"}, ${r.coverage?.complete === false ? "some nodes did not answer" : "every node answered"}).`));
+}
 
 export async function renderBudgets(main) {
-  const a = await get("/budgets");
+  const [a, chart] = await Promise.all([get("/budgets"), spendChart()]);
   if (!a.ok) return main.replaceChildren(section("Budgets", problem(why(a))));
   const cards = a.body.scopes.map((s) => {
     const label = s.scope === "company" ? "Company" : s.scope.replace(/^seat:/, "@");
@@ -22,7 +52,7 @@ export async function renderBudgets(main) {
         : null);
   });
   main.replaceChildren(section(`Budgets · ${a.body.org}`, el("p", { class: "muted" }, `Windows in ${a.body.timezone}; tokens spent against each cap.`),
-    el("div", { class: "grid" }, cards)));
+    el("div", { class: "grid" }, cards)), section("Spend over time", chart));
 }
 
 export async function renderFleet(main) {

@@ -117,6 +117,8 @@ try {
   await open(page, "budgets");
   const spent = await page.locator("[data-testid=budget][data-scope='seat:grace'] [data-testid=meter]").first().getAttribute("data-spent");
   if (Number(spent) <= 0) fail("grace's budget meter did not move");
+  const hourly = await page.getByTestId("spend-bar").evaluateAll((b) => b.map((x) => Number(x.dataset.tokens)));
+  if (hourly.length !== 24 || !hourly.some((t) => t > 0)) fail(`the spend chart shows no spend: ${hourly}`);
   await shoot(page, "budgets");
 
   await open(page, "fleet");
@@ -159,6 +161,12 @@ try {
     await dark.context().close();
   }
 
+  // A second tab on the org, never reloaded, sees linus's spend move live.
+  const watcher = await session(adminToken);
+  await open(watcher, "org");
+  const linusSpend = () => watcher.locator("[data-testid=seat][data-handle=linus] [data-testid=meter]").getAttribute("data-spent");
+  if (Number(await linusSpend()) !== 0) fail("linus spent before his first turn");
+
   // Pause from the UI; the driver checks the seat takes no wake; resume.
   await open(page, "seat/ada");
   await page.getByTestId("pause").click();
@@ -170,6 +178,8 @@ try {
   await page.getByTestId("pause-result").filter({ hasText: "Resumed" }).waitFor({ timeout: T });
   await page.waitForFunction(() => document.querySelector("[data-testid=seat-state]")?.textContent !== "paused", null, { timeout: T });
   console.log("RESUMED");
+  await watcher.waitForFunction(() => Number(document.querySelector("[data-testid=seat][data-handle=linus] [data-testid=meter]")?.dataset.spent) > 0, null, { timeout: T });
+  await watcher.context().close();
 
   // A read-scope session: writing controls disabled with the reason; the API refuses.
   let readerPage;
