@@ -40,6 +40,19 @@ function daySpend(scope) {
   return d ? meter("today", d.spent, d.cap, !!d.refused_at_ms) : el("span", { class: "muted" }, "unknown");
 }
 
+// What the person typed in the seats filter: it outlives the view's re-reads.
+let seatFilter = "";
+
+/** Hides the seat rows whose handle, role, state and node do not all match
+ * the words typed. */
+function applyFilter(rows) {
+  const words = seatFilter.toLowerCase().split(/\s+/).filter(Boolean);
+  for (const tr of rows.querySelectorAll("[data-testid=seat]")) {
+    const text = [tr.dataset.handle, tr.dataset.role, tr.dataset.state, tr.dataset.node].join(" ").toLowerCase();
+    tr.hidden = !words.every((w) => text.includes(w));
+  }
+}
+
 export async function renderOrg(main) {
   const d = await readAll();
   if (!d.org.ok) return main.replaceChildren(section("Organisation", problem(why(d.org))));
@@ -56,13 +69,16 @@ export async function renderOrg(main) {
   const seats = table("Seats", ["Seat", "Role", "State", "Node", "In flight", "Mailbox", "Today's spend"],
     org.seats.map((s) => {
       const a = d.byHandle.get(s.handle);
-      return el("tr", { "data-testid": "seat", "data-handle": s.handle, "data-state": seatState(a) },
+      return el("tr", { "data-testid": "seat", "data-handle": s.handle, "data-state": seatState(a), "data-role": s.role, "data-node": a?.holder?.node ?? "" },
         el("td", {}, seatLink(s.handle), s.group ? el("div", { class: "muted small" }, s.group) : null),
         el("td", {}, s.role), el("td", {}, stateBadge(a)),
         el("td", {}, a?.holder?.node ?? (a ? "—" : "unknown")),
         el("td", {}, inFlight(a?.turns_in_flight)), el("td", {}, mailbox(a?.mailbox)),
         el("td", {}, daySpend(d.spend.get(`seat:${s.handle}`))));
     }));
+  const filter = el("div", { class: "controls" }, el("label", { for: "seat-filter" }, "Filter seats"),
+    el("input", { id: "seat-filter", type: "search", value: seatFilter, placeholder: "handle, role, state or node", "data-testid": "seat-filter",
+      oninput: (e) => { seatFilter = e.target.value; applyFilter(seats); } }));
   const people = org.people?.length
     ? table("People", ["Person", "Identities"], org.people.map((p) => el("tr", { "data-testid": "person" }, el("td", {}, p.name), el("td", {}, ids(p.identities)))))
     : el("p", { class: "muted" }, "No people listed in the company document.");
@@ -71,7 +87,8 @@ export async function renderOrg(main) {
       `${org.timezone} · revision ${d.agents.body?.epoch ?? "?"} · ${org.seats.length} seats: `,
       Object.entries(counts).map(([k, n]) => `${n} ${k}`).join(", ")),
       daySpend(d.spend.get("company")), ...notes),
-    section("Seats", seats), section("Roles", roles), section("People", people));
+    section("Seats", filter, seats), section("Roles", roles), section("People", people));
+  applyFilter(seats);
 }
 
 // The last pause or resume answer per seat: it outlives the re-read it causes.

@@ -82,6 +82,11 @@ try {
   const grace = page.locator("[data-testid=seat][data-handle=grace] [data-testid=meter]");
   if (Number(await grace.getAttribute("data-spent")) <= 0) fail("grace's spend today did not move after her turn");
   await shoot(page, "org");
+  // The seats filter: words over handle, role, state and node.
+  await page.getByLabel("Filter seats").fill("support idle");
+  const shown = await page.locator("[data-testid=seat]:visible").evaluateAll((r) => r.map((x) => x.dataset.handle));
+  if (shown.join() !== "grace") fail(`"support idle" shows ${shown}`);
+  await page.getByLabel("Filter seats").fill("");
 
   // A turn's timeline, reached from the feed's link on a turn_ended sentence.
   await open(page, "feed?type=turn_ended");
