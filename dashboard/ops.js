@@ -48,7 +48,8 @@ export async function renderBudgets(main) {
         return meter(`${w} ${v.window}`, v.spent, v.cap, !!v.refused_at_ms);
       }),
       s.parked?.length
-        ? el("p", { class: "problem", "data-testid": "parked" }, `${s.parked.length} parked: `, s.parked.map((p) => typeof p === "string" ? p : JSON.stringify(p)).join(", "))
+        ? el("p", { class: "problem", "data-testid": "parked" }, "Parked: ", s.parked.map((p) => typeof p === "string" ? p
+          : `${p.wakes ?? "?"} wake(s) of @${p.seat ?? "?"} on the ${p.period} budget${p.until ? `, until ${when(Date.parse(p.until))}` : ""}`).join("; "))
         : null);
   });
   main.replaceChildren(section(`Budgets · ${a.body.org}`, el("p", { class: "muted" }, `Windows in ${a.body.timezone}; tokens spent against each cap.`),

@@ -232,9 +232,12 @@ try {
   if (await page.locator("[data-testid=secret][data-name=DASH_SECRET]").count()) fail("a removed secret is still listed");
 
   // A company revision: Activate only once the diff is shown, then activated.
+  // It caps support's day below what grace spent: her next wake parks.
   await open(page, "config");
   const doc = page.getByTestId("config-doc");
-  await doc.fill(`${await doc.inputValue()}\n# edited from the dashboard\n`);
+  const before = await doc.inputValue();
+  if (!before.includes("[roles.support]\n")) fail("the example company has no [roles.support]");
+  await doc.fill(before.replace("[roles.support]\n", "[roles.support]\n# edited from the dashboard\nbudget = { day = 500 }\n"));
   if (!(await page.getByTestId("config-activate").isDisabled())) fail("Activate is enabled before the diff is shown");
   await page.getByTestId("config-show-diff").click();
   const added = await page.locator("[data-testid=config-diff] .add").allTextContents();
@@ -242,6 +245,14 @@ try {
   await page.getByTestId("config-activate").click();
   await page.getByTestId("config-result").filter({ hasText: "activated" }).waitFor();
   await shoot(page, "config-activated");
+  console.log("ACTIVATED");
+  // The driver mentions grace once every node applied it: the org marks her
+  // parked, the budgets her parked work.
+  await open(page, "org");
+  await page.locator("[data-testid=seat][data-handle=grace][data-state=parked]").waitFor({ timeout: 60000 });
+  await open(page, "budgets");
+  await page.locator("[data-testid=budget][data-scope='seat:grace'] [data-testid=parked]").waitFor({ timeout: T });
+  await shoot(page, "budgets-parked");
 
   // The read token revoked from the tokens page.
   await open(page, "tokens");

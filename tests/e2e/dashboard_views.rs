@@ -50,7 +50,7 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     let browser_dir = browser_dir();
     let server = NatsServer::start();
     let (_sa, a) = node_on(&server, "views-a", true);
-    let (_sb, _b) = node_on(&server, "views-b", true);
+    let (_sb, b) = node_on(&server, "views-b", true);
     assert!(
         eventually(Duration::from_secs(30), || {
             let fleet = a.get("/fleet").map(|r| r.json()).unwrap_or_default();
@@ -143,6 +143,32 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     assert_eq!(next(), "RESUMED");
     // Ada's held wake runs once resumed.
     wait_turn_ended(&a, "ada");
+    // The revision the page activated caps support's day at 500 tokens.
+    assert_eq!(next(), "ACTIVATED");
+    let capped = |node: &Node| {
+        node.get("/org").is_some_and(|r| {
+            let org = r.json();
+            org["roles"].as_array().is_some_and(|roles| {
+                roles
+                    .iter()
+                    .any(|r| r["name"] == "support" && r["budget"]["day"] == 500)
+            })
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || capped(&a) && capped(&b)),
+        "every node applies the page's revision: {}",
+        a.log_text()
+    );
+    slack_mention(
+        &a,
+        SLACK_SECRET,
+        "grace",
+        "EvViews4",
+        "C9",
+        "9.4",
+        "<@grace> again",
+    );
     assert_eq!(next(), "OK");
     assert!(driver.wait().unwrap().success());
     // What the page did, as the API sees it: the revision, the secret, the token.
@@ -150,7 +176,7 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     assert!(
         config["document"]
             .as_str()
-            .is_some_and(|d| d.contains("# edited from the dashboard")),
+            .is_some_and(|d| d.contains("# edited from the dashboard\nbudget = { day = 500 }")),
         "{config}"
     );
     let secrets = a.get("/secrets").expect("GET /secrets").json();
