@@ -121,9 +121,14 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         // The call's time ends with its answer: building its event is not
         // part of it.
         let took = started.elapsed();
-        let mut event = json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": took.as_millis() as u64, "us": took.as_micros() as u64});
-        if !answered.ok {
-            let error = prompts::clipped(&answered.text, self.engine.limits.record_clip);
+        let clip = self.engine.limits.record_clip;
+        // What the call was asked and answered, clipped like the turn's
+        // record, so a turn's timeline shows each step without its bulk.
+        let mut event = json!({"turn_id": self.turn_id, "tool": call.name, "ok": answered.ok, "ms": took.as_millis() as u64, "us": took.as_micros() as u64, "arguments": prompts::clipped(&call.arguments, clip)});
+        if answered.ok {
+            event["result"] = json!(prompts::clipped(&answered.text, clip));
+        } else {
+            let error = prompts::clipped(&answered.text, clip);
             if builtins::split_offered(&call.name).is_some() {
                 warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, tool = %call.name, %error, "a tool call failed; the model is told why");
             } else {

@@ -179,6 +179,15 @@ async fn a_failed_post_is_explained_to_the_model_and_in_its_event_and_is_not_del
     assert!(calls[1]["error"].as_str().unwrap().starts_with("Refused:"));
     assert_eq!(calls[2]["ok"], true);
     assert!(calls[2].get("error").is_none(), "{}", calls[2]);
+    // Each call's arguments, and a call that worked its answer, travel
+    // with it (clipped) for the turn's timeline.
+    assert!(
+        calls[0]["arguments"].as_str().unwrap().contains("C1"),
+        "{}",
+        calls[0]
+    );
+    assert!(calls[0].get("result").is_none(), "{}", calls[0]);
+    assert!(calls[2]["result"].is_string(), "{}", calls[2]);
 }
 
 #[tokio::test]
