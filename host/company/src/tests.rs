@@ -637,8 +637,15 @@ fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
     };
     let c = Company::parse(&doc("")).unwrap_or_else(|e| panic!("{e}"));
     let s = &c.roles["r"].mcp["chat"].surface;
-    assert_eq!(s.read_thread, SurfaceTool::ByName, "unset: the tool's own name");
-    assert!(s.serves("slack") && s.serves("github"), "no sources: every one");
+    assert_eq!(
+        s.read_thread,
+        SurfaceTool::ByName,
+        "unset: the tool's own name"
+    );
+    assert!(
+        s.serves("slack") && s.serves("github"),
+        "no sources: every one"
+    );
 
     let mapped = doc(
         r#"read_thread = { tool = "get_replies", arguments = { channel_id = "{channel}", ts = "{thread}", limit = 50 } }
@@ -665,11 +672,9 @@ fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
     assert_eq!(s.clear_working, SurfaceTool::Off);
     assert!(s.serves("slack") && !s.serves("github"));
 
-    let bad = doc(
-        r#"read_thread = true
+    let bad = doc(r#"read_thread = true
         raise_working = { tool = "" }
-        sources = [""]"#,
-    );
+        sources = [""]"#);
     let errors = Company::parse(&bad).unwrap_err().errors;
     let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(

@@ -189,6 +189,10 @@ pub trait Toolbox: Send + Sync {
         arguments: serde_json::Value,
         turn_id: &str,
     ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+    /// Calls a tool on a task of its own, for what must happen even when
+    /// the turn is dropped (its working indicator's clear); the answer is
+    /// only logged. Call it within a tokio runtime.
+    fn call_detached(&self, server: &str, tool: &str, arguments: serde_json::Value, turn_id: &str);
 }
 
 /// One step of a turn as the engine reports it: what happened (`kind`), for

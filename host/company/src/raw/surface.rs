@@ -74,7 +74,12 @@ fn call(
         None => default_arguments(),
         Some(args) => args
             .into_iter()
-            .map(|(k, v)| (k, serde_json::to_value(v).unwrap_or(serde_json::Value::Null)))
+            .map(|(k, v)| {
+                (
+                    k,
+                    serde_json::to_value(v).unwrap_or(serde_json::Value::Null),
+                )
+            })
             .collect(),
     };
     SurfaceTool::Tool { tool, arguments }
