@@ -137,8 +137,8 @@ async fn the_working_indicator_is_cleared_whatever_the_outcome() {
     f.chat.working.store(true, Ordering::SeqCst);
     answered(&f);
     f.run(&[mention("d1")]).await;
-    assert_eq!(calls_of(&f, "raise_working"), [here.clone()]);
-    assert_eq!(calls_of(&f, "clear_working"), [here.clone()]);
+    assert_eq!(calls_of(&f, "raise_working"), std::slice::from_ref(&here));
+    assert_eq!(calls_of(&f, "clear_working"), std::slice::from_ref(&here));
     let states: Vec<Value> = payloads(&f, "working_indicator")
         .await
         .iter()
