@@ -8,7 +8,6 @@ use crate::common;
 use crate::turns::{KEYS, OPENAI_COMPANY, World, outcomes, post, start, submit, verdict};
 
 use common::company::SLACK_SECRET;
-use common::http;
 use crewlet_testkit::openai::ScriptedOpenAi;
 use serde_json::{Value, json};
 
@@ -42,18 +41,8 @@ fn mention_in_thread(w: &World, handle: &str, event_id: &str, text: &str) {
                   "ts": "17.9", "thread_ts": "17.1"},
     })
     .to_string();
-    let (now, sig) = crewlet_ingress::sign::slack_headers(SLACK_SECRET.as_bytes(), body.as_bytes());
-    let r = http::post(
-        &w.node.api,
-        &format!("/webhooks/slack/{handle}"),
-        &[
-            ("Content-Type", "application/json"),
-            ("X-Slack-Request-Timestamp", &now),
-            ("X-Slack-Signature", &sig),
-        ],
-        body.as_bytes(),
-    )
-    .expect("POST webhook");
+    let r =
+        common::post_slack_event(&w.node.api, SLACK_SECRET, handle, &body).expect("POST webhook");
     common::assert_accepted(&w.node, &r);
 }
 

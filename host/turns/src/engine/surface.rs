@@ -236,15 +236,8 @@ impl<'a, B: Brain, T: Toolbox> Run<'a, B, T> {
         };
         let Some(call) = resolve(self.tools, &self.role, READ_THREAD, |s| &s.read_thread, &at)
         else {
-            let reason = format!(
-                "no MCP server of the role offers a read-thread tool for {} wakes",
-                at.source
-            );
-            self.emit(
-                "thread_read",
-                json!({"turn_id": self.turn_id, "status": "not_offered", "reason": reason}),
-            )
-            .await;
+            self.not_offered("thread_read", "status", "a read-thread tool", at.source)
+                .await;
             return;
         };
         let started = Instant::now();
@@ -283,13 +276,11 @@ impl<'a, B: Brain, T: Toolbox> Run<'a, B, T> {
             pick(CLEAR_WORKING, |s| &s.clear_working),
         );
         let Some(raise) = raise else {
-            let reason = format!(
-                "no MCP server of the role offers a working indicator for {} wakes",
-                at.source
-            );
-            self.emit(
+            self.not_offered(
                 "working_indicator",
-                json!({"turn_id": self.turn_id, "state": "not_offered", "reason": reason}),
+                "state",
+                "a working indicator",
+                at.source,
             )
             .await;
             return None;
@@ -325,6 +316,14 @@ impl<'a, B: Brain, T: Toolbox> Run<'a, B, T> {
             }
         }
         self.emit("working_indicator", event).await;
+    }
+
+    /// Emits `kind` saying no server offers `what` for wakes of `source`.
+    async fn not_offered(&self, kind: &'static str, field: &str, what: &str, source: &str) {
+        let reason = format!("no MCP server of the role offers {what} for {source} wakes");
+        let mut event = json!({"turn_id": self.turn_id, "reason": reason});
+        event[field] = json!("not_offered");
+        self.emit(kind, event).await;
     }
 
     /// One surface call, bounded; an error is (`failed` | `timed_out`,

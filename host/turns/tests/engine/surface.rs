@@ -71,12 +71,10 @@ async fn the_thread_is_read_back_into_the_executors_first_prompt() {
     );
 }
 
-#[tokio::test]
-async fn a_read_back_that_fails_or_times_out_leaves_the_turn_to_run_without_it() {
-    let f = Fixture::new(Doc::default());
-    f.chat.refuse_reads.store(true, Ordering::SeqCst);
-    answered(&f);
-    let end = f.run(&[mention("d1")]).await;
+/// Runs a delivered turn whose read-back goes wrong; its `thread_read`.
+async fn delivered_without_the_thread(f: &Fixture, delivery: &str) -> Value {
+    answered(f);
+    let end = f.run(&[mention(delivery)]).await;
     assert!(
         matches!(
             &end,
@@ -87,19 +85,23 @@ async fn a_read_back_that_fails_or_times_out_leaves_the_turn_to_run_without_it()
         ),
         "{end:?}"
     );
-    let read = payloads(&f, "thread_read").await;
-    assert_eq!(read[0]["status"], "failed");
+    let first = &f.brain.asked()[0].prompt.messages[0].content;
+    assert!(!first.contains("The thread you were woken in"), "{first}");
+    let mut read = payloads(f, "thread_read").await;
+    assert_eq!(read.len(), 1, "{read:?}");
+    read.remove(0)
+}
+
+#[tokio::test]
+async fn a_read_back_that_fails_or_times_out_leaves_the_turn_to_run_without_it() {
+    let f = Fixture::new(Doc::default());
+    f.chat.refuse_reads.store(true, Ordering::SeqCst);
+    let read = delivered_without_the_thread(&f, "d1").await;
+    assert_eq!(read["status"], "failed", "{read}");
+    let error = read["error"].as_str().unwrap_or_default();
     assert!(
-        read[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("read_thread refused: channel_not_found"),
-        "{read:?}"
-    );
-    assert!(
-        !f.brain.asked()[0].prompt.messages[0]
-            .content
-            .contains("The thread you were woken in")
+        error.contains("read_thread refused: channel_not_found"),
+        "{read}"
     );
 
     let f = Fixture::new(Doc {
@@ -107,26 +109,10 @@ async fn a_read_back_that_fails_or_times_out_leaves_the_turn_to_run_without_it()
         ..Doc::default()
     });
     f.chat.hang_reads.store(true, Ordering::SeqCst);
-    answered(&f);
-    let end = f.run(&[mention("d2")]).await;
-    assert!(
-        matches!(
-            &end,
-            TurnEnd::Ended {
-                outcome: Outcome::Delivered,
-                ..
-            }
-        ),
-        "{end:?}"
-    );
-    let read = payloads(&f, "thread_read").await;
-    assert_eq!(read[0]["status"], "timed_out", "{read:?}");
-    assert!(
-        read[0]["error"]
-            .as_str()
-            .unwrap()
-            .contains("did not answer within 200ms")
-    );
+    let read = delivered_without_the_thread(&f, "d2").await;
+    assert_eq!(read["status"], "timed_out", "{read}");
+    let error = read["error"].as_str().unwrap_or_default();
+    assert!(error.contains("did not answer within 200ms"), "{read}");
 }
 
 #[tokio::test]
