@@ -168,3 +168,34 @@ fn a_thread_read_back_that_fails_leaves_the_turn_to_run_without_it_and_says_so()
         Some((&json!("ada"), &json!("Clearing the cache volume now.")))
     );
 }
+
+#[test]
+fn a_server_mapped_without_the_tools_is_done_without_and_the_events_say_so() {
+    let ai = ScriptedOpenAi::start();
+    // The chat server's own tools turned off in the company document.
+    let company = OPENAI_COMPANY.replace(
+        "{chat}",
+        "{chat}read_thread = false\nraise_working = false\n",
+    );
+    let w = start(&company, Some(&ai), KEYS);
+    earlier_messages(&w);
+    answers_in_thread(&ai);
+    mention_in_thread(&w, "ada", "Ev3", "<@ada> can you fix it?");
+    w.wait_events("turn_ended", 1);
+    assert_eq!(outcomes(&w), ["delivered"]);
+
+    let read = w.events("thread_read");
+    assert_eq!(read.len(), 1, "{read:?}");
+    assert_eq!(read[0]["payload"]["status"], "not_offered", "{read:?}");
+    let working = w.events("working_indicator");
+    assert_eq!(working.len(), 1, "{working:?}");
+    assert_eq!(working[0]["payload"]["state"], "not_offered", "{working:?}");
+    assert!(
+        !first_executor_request(&ai).contains(EARLIER[0].1),
+        "nothing was read"
+    );
+    assert!(
+        !w.sb.path("chat.working.jsonl").exists(),
+        "no indicator was raised"
+    );
+}
