@@ -148,13 +148,19 @@ impl Toolbox for Equipped {
                 tracing::warn!(subsystem = "turns", %seat, server = %server_name, tool = %tool_name, %error, "a detached tool call could not be made")
             }
         };
+        // A drop outside a runtime (the node's last teardown) has nowhere
+        // to run the call: said, not panicked.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            said(Err("no runtime is left to run it".to_owned()));
+            return;
+        };
         if let Some(module) = self.module(server) {
             let caller = ToolCaller {
                 seat: self.seat.clone(),
                 turn_id: turn_id.to_string(),
             };
             let tool = tool.to_owned();
-            tokio::spawn(async move {
+            runtime.spawn(async move {
                 said(match module.call_tool(&tool, &arguments, &caller).await {
                     Ok(answer) => Ok(answer.is_err()),
                     Err(e) => Err(e.to_string()),
@@ -163,8 +169,7 @@ impl Toolbox for Equipped {
             return;
         }
         let call = self.tools.call_owned(server, tool, arguments);
-        tokio::spawn(
-            async move { said(call.await.map(|r| r.is_error).map_err(|e| e.to_string())) },
-        );
+        runtime
+            .spawn(async move { said(call.await.map(|r| r.is_error).map_err(|e| e.to_string())) });
     }
 }
