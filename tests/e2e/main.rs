@@ -39,6 +39,7 @@ mod peer_status;
 mod placement;
 mod plugins_cli;
 mod plugins_try;
+mod readback;
 mod readiness;
 mod replay;
 mod replies;

@@ -246,7 +246,7 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         "{of_ada}"
     );
     // The node's status (its presence row, and /health) carries one row per
-    // MCP server: both seats' chat children started, three tools each.
+    // MCP server: both seats' chat children started, five tools each.
     let health = w.node.health();
     let chat = health["mcp"]
         .as_array()
@@ -254,7 +254,7 @@ fn a_slack_mention_becomes_one_reply_by_that_seat_in_its_thread() {
         .unwrap_or_else(|| panic!("no chat row in /health: {health}"));
     assert_eq!(
         (&chat["started"], &chat["failed"], &chat["tools"]),
-        (&json!(2), &json!(0), &json!(3)),
+        (&json!(2), &json!(0), &json!(5)),
         "{chat}"
     );
     assert_eq!(health["seats_held"], 2);

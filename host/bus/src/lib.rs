@@ -46,6 +46,8 @@
 //! | `turn_ended` | the turn | a seat's turn ended (its outcome in the payload) |
 //! | `model_call` | the turn | one model call of a turn answered (tokens, model) |
 //! | `tool_call` | the turn | one tool call of a turn was answered (`ok`; a failed one's reason in `error`) |
+//! | `thread_read` | the turn | the thread a turn was woken in was read back for its prompt, or why not (`status`: `read`, `failed`, `timed_out`, `not_offered`) |
+//! | `working_indicator` | the turn | the surface's working indicator was raised or cleared, or why not (`state`: `raised`, `cleared`, `failed`, `not_offered`) |
 //! | `review` | the turn | the reviewer gave a verdict on an iteration |
 //! | `review_overturned` | the turn | a `done` verdict was overturned (an owed reply was not posted) |
 //! | `budget_exhausted` | the turn | a budget refused the turn's next model call |
@@ -188,6 +190,8 @@ pub const EVENT_KINDS: &[&str] = &[
     "turn_ended",
     "model_call",
     "tool_call",
+    "thread_read",
+    "working_indicator",
     "review",
     "review_overturned",
     "budget_exhausted",

@@ -21,6 +21,7 @@
 mod identities;
 mod raw;
 pub mod resolve;
+pub mod surface;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -147,6 +148,9 @@ pub struct McpServer {
     /// (`post_message`): the engine judges delivery by them and posts
     /// through them at most once per turn and target.
     pub replies: Vec<String>,
+    /// The thread read-back and working indicator this server offers the
+    /// turn (`read_thread`, `raise_working`, `clear_working`, `sources`).
+    pub surface: surface::SurfaceTools,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -3,6 +3,7 @@
 mod identities;
 mod placement;
 mod schedules;
+mod surface;
 
 use std::collections::BTreeMap;
 
@@ -120,6 +121,11 @@ struct RawMcp {
     shared: bool,
     #[serde(default)]
     replies: Vec<String>,
+    read_thread: Option<surface::RawSurfaceTool>,
+    raise_working: Option<surface::RawSurfaceTool>,
+    clear_working: Option<surface::RawSurfaceTool>,
+    #[serde(default)]
+    sources: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -309,10 +315,19 @@ impl RawMcp {
                 non_empty(tool, "a tool name"),
             );
         }
+        let surface = surface::validate(
+            path,
+            self.read_thread,
+            self.raise_working,
+            self.clear_working,
+            self.sources,
+            errors,
+        );
         Some(McpServer {
             transport,
             shared: self.shared,
             replies: self.replies,
+            surface,
         })
     }
 }

@@ -614,3 +614,76 @@ fn bad_identities_and_people_are_refused_at_their_path() {
     .unwrap_err();
     assert_eq!(unknown.errors[0].path, "people.grace.email", "{unknown}");
 }
+
+#[test]
+fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
+    use crate::surface::{SurfaceTool, default_arguments};
+    let doc = |server: &str| {
+        format!(
+            r#"
+        [org]
+        name = "A"
+        [roles.r]
+        system_prompt = "p"
+        executor = [{{ provider = "scripted", model = "m" }}]
+        reviewer = {{ provider = "scripted", model = "m" }}
+        [roles.r.mcp.chat]
+        command = "chat"
+        {server}
+        [seats]
+        a = {{ role = "r" }}
+    "#
+        )
+    };
+    let c = Company::parse(&doc("")).unwrap_or_else(|e| panic!("{e}"));
+    let s = &c.roles["r"].mcp["chat"].surface;
+    assert_eq!(
+        s.read_thread,
+        SurfaceTool::ByName,
+        "unset: the tool's own name"
+    );
+    assert!(
+        s.serves("slack") && s.serves("github"),
+        "no sources: every one"
+    );
+
+    let mapped = doc(
+        r#"read_thread = { tool = "get_replies", arguments = { channel_id = "{channel}", ts = "{thread}", limit = 50 } }
+        raise_working = "add_eyes"
+        clear_working = false
+        sources = ["slack"]"#,
+    );
+    let c = Company::parse(&mapped).unwrap_or_else(|e| panic!("{e}"));
+    let s = &c.roles["r"].mcp["chat"].surface;
+    let SurfaceTool::Tool { tool, arguments } = &s.read_thread else {
+        panic!("{:?}", s.read_thread)
+    };
+    assert_eq!(tool, "get_replies");
+    assert_eq!(arguments["channel_id"], "{channel}");
+    assert_eq!(arguments["limit"], 50);
+    assert_eq!(
+        s.raise_working,
+        SurfaceTool::Tool {
+            tool: "add_eyes".into(),
+            arguments: default_arguments()
+        },
+        "a name alone takes channel and thread"
+    );
+    assert_eq!(s.clear_working, SurfaceTool::Off);
+    assert!(s.serves("slack") && !s.serves("github"));
+
+    let bad = doc(r#"read_thread = true
+        raise_working = { tool = "" }
+        sources = [""]"#);
+    let errors = Company::parse(&bad).unwrap_err().errors;
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "roles.r.mcp.chat.read_thread",
+            "roles.r.mcp.chat.raise_working.tool",
+            "roles.r.mcp.chat.sources[0]"
+        ],
+        "{errors:?}"
+    );
+}

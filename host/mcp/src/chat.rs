@@ -8,6 +8,12 @@
 //! concurrent children neither interleave nor hand out one id twice (a
 //! message's id is its line number in the log).
 //!
+//! While a seat thinks, its turn raises the working indicator in the thread
+//! (`raise_working`) and clears it when the turn ends (`clear_working`);
+//! each change is one JSON line in the working log beside the message log
+//! ([`working_log`]: `chat.jsonl` → `chat.working.jsonl`), so the message
+//! log holds messages only.
+//!
 //! A post may carry an `idempotency_key`: a second post by the same author
 //! with the same key posts nothing and answers the first one's id with
 //! `duplicate: true` — what lets a node that crashed mid-post post the
@@ -79,6 +85,29 @@ pub struct ReadThread {
     /// The thread to read; leave out for the channel's top-level messages.
     #[serde(default)]
     pub thread: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+pub struct Where {
+    /// The channel the work is about.
+    pub channel: String,
+    /// The thread, if the work is in one.
+    #[serde(default)]
+    pub thread: Option<String>,
+}
+
+/// One change of the working indicator (one JSON line in the working log).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Working {
+    /// Whose indicator.
+    #[serde(rename = "as")]
+    pub author: String,
+    pub channel: String,
+    pub thread: Option<String>,
+    /// Raised (`true`) or cleared.
+    pub working: bool,
+    /// Milliseconds since the Unix epoch.
+    pub at_ms: u64,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -164,6 +193,37 @@ impl ChatServer {
         Ok(Json(Thread { messages }))
     }
 
+    #[tool(
+        description = "Show that you are working on something in a channel or thread (people see you typing) until clear_working."
+    )]
+    async fn raise_working(&self, Parameters(at): Parameters<Where>) -> Result<String, String> {
+        self.indicate(at, true).await
+    }
+
+    #[tool(description = "Stop showing that you are working in a channel or thread.")]
+    async fn clear_working(&self, Parameters(at): Parameters<Where>) -> Result<String, String> {
+        self.indicate(at, false).await
+    }
+
+    async fn indicate(&self, at: Where, working: bool) -> Result<String, String> {
+        if at.channel.trim().is_empty() {
+            return Err("`channel` is empty: name the channel you work in".to_owned());
+        }
+        let change = Working {
+            author: self.identity.to_string(),
+            channel: at.channel,
+            thread: at.thread,
+            working,
+            at_ms: crewlet_os::now_ms() as u64,
+        };
+        let log = working_log(&self.log);
+        tokio::task::spawn_blocking(move || append_line(&log, &change))
+            .await
+            .map_err(|e| format!("the change was interrupted: {e}"))?
+            .map_err(|e| format!("could not write the working log: {e}"))?;
+        Ok(if working { "raised" } else { "cleared" }.to_owned())
+    }
+
     #[tool(description = "Answer who you are in this chat: the name your posts appear under.")]
     async fn whoami(&self) -> String {
         self.identity.to_string()
@@ -172,7 +232,7 @@ impl ChatServer {
 
 #[tool_handler(
     name = "crewlet-chat",
-    instructions = "A team chat. Post with post_message, read a thread with read_thread, and ask whoami for the name you post as."
+    instructions = "A team chat. Post with post_message, read a thread with read_thread, show you are working with raise_working / clear_working, and ask whoami for the name you post as."
 )]
 impl ServerHandler for ChatServer {}
 
@@ -226,6 +286,21 @@ fn append(log: &std::path::Path, message: &Message) -> std::io::Result<(u64, boo
     let id = before.iter().filter(|b| **b == b'\n').count() as u64 + 1;
     (&file).write_all(&line)?;
     Ok((id, false))
+}
+
+/// The working log beside the message log `log`: `chat.jsonl` →
+/// `chat.working.jsonl`.
+pub fn working_log(log: &std::path::Path) -> PathBuf {
+    log.with_extension("working.jsonl")
+}
+
+/// Appends `value` as one JSON line with one write, under an exclusive lock.
+fn append_line(log: &std::path::Path, value: &impl Serialize) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(value).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    let file = OpenOptions::new().create(true).append(true).open(log)?;
+    let _lock = Flock::exclusive(&file)?;
+    (&file).write_all(&line)
 }
 
 fn read_all(log: &std::path::Path) -> std::io::Result<Vec<Message>> {

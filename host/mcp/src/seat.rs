@@ -175,6 +175,34 @@ impl SeatTools {
         tool: &str,
         arguments: serde_json::Value,
     ) -> Result<ToolResult, McpError> {
+        let (conn, arguments) = self.prepare(server, tool, arguments)?;
+        conn.call(tool, arguments, self.call_timeout).await
+    }
+
+    /// [`SeatTools::call`] as a future owning what it needs, for a call
+    /// that must outlive its caller (a dropped turn's working indicator,
+    /// cleared on a task of its own).
+    pub fn call_owned(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> impl std::future::Future<Output = Result<ToolResult, McpError>> + Send + 'static {
+        let prepared = self.prepare(server, tool, arguments);
+        let (tool, timeout) = (tool.to_owned(), self.call_timeout);
+        async move {
+            let (conn, arguments) = prepared?;
+            conn.call(&tool, arguments, timeout).await
+        }
+    }
+
+    /// The connection a call goes to and its arguments as an object.
+    fn prepare(
+        &self,
+        server: &str,
+        tool: &str,
+        arguments: serde_json::Value,
+    ) -> Result<(Arc<Connection>, serde_json::Map<String, serde_json::Value>), McpError> {
         let conn = self.started(server)?;
         if !conn.tools.iter().any(|t| t.name == tool) {
             return Err(McpError::UnknownTool {
@@ -193,7 +221,7 @@ impl SeatTools {
                 });
             }
         };
-        conn.call(tool, arguments, self.call_timeout).await
+        Ok((conn.clone(), arguments))
     }
 
     /// One row per server, for the node's presence (see [`crate::merge_status`]).

@@ -185,6 +185,7 @@ async fn server_everything_over_streamable_http() {
                 },
                 shared: false,
                 replies: Vec::new(),
+                surface: Default::default(),
             },
         ),
         (
@@ -199,6 +200,7 @@ async fn server_everything_over_streamable_http() {
                 },
                 shared: false,
                 replies: Vec::new(),
+                surface: Default::default(),
             },
         ),
         (
@@ -210,6 +212,7 @@ async fn server_everything_over_streamable_http() {
                 },
                 shared: false,
                 replies: Vec::new(),
+                surface: Default::default(),
             },
         ),
     ]);

@@ -45,13 +45,13 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
     let (ana_servers, bo_servers) = (ana.servers(), bo.servers());
     assert_eq!(
         summary(&ana_servers, "chat").state,
-        ServerState::Started { tools: 3 },
+        ServerState::Started { tools: 5 },
         "{ana_servers:?}"
     );
     assert_eq!(
         summary(&ana_servers, "chat").instructions.as_deref(),
         Some(
-            "A team chat. Post with post_message, read a thread with read_thread, and ask whoami for the name you post as."
+            "A team chat. Post with post_message, read a thread with read_thread, show you are working with raise_working / clear_working, and ask whoami for the name you post as."
         )
     );
     let (ana_pid, bo_pid) = (pid_of(&ana_servers, "chat"), pid_of(&bo_servers, "chat"));
@@ -64,7 +64,16 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
         .map(|t| t.name)
         .collect();
     names.sort();
-    assert_eq!(names, ["post_message", "read_thread", "whoami"]);
+    assert_eq!(
+        names,
+        [
+            "clear_working",
+            "post_message",
+            "raise_working",
+            "read_thread",
+            "whoami"
+        ]
+    );
     let post = ana
         .tools("chat")
         .unwrap()
@@ -143,6 +152,38 @@ async fn two_seats_of_one_template_each_act_as_themselves() {
     assert_eq!(lines[1]["thread"], "t1");
     assert!(lines[1]["at_ms"].as_u64().unwrap() > 0);
 
+    // The working indicator: each change a line of the working log, as
+    // the seat; the message log holds messages only.
+    let at = json!({"channel": "eng", "thread": "t1"});
+    let raised = bo.call("chat", "raise_working", at.clone()).await.unwrap();
+    assert_eq!((raised.text.as_str(), raised.is_error), ("raised", false));
+    let cleared = bo.call("chat", "clear_working", at).await.unwrap();
+    assert_eq!(
+        (cleared.text.as_str(), cleared.is_error),
+        ("cleared", false)
+    );
+    let working_log = crewlet_mcp::chat::working_log(&log);
+    assert_eq!(working_log.file_name().unwrap(), "chat.working.jsonl");
+    let changes: Vec<(String, bool)> = std::fs::read_to_string(&working_log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<crewlet_mcp::chat::Working>(l).unwrap())
+        .map(|w| {
+            (
+                format!("{}:{}#{}", w.author, w.channel, w.thread.unwrap()),
+                w.working,
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            ("bo-chat-token:eng#t1".to_owned(), true),
+            ("bo-chat-token:eng#t1".to_owned(), false)
+        ]
+    );
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 2);
+
     // A tool's own refusal is an answer, not an error.
     let refused = ana
         .call(
@@ -208,7 +249,7 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
             .chain(shared.status()),
     );
     assert_eq!(rows.len(), 1);
-    assert_eq!((rows[0].started, rows[0].failed, rows[0].tools), (1, 0, 3));
+    assert_eq!((rows[0].started, rows[0].failed, rows[0].tools), (1, 0, 5));
     assert!(rows[0].shared);
 
     // A seat's shutdown lets go of the shared child; it keeps running.
@@ -384,7 +425,7 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
     let servers = seat.servers();
     assert_eq!(
         summary(&servers, "good").state,
-        ServerState::Started { tools: 3 }
+        ServerState::Started { tools: 5 }
     );
     let reasons: BTreeMap<&str, String> = [
         "unresolved",
@@ -503,7 +544,7 @@ async fn failing_servers_are_recorded_and_the_seat_runs_with_the_others() {
 
     let rows = seat.status();
     let good = rows.iter().find(|r| r.server == "good").unwrap();
-    assert_eq!((good.started, good.failed, good.tools), (1, 0, 3));
+    assert_eq!((good.started, good.failed, good.tools), (1, 0, 5));
     let silent = rows.iter().find(|r| r.server == "silent").unwrap();
     assert_eq!((silent.started, silent.failed), (0, 1));
     assert_eq!(silent.last_failure.as_ref(), Some(&reasons["silent"]));

@@ -349,8 +349,9 @@ enum WebhookCmd {
 #[derive(Debug, Subcommand)]
 enum McpCmd {
     /// A small chat surface over stdio, for demos and tests: `post_message`,
-    /// `read_thread`, `whoami`. Posts are appended to the JSON-lines file
-    /// named by CHAT_LOG, as the identity in CHAT_IDENTITY.
+    /// `read_thread`, `raise_working`, `clear_working`, `whoami`. Posts are
+    /// appended to the JSON-lines file named by CHAT_LOG (indicator changes
+    /// beside it, `*.working.jsonl`), as the identity in CHAT_IDENTITY.
     Chat,
 }
 

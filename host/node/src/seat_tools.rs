@@ -133,4 +133,43 @@ impl Toolbox for Equipped {
             })
             .map_err(|e| e.to_string())
     }
+
+    fn call_detached(&self, server: &str, tool: &str, arguments: serde_json::Value, turn_id: &str) {
+        let (seat, server_name, tool_name) =
+            (self.seat.clone(), server.to_owned(), tool.to_owned());
+        let said = move |r: Result<bool, String>| match r {
+            Ok(false) => {
+                tracing::info!(subsystem = "turns", %seat, server = %server_name, tool = %tool_name, "a detached tool call answered")
+            }
+            Ok(true) => {
+                tracing::warn!(subsystem = "turns", %seat, server = %server_name, tool = %tool_name, "a detached tool call was refused")
+            }
+            Err(error) => {
+                tracing::warn!(subsystem = "turns", %seat, server = %server_name, tool = %tool_name, %error, "a detached tool call could not be made")
+            }
+        };
+        // A drop outside a runtime (the node's last teardown) has nowhere
+        // to run the call: said, not panicked.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            said(Err("no runtime is left to run it".to_owned()));
+            return;
+        };
+        if let Some(module) = self.module(server) {
+            let caller = ToolCaller {
+                seat: self.seat.clone(),
+                turn_id: turn_id.to_string(),
+            };
+            let tool = tool.to_owned();
+            runtime.spawn(async move {
+                said(match module.call_tool(&tool, &arguments, &caller).await {
+                    Ok(answer) => Ok(answer.is_err()),
+                    Err(e) => Err(e.to_string()),
+                })
+            });
+            return;
+        }
+        let call = self.tools.call_owned(server, tool, arguments);
+        runtime
+            .spawn(async move { said(call.await.map(|r| r.is_error).map_err(|e| e.to_string())) });
+    }
 }

@@ -36,6 +36,10 @@
 //! - [`events`]: every step is emitted in order but published off the
 //!   turn's critical path (one writer task): a row or a broadcast never
 //!   delays a model call.
+//! - [`surface`]: the thread is read back before the first model call and
+//!   the working indicator raised while the seat thinks, through the
+//!   seat's own chat server; neither is ever fatal, and the indicator is
+//!   cleared whatever the outcome (a guard).
 //! - [`prompts`]: everything a model reads is written there.
 
 mod admission;
@@ -48,6 +52,7 @@ mod park;
 mod prompts;
 mod reply;
 mod rounds;
+mod surface;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -64,6 +69,7 @@ pub use park::{
     BudgetRoom, Park, budget_parked, budget_room, company_time, park_for, parked_on, turns_over_at,
 };
 pub use park::{windows_at, windows_now};
+pub use surface::{MAX_THREAD_BYTES, MAX_THREAD_MESSAGES};
 
 use crate::ports::{Brain, Clock, EventSink, Said, Sessions, Toolbox};
 use crate::trigger::{self, Target};
@@ -81,6 +87,9 @@ pub struct Limits {
     /// Tests only: the process dies (as if killed) at this point of a
     /// reply, so a test can crash a node exactly there.
     pub crash_at: Option<CrashPoint>,
+    /// How long the turn's own calls on its chat server (the thread read
+    /// back, the working indicator) may take each ([`surface`]).
+    pub surface_timeout: std::time::Duration,
 }
 
 /// Where in a reply a test may have the node die.
@@ -113,6 +122,7 @@ impl Default for Limits {
             review_rounds: 2,
             record_clip: 600,
             crash_at: None,
+            surface_timeout: std::time::Duration::from_secs(5),
         }
     }
 }
@@ -298,6 +308,7 @@ impl<B: Brain> TurnEngine<B> {
             tools: turn.tools,
             may_act: turn.may_act,
             record: Vec::new(),
+            thread: None,
             activated: BTreeSet::new(),
             said: Vec::new(),
             metered: None,
@@ -400,6 +411,8 @@ struct Run<'a, B, T> {
     tools: &'a T,
     may_act: &'a (dyn Fn() -> Act + Send + Sync),
     record: Vec<Ran>,
+    /// The thread read back for the executor ([`surface`]).
+    thread: Option<(surface::Mapped, surface::ThreadText)>,
     activated: BTreeSet<(String, String)>,
     said: Vec<Said>,
     /// A refusal the meter answered to a charged call: the next call stops.
@@ -414,10 +427,17 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     async fn run(&mut self, room: admission::Room) -> Result<Outcome, Halt> {
         let stop = match self.begin(room).await {
             Ok(Some(outcome)) => return Ok(self.judged(outcome)),
-            Ok(None) => match self.iterate().await {
-                Ok(outcome) => return Ok(self.judged(outcome)),
-                Err(stop) => stop,
-            },
+            Ok(None) => {
+                // Raised while the seat thinks; cleared on every way out,
+                // and by the guard if this future is dropped.
+                let working = self.raise_working().await;
+                let iterated = self.iterate().await;
+                self.clear_working(working).await;
+                match iterated {
+                    Ok(outcome) => return Ok(self.judged(outcome)),
+                    Err(stop) => stop,
+                }
+            }
             Err(stop) => stop,
         };
         // An unavailable chain ends the turn; a budget, an outage and a

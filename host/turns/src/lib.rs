@@ -15,9 +15,9 @@ mod ports;
 pub mod trigger;
 
 pub use engine::{
-    Act, BudgetRoom, CrashPoint, Limits, Outcome, Park, Ports, Turn, TurnEnd, TurnEngine,
-    budget_parked, budget_room, company_time, estimate, park_for, parked_on, turns_over_at,
-    windows_at, windows_now,
+    Act, BudgetRoom, CrashPoint, Limits, MAX_THREAD_BYTES, MAX_THREAD_MESSAGES, Outcome, Park,
+    Ports, Turn, TurnEnd, TurnEngine, budget_parked, budget_room, company_time, estimate, park_for,
+    parked_on, turns_over_at, windows_at, windows_now,
 };
 pub use ports::{
     Brain, Call, CallSite, Clock, EventSink, Msg, Phase, Prompt, Said, ServerInfo, SessionError,

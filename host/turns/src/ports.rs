@@ -189,6 +189,11 @@ pub trait Toolbox: Send + Sync {
         arguments: serde_json::Value,
         turn_id: &str,
     ) -> impl Future<Output = Result<ToolOutput, String>> + Send;
+    /// Calls a tool on a task of its own, for what must happen even when
+    /// the turn is dropped (its working indicator's clear); the answer is
+    /// only logged. It is called from a `Drop`, so it must not panic
+    /// (outside a runtime it logs that it could not run the call).
+    fn call_detached(&self, server: &str, tool: &str, arguments: serde_json::Value, turn_id: &str);
 }
 
 /// One step of a turn as the engine reports it: what happened (`kind`), for

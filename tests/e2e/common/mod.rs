@@ -407,6 +407,17 @@ pub fn post_slack_mention(
         "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
     })
     .to_string();
+    post_slack_event(api, secret, handle, &body)
+}
+
+/// Posts the Slack event callback `body` signed with `secret` to seat
+/// `handle`'s route on the node at `api`; the node's answer.
+pub fn post_slack_event(
+    api: &str,
+    secret: &str,
+    handle: &str,
+    body: &str,
+) -> std::io::Result<http::Response> {
     let (now, sig) = crewlet_ingress::sign::slack_headers(secret.as_bytes(), body.as_bytes());
     http::post(
         api,

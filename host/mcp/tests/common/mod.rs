@@ -26,6 +26,7 @@ pub fn chat_spec(shared: bool, identity_ref: &str, log: &Path) -> McpServer {
         },
         shared,
         replies: vec!["post_message".to_owned()],
+        surface: Default::default(),
     }
 }
 
@@ -42,6 +43,7 @@ pub fn stdio(command: &str, args: &[&str], env: &[(&str, &str)]) -> McpServer {
         },
         shared: false,
         replies: Vec::new(),
+        surface: Default::default(),
     }
 }
 

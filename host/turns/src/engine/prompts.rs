@@ -108,6 +108,9 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 }
             }
         }
+        if let Some(thread) = self.thread_prompt() {
+            p.push_str(&thread);
+        }
         p
     }
 

@@ -38,6 +38,7 @@ enum Executed {
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     pub(super) async fn iterate(&mut self) -> Result<Outcome, Stop> {
+        self.read_back().await;
         let mut conversation = vec![
             Msg::system(self.executor_prompt()),
             Msg::user(trigger::render(&self.wakes)),

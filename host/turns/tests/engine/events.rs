@@ -27,6 +27,8 @@ async fn every_step_is_emitted_in_order() {
         kinds,
         [
             "turn_started",
+            "working_indicator",
+            "thread_read",
             "model_call",
             "tool_call",
             "model_call",
@@ -48,8 +50,13 @@ async fn every_step_is_emitted_in_order() {
     }
     let p = |i: usize| &events[i].payload;
     assert_eq!(p(0)["owes_reply"], "C1#17.1");
+    assert_eq!(
+        (&p(1)["state"], &p(2)["status"], &p(2)["server"]),
+        (&json!("not_offered"), &json!("read"), &json!("chat")),
+        "this chat has no working indicator; it reads threads"
+    );
     assert_eq!(p(0)["triggers"], json!(["slack:d1:ada"]));
-    let calls: Vec<_> = [1, 3, 7]
+    let calls: Vec<_> = [3, 5, 9]
         .iter()
         .map(|&i| {
             (
@@ -68,12 +75,12 @@ async fn every_step_is_emitted_in_order() {
         ]
     );
     assert_eq!(
-        p(3)["tool_calls"],
+        p(5)["tool_calls"],
         json!(["chat__post_message", "submit_work"])
     );
-    assert_eq!(p(4)["target"], "C1#17.1");
-    assert_eq!(p(4)["text"], "green");
-    let tools: Vec<_> = [2, 5, 6].iter().map(|&i| p(i)["tool"].clone()).collect();
+    assert_eq!(p(6)["target"], "C1#17.1");
+    assert_eq!(p(6)["text"], "green");
+    let tools: Vec<_> = [4, 7, 8].iter().map(|&i| p(i)["tool"].clone()).collect();
     assert_eq!(
         tools,
         [
@@ -82,8 +89,8 @@ async fn every_step_is_emitted_in_order() {
             json!("submit_work")
         ]
     );
-    assert_eq!(p(8)["verdict"], "done");
-    let ended = p(9);
+    assert_eq!(p(10)["verdict"], "done");
+    let ended = p(11);
     assert_eq!(ended["outcome"], "delivered");
     assert_eq!(
         (

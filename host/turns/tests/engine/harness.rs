@@ -34,6 +34,8 @@ pub struct Doc {
     pub seat_day_cap: Option<u64>,
     /// `[budgets] announce_park`.
     pub announce_park: bool,
+    /// How long the turn's own chat calls may take (`Limits::surface_timeout`).
+    pub surface_timeout: Duration,
 }
 
 impl Default for Doc {
@@ -44,6 +46,7 @@ impl Default for Doc {
             max_tool_rounds: 4,
             seat_day_cap: None,
             announce_park: false,
+            surface_timeout: Limits::default().surface_timeout,
         }
     }
 }
@@ -136,6 +139,14 @@ pub struct Chat {
     pub land_then_hang: AtomicBool,
     /// The posts that landed (a deduped one once).
     pub landed: Mutex<Vec<Value>>,
+    /// `read_thread`'s answer (`"ok"` when unset).
+    pub thread: Mutex<Option<Value>>,
+    /// `read_thread` answers as the tool's own refusal.
+    pub refuse_reads: AtomicBool,
+    /// `read_thread` never answers.
+    pub hang_reads: AtomicBool,
+    /// The server offers `raise_working` and `clear_working`.
+    pub working: AtomicBool,
 }
 
 impl Chat {
@@ -163,8 +174,15 @@ impl Toolbox for Chat {
         if server != "chat" {
             return Err(format!("no server {server:?}"));
         }
+        let working: &[&str] = if self.working.load(Ordering::SeqCst) {
+            &["raise_working", "clear_working"]
+        } else {
+            &[]
+        };
         Ok(["post_message", "read_thread"]
-            .into_iter()
+            .iter()
+            .chain(working)
+            .copied()
             .map(|name| ToolDef {
                 name: name.into(),
                 description: format!("{name} in a channel"),
@@ -192,6 +210,21 @@ impl Toolbox for Chat {
             n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
                 .is_ok()
         };
+        if tool == "read_thread" {
+            if self.hang_reads.load(Ordering::SeqCst) {
+                std::future::pending::<()>().await;
+            }
+            let refused = self.refuse_reads.load(Ordering::SeqCst);
+            let thread = self.thread.lock().unwrap().clone();
+            return Ok(ToolOutput {
+                text: match (refused, thread) {
+                    (true, _) => "channel_not_found".to_owned(),
+                    (false, Some(t)) => t.to_string(),
+                    (false, None) => "ok".to_owned(),
+                },
+                is_error: refused,
+            });
+        }
         let refused = tool == "post_message" && take(&self.refuse_posts);
         if tool == "post_message" && !refused {
             let hang = take(&self.hang_posts);
@@ -214,6 +247,9 @@ impl Toolbox for Chat {
             text: if refused { "channel_not_found" } else { "ok" }.into(),
             is_error: refused,
         })
+    }
+    fn call_detached(&self, _server: &str, tool: &str, args: Value, _turn_id: &str) {
+        self.calls.lock().unwrap().push((tool.to_owned(), args));
     }
 }
 
@@ -359,7 +395,11 @@ impl Fixture {
             sessions: sessions.clone(),
             clock: Arc::new(Calendar(clock.clone())),
         };
-        let engine = TurnEngine::new(brain.clone(), coord.clone(), ports, Limits::default());
+        let limits = Limits {
+            surface_timeout: doc.surface_timeout,
+            ..Limits::default()
+        };
+        let engine = TurnEngine::new(brain.clone(), coord.clone(), ports, limits);
         Fixture {
             clock,
             faulty,

@@ -8,3 +8,4 @@ mod harness;
 mod ledger;
 mod replies;
 mod script;
+mod surface;
