@@ -16,7 +16,10 @@
 #     `prometheus-client` whose parser tests/e2e/telemetry.rs reads
 #     `/metrics` with, and LiteLLM's proxy (PyPI `litellm[proxy]`, pinned)
 #     into its own .tools/litellm-venv, the third-party OpenAI-compatible
-#     server tests/e2e/litellm.rs completes a turn against.
+#     server tests/e2e/litellm.rs completes a turn against, and the Jira
+#     recipe's MCP server (PyPI `mcp-atlassian`, pinned) into its own
+#     .tools/mcp-atlassian-venv, which host/mcp/tests/recipes.rs lists the
+#     tools of (docs/recipes.md).
 set -euo pipefail
 
 browser=0
@@ -32,6 +35,7 @@ NATS_SERVER_VERSION="2.15.1"
 MCP_INSPECTOR_VERSION="2.12.0"
 PROMETHEUS_CLIENT_VERSION="0.26.0"
 LITELLM_VERSION="1.108.7"
+MCP_ATLASSIAN_VERSION="0.23.1"
 TOOLS="$ROOT/.tools"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -124,6 +128,16 @@ if [[ $browser == 1 ]]; then
         python3 -m venv "$litellm_venv"
         "$litellm_venv/bin/pip" install --quiet --disable-pip-version-check \
             "litellm[proxy]==$LITELLM_VERSION"
+    fi
+    # The Jira recipe's MCP server (docs/recipes.md), in a venv of its own
+    # like LiteLLM's, checked the same way.
+    atlassian_venv="$TOOLS/mcp-atlassian-venv"
+    if ! "$atlassian_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('mcp-atlassian') != '$MCP_ATLASSIAN_VERSION')" 2>/dev/null \
+        || [[ ! -x "$atlassian_venv/bin/mcp-atlassian" ]]; then
+        say "installing mcp-atlassian $MCP_ATLASSIAN_VERSION (Python) into .tools/mcp-atlassian-venv"
+        python3 -m venv "$atlassian_venv"
+        "$atlassian_venv/bin/pip" install --quiet --disable-pip-version-check \
+            "mcp-atlassian==$MCP_ATLASSIAN_VERSION"
     fi
     inspector_dir="$TOOLS/npm/inspector"
     inspector_pkg="$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json"
