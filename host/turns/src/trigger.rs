@@ -69,7 +69,9 @@ impl Target {
 fn project_of(key: &str) -> Option<String> {
     let (project, number) = key.rsplit_once('-')?;
     let shaped = !project.is_empty()
-        && project.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && project
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
         && !number.is_empty()
         && number.chars().all(|c| c.is_ascii_digit());
     shaped.then(|| project.to_owned())
