@@ -39,6 +39,7 @@ mod placement;
 mod plugins_cli;
 mod plugins_try;
 mod readiness;
+mod recipes;
 mod replay;
 mod replies;
 mod route_cut;
