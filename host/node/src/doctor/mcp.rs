@@ -213,13 +213,17 @@ mod tests {
             env = { SLACK_BOT_TOKEN = "${SLACK_BOT_TOKEN}", TEAM = "${SLACK_TEAM}", WHO = "${CREWLET_SEAT}" }"#,
         );
         let set = |name: &str| ["ADA_SLACK", "SLACK_TEAM"].contains(&name);
-        let f = credentials(
-            "seat ada",
-            "slack",
-            &c.roles["r"].mcp["slack"],
-            c.seat("ada"),
-            &set,
-        );
+        let of = |seat: &str| {
+            let who = format!("seat {seat}");
+            credentials(
+                &who,
+                "slack",
+                &c.roles["r"].mcp["slack"],
+                c.seat(seat),
+                &set,
+            )
+        };
+        let f = of("ada");
         assert_eq!(f.len(), 1, "{f:#?}");
         assert_eq!(f[0].verdict, Verdict::Ok);
         assert!(
@@ -232,13 +236,7 @@ mod tests {
             "{}",
             f[0].detail
         );
-        let f = credentials(
-            "seat grace",
-            "slack",
-            &c.roles["r"].mcp["slack"],
-            c.seat("grace"),
-            &set,
-        );
+        let f = of("grace");
         let lacking = f.iter().find(|x| x.verdict == Verdict::Warn).unwrap();
         assert!(
             lacking.detail.starts_with(
