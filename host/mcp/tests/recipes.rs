@@ -79,7 +79,7 @@ fn node_policy(prefix: &Path) -> CommandPolicy {
 /// The tools a recipe maps for the turn's read-back, in its lines
 /// commented out or not (`# read_thread = { tool = "NAME", … }`); `= false`
 /// maps none.
-fn mapped_tools(text: &str) -> Vec<(String, String)> {
+fn mapped_tools(text: &str) -> Vec<(String, String, Value)> {
     let mut found = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -100,7 +100,11 @@ fn mapped_tools(text: &str) -> Vec<(String, String)> {
         let tool = table["v"]["tool"]
             .as_str()
             .unwrap_or_else(|| panic!("`{key}` names no `tool`: {value}"));
-        found.push((key.to_owned(), tool.to_owned()));
+        let arguments = table["v"]
+            .get("arguments")
+            .map(|a| serde_json::to_value(a).unwrap())
+            .unwrap_or_else(|| json!({}));
+        found.push((key.to_owned(), tool.to_owned(), arguments));
     }
     found
 }
@@ -135,6 +139,25 @@ fn environ(pid: u32) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// `args` give every argument `tool`'s listed schema requires, and none it
+/// does not take.
+fn fits(recipe: &str, tool: &str, schema: &Value, args: &Value) {
+    let given = args.as_object().unwrap();
+    for name in schema["required"].as_array().into_iter().flatten() {
+        let name = name.as_str().unwrap();
+        assert!(
+            given.contains_key(name),
+            "{recipe}: `{tool}` requires `{name}`"
+        );
+    }
+    for name in given.keys() {
+        assert!(
+            schema["properties"].get(name).is_some(),
+            "{recipe}: `{tool}` takes no `{name}`: {schema}"
+        );
+    }
+}
+
 /// A reply a model would send through a recipe's reply tool, to a wake's
 /// channel and thread, as the recipe's system prompt tells it to.
 struct Reply {
@@ -147,22 +170,7 @@ struct Reply {
 /// given, none it does not take), and the engine reads the wake's target
 /// back from them, so it judges the post as the reply owed there.
 fn check_reply(recipe: &str, schema: &Value, reply: &Reply) {
-    let given = reply.args.as_object().unwrap();
-    for name in schema["required"].as_array().into_iter().flatten() {
-        let name = name.as_str().unwrap();
-        assert!(
-            given.contains_key(name),
-            "{recipe}: `{}` requires `{name}`",
-            reply.tool
-        );
-    }
-    for name in given.keys() {
-        assert!(
-            schema["properties"].get(name).is_some(),
-            "{recipe}: `{}` takes no `{name}`: {schema}",
-            reply.tool
-        );
-    }
+    fits(recipe, reply.tool, schema, &reply.args);
     let owed = Target {
         channel: reply.wake.0.to_owned(),
         thread: reply.wake.1.map(str::to_owned),
@@ -254,8 +262,8 @@ async fn check_recipe(recipe: &str, server: &str, replies: &[Reply]) {
         for reply in replies {
             check_reply(recipe, &schema_of(reply.tool), reply);
         }
-        for (_, tool) in &mapped {
-            schema_of(tool);
+        for (_, tool, arguments) in &mapped {
+            fits(recipe, tool, &schema_of(tool), arguments);
         }
         tools.shutdown().await;
     }
@@ -306,12 +314,13 @@ fn the_mapped_tools_are_read_from_lines_commented_out_or_not() {
         read_thread = { tool = "live" }
         # sources = ["slack"]
     "#;
-    let named = |key: &str, tool: &str| (key.to_owned(), tool.to_owned());
+    let named =
+        |key: &str, tool: &str, arguments: Value| (key.to_owned(), tool.to_owned(), arguments);
     assert_eq!(
         mapped_tools(text),
         [
-            named("read_thread", "get_replies"),
-            named("read_thread", "live")
+            named("read_thread", "get_replies", json!({"ts": "{thread}"})),
+            named("read_thread", "live", json!({}))
         ]
     );
 }
