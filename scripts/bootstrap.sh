@@ -16,7 +16,10 @@
 #     `prometheus-client` whose parser tests/e2e/telemetry.rs reads
 #     `/metrics` with, and LiteLLM's proxy (PyPI `litellm[proxy]`, pinned)
 #     into its own .tools/litellm-venv, the third-party OpenAI-compatible
-#     server tests/e2e/litellm.rs completes a turn against.
+#     server tests/e2e/litellm.rs completes a turn against, and the Jira
+#     recipe's MCP server (PyPI `mcp-atlassian`, pinned) into its own
+#     .tools/mcp-atlassian-venv, which host/mcp/tests/recipes.rs lists the
+#     tools of (docs/recipes.md).
 set -euo pipefail
 
 browser=0
@@ -32,6 +35,7 @@ NATS_SERVER_VERSION="2.15.1"
 MCP_INSPECTOR_VERSION="2.12.0"
 PROMETHEUS_CLIENT_VERSION="0.26.0"
 LITELLM_VERSION="1.108.7"
+MCP_ATLASSIAN_VERSION="0.23.1"
 TOOLS="$ROOT/.tools"
 
 say() { printf 'bootstrap: %s\n' "$*" >&2; }
@@ -113,18 +117,26 @@ if [[ $browser == 1 ]]; then
         "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check \
             "prometheus-client==$PROMETHEUS_CLIENT_VERSION"
     fi
+    # own_venv DIR DIST VERSION [EXTRAS]: PyPI's DIST==VERSION in the venv
+    # .tools/DIR of its own, unless its metadata says it is there with its
+    # program (bin/DIST).
+    own_venv() {
+        local venv="$TOOLS/$1" dist="$2" version="$3" extras="${4:-}"
+        if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$dist') != '$version')" 2>/dev/null \
+            || [[ ! -x "$venv/bin/$dist" ]]; then
+            say "installing $dist$extras $version (Python) into .tools/$1"
+            python3 -m venv "$venv"
+            "$venv/bin/pip" install --quiet --disable-pip-version-check "$dist$extras==$version"
+        fi
+    }
     # LiteLLM's proxy, in a venv of its own: its ~120 dependencies stay
     # out of the one nats-server and prometheus-client share. Checked by
     # the installed distribution's metadata (importing litellm takes
     # seconds). A cold install took ~60 s and ~760 MB here.
-    litellm_venv="$TOOLS/litellm-venv"
-    if ! "$litellm_venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('litellm') != '$LITELLM_VERSION')" 2>/dev/null \
-        || [[ ! -x "$litellm_venv/bin/litellm" ]]; then
-        say "installing litellm[proxy] $LITELLM_VERSION (Python) into .tools/litellm-venv"
-        python3 -m venv "$litellm_venv"
-        "$litellm_venv/bin/pip" install --quiet --disable-pip-version-check \
-            "litellm[proxy]==$LITELLM_VERSION"
-    fi
+    own_venv litellm-venv litellm "$LITELLM_VERSION" "[proxy]"
+    # The Jira recipe's MCP server (docs/recipes.md), the same way (~80 s
+    # and ~200 MB cold).
+    own_venv mcp-atlassian-venv mcp-atlassian "$MCP_ATLASSIAN_VERSION"
     inspector_dir="$TOOLS/npm/inspector"
     inspector_pkg="$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json"
     if ! grep -qs "\"version\": \"$MCP_INSPECTOR_VERSION\"" "$inspector_pkg"; then

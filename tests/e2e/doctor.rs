@@ -129,3 +129,149 @@ fn doctor_names_what_run_needs_and_the_fix_for_each() {
     assert_eq!(f.len(), 1, "{f:#?}");
     assert!(f[0]["detail"].as_str().unwrap().contains("port"), "{f:#?}");
 }
+
+/// The doctor's findings of `check` whose detail holds `needle`.
+fn findings<'a>(findings: &'a [Value], check: &str, needle: &str) -> Vec<&'a Value> {
+    findings
+        .iter()
+        .filter(|f| f["check"] == check && f["detail"].as_str().unwrap().contains(needle))
+        .collect()
+}
+
+#[test]
+fn doctor_checks_each_seats_mcp_server_command_and_credentials() {
+    let sb = Sandbox::new();
+    turns::plugins(&sb, None);
+    let free = crewlet_testkit::free_port();
+    let config = format!("[api]\nport = {free}\n");
+    let server = r#"
+[roles.support.mcp.chat]
+command = "crewlet"
+args = ["mcp", "chat"]
+env = { CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_TOKEN = "${CHAT_TOKEN}" }
+replies = ["post_message"]
+"#;
+    let seats = "ada = { role = \"support\", credentials = { CHAT_TOKEN = \"${ADA_CHAT_TOKEN}\" } }\n\
+                 grace = { role = \"support\", credentials = { CHAT_TOKEN = \"${GRACE_CHAT_TOKEN}\" } }\n";
+    let company = SCRIPTED_COMPANY
+        .replace("{chat}", server)
+        .replace("ada = { role = \"support\" }\n", seats);
+    let (code, f) = doctor(
+        &sb,
+        &config,
+        &company,
+        &[("SLACK_SIGNING_SECRET", "s"), ("ADA_CHAT_TOKEN", "t")],
+    );
+    assert_eq!(
+        code, 0,
+        "a credential not in this shell is a warning: {f:#?}"
+    );
+    let command = finding(&f, "mcp", "seats ada, grace: `chat` runs");
+    assert_eq!(command["verdict"], "ok", "{command}");
+    let ada = finding(
+        &f,
+        "mcp",
+        "seat ada: `chat`'s CHAT_TOKEN (its credential ADA_CHAT_TOKEN)",
+    );
+    assert_eq!(ada["verdict"], "ok", "{ada}");
+    let grace = finding(&f, "mcp", "seat grace: `chat` needs CHAT_TOKEN");
+    assert_eq!(grace["verdict"], "warn", "{grace}");
+    assert!(
+        grace["fix"]
+            .as_str()
+            .unwrap()
+            .contains("crewlet secrets set GRACE_CHAT_TOKEN"),
+        "{grace}"
+    );
+    assert!(
+        findings(&f, "mcp", "CREWLET_SEAT").is_empty(),
+        "the node's own names are no secrets: {f:#?}"
+    );
+
+    // The Slack recipe as shipped, on a node without its install: `run`
+    // would refuse the company, and each seat's server is named.
+    crewlet_testkit::PluginsDir::new(sb.path("plugins"))
+        .add("openai", "plugins/providers/openai/plugin.toml");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recipe =
+        |name: &str| std::fs::read_to_string(root.join("docs/recipes").join(name)).unwrap();
+    const PREFIX: &str = "/opt/crewlet-mcp";
+    let absent = sb.path("no-such-install");
+    let (code, f) = doctor(
+        &sb,
+        &format!(
+            "{config}{}",
+            recipe("node.toml").replace(PREFIX, absent.to_str().unwrap())
+        ),
+        &recipe("slack.toml").replace(PREFIX, absent.to_str().unwrap()),
+        &[],
+    );
+    assert_eq!(code, 1, "{f:#?}");
+    let missing = finding(
+        &f,
+        "mcp",
+        "seats ada, grace: `slack` (roles.support.mcp.slack.command)",
+    );
+    assert_eq!(missing["verdict"], "fail", "{missing}");
+    assert!(
+        missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be run here"),
+        "{missing}"
+    );
+    assert!(
+        missing["fix"].as_str().unwrap().contains("docs/recipes.md"),
+        "{missing}"
+    );
+
+    // Installed (this repository's tests/mcp-servers), but the node's file
+    // allows only its own servers: the fix names the line to add.
+    let installed = sb.path("crewlet-mcp");
+    std::fs::create_dir_all(&installed).unwrap();
+    std::os::unix::fs::symlink(
+        root.join("tests/mcp-servers/node_modules"),
+        installed.join("node_modules"),
+    )
+    .unwrap();
+    let slack = recipe("slack.toml").replace(PREFIX, installed.to_str().unwrap());
+    let (code, f) = doctor(&sb, &config, &slack, &[]);
+    assert_eq!(code, 1, "{f:#?}");
+    let refused = finding(&f, "mcp", "seats ada, grace: `slack`");
+    assert_eq!(refused["verdict"], "fail", "{refused}");
+    assert!(
+        refused["fix"]
+            .as_str()
+            .unwrap()
+            .contains("to [mcp] allowed_commands"),
+        "{refused}"
+    );
+
+    // With node.toml's allow-list: the command is fine, and each seat's
+    // own token is named, known or not.
+    let node = recipe("node.toml").replace(PREFIX, installed.to_str().unwrap());
+    let (code, f) = doctor(
+        &sb,
+        &format!("{config}{node}"),
+        &slack,
+        &[
+            ("SLACK_SIGNING_SECRET", "s"),
+            ("GRACE_SLACK_BOT_TOKEN", "xoxb-g"),
+        ],
+    );
+    assert_eq!(code, 0, "{f:#?}");
+    let allowed = finding(&f, "mcp", "seats ada, grace: `slack` runs");
+    assert_eq!(allowed["verdict"], "ok", "{allowed}");
+    let ada = finding(
+        &f,
+        "mcp",
+        "seat ada: `slack` needs SLACK_BOT_TOKEN (its credential ADA_SLACK_BOT_TOKEN)",
+    );
+    assert_eq!(ada["verdict"], "warn", "{ada}");
+    let grace = finding(
+        &f,
+        "mcp",
+        "seat grace: `slack`'s SLACK_BOT_TOKEN (its credential GRACE_SLACK_BOT_TOKEN) is set",
+    );
+    assert_eq!(grace["verdict"], "ok", "{grace}");
+}

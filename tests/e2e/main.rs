@@ -41,6 +41,7 @@ mod plugins_cli;
 mod plugins_try;
 mod readback;
 mod readiness;
+mod recipes;
 mod replay;
 mod replies;
 mod route_cut;

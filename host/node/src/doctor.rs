@@ -15,7 +15,8 @@
 //! no plugins dir given it reads `./plugins`, as `crewlet plugins list`
 //! does, and says that `run` needs `--plugins` for it. That node's
 //! secrets are a finding too: known (ok), or unknown / answered from the
-//! last listing (a warning naming why and for how long).
+//! last listing (a warning naming why and for how long). Each seat's MCP
+//! servers are checked as the node would start them (`mcp.rs`).
 
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -24,6 +25,7 @@ use std::time::Duration;
 use crewlet_config::{NodeConfig, Overrides, StreamMode};
 use serde::Serialize;
 
+mod mcp;
 mod running;
 
 use running::{RunningNode, taken};
@@ -409,6 +411,7 @@ fn company(
     out: &mut Vec<Finding>,
 ) {
     let policy = crate::company::policy(config);
+    let set = |name: &str| std::env::var_os(name).is_some();
     let loaded = crate::company::CompanyFile::load(file, &policy, false)
         .map_err(|e| e.to_string())
         .and_then(|f| {
@@ -438,6 +441,13 @@ fn company(
                 e,
                 "correct the keys named; `crewlet run --company` refuses it as it stands",
             ));
+            // Refused for its MCP servers alone: each seat's are named.
+            if let Some(parsed) = std::fs::read_to_string(file)
+                .ok()
+                .and_then(|text| crewlet_company::Company::parse(&text).ok())
+            {
+                out.extend(mcp::servers(&parsed, &policy, &set));
+            }
             return;
         }
     };
@@ -465,6 +475,7 @@ fn company(
         }
         out.push(finding);
     }
+    out.extend(mcp::servers(&company, &policy, &set));
 }
 
 /// What `./dev` does with `name`, when it is one of its demo secrets.

@@ -32,8 +32,13 @@ impl Target {
         self.channel == other.channel && (self.thread.is_none() || self.thread == other.thread)
     }
 
-    /// The target a reply tool's arguments name: `channel` (or `repo`,
-    /// `project`) and `thread` (or `thread_ts`, `issue`, `number`).
+    /// The target a reply tool's arguments name: `channel` (or
+    /// `channel_id`, `owner` + `repo` as `owner/repo`, `repo`, `repository`,
+    /// `project`, else the project of an `issue_key` such as `ACME-12`) and
+    /// `thread` (or `thread_ts`, `issue`, `number`, `issue_number`,
+    /// `issue_key`): the words the reply tools of the real surfaces'
+    /// servers use (`docs/recipes.md`), so their posts are judged as the
+    /// local chat server's are.
     pub fn of_arguments(args: &serde_json::Value) -> Option<Target> {
         let field = |names: &[&str]| {
             names.iter().find_map(|n| match args.get(*n) {
@@ -42,11 +47,34 @@ impl Target {
                 _ => None,
             })
         };
-        Some(Target {
-            channel: field(&["channel", "repo", "repository", "project"])?,
-            thread: field(&["thread", "thread_ts", "issue", "number"]),
-        })
+        let thread = field(&[
+            "thread",
+            "thread_ts",
+            "issue",
+            "number",
+            "issue_number",
+            "issue_key",
+        ]);
+        let channel = match (field(&["owner"]), field(&["repo"])) {
+            (Some(owner), Some(repo)) if !repo.contains('/') => Some(format!("{owner}/{repo}")),
+            _ => field(&["channel", "channel_id", "repo", "repository", "project"]),
+        }
+        .or_else(|| project_of(&field(&["issue_key"])?))?;
+        Some(Target { channel, thread })
     }
+}
+
+/// The project of an issue key (`ACME-12` → `ACME`): letters and digits
+/// before the last `-`, a number after it.
+fn project_of(key: &str) -> Option<String> {
+    let (project, number) = key.rsplit_once('-')?;
+    let shaped = !project.is_empty()
+        && project
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !number.is_empty()
+        && number.chars().all(|c| c.is_ascii_digit());
+    shaped.then(|| project.to_owned())
 }
 
 impl std::fmt::Display for Target {
@@ -219,6 +247,28 @@ mod tests {
             "acme/app#7"
         );
         assert!(Target::of_arguments(&json!({"text": "x"})).is_none());
+    }
+
+    #[test]
+    fn the_real_surfaces_reply_tools_name_their_target_in_their_own_words() {
+        // Slack's `slack_reply_to_thread`, GitHub's `add_issue_comment`,
+        // Jira's `jira_add_comment`, as their servers' schemas name them.
+        let slack = json!({"channel_id": "C1", "thread_ts": "17.1", "text": "x"});
+        let github = json!({"owner": "acme", "repo": "app", "issue_number": 7, "body": "x"});
+        let jira = json!({"issue_key": "ACME-12", "comment": "x"});
+        let named = |args: &serde_json::Value| Target::of_arguments(args).unwrap().to_string();
+        assert_eq!(named(&slack), "C1#17.1");
+        assert_eq!(named(&github), "acme/app#7");
+        assert_eq!(named(&jira), "ACME#ACME-12");
+        // A channel the arguments name wins over an issue key's project.
+        let both = json!({"project": "OPS", "issue_key": "ACME-12"});
+        assert_eq!(named(&both), "OPS#ACME-12");
+        for not_a_key in ["ACME", "ACME-", "-12", "AC ME-12", "ACME-1x"] {
+            assert!(
+                Target::of_arguments(&json!({"issue_key": not_a_key})).is_none(),
+                "{not_a_key}"
+            );
+        }
     }
 
     #[test]
