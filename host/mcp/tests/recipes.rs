@@ -76,14 +76,13 @@ fn node_policy(prefix: &Path) -> CommandPolicy {
     CommandPolicy::new(&config.mcp, None)
 }
 
-/// The tools a recipe maps for the turn's read-back, in its lines
-/// commented out or not (`# read_thread = { tool = "NAME", … }`); `= false`
-/// maps none.
+/// The tools a recipe maps for the turn's read-back
+/// (`read_thread = { tool = "NAME", … }`); `= false` maps none, and a line
+/// commented out is not read.
 fn mapped_tools(text: &str) -> Vec<(String, String, Value)> {
     let mut found = Vec::new();
     for line in text.lines() {
         let line = line.trim();
-        let line = line.strip_prefix('#').unwrap_or(line);
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };
@@ -307,7 +306,7 @@ async fn the_jira_recipe_starts_each_seats_server_with_its_own_token() {
 }
 
 #[test]
-fn the_mapped_tools_are_read_from_lines_commented_out_or_not() {
+fn the_mapped_tools_are_read_from_live_lines_only() {
     let text = r#"
         # read_thread = { tool = "get_replies", arguments = { ts = "{thread}" } }
         # raise_working = false
@@ -318,9 +317,6 @@ fn the_mapped_tools_are_read_from_lines_commented_out_or_not() {
         |key: &str, tool: &str, arguments: Value| (key.to_owned(), tool.to_owned(), arguments);
     assert_eq!(
         mapped_tools(text),
-        [
-            named("read_thread", "get_replies", json!({"ts": "{thread}"})),
-            named("read_thread", "live", json!({}))
-        ]
+        [named("read_thread", "live", json!({}))]
     );
 }
