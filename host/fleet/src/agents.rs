@@ -220,9 +220,10 @@ async fn parks(
         })
         .collect();
     let now = crewlet_os::wall_now();
+    let budgets = ctx.coord.budgets();
     let reads = waiting
         .iter()
-        .map(|seat| crewlet_turns::budget_parked(&ctx.coord, company, seat, now));
+        .map(|seat| crewlet_turns::budget_parked(&budgets, company, seat, now));
     let mut out = BTreeMap::new();
     for (seat, park) in waiting.iter().zip(futures::future::join_all(reads).await) {
         if let Some(park) = park.map_err(|e| e.to_string())? {

@@ -19,7 +19,7 @@
 //! - Unknown (the ledger cannot answer) posts nothing: an outage, run again.
 
 use crewlet_bus::Wake;
-use crewlet_coord::{Answer, Bucket, CoordError};
+use crewlet_coord::{Answer, CoordError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -125,8 +125,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             let id = self.replies[i].id();
             let read = self
                 .engine
-                .coord
-                .get_record(Bucket::Ledger, CLASS, &id)
+                .ledger
+                .get_record(CLASS, &id)
                 .await;
             let (value, revision) = match read {
                 Ok(Answer::Yes(found)) => found,
@@ -197,8 +197,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Ok(_) => {
                 let _ = self
                     .engine
-                    .coord
-                    .remove_record(Bucket::Ledger, CLASS, id)
+                    .ledger
+                    .remove_record(CLASS, id)
                     .await;
                 Ok(Standing::Unanswered)
             }
@@ -298,8 +298,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                     let id = self.replies[*i].id();
                     let _ = self
                         .engine
-                        .coord
-                        .remove_record(Bucket::Ledger, CLASS, &id)
+                        .ledger
+                        .remove_record(CLASS, &id)
                         .await;
                     self.replies[*i].intent = None;
                 }
@@ -334,8 +334,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         Ok(
             match self
                 .engine
-                .coord
-                .create_record(Bucket::Ledger, CLASS, id, &value)
+                .ledger
+                .create_record(CLASS, id, &value)
                 .await?
             {
                 Answer::Yes(rev) => Answer::Yes(rev),
@@ -356,8 +356,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let value = serde_json::to_value(&done).expect("a record serialises");
         if let Err(e) = self
             .engine
-            .coord
-            .replace_record(Bucket::Ledger, CLASS, id, &value, revision)
+            .ledger
+            .replace_record(CLASS, id, &value, revision)
             .await
         {
             tracing::warn!(subsystem = "turns", target = %record.target, error = %e,
@@ -373,8 +373,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let value = serde_json::to_value(&marked).expect("a record serialises");
         let _ = self
             .engine
-            .coord
-            .replace_record(Bucket::Ledger, CLASS, id, &value, revision)
+            .ledger
+            .replace_record(CLASS, id, &value, revision)
             .await;
         self.uncertain_event(
             &marked,

@@ -359,7 +359,13 @@ impl Fixture {
             sessions: sessions.clone(),
             clock: Arc::new(Calendar(clock.clone())),
         };
-        let engine = TurnEngine::new(brain.clone(), coord.clone(), ports, Limits::default());
+        let engine = TurnEngine::new(
+            brain.clone(),
+            coord.budgets(),
+            coord.ledger(),
+            ports,
+            Limits::default(),
+        );
         Fixture {
             clock,
             faulty,
