@@ -139,7 +139,7 @@ impl EngineContext {
     pub fn seat_pauses(&self) -> crewlet_seats::SeatPauses {
         crewlet_seats::SeatPauses::new(
             self.node_id.clone(),
-            self.coord.clone(),
+            self.coord.pauses(),
             self.active.clone(),
         )
     }

@@ -490,7 +490,7 @@ pub async fn start(
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),
         ctx.coord.options().owner.clone(),
-        ctx.coord.clone(),
+        crewlet_seats::SeatLeases::of(&ctx.coord),
         async_nats::jetstream::new(ctx.client.clone()),
         ctx.active.clone(),
         host.clone(),

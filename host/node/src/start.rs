@@ -187,7 +187,7 @@ pub async fn start(
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;
-    let (mirror, pauses) = crewlet_seats::PauseMirror::start(coord.clone());
+    let (mirror, pauses) = crewlet_seats::PauseMirror::start(coord.pauses());
     started.push("pauses", move || Box::pin(mirror.stop()));
     p.state.attach_pauses(pauses.clone());
 

@@ -10,7 +10,7 @@ use async_nats::jetstream::consumer;
 use common::*;
 use crewlet_company::Active;
 use crewlet_coord::{Answer, Owner, ResourceName};
-use crewlet_seats::{SeatState, Seats, SeatsConfig, SeatsError, TurnVerdict};
+use crewlet_seats::{SeatLeases, SeatState, Seats, SeatsConfig, SeatsError, TurnVerdict};
 
 fn seats_of(names: &[String]) -> Vec<(&str, Option<&str>)> {
     names.iter().map(|n| (n.as_str(), None)).collect()
@@ -688,7 +688,7 @@ async fn a_configuration_that_could_never_work_is_refused() {
         let mut c = SeatsConfig::new(
             node,
             owner.clone(),
-            coord.clone(),
+            SeatLeases::of(&coord),
             js.clone(),
             env.active.clone(),
             host.clone(),

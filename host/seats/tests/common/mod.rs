@@ -10,7 +10,7 @@ use async_nats::jetstream;
 use crewlet_bus::Wake;
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Answer, Coord, CoordOptions, NodeStatus, Owner, ResourceName};
-use crewlet_seats::{Batch, SeatHost, SeatSpec, Seats, SeatsConfig, TurnVerdict};
+use crewlet_seats::{Batch, SeatHost, SeatLeases, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -180,7 +180,7 @@ impl Env {
         let mut cfg = SeatsConfig::new(
             id,
             owner.clone(),
-            coord.clone(),
+            SeatLeases::of(&coord),
             js,
             self.active.clone(),
             host.clone(),
