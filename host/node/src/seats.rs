@@ -359,7 +359,7 @@ impl SeatHost for NodeSeats {
             return Room::Unknown(format!("seat {} is not in the company", spec.handle));
         };
         let now = crewlet_os::wall_now();
-        match crewlet_turns::budget_room(&self.budgets, company, seat, now, need).await {
+        match crewlet_turns::budget_room(&self.budgets.reads(), company, seat, now, need).await {
             Ok(crewlet_turns::BudgetRoom::Free) => Room::Free,
             Ok(crewlet_turns::BudgetRoom::Full(park)) => Room::Full {
                 after: until(park.until),
@@ -439,7 +439,7 @@ pub async fn start(
     let models = Arc::new(
         Models::new(
             providers,
-            ctx.coord.clone(),
+            ctx.coord.model_cooldowns(),
             Some(ctx.publisher.clone()),
             resolve.clone(),
             crewlet_models::ModelsOptions {

@@ -95,7 +95,7 @@ impl ConfigPlane for Config {
                 .await
                 .map_err(config_refusal)?;
             Ok(Activated {
-                epoch: a.epoch,
+                epoch: a.epoch.get(),
                 digest: a.digest,
                 moved: a.moved,
             })

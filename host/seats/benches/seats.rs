@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use crewlet_company::{Active, ActiveCompany, Company};
-use crewlet_coord::{Coord, CoordOptions, NodeStatus, Owner};
+use crewlet_coord::{Bucket, Coord, CoordOptions, NodeStatus, Owner};
 use crewlet_seats::{Batch, SeatHost, SeatLeases, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 
@@ -80,9 +80,13 @@ fn main() {
         let coord = Coord::open(client.clone(), opts).await.expect("coord");
         let company = company(n);
         let t = Instant::now();
-        crewlet_stream::ensure_mailboxes(&js, &coord, company.handles().map(|h| h.as_str()))
-            .await
-            .expect("mailboxes");
+        crewlet_stream::ensure_mailboxes(
+            &js,
+            &coord.records(Bucket::Mailboxes),
+            company.handles().map(|h| h.as_str()),
+        )
+        .await
+        .expect("mailboxes");
         let mailboxes = t.elapsed();
         let active = ActiveCompany::new(Some(Active::local(company)));
         let mut cfg = SeatsConfig::new(

@@ -57,7 +57,11 @@ impl PauseMirror {
 }
 
 /// Follows the pauses watch until `stop`, opening it again when it drops.
-async fn follow(records: PauseRecords, tx: watch::Sender<Option<Pauses>>, mut stop: watch::Receiver<bool>) {
+async fn follow(
+    records: PauseRecords,
+    tx: watch::Sender<Option<Pauses>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut wait = BACKOFF.0;
     loop {
         let run = async {

@@ -206,7 +206,12 @@ impl<H: SeatHost> Shared<H> {
             }
         };
         let terms = self.leases.seats.seat_terms(self.renew_grid);
-        match self.leases.seats.acquire(&name, &self.owner, None, terms).await {
+        match self
+            .leases
+            .seats
+            .acquire(&name, &self.owner, None, terms)
+            .await
+        {
             Ok(Answer::Yes(tenancy)) => {
                 self.spawn_seat(Arc::new(spec), tenancy);
                 true

@@ -423,7 +423,7 @@ async fn a_turn_that_parks_after_the_company_changed_under_it_asks_for_room_at_o
         .await;
     // A config apply (a raised cap) lands while the turn runs, its gate open.
     env.active.set(Some(Active {
-        epoch: 7,
+        epoch: crewlet_os::ConfigEpoch(7),
         company: std::sync::Arc::new(company(&[("ada", None)])),
     }));
     node.host

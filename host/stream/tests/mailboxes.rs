@@ -59,13 +59,17 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     let (js, coord) = setup(&server).await;
 
     assert_eq!(
-        ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap(),
+        ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["ada", "bob"])
+            .await
+            .unwrap(),
         2
     );
     let (ada, r1) = record(&coord, "ada").await;
     assert_eq!(ada, MailboxRecord::active("ada"));
     assert!(consumer_exists(&js, "ada").await);
-    ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap();
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["ada", "bob"])
+        .await
+        .unwrap();
     assert_eq!(
         record(&coord, "ada").await.1,
         r1,
@@ -73,9 +77,15 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     );
 
     // Ada leaves the company: stamped, consumer kept through the grace.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), T0, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["bob"]),
+        T0,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report,
         RetireReport {
@@ -89,9 +99,15 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     assert!(r2 > r1);
     assert_eq!(record(&coord, "bob").await.0, MailboxRecord::active("bob"));
     let within = T0 + GRACE.as_millis() as i64;
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), within, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["bob"]),
+        within,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(report, RetireReport::default(), "retired within the grace");
     assert_eq!(record(&coord, "ada").await.1, r2);
     assert!(consumer_exists(&js, "ada").await);
@@ -99,9 +115,15 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     // A stamped seat that is in the company again (the stamp came from a
     // holder a revision behind) is made active again; its consumer stays.
     let past = within + 1;
-    let report = retire_mailboxes(&js, &coord, &set(&["ada", "bob"]), past, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["ada", "bob"]),
+        past,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report,
         RetireReport {
@@ -112,15 +134,27 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     assert_eq!(record(&coord, "ada").await.0, MailboxRecord::active("ada"));
     assert!(consumer_exists(&js, "ada").await);
     // Gone again: stamped at T0 once more.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), T0, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["bob"]),
+        T0,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(report.stamped, ["ada"]);
 
     // Past the grace: consumer deleted, record retired.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), past, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["bob"]),
+        past,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(
         report,
         RetireReport {
@@ -136,14 +170,22 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
         (Some(T0), Some(past))
     );
     assert!(r3 > r2);
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), past + 1, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &set(&["bob"]),
+        past + 1,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(report, RetireReport::default(), "retired twice");
     assert_eq!(record(&coord, "ada").await.1, r3);
 
     // Ada returns: active again, and her wakes reach her mailbox.
-    ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap();
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["ada", "bob"])
+        .await
+        .unwrap();
     let (back, r4) = record(&coord, "ada").await;
     assert_eq!(back, MailboxRecord::active("ada"));
     assert!(r4 > r3);
@@ -199,7 +241,9 @@ async fn ensure_writes_only_a_record_that_differs() {
         .unwrap()
         .yes()
         .unwrap();
-    ensure_mailboxes(&js, &coord, ["cy", "dee"]).await.unwrap();
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["cy", "dee"])
+        .await
+        .unwrap();
     assert_eq!(record(&coord, "cy").await.1, r1);
     let (dee, o2) = record(&coord, "dee").await;
     assert_eq!(dee, MailboxRecord::active("dee"));
@@ -213,7 +257,9 @@ async fn ensure_writes_only_a_record_that_differs() {
 async fn one_bad_record_does_not_stop_the_pass() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
-    ensure_mailboxes(&js, &coord, ["eve"]).await.unwrap();
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["eve"])
+        .await
+        .unwrap();
     let bad = coord
         .create_record(
             Bucket::Mailboxes,
@@ -225,9 +271,15 @@ async fn one_bad_record_does_not_stop_the_pass() {
         .unwrap()
         .yes()
         .unwrap();
-    let report = retire_mailboxes(&js, &coord, &BTreeSet::new(), T0, GRACE)
-        .await
-        .unwrap();
+    let report = retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &BTreeSet::new(),
+        T0,
+        GRACE,
+    )
+    .await
+    .unwrap();
     assert_eq!(report.stamped, vec!["eve".to_owned()]);
     assert_eq!(report.failed.len(), 1, "{report:?}");
     assert_eq!(report.failed[0].0, "fay");
@@ -252,19 +304,37 @@ async fn one_bad_record_does_not_stop_the_pass() {
 async fn a_seat_that_returns_mid_retirement_keeps_its_consumer() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
-    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
-    retire_mailboxes(&js, &coord, &BTreeSet::new(), T0, GRACE)
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["gus"])
         .await
         .unwrap();
+    retire_mailboxes(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        &BTreeSet::new(),
+        T0,
+        GRACE,
+    )
+    .await
+    .unwrap();
     let (stamped, read_at) = record(&coord, "gus").await;
     assert_eq!(stamped.absent_since_ms, Some(T0));
 
-    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
+    ensure_mailboxes(&js, &coord.records(Bucket::Mailboxes), ["gus"])
+        .await
+        .unwrap();
     let (back, back_at) = record(&coord, "gus").await;
     assert!(back.is_active() && back_at > read_at);
 
     let past = T0 + GRACE.as_millis() as i64 + 1;
-    let answer = retire_mailbox(&js, &coord, "gus", &stamped, read_at, past).await;
+    let answer = retire_mailbox(
+        &js,
+        &coord.records(Bucket::Mailboxes),
+        "gus",
+        &stamped,
+        read_at,
+        past,
+    )
+    .await;
     assert_eq!(answer, Err(RetireError::CameBack { revision: read_at }));
     assert!(
         consumer_exists(&js, "gus").await,

@@ -21,7 +21,7 @@
 use std::time::SystemTime;
 
 use crewlet_company::{Ceilings, Company, Seat};
-use crewlet_coord::{BudgetView, Budgets, CoordError, Period, Refusal, Scope, Windows};
+use crewlet_coord::{BudgetReads, BudgetView, CoordError, Period, Refusal, Scope, Windows};
 
 /// Why a seat's work waits: the window that has no room, and when it turns
 /// over.
@@ -134,7 +134,7 @@ pub enum BudgetRoom {
 
 /// The company's and `seat`'s windows at `now`, with their ceilings.
 async fn views(
-    budgets: &Budgets,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
@@ -155,7 +155,7 @@ async fn views(
 /// `need` tokens fit in every capped window; an unreadable counter is an
 /// error, never room and never full.
 pub async fn budget_room(
-    budgets: &Budgets,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
@@ -171,7 +171,7 @@ pub async fn budget_room(
 /// What a reader (`GET /budgets`, `/agents`) calls the park of a seat with
 /// waiting wakes, from one read: see [`parked_on`].
 pub async fn budget_parked(
-    budgets: &Budgets,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
