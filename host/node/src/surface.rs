@@ -68,7 +68,7 @@ impl EventSource for History {
                 filter,
             )
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| crewlet_api::stream::QueryError::Unreadable(e.to_string()))
         })
     }
 }
