@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use crewlet_coord::{Answer, Coord, CoordOptions, Owner};
+use crewlet_os::ConfigEpoch;
 use crewlet_testkit::{NatsServer, free_port};
 
 const APPLY_WITHIN: Duration = Duration::from_secs(15);
@@ -380,14 +381,14 @@ fn postures_serve_wait_stuck_and_back_to_serve() {
         Ok(Answer::Yes(()))
     ));
     let Answer::Yes(epoch_c) = rt
-        .block_on(coord.activate(&digest_b, Some(epoch_b)))
+        .block_on(coord.activate(&digest_b, Some(ConfigEpoch(epoch_b))))
         .unwrap()
     else {
         panic!("the pointer moves");
     };
     wait_posture(&node, "wait", APPLY_WITHIN);
     let health = node.health();
-    assert_eq!(health["pointer_epoch"], epoch_c, "{health}");
+    assert_eq!(health["pointer_epoch"], epoch_c.get(), "{health}");
     assert_eq!(
         health["applied_epoch"], epoch_b,
         "keeps serving b: {health}"
@@ -397,7 +398,7 @@ fn postures_serve_wait_stuck_and_back_to_serve() {
     assert_eq!(ready.json()["state"], "wait", "{}", ready.text());
     rt.block_on(coord.put_record(Bucket::Config, "company_revision", &digest_b, &record_b))
         .unwrap();
-    wait_applied(&node, epoch_c, "Acme Bee");
+    wait_applied(&node, epoch_c.get(), "Acme Bee");
     wait_posture(&node, "serve", APPLY_WITHIN);
 
     // stuck: the pointer names a document this build refuses; after the
@@ -421,13 +422,17 @@ fn postures_serve_wait_stuck_and_back_to_serve() {
     assert_eq!(ready.json()["reason"], "stuck", "{}", ready.text());
     let health = node.get("/health").unwrap();
     assert_eq!(health.status, 200);
-    assert_eq!(health.json()["pointer_epoch"], epoch_d);
-    assert_eq!(health.json()["applied_epoch"], epoch_c, "still serving c");
+    assert_eq!(health.json()["pointer_epoch"], epoch_d.get());
+    assert_eq!(
+        health.json()["applied_epoch"],
+        epoch_c.get(),
+        "still serving c"
+    );
     assert_eq!(org_name(&node), "Acme Bee");
     // The status it writes for the fleet says so too.
     assert!(eventually(APPLY_WITHIN, || {
         matches!(rt.block_on(coord.node_status("posture-1")),
-            Ok(Answer::Yes(s)) if s["posture"] == "stuck" && s["failed_epoch"] == epoch_d)
+            Ok(Answer::Yes(s)) if s["posture"] == "stuck" && s["failed_epoch"] == epoch_d.get())
     }));
 
     // A good revision activated over it: serve and ready again.
@@ -472,7 +477,10 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
     let record = serde_json::json!({ "digest": bogus, "document": "[not a company" });
     rt.block_on(coord.put_record(Bucket::Config, "company_revision", &bogus, &record))
         .unwrap();
-    let Answer::Yes(epoch_b) = rt.block_on(coord.activate(&bogus, Some(epoch_a))).unwrap() else {
+    let Answer::Yes(epoch_b) = rt
+        .block_on(coord.activate(&bogus, Some(ConfigEpoch(epoch_a))))
+        .unwrap()
+    else {
         panic!("the pointer moves");
     };
     rt.block_on(coord.publish_status(

@@ -163,9 +163,9 @@ fn a_host_the_manifest_declares_and_the_operator_denies_is_refused_naming_the_de
         PluginsDir::new(sb.path("plugins"))
             .add("atlassian", "plugins/webhooks/atlassian/plugin.toml");
     });
-    // A route the operator denies answers as one nobody declared; the
-    // plugin's other route still serves (and asks for the integration
-    // this company does not have).
+    // A route the operator denies answers 404 as one nobody declared,
+    // naming the deny; the plugin's other route still serves (and asks
+    // for the integration this company does not have).
     let answer = |route: &str| {
         let json = [("Content-Type", "application/json")];
         let r = http::post(&w.node.api, route, &json, b"{}").unwrap();
@@ -177,9 +177,16 @@ fn a_host_the_manifest_declares_and_the_operator_denies_is_refused_naming_the_de
         text.contains("no webhook plugin serves /webhooks/confluence"),
         "{text}"
     );
+    // ... naming the operator's key that took it away (not the file).
+    assert!(
+        text.contains("`plugins.grants.atlassian.denied_routes[0]`"),
+        "{text}"
+    );
+    assert!(!text.contains(".toml"), "{text}");
     let (status, text) = answer("/webhooks/nothing-declares-this");
     assert_eq!(status, 404, "{text}");
     assert!(text.contains("no webhook plugin serves"), "{text}");
+    assert!(!text.contains("denies"), "nobody denied it: {text}");
     let (status, text) = answer("/webhooks/jira");
     assert_eq!(status, 404, "{text}");
     assert!(

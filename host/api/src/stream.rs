@@ -31,7 +31,17 @@ pub use crewlet_bus::EventFilter;
 
 use crate::Shared;
 
-pub type QueryFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, String>> + Send>>;
+pub type QueryFuture = Pin<Box<dyn Future<Output = Result<serde_json::Value, QueryError>> + Send>>;
+
+/// Why a read of the event log was not answered. The node is to blame,
+/// never the asker (whose filter was already read): ask again; a log that
+/// stays unreadable is in the node's own log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// This node's store did not answer the read.
+    #[error("this node's event log could not be read ({0}); ask again")]
+    Unreadable(String),
+}
 
 /// Where the surface reads events from. Implemented by the node.
 pub trait EventSource: Send + Sync + 'static {
@@ -48,7 +58,11 @@ pub(crate) async fn list_events(
 ) -> Response {
     match s.events.query(filter).await {
         Ok(events) => Json(events).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "error": e }))).into_response(),
+        Err(e) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({ "error": e.to_string() })),
+        )
+            .into_response(),
     }
 }
 
@@ -167,7 +181,7 @@ async fn answer(s: &Shared, text: &str) -> serde_json::Value {
             serde_json::Value::Object(frame)
         }
         Ok(events) => json!({ "kind": "result", "id": req.id, "events": events }),
-        Err(e) => json!({ "kind": "error", "id": req.id, "error": e }),
+        Err(e) => json!({ "kind": "error", "id": req.id, "error": e.to_string() }),
     }
 }
 

@@ -26,6 +26,7 @@ pub mod surface;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crewlet_os::ConfigEpoch;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -426,7 +427,7 @@ mod tests;
 /// the command line and not activated through the pointer).
 #[derive(Debug, Clone)]
 pub struct Active {
-    pub epoch: u64,
+    pub epoch: ConfigEpoch,
     pub company: std::sync::Arc<Company>,
 }
 
@@ -434,15 +435,15 @@ impl Active {
     /// A document served as given, outside the config plane.
     pub fn local(company: Company) -> Active {
         Active {
-            epoch: 0,
+            epoch: ConfigEpoch::default(),
             company: std::sync::Arc::new(company),
         }
     }
 
     /// The pointer epoch this company was applied at; `None` for a
     /// document served as given.
-    pub fn applied_epoch(&self) -> Option<u64> {
-        (self.epoch > 0).then_some(self.epoch)
+    pub fn applied_epoch(&self) -> Option<ConfigEpoch> {
+        (self.epoch.get() > 0).then_some(self.epoch)
     }
 }
 
@@ -467,7 +468,7 @@ impl ActiveCompany {
 
     /// The pointer epoch of the company served now (see
     /// [`Active::applied_epoch`]).
-    pub fn applied_epoch(&self) -> Option<u64> {
+    pub fn applied_epoch(&self) -> Option<ConfigEpoch> {
         self.tx.borrow().as_ref().and_then(Active::applied_epoch)
     }
 

@@ -3,7 +3,8 @@
 //! epoch (the rules are in the crate's docs).
 
 use crewlet_company::Company;
-use crewlet_coord::{Answer, Bucket, Coord, CoordError, Pointer};
+use crewlet_coord::{Answer, ConfigPointer, CoordError, Pointer};
+use crewlet_os::ConfigEpoch;
 use serde_json::json;
 use tracing::warn;
 
@@ -24,7 +25,7 @@ pub enum ConfigError {
     #[error(
         "the pointer names revision {digest} (epoch {epoch}) but the config bucket holds no document for it; PUT /config the document again to activate it"
     )]
-    Missing { digest: String, epoch: u64 },
+    Missing { digest: String, epoch: ConfigEpoch },
     #[error(
         "the stored revision {digest} has no readable document ({why}); PUT /config the document again"
     )]
@@ -34,7 +35,7 @@ pub enum ConfigError {
     )]
     Invalid {
         digest: String,
-        epoch: u64,
+        epoch: ConfigEpoch,
         #[source]
         source: crewlet_company::Invalid,
     },
@@ -57,7 +58,7 @@ impl From<CoordError> for ConfigError {
 /// A revision activated through the pointer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Activation {
-    pub epoch: u64,
+    pub epoch: ConfigEpoch,
     pub digest: String,
     /// False when the pointer already named this document.
     pub moved: bool,
@@ -68,7 +69,7 @@ pub struct Activation {
 /// and tried again: the caller asked for this document to be active, and a
 /// concurrent activation is ordered before it, never overwritten.
 pub async fn activate(
-    coord: &Coord,
+    pointer: &ConfigPointer,
     company: &Company,
     document: &str,
     source: &str,
@@ -80,11 +81,9 @@ pub async fn activate(
         "source": source,
         "stored_ms": crewlet_os::now_ms(),
     });
-    coord
-        .put_record(Bucket::Config, REVISION_CLASS, &digest, &record)
-        .await?;
+    pointer.put_record(REVISION_CLASS, &digest, &record).await?;
     for _ in 0..ACTIVATE_ATTEMPTS {
-        let expected = match coord.active_config().await? {
+        let expected = match pointer.active_config().await? {
             Pointer::Set { revision, epoch } if revision == digest => {
                 return Ok(Activation {
                     epoch,
@@ -95,7 +94,7 @@ pub async fn activate(
             Pointer::Set { epoch, .. } => Some(epoch),
             Pointer::Unset => None,
         };
-        match coord.activate(&digest, expected).await? {
+        match pointer.activate(&digest, expected).await? {
             Answer::Yes(epoch) => {
                 return Ok(Activation {
                     epoch,
@@ -116,11 +115,12 @@ pub(crate) struct Fetched {
     pub source: Option<String>,
 }
 
-pub(crate) async fn fetch(coord: &Coord, digest: &str, epoch: u64) -> Result<Fetched, ConfigError> {
-    let (value, _) = match coord
-        .get_record(Bucket::Config, REVISION_CLASS, digest)
-        .await?
-    {
+pub(crate) async fn fetch(
+    pointer: &ConfigPointer,
+    digest: &str,
+    epoch: ConfigEpoch,
+) -> Result<Fetched, ConfigError> {
+    let (value, _) = match pointer.get_record(REVISION_CLASS, digest).await? {
         Answer::Yes(found) => found,
         Answer::No(()) => {
             return Err(ConfigError::Missing {
@@ -156,7 +156,7 @@ pub(crate) async fn fetch(coord: &Coord, digest: &str, epoch: u64) -> Result<Fet
 pub(crate) async fn announce(
     publisher: &crewlet_observe::Publisher,
     kind: &str,
-    epoch: u64,
+    epoch: ConfigEpoch,
     digest: &str,
     company: &Company,
 ) {
@@ -180,7 +180,7 @@ mod tests {
     use std::time::Duration;
 
     use crewlet_coord::bucket::Retentions;
-    use crewlet_coord::{CoordOptions, Faulty, Kv, MemoryKv, Owner, SystemClock};
+    use crewlet_coord::{Coord, CoordOptions, Faulty, Kv, MemoryKv, Owner, SystemClock};
 
     use super::*;
 
@@ -210,11 +210,17 @@ mod tests {
         let (_f, c) = coord();
         let (a_text, a) = doc("A");
         let (b_text, b) = doc("B");
-        let first = activate(&c, &a, &a_text, "t").await.unwrap();
+        let first = activate(&c.config_pointer(), &a, &a_text, "t")
+            .await
+            .unwrap();
         assert!(first.moved);
-        let second = activate(&c, &b, &b_text, "t").await.unwrap();
+        let second = activate(&c.config_pointer(), &b, &b_text, "t")
+            .await
+            .unwrap();
         assert!(second.moved && second.epoch > first.epoch, "{second:?}");
-        let repeat = activate(&c, &b, &b_text, "t").await.unwrap();
+        let repeat = activate(&c.config_pointer(), &b, &b_text, "t")
+            .await
+            .unwrap();
         assert_eq!((repeat.epoch, repeat.moved), (second.epoch, false));
         assert_eq!(
             c.active_config().await.unwrap(),
@@ -224,7 +230,9 @@ mod tests {
             }
         );
         // What the pointer names is readable back, validated.
-        let f = fetch(&c, &b.digest, second.epoch).await.unwrap();
+        let f = fetch(&c.config_pointer(), &b.digest, second.epoch)
+            .await
+            .unwrap();
         assert_eq!(f.document, b_text);
         assert_eq!(f.company.org, "B");
     }
@@ -232,9 +240,18 @@ mod tests {
     #[tokio::test]
     async fn a_revision_without_its_document_is_missing_not_empty() {
         let (_f, c) = coord();
-        let err = fetch(&c, "0".repeat(64).as_str(), 3).await.err().unwrap();
+        let err = fetch(&c.config_pointer(), "0".repeat(64).as_str(), ConfigEpoch(3))
+            .await
+            .err()
+            .unwrap();
         assert!(
-            matches!(err, ConfigError::Missing { epoch: 3, .. }),
+            matches!(
+                err,
+                ConfigError::Missing {
+                    epoch: ConfigEpoch(3),
+                    ..
+                }
+            ),
             "{err}"
         );
     }
@@ -243,12 +260,20 @@ mod tests {
     async fn an_unreachable_store_is_unavailable_and_moves_nothing() {
         let (f, c) = coord();
         let (a_text, a) = doc("A");
-        let first = activate(&c, &a, &a_text, "t").await.unwrap();
+        let first = activate(&c.config_pointer(), &a, &a_text, "t")
+            .await
+            .unwrap();
         f.break_store();
         let (b_text, b) = doc("B");
-        let err = activate(&c, &b, &b_text, "t").await.err().unwrap();
+        let err = activate(&c.config_pointer(), &b, &b_text, "t")
+            .await
+            .err()
+            .unwrap();
         assert!(matches!(err, ConfigError::Unavailable(_)), "{err}");
-        let err = fetch(&c, &a.digest, first.epoch).await.err().unwrap();
+        let err = fetch(&c.config_pointer(), &a.digest, first.epoch)
+            .await
+            .err()
+            .unwrap();
         assert!(matches!(err, ConfigError::Unavailable(_)), "{err}");
         f.heal();
         assert_eq!(

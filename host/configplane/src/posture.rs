@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use crewlet_os::ConfigEpoch;
+
 /// How long a node behind the pointer, while a peer has applied its epoch,
 /// waits before it sheds: five polls — a healthy node applies within one,
 /// so only a node that cannot apply gets here.
@@ -53,7 +55,7 @@ pub struct PostureReport {
     pub posture: Posture,
     pub reason: String,
     /// The epoch the pointer named when the posture was picked.
-    pub pointer_epoch: Option<u64>,
+    pub pointer_epoch: Option<ConfigEpoch>,
 }
 
 /// What the reconciler could see of the pointer on one poll.
@@ -62,7 +64,7 @@ pub enum PointerSeen {
     /// Neither the pointer nor the revision it names could be read.
     Unreadable(String),
     Unset,
-    Set(u64),
+    Set(ConfigEpoch),
 }
 
 /// What the reconciler could see of its peers' statuses.
@@ -78,7 +80,7 @@ pub enum PeersSeen {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Seen {
     pub pointer: PointerSeen,
-    pub applied: Option<u64>,
+    pub applied: Option<ConfigEpoch>,
     /// How long this node has been behind the pointer's epoch.
     pub behind_for: Duration,
     /// How long this node has failed to apply it, and why (if it has).
@@ -164,6 +166,7 @@ mod tests {
     use super::*;
 
     fn seen(pointer: PointerSeen, applied: Option<u64>) -> Seen {
+        let applied = applied.map(ConfigEpoch);
         Seen {
             pointer,
             applied,
@@ -177,14 +180,14 @@ mod tests {
     fn postures_follow_the_rules() {
         use Posture::*;
         let p = |s: &Seen| decide(s).posture;
-        assert_eq!(p(&seen(PointerSeen::Set(7), Some(7))), Serve);
+        assert_eq!(p(&seen(PointerSeen::Set(ConfigEpoch(7)), Some(7))), Serve);
         assert_eq!(p(&seen(PointerSeen::Unset, None)), Serve);
         assert_eq!(
             p(&seen(PointerSeen::Unreadable("down".into()), Some(7))),
             Isolated
         );
         // Behind: waits while applying, however long, if no peer is ahead.
-        let mut s = seen(PointerSeen::Set(8), Some(7));
+        let mut s = seen(PointerSeen::Set(ConfigEpoch(8)), Some(7));
         assert_eq!(p(&s), Wait);
         s.behind_for = Duration::from_secs(3600);
         s.peers = PeersSeen::Known {
@@ -204,12 +207,12 @@ mod tests {
         s.behind_for = SHED_GRACE;
         assert_eq!(p(&s), Shed);
         // Failing to apply: wait, then stuck (unless a peer has it: shed).
-        let mut s = seen(PointerSeen::Set(8), Some(7));
+        let mut s = seen(PointerSeen::Set(ConfigEpoch(8)), Some(7));
         s.failing = Some((Duration::from_secs(1), "refused".into()));
         assert_eq!(p(&s), Wait);
         s.failing = Some((STUCK_AFTER, "refused".into()));
         let r = decide(&s);
-        assert_eq!((r.posture, r.pointer_epoch), (Stuck, Some(8)));
+        assert_eq!((r.posture, r.pointer_epoch), (Stuck, Some(ConfigEpoch(8))));
         assert!(r.reason.contains("refused"), "{}", r.reason);
         s.behind_for = SHED_GRACE;
         s.peers = PeersSeen::Known {

@@ -16,8 +16,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewlet_company::{Active, ActiveCompany, Company, Invalid};
-use crewlet_coord::{Coord, Pointer};
+use crewlet_coord::{ConfigPointer, Pointer};
 use crewlet_observe::Publisher;
+use crewlet_os::ConfigEpoch;
 use crewlet_store::Store;
 use serde_json::json;
 use tokio::sync::watch;
@@ -69,7 +70,7 @@ pub struct Seed {
 /// What the reconciler runs with.
 pub struct Parts {
     pub node_id: String,
-    pub coord: Coord,
+    pub pointer: ConfigPointer,
     /// The node store: the applied revision is recorded there, and an
     /// offline import waits there.
     pub store: Arc<Store>,
@@ -95,7 +96,7 @@ struct Pending {
 
 /// A failure to apply one epoch: since when, and why.
 struct Failing {
-    epoch: u64,
+    epoch: ConfigEpoch,
     since: Instant,
     why: String,
 }
@@ -106,7 +107,7 @@ struct Reconciler {
     /// The epoch this node could not apply (retried every poll; logged once).
     failed: Option<Failing>,
     /// The pointer epoch this node is behind, and since when.
-    behind: Option<(u64, Instant)>,
+    behind: Option<(ConfigEpoch, Instant)>,
     status_written: Option<Instant>,
     pointer_down: bool,
 }
@@ -121,7 +122,7 @@ enum Applied {
 
 impl Reconciler {
     /// The epoch this node serves, as its [`crewlet_company::ActiveCompany`] says.
-    fn applied(&self) -> Option<u64> {
+    fn applied(&self) -> Option<ConfigEpoch> {
         self.ctx.active.applied_epoch()
     }
 
@@ -186,7 +187,7 @@ impl Reconciler {
     /// Reads the pointer, publishes what is pending, applies what the
     /// pointer names; answers what it saw.
     async fn poll(&mut self) -> PointerSeen {
-        let pointer = match self.ctx.coord.active_config().await {
+        let pointer = match self.ctx.pointer.active_config().await {
             Ok(p) => p,
             Err(e) => {
                 if !self.pointer_down {
@@ -222,8 +223,8 @@ impl Reconciler {
     }
 
     /// What the peers' statuses say about `epoch` (unknown if unreadable).
-    async fn peers(&self, epoch: u64) -> PeersSeen {
-        match self.ctx.coord.statuses().await {
+    async fn peers(&self, epoch: ConfigEpoch) -> PeersSeen {
+        match self.ctx.pointer.statuses().await {
             Ok(all) => {
                 let peers: Vec<_> = all
                     .iter()
@@ -231,7 +232,7 @@ impl Reconciler {
                     .collect();
                 let with_epoch = peers
                     .iter()
-                    .filter(|(_, s)| s["applied_epoch"].as_u64() == Some(epoch))
+                    .filter(|(_, s)| s["applied_epoch"].as_u64() == Some(epoch.get()))
                     .count();
                 PeersSeen::Known {
                     with_epoch,
@@ -255,16 +256,16 @@ impl Reconciler {
             if let Pointer::Set { revision, epoch } = &pointer
                 && *revision != p.company.digest
             {
-                warn!(subsystem = "configplane", epoch, active = %revision, file = %p.company.digest,
+                warn!(subsystem = "configplane", epoch = epoch.get(), active = %revision, file = %p.company.digest,
                     source = %p.source,
                     "the fleet serves another revision than the --company document, and this node follows the fleet; `crewlet config import` the file to activate it (GET /config shows what is active)");
             }
             self.pending = None;
             return Some(pointer);
         }
-        match activate(&self.ctx.coord, &p.company, &p.document, &p.source).await {
+        match activate(&self.ctx.pointer, &p.company, &p.document, &p.source).await {
             Ok(a) => {
-                info!(subsystem = "configplane", epoch = a.epoch, digest = %a.digest,
+                info!(subsystem = "configplane", epoch = a.epoch.get(), digest = %a.digest,
                     source = %p.source, "company revision activated at start");
                 if a.moved {
                     announce(
@@ -297,11 +298,11 @@ impl Reconciler {
         }
     }
 
-    async fn apply(&mut self, digest: &str, epoch: u64) -> Applied {
-        let fetched = match fetch(&self.ctx.coord, digest, epoch).await {
+    async fn apply(&mut self, digest: &str, epoch: ConfigEpoch) -> Applied {
+        let fetched = match fetch(&self.ctx.pointer, digest, epoch).await {
             Ok(f) => f,
             Err(ConfigError::Unavailable(e)) => {
-                warn!(subsystem = "configplane", error = %e, epoch,
+                warn!(subsystem = "configplane", error = %e, epoch = epoch.get(),
                     "cannot read the revision yet; keeping the company this node serves");
                 return Applied::Unreadable(e.to_string());
             }
@@ -312,7 +313,7 @@ impl Reconciler {
                     .as_ref()
                     .is_some_and(|f| f.epoch == epoch && f.why == why);
                 if !repeat {
-                    error!(subsystem = "configplane", error = %e, epoch,
+                    error!(subsystem = "configplane", error = %e, epoch = epoch.get(),
                         "cannot apply the active revision; keeping the company this node serves");
                     let since = match &self.failed {
                         Some(f) if f.epoch == epoch => f.since,
@@ -330,7 +331,7 @@ impl Reconciler {
             company: company.clone(),
         }));
         self.failed = None;
-        info!(subsystem = "configplane", epoch, digest, org = %company.org,
+        info!(subsystem = "configplane", epoch = epoch.get(), digest, org = %company.org,
             seats = company.seats.len(), "company revision applied");
 
         let store = self.ctx.store.clone();
@@ -342,9 +343,9 @@ impl Reconciler {
         .await;
         match recorded {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => warn!(subsystem = "configplane", error = %e, epoch,
+            Ok(Err(e)) => warn!(subsystem = "configplane", error = %e, epoch = epoch.get(),
                 "applied, but the node store did not record it"),
-            Err(e) => warn!(subsystem = "configplane", error = %e, epoch,
+            Err(e) => warn!(subsystem = "configplane", error = %e, epoch = epoch.get(),
                 "applied, but the node store writer failed"),
         }
         self.write_status().await;
@@ -370,7 +371,7 @@ impl Reconciler {
         });
         match self
             .ctx
-            .coord
+            .pointer
             .publish_status(&self.ctx.node_id, &status)
             .await
         {

@@ -5,8 +5,9 @@
 //! applied. An unreadable pointer is unknown (an error), never "unset".
 
 use crewlet_company::{ActiveCompany, Company};
-use crewlet_coord::{Coord, Pointer};
+use crewlet_coord::{ConfigPointer, Pointer};
 use crewlet_observe::Publisher;
+use crewlet_os::ConfigEpoch;
 use serde_json::{Value, json};
 use tracing::{info, warn};
 
@@ -16,7 +17,7 @@ use crate::activation::{Activation, ConfigError, activate, announce, fetch};
 #[derive(Clone)]
 pub struct Plane {
     node_id: String,
-    coord: Coord,
+    pointer: ConfigPointer,
     publisher: Publisher,
     active: ActiveCompany,
     /// Where a move is told to every node's reconciler; `None`: they apply
@@ -27,13 +28,13 @@ pub struct Plane {
 impl Plane {
     pub fn new(
         node_id: String,
-        coord: Coord,
+        pointer: ConfigPointer,
         publisher: Publisher,
         active: ActiveCompany,
     ) -> Plane {
         Plane {
             node_id,
-            coord,
+            pointer,
             publisher,
             active,
             hints: None,
@@ -51,10 +52,10 @@ impl Plane {
     /// through the pointer; a move is announced (`config_activated`).
     pub async fn put(&self, company: &Company, document: &str) -> Result<Activation, ConfigError> {
         let source = format!("PUT /config on node {}", self.node_id);
-        match activate(&self.coord, company, document, &source).await {
+        match activate(&self.pointer, company, document, &source).await {
             Ok(a) => {
                 if a.moved {
-                    info!(subsystem = "configplane", epoch = a.epoch, digest = %a.digest,
+                    info!(subsystem = "configplane", epoch = a.epoch.get(), digest = %a.digest,
                         org = %company.org, "company revision activated");
                     announce(
                         &self.publisher,
@@ -76,7 +77,7 @@ impl Plane {
     }
 
     /// Every node's reconciler polls at once; a hint lost costs one poll.
-    async fn hint(&self, epoch: u64) {
+    async fn hint(&self, epoch: ConfigEpoch) {
         let Some(client) = &self.hints else { return };
         let sent = client
             .publish(
@@ -85,7 +86,7 @@ impl Plane {
             )
             .await;
         if let Err(e) = sent {
-            warn!(subsystem = "configplane", error = %e, epoch,
+            warn!(subsystem = "configplane", error = %e, epoch = epoch.get(),
                 "could not tell the fleet the pointer moved; nodes apply it on their next poll");
         }
     }
@@ -95,14 +96,14 @@ impl Plane {
     /// (`fleet`; unreadable is `null` with `fleet_error`, never empty).
     /// `None` when no revision was ever activated.
     pub async fn active(&self) -> Result<Option<Value>, ConfigError> {
-        let (digest, epoch) = match self.coord.active_config().await? {
+        let (digest, epoch) = match self.pointer.active_config().await? {
             Pointer::Set { revision, epoch } => (revision, epoch),
             Pointer::Unset => return Ok(None),
         };
-        let f = fetch(&self.coord, &digest, epoch).await?;
+        let f = fetch(&self.pointer, &digest, epoch).await?;
         let applied_epoch = self.active.applied_epoch();
         // The status bucket ages a departed node out.
-        let (fleet, fleet_error) = match self.coord.statuses().await {
+        let (fleet, fleet_error) = match self.pointer.statuses().await {
             Ok(all) => (
                 Some(
                     all.iter()

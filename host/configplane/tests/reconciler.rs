@@ -82,7 +82,7 @@ async fn node(
     let board = Arc::new(Board::default());
     let running = start(Parts {
         node_id: id.into(),
-        coord: coord.clone(),
+        pointer: coord.config_pointer(),
         store,
         publisher: publisher.clone(),
         active: active.clone(),
@@ -145,7 +145,7 @@ async fn the_first_node_seeds_the_pointer_and_a_joining_node_follows_the_fleet()
     // An operator's PUT through one node is applied by every node.
     let plane = Plane::new(
         first.id.clone(),
-        coord.clone(),
+        coord.config_pointer(),
         first.publisher.clone(),
         first.active.clone(),
     );
@@ -160,7 +160,7 @@ async fn the_first_node_seeds_the_pointer_and_a_joining_node_follows_the_fleet()
     }
     // GET /config's body: the revision, and every node's word on it.
     let body = plane.active().await.unwrap().expect("a revision is active");
-    assert_eq!(body["epoch"], put.epoch);
+    assert_eq!(body["epoch"], put.epoch.get());
     assert_eq!(body["org"], "B");
     assert_eq!(body["applied"], true);
     let fleet = body["fleet"].as_array().expect("the fleet is readable");
@@ -185,7 +185,7 @@ async fn an_unreadable_pointer_is_isolated_and_keeps_the_company_served() {
     assert_eq!(n.active.applied_epoch(), Some(epoch), "still serving it");
     let plane = Plane::new(
         n.id.clone(),
-        coord.clone(),
+        coord.config_pointer(),
         n.publisher.clone(),
         n.active.clone(),
     );
@@ -209,7 +209,12 @@ async fn nothing_activated_is_no_revision_not_an_error() {
     let n = node("n1", &coord, &server, None).await;
     assert_eq!(n.board.posture(), Posture::Serve, "nothing to be behind");
     assert_eq!(org(&n), None);
-    let plane = Plane::new(n.id.clone(), coord, n.publisher.clone(), n.active.clone());
+    let plane = Plane::new(
+        n.id.clone(),
+        coord.config_pointer(),
+        n.publisher.clone(),
+        n.active.clone(),
+    );
     assert_eq!(plane.active().await.unwrap(), None);
     n.running.stop().await;
 }

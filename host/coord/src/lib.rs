@@ -28,6 +28,7 @@ pub mod budget;
 pub mod claims;
 pub mod epoch;
 pub mod faulty;
+pub mod handles;
 pub mod holder;
 pub mod kv;
 pub mod lease;
@@ -55,6 +56,10 @@ pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, 
 pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use epoch::FenceEpoch;
 pub use faulty::Faulty;
+pub use handles::{
+    BudgetReads, Budgets, ConfigPointer, Cooldowns, Deliveries, Leases, Ledger, PauseRecords,
+    Records, Roster, Survey, TokenRecords, Valve,
+};
 pub use holder::Admits;
 pub use kv::{Change, Kv};
 pub use lease::{BrokerRow, DutyRow, Held, Lease, NodeStatus, NotHeld, Owner, ServerRow, Tenures};

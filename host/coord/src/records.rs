@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
+use crewlet_os::ConfigEpoch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -60,7 +61,10 @@ pub enum Pointer {
     /// Nobody has activated a revision yet.
     Unset,
     /// The active revision; `epoch` is the pointer's own revision.
-    Set { revision: String, epoch: u64 },
+    Set {
+        revision: String,
+        epoch: ConfigEpoch,
+    },
 }
 
 /// An activation refused because the pointer was not where the caller thought.
@@ -241,7 +245,7 @@ impl Coord {
         Ok(match self.kv(b).get(b, POINTER_KEY).await? {
             Some(e) if !e.removed => Pointer::Set {
                 revision: decode::<PointerRecord>(b, &e)?.revision,
-                epoch: e.revision,
+                epoch: ConfigEpoch(e.revision),
             },
             _ => Pointer::Unset,
         })
@@ -254,15 +258,15 @@ impl Coord {
     pub async fn activate(
         &self,
         revision: &str,
-        expected: Option<u64>,
-    ) -> Reply<u64, PointerMoved> {
+        expected: Option<ConfigEpoch>,
+    ) -> Reply<ConfigEpoch, PointerMoved> {
         let b = Bucket::Config;
         let rec = PointerRecord {
             revision: revision.to_owned(),
         };
-        let expect = Expect::Revision(expected.unwrap_or(0));
+        let expect = Expect::Revision(expected.map_or(0, ConfigEpoch::get));
         match self.kv(b).put(b, POINTER_KEY, encode(&rec), expect).await? {
-            Ok(epoch) => Ok(Answer::Yes(epoch)),
+            Ok(epoch) => Ok(Answer::Yes(ConfigEpoch(epoch))),
             Err(_) => Ok(Answer::No(PointerMoved {
                 current: self.active_config().await?,
             })),

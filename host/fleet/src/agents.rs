@@ -55,8 +55,8 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
         }
     };
     let (seats, nodes, depths, open) = futures::join!(
-        bounded(ctx.coord.list_live("seat")),
-        bounded(ctx.coord.list_live("node")),
+        bounded(ctx.survey.live("seat")),
+        bounded(ctx.survey.live("node")),
         depths,
         ctx.history.gather(Ask::OpenTurns, None),
     );
@@ -114,7 +114,7 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
     // The holder stops admitting a seat beat after its last good renew;
     // "now" here is never later than the broker's, so a seat called stale
     // is one its holder no longer admits on.
-    let missed = ctx.coord.seat_beat();
+    let missed = ctx.survey.seat_beat();
     let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
     // Live seat nodes and their labels, for why a seat is unplaced.
     let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
@@ -220,9 +220,10 @@ async fn parks(
         })
         .collect();
     let now = crewlet_os::wall_now();
+    let budgets = ctx.survey.budgets();
     let reads = waiting
         .iter()
-        .map(|seat| crewlet_turns::budget_parked(&ctx.coord, company, seat, now));
+        .map(|seat| crewlet_turns::budget_parked(&budgets, company, seat, now));
     let mut out = BTreeMap::new();
     for (seat, park) in waiting.iter().zip(futures::future::join_all(reads).await) {
         if let Some(park) = park.map_err(|e| e.to_string())? {

@@ -30,9 +30,10 @@ pub(crate) async fn view(ctx: &View, company: &Company) -> Result<Value, CoordEr
             company.role_of(seat).budget,
         ));
     }
+    let budgets = ctx.survey.budgets();
     let reads = scopes
         .iter()
-        .map(|(scope, _)| ctx.coord.budget(scope, &windows));
+        .map(|(scope, _)| budgets.budget(scope, &windows));
     let js = async_nats::jetstream::new(ctx.client.clone());
     let depths = async {
         tokio::time::timeout(crewlet_history::BUDGET, crewlet_stream::mailbox_depths(&js))

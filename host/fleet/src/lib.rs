@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crewlet_company::ActiveCompany;
-use crewlet_coord::{Coord, CoordError, Lease};
+use crewlet_coord::{CoordError, Lease, Survey};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -63,7 +63,7 @@ pub type PausesWatch = watch::Receiver<Option<Arc<BTreeSet<String>>>>;
 #[derive(Clone)]
 pub struct View {
     node_id: String,
-    coord: Coord,
+    survey: Survey,
     client: async_nats::Client,
     history: crewlet_history::Reader,
     active: ActiveCompany,
@@ -73,7 +73,7 @@ pub struct View {
 impl View {
     pub fn new(
         node_id: String,
-        coord: Coord,
+        survey: Survey,
         client: async_nats::Client,
         history: crewlet_history::Reader,
         active: ActiveCompany,
@@ -81,7 +81,7 @@ impl View {
     ) -> View {
         View {
             node_id,
-            coord,
+            survey,
             client,
             history,
             active,
@@ -149,8 +149,8 @@ pub(crate) fn node_of(owner: &crewlet_coord::Owner) -> &str {
 
 async fn fleet(ctx: &View) -> Result<Value, FleetError> {
     let (nodes, statuses) = futures::join!(
-        bounded(ctx.coord.list_live("node")),
-        bounded(ctx.coord.statuses())
+        bounded(ctx.survey.live("node")),
+        bounded(ctx.survey.statuses())
     );
     let mut nodes = nodes.map_err(FleetError::Presence)?;
     nodes.sort_by(|a, b| a.name.id().cmp(b.name.id()));
@@ -186,7 +186,7 @@ fn node_row(
     json!({
         "id": id,
         "owner": lease.owner.as_str(),
-        "this_node": lease.owner == ctx.coord.options().owner,
+        "this_node": lease.owner == *ctx.survey.owner(),
         "roles": status.roles,
         "labels": status.labels,
         "posture": status.posture,

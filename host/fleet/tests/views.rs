@@ -20,11 +20,11 @@ async fn view(coord: &Coord, server: &NatsServer, dir: &tempfile::TempDir) -> Vi
     let client = async_nats::connect(server.url()).await.expect("connect");
     let store = Arc::new(crewlet_store::Store::open_in(dir.path()).unwrap());
     let history =
-        crewlet_history::Reader::new("n1".into(), client.clone(), coord.clone(), store, 0);
+        crewlet_history::Reader::new("n1".into(), client.clone(), coord.roster("node"), store, 0);
     let (_tx, pauses) = tokio::sync::watch::channel(None);
     View::new(
         "n1".into(),
-        coord.clone(),
+        coord.survey(),
         client,
         history,
         ActiveCompany::new(None),

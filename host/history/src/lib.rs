@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewlet_bus::EventFilter;
-use crewlet_coord::Coord;
+use crewlet_coord::Roster;
 use crewlet_store::Store;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -75,12 +75,13 @@ pub struct Gathered {
 }
 
 /// What a fleet read is made with: this node's id, log and start, the
-/// connection peers are asked on, and presence (who to ask). Cheap to clone.
+/// connection peers are asked on, and presence (who to ask: the node
+/// leases, read only). Cheap to clone.
 #[derive(Clone)]
 pub struct Reader {
     node_id: String,
     client: async_nats::Client,
-    coord: Coord,
+    presence: Roster,
     store: Arc<Store>,
     since_ms: i64,
 }
@@ -91,14 +92,14 @@ impl Reader {
     pub fn new(
         node_id: String,
         client: async_nats::Client,
-        coord: Coord,
+        presence: Roster,
         store: Arc<Store>,
         since_ms: i64,
     ) -> Reader {
         Reader {
             node_id,
             client,
-            coord,
+            presence,
             store,
             since_ms,
         }
@@ -143,7 +144,7 @@ async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
         let (targets, membership_error) = match only {
             Some(node) if node == me => (Vec::new(), None),
             Some(node) => (vec![node.to_owned()], None),
-            None => match tokio::time::timeout_at(deadline, ctx.coord.list_live("node")).await {
+            None => match tokio::time::timeout_at(deadline, ctx.presence.live()).await {
                 Ok(Ok(leases)) => (
                     leases
                         .iter()

@@ -65,7 +65,13 @@ async fn every_live_node_is_read_and_a_silent_one_is_named() {
     let responder = Responder::start(connect(&server).await, "b".into(), b, 0)
         .await
         .expect("subscribe");
-    let reader = Reader::new("a".into(), connect(&server).await, coord, a, 0);
+    let reader = Reader::new(
+        "a".into(),
+        connect(&server).await,
+        coord.roster("node"),
+        a,
+        0,
+    );
 
     let read = reader.events(EventFilter::default()).await;
     let ids: Vec<_> = read["events"]
@@ -111,7 +117,13 @@ async fn unreadable_presence_is_unknown_membership_not_a_fleet_of_one() {
     let (_da, a) = log("a", &[("a1", 10)]);
     present(&coord, "a").await;
     faulty.break_store();
-    let reader = Reader::new("a".into(), connect(&server).await, coord, a, 0);
+    let reader = Reader::new(
+        "a".into(),
+        connect(&server).await,
+        coord.roster("node"),
+        a,
+        0,
+    );
     let read = reader.events(EventFilter::default()).await;
     assert_eq!(read["events"][0]["event_id"], "a1", "its own rows: {read}");
     let coverage = &read["coverage"];

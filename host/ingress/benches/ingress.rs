@@ -196,7 +196,7 @@ async fn main() {
     let edge = Arc::new(Edge::new(EdgeConfig {
         node_id: "bench".into(),
         client: client.clone(),
-        coord,
+        deliveries: coord.deliveries(),
         publisher: publisher.clone(),
         active: ActiveCompany::new(Some(Active::local(company))),
         plugins: crewlet_plugins::Installed::webhooks_only(vec![github.clone()]),

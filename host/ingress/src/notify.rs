@@ -63,7 +63,7 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind, consumer};
 use crewlet_company::resolve::{Addressed, Resolution};
 use crewlet_company::{Company, Handle, seat_id};
-use crewlet_coord::{Answer, Coord};
+use crewlet_coord::{Answer, Valve};
 use crewlet_observe::{ACK_TIMEOUT, AckError, Publisher, publish_acked};
 use crewlet_store::Party;
 use futures::StreamExt;
@@ -121,7 +121,7 @@ pub enum NotifyError {
 #[derive(Clone)]
 pub struct NotifyConfig {
     pub client: async_nats::Client,
-    pub coord: Coord,
+    pub valve: Valve,
     pub publisher: Publisher,
     pub active: crewlet_company::ActiveCompany,
     /// True while this node admits triggers; false while it sheds.
@@ -521,7 +521,7 @@ impl Worker {
             let h = handle.as_str();
             match self
                 .cfg
-                .coord
+                .valve
                 .admit(&format!("wake:{h}"), VALVE_LIMIT, VALVE_WINDOW)
                 .await
             {

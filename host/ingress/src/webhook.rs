@@ -77,7 +77,7 @@ use std::time::Duration;
 use async_nats::jetstream;
 use bytes::Bytes;
 use crewlet_company::ActiveCompany;
-use crewlet_coord::Coord;
+use crewlet_coord::Deliveries;
 use crewlet_observe::Publisher;
 use crewlet_plugins::Installed;
 use crewlet_plugins::webhook::Delivery;
@@ -115,7 +115,7 @@ pub const MAX_ROUTE_HANDLE: usize = 64;
 pub struct EdgeConfig {
     pub node_id: String,
     pub client: async_nats::Client,
-    pub coord: Coord,
+    pub deliveries: Deliveries,
     pub publisher: Publisher,
     pub active: ActiveCompany,
     /// The plugins the node serves now; each request resolves its route
@@ -148,7 +148,7 @@ impl Edge {
         let js = jetstream::new(cfg.client.clone());
         Edge {
             releaser: Releaser {
-                coord: cfg.coord.clone(),
+                deliveries: cfg.deliveries.clone(),
             },
             js,
             cfg,

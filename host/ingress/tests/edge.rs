@@ -138,7 +138,7 @@ fn github_edge(w: &World) -> (Edge, tempfile::TempDir) {
     let edge = Edge::new(EdgeConfig {
         node_id: "edge-test".into(),
         client: w.client.clone(),
-        coord: w.coord.clone(),
+        deliveries: w.coord.deliveries(),
         publisher: w.publisher.clone(),
         active: w.active.clone(),
         plugins: crewlet_plugins::Installed::webhooks_only(vec![github]),

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crewlet_company::McpServer;
+use crewlet_os::ConfigEpoch;
 
 use crate::connection::{Connection, Launch};
 use crate::status::McpStatusRow;
@@ -33,7 +34,7 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    epoch: Option<u64>,
+    epoch: Option<ConfigEpoch>,
     servers: BTreeMap<String, Shared>,
     shut_down: bool,
 }
@@ -59,7 +60,7 @@ impl SharedChildren {
     }
 
     /// The epoch last applied, if any.
-    pub fn epoch(&self) -> Option<u64> {
+    pub fn epoch(&self) -> Option<ConfigEpoch> {
         self.state().epoch
     }
 
@@ -80,11 +81,16 @@ impl SharedChildren {
     /// Makes `servers` (the epoch's `shared = true` servers) the running set.
     /// A `shared = false` spec in `servers` is refused (recorded as failed):
     /// a template carrying a seat's credentials must never run node-wide.
-    pub async fn apply(&self, epoch: u64, servers: BTreeMap<String, McpServer>, resolve: Resolver) {
+    pub async fn apply(
+        &self,
+        epoch: ConfigEpoch,
+        servers: BTreeMap<String, McpServer>,
+        resolve: Resolver,
+    ) {
         let _one_at_a_time = self.inner.applying.lock().await;
         if self.state().shut_down {
             tracing::warn!(
-                epoch,
+                epoch = epoch.get(),
                 "shared MCP servers not applied: the node is shutting down"
             );
             return;

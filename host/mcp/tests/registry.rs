@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use crewlet_mcp::{McpError, McpOptions, SeatTools, ServerState, SharedChildren, merge_status};
+use crewlet_os::ConfigEpoch;
 use serde_json::json;
 
 fn opts() -> McpOptions {
@@ -218,8 +219,10 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
     assert_eq!(shared.epoch(), None);
 
     let company = resolver(&[("COMPANY_CHAT_TOKEN", "company-bot")]);
-    shared.apply(1, role.clone(), company.clone()).await;
-    assert_eq!(shared.epoch(), Some(1));
+    shared
+        .apply(ConfigEpoch(1), role.clone(), company.clone())
+        .await;
+    assert_eq!(shared.epoch(), Some(ConfigEpoch(1)));
     let pid = shared.pid("chat").expect("the shared child started");
 
     // A seat resolver that would give another identity is not consulted.
@@ -261,13 +264,15 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
     );
 
     // Same spec and secrets at the next epoch: the child is kept.
-    shared.apply(2, role.clone(), company.clone()).await;
+    shared
+        .apply(ConfigEpoch(2), role.clone(), company.clone())
+        .await;
     assert_eq!(shared.pid("chat"), Some(pid));
 
     // A rotated secret: a new child; the old one lives while bo holds it.
     shared
         .apply(
-            3,
+            ConfigEpoch(3),
             role.clone(),
             resolver(&[("COMPANY_CHAT_TOKEN", "company-bot-2")]),
         )
@@ -305,7 +310,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
 
     // Removed at the next epoch, with no seat holding it: stopped at once.
     carol.shutdown().await;
-    shared.apply(4, BTreeMap::new(), company.clone()).await;
+    shared
+        .apply(ConfigEpoch(4), BTreeMap::new(), company.clone())
+        .await;
     assert!(
         !process_exists(pid3),
         "a removed, unused shared child is stopped"
@@ -325,7 +332,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
         "chat".to_owned(),
         chat_spec(false, "COMPANY_CHAT_TOKEN", &log),
     )]);
-    shared.apply(5, template, company.clone()).await;
+    shared
+        .apply(ConfigEpoch(5), template, company.clone())
+        .await;
     let rows = shared.status();
     assert_eq!((rows[0].started, rows[0].failed), (0, 1));
     assert!(
@@ -336,7 +345,9 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
             .contains("per-seat template")
     );
 
-    shared.apply(6, role.clone(), company.clone()).await;
+    shared
+        .apply(ConfigEpoch(6), role.clone(), company.clone())
+        .await;
     let pid6 = shared.pid("chat").unwrap();
     let frank = SeatTools::start("frank", &role, &shared, seat_resolver, &opts())
         .await
@@ -350,7 +361,7 @@ async fn a_shared_server_is_one_child_for_every_seat_and_follows_the_epoch() {
         Err(McpError::ServerGone { server, .. }) => assert_eq!(server, "chat"),
         other => panic!("expected ServerGone, got {other:?}"),
     }
-    shared.apply(7, role, company).await;
+    shared.apply(ConfigEpoch(7), role, company).await;
     assert_eq!(shared.pid("chat"), None, "no applies after shutdown");
 }
 
@@ -765,7 +776,11 @@ async fn a_credential_not_known_yet_starts_nothing_and_the_seat_is_equipped_once
     let spec = chat_spec(true, "COMPANY_CHAT_TOKEN", &log);
     let role = BTreeMap::from([("company".to_owned(), spec)]);
     shared
-        .apply(1, role.clone(), knowing("COMPANY_CHAT_TOKEN", &[]))
+        .apply(
+            ConfigEpoch(1),
+            role.clone(),
+            knowing("COMPANY_CHAT_TOKEN", &[]),
+        )
         .await;
     assert!(shared.waiting());
     assert_eq!(shared.pid("company"), None, "nothing started");
@@ -776,7 +791,7 @@ async fn a_credential_not_known_yet_starts_nothing_and_the_seat_is_equipped_once
     assert_eq!(err.server, "company");
     shared
         .apply(
-            1,
+            ConfigEpoch(1),
             role.clone(),
             resolver(&[("COMPANY_CHAT_TOKEN", "company-bot")]),
         )

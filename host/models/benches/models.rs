@@ -165,7 +165,7 @@ async fn in_process(runtime: &Arc<Runtime>) {
 
     let models = Models::new(
         crewlet_plugins::Installed::providers_only(vec![plugin.clone()]),
-        coord(),
+        coord().model_cooldowns(),
         None,
         Resolve::fixed::<&str, &str>([]),
         ModelsOptions::default(),
@@ -303,7 +303,7 @@ async fn over_http(runtime: &Arc<Runtime>, server: &ScriptedOpenAi, litellm: &Li
     let plugin = Arc::new(ProviderPlugin::load(runtime, manifest).unwrap());
     let models = Models::new(
         crewlet_plugins::Installed::providers_only(vec![plugin]),
-        coord(),
+        coord().model_cooldowns(),
         None,
         Resolve::fixed([("BENCH_KEY", "sk-bench-key")]),
         ModelsOptions::default(),

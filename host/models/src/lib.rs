@@ -4,7 +4,7 @@
 //! 1. The provider plugin classifies the vendor's answer and never retries.
 //! 2. The credential pool ([`pool`]) decides whether the key is at fault: a
 //!    `rate-limited` or `auth` answer benches that key — locally at once, and
-//!    for the fleet through [`Coord::bench`] before the next attempt — and
+//!    for the fleet through [`Cooldowns::bench`] before the next attempt — and
 //!    the same model is tried again with the least-busy key left.
 //! 3. The fallback chain decides whether the model is worth abandoning: any
 //!    other failure, a plugin fault, or no usable key moves to the next model
@@ -19,7 +19,7 @@
 //! rotated while a turn held the old one serves that same call.
 //!
 //! Cooldowns are fleet state because a limit belongs to the key at the
-//! vendor: a node pulls [`Coord::cooldowns`] when it starts (before its first
+//! vendor: a node pulls [`Cooldowns::cooldowns`] when it starts (before its first
 //! call) and every [`ModelsOptions::pull_every`] after, extending its local
 //! bench and never shortening it. A model call never waits on a coordination
 //! read.
@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crewlet_company::ModelRef;
-use crewlet_coord::{Cooldown, Coord, KeyHint};
+use crewlet_coord::{Cooldown, Cooldowns, KeyHint};
 use crewlet_observe::Publisher;
 use crewlet_plugins::Installed;
 use crewlet_plugins::manifest::Permissions;
@@ -153,7 +153,7 @@ struct Inner {
     /// The node's plugins: a provider is looked up for each call, so a
     /// reloaded one serves the next call.
     providers: Arc<Installed>,
-    coord: Coord,
+    cooldowns: Cooldowns,
     publisher: Option<Publisher>,
     resolve: Resolve,
     opts: ModelsOptions,
@@ -183,14 +183,14 @@ impl Models {
     /// `opts.pull_every` until shut down. Must run inside a tokio runtime.
     pub async fn new(
         providers: Arc<Installed>,
-        coord: Coord,
+        cooldowns: Cooldowns,
         publisher: Option<Publisher>,
         resolve: Resolve,
         opts: ModelsOptions,
     ) -> Models {
         let inner = Arc::new(Inner {
             providers,
-            coord,
+            cooldowns,
             publisher,
             resolve,
             opts,
@@ -486,8 +486,8 @@ impl Inner {
     ) {
         let until = self.pool.bench(pkey, &cred.hint, SystemTime::now() + d);
         let write = tokio::spawn({
-            let (coord, p, h) = (self.coord.clone(), pkey.clone(), cred.hint.clone());
-            async move { coord.bench(p.as_str(), &h, until).await }
+            let (cooldowns, p, h) = (self.cooldowns.clone(), pkey.clone(), cred.hint.clone());
+            async move { cooldowns.bench(p.as_str(), &h, until).await }
         });
         match tokio::time::timeout(self.opts.bench_publish_timeout, write).await {
             Ok(Ok(Ok(()))) => {}
@@ -518,7 +518,7 @@ impl Inner {
     /// One pull of the fleet's cooldowns, merged into the local bench.
     async fn pull(&self) -> Vec<Cooldown> {
         let pulled =
-            match tokio::time::timeout(self.opts.pull_timeout, self.coord.cooldowns()).await {
+            match tokio::time::timeout(self.opts.pull_timeout, self.cooldowns.cooldowns()).await {
                 Ok(r) => r,
                 Err(_) => Err(crewlet_coord::CoordError::Unavailable(format!(
                     "the cooldowns pull took over {:?}",

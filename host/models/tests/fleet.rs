@@ -35,7 +35,7 @@ async fn the_puller_merges_a_peer_bench_and_never_shortens_its_own() {
     let node = Node::join(&nats, "node-a").await;
     let models = Models::new(
         crewlet_plugins::Installed::providers_only(vec![host.openai(&server)]),
-        node.coord.clone(),
+        node.coord.model_cooldowns(),
         Some(node.publisher.clone()),
         resolver(&[("K1", KEY_1), ("K2", KEY_2)]),
         ModelsOptions {
@@ -104,7 +104,7 @@ async fn with_coordination_down_the_local_bench_still_rotates_keys() {
     let node = Node::join(&nats, "node-a").await;
     let models = Models::new(
         crewlet_plugins::Installed::providers_only(vec![host.openai(&server)]),
-        node.coord.clone(),
+        node.coord.model_cooldowns(),
         None,
         resolver(&[("K1", KEY_1), ("K2", KEY_2)]),
         ModelsOptions::default(),

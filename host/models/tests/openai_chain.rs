@@ -222,7 +222,7 @@ async fn a_429_advising_one_second_benches_the_key_for_the_floor() {
     ] {
         let models = Models::new(
             crewlet_plugins::Installed::providers_only(vec![plugin.clone()]),
-            node.coord.clone(),
+            node.coord.model_cooldowns(),
             Some(node.publisher.clone()),
             resolver(&secrets),
             opts,
@@ -426,7 +426,7 @@ async fn models_with(
 ) -> Models {
     Models::new(
         crewlet_plugins::Installed::providers_only(vec![host.openai(server)]),
-        node.coord.clone(),
+        node.coord.model_cooldowns(),
         Some(node.publisher.clone()),
         resolve,
         ModelsOptions::default(),

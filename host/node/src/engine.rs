@@ -117,7 +117,7 @@ impl EngineContext {
         crewlet_history::Reader::new(
             self.node_id.clone(),
             self.client.clone(),
-            self.coord.clone(),
+            self.coord.roster("node"),
             self.store.clone(),
             self.state.started_at_ms(),
         )
@@ -127,7 +127,7 @@ impl EngineContext {
     pub fn fleet(&self) -> crewlet_fleet::View {
         crewlet_fleet::View::new(
             self.node_id.clone(),
-            self.coord.clone(),
+            self.coord.survey(),
             self.client.clone(),
             self.history(),
             self.active.clone(),
@@ -139,7 +139,7 @@ impl EngineContext {
     pub fn seat_pauses(&self) -> crewlet_seats::SeatPauses {
         crewlet_seats::SeatPauses::new(
             self.node_id.clone(),
-            self.coord.clone(),
+            self.coord.pauses(),
             self.active.clone(),
         )
     }
@@ -148,7 +148,7 @@ impl EngineContext {
     pub fn config_plane(&self) -> crewlet_configplane::Plane {
         crewlet_configplane::Plane::new(
             self.node_id.clone(),
-            self.coord.clone(),
+            self.coord.config_pointer(),
             self.publisher.clone(),
             self.active.clone(),
         )

@@ -34,7 +34,7 @@ fn edge_for(ctx: &EngineContext) -> Edge {
     Edge::new(EdgeConfig {
         node_id: ctx.node_id.clone(),
         client: ctx.client.clone(),
-        coord: ctx.coord.clone(),
+        deliveries: ctx.coord.deliveries(),
         publisher: ctx.publisher.clone(),
         active: ctx.active.clone(),
         plugins,
@@ -164,24 +164,21 @@ fn answer(outcome: Outcome) -> WebhookAnswer {
 /// from then on.
 pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
     let js = async_nats::jetstream::new(ctx.client.clone());
+    let records = ctx.coord.records(crewlet_coord::Bucket::Mailboxes);
     if let Some(active) = ctx.active.current() {
         patiently("the seats' mailboxes", || {
-            ensure_mailboxes(
-                &js,
-                &ctx.coord,
-                active.company.handles().map(Handle::as_str),
-            )
+            ensure_mailboxes(&js, &records, active.company.handles().map(Handle::as_str))
         })
         .await?;
     }
     let mut changes = ctx.active.subscribe();
-    let (coord, js2) = (ctx.coord.clone(), js.clone());
+    let js2 = js.clone();
     let watcher = tokio::spawn(async move {
         while changes.changed().await.is_ok() {
             let next = changes.borrow_and_update().clone();
             if let Some(active) = next
                 && let Err(e) =
-                    ensure_mailboxes(&js2, &coord, active.company.handles().map(Handle::as_str))
+                    ensure_mailboxes(&js2, &records, active.company.handles().map(Handle::as_str))
                         .await
             {
                 warn!(subsystem = "ingress", error = %e, "mailboxes for the new company not all created");
@@ -199,7 +196,7 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edg
     let service = match patiently("the notify-inbound consumer", || {
         NotifyService::start(crewlet_ingress::notify::NotifyConfig {
             client: ctx.client.clone(),
-            coord: ctx.coord.clone(),
+            valve: ctx.coord.valve(),
             publisher: ctx.publisher.clone(),
             active: ctx.active.clone(),
             admitting: admitting.clone(),

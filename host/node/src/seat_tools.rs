@@ -108,7 +108,7 @@ impl Toolbox for Equipped {
                     is_error: false,
                 },
                 Ok(Err(refusal)) => ToolOutput {
-                    text: refusal,
+                    text: refusal.to_string(),
                     is_error: true,
                 },
                 Err(e @ (ToolError::Unknown { .. } | ToolError::BadArguments { .. })) => {

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_company::{Active, McpServer, McpTransport, Seat};
-use crewlet_coord::{Admits, Coord, Scope};
+use crewlet_coord::{Admits, Budgets, Scope};
 use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::Models;
 use crewlet_seats::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
@@ -139,7 +139,7 @@ impl Sessions for NodeSessions {
 /// The node's seat host.
 pub struct NodeSeats {
     pub engine: TurnEngine<Models>,
-    pub coord: Coord,
+    pub budgets: Budgets,
     pub shared: SharedChildren,
     pub shared_lock: tokio::sync::Mutex<()>,
     pub resolve: crewlet_mcp::Resolver,
@@ -229,7 +229,7 @@ impl SeatHost for NodeSeats {
             .get(&spec.handle)
             .ok_or_else(|| format!("seat {} is not in the company", spec.handle))?;
         let windows = crewlet_turns::windows_at(company, crewlet_os::wall_now());
-        self.coord
+        self.budgets
             .budget(&Scope::Seat(spec.handle.to_string()), &windows)
             .await
             .map_err(|e| format!("cannot load the seat's budget: {e}"))?;
@@ -359,7 +359,7 @@ impl SeatHost for NodeSeats {
             return Room::Unknown(format!("seat {} is not in the company", spec.handle));
         };
         let now = crewlet_os::wall_now();
-        match crewlet_turns::budget_room(&self.coord, company, seat, now, need).await {
+        match crewlet_turns::budget_room(&self.budgets.reads(), company, seat, now, need).await {
             Ok(crewlet_turns::BudgetRoom::Free) => Room::Free,
             Ok(crewlet_turns::BudgetRoom::Full(park)) => Room::Full {
                 after: until(park.until),
@@ -439,7 +439,7 @@ pub async fn start(
     let models = Arc::new(
         Models::new(
             providers,
-            ctx.coord.clone(),
+            ctx.coord.model_cooldowns(),
             Some(ctx.publisher.clone()),
             resolve.clone(),
             crewlet_models::ModelsOptions {
@@ -455,7 +455,8 @@ pub async fn start(
     );
     let engine_turns = TurnEngine::new(
         models.clone(),
-        ctx.coord.clone(),
+        ctx.coord.budgets(),
+        ctx.coord.ledger(),
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),
             sessions: Arc::new(NodeSessions(ctx.store.clone())),
@@ -472,7 +473,7 @@ pub async fn start(
     };
     let host = Arc::new(NodeSeats {
         engine: engine_turns,
-        coord: ctx.coord.clone(),
+        budgets: ctx.coord.budgets(),
         shared: SharedChildren::new(mcp.clone()),
         shared_lock: tokio::sync::Mutex::new(()),
         resolve: with_data_dir(resolve, &ctx.config.data_dir),
@@ -489,7 +490,7 @@ pub async fn start(
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),
         ctx.coord.options().owner.clone(),
-        ctx.coord.clone(),
+        crewlet_seats::SeatLeases::of(&ctx.coord),
         async_nats::jetstream::new(ctx.client.clone()),
         ctx.active.clone(),
         host.clone(),

@@ -187,7 +187,7 @@ pub async fn start(
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;
-    let (mirror, pauses) = crewlet_seats::PauseMirror::start(coord.clone());
+    let (mirror, pauses) = crewlet_seats::PauseMirror::start(coord.pauses());
     started.push("pauses", move || Box::pin(mirror.stop()));
     p.state.attach_pauses(pauses.clone());
 
@@ -228,7 +228,7 @@ async fn start_config_plane(ctx: &EngineContext, started: &mut Started) {
     let policy = crate::company::policy(&ctx.config);
     let running = crewlet_configplane::start(crewlet_configplane::Parts {
         node_id: ctx.node_id.clone(),
-        coord: ctx.coord.clone(),
+        pointer: ctx.coord.config_pointer(),
         store: ctx.store.clone(),
         publisher: ctx.publisher.clone(),
         active: ctx.active.clone(),
@@ -404,7 +404,7 @@ async fn start_tokens(
 ) {
     let (stop_tx, stop) = watch::channel(false);
     p.tokens
-        .start(coord.clone(), stop, Duration::from_secs(5))
+        .start(coord.token_records(), stop, Duration::from_secs(5))
         .await;
     started.push("tokens", move || {
         Box::pin(async move {
@@ -434,7 +434,8 @@ async fn open_secrets(
 ) -> Arc<crewlet_secrets::Secrets> {
     info!(subsystem = "secrets", keyring = %p.config.secrets.keyring.display(),
         keys = keyring.ids().len(), sealing = keyring.current(), "keyring open");
-    let secrets = Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord, keyring).await);
+    let secrets =
+        Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord.options(), keyring).await);
     p.state.attach_secrets(secrets.clone());
     let adopting = if secrets.is_listed() {
         crate::secrets::adopt_pending(p.store, &secrets).await;

@@ -251,7 +251,7 @@ impl NodeState {
     }
 
     /// The epoch of the revision applied through the pointer, if any.
-    pub fn applied_epoch(&self) -> Option<u64> {
+    pub fn applied_epoch(&self) -> Option<crewlet_os::ConfigEpoch> {
         self.active.applied_epoch()
     }
 
@@ -280,7 +280,12 @@ impl NodeState {
         }))
     }
 
-    fn applied_company(&self) -> Option<(u64, std::sync::Arc<crewlet_company::Company>)> {
+    fn applied_company(
+        &self,
+    ) -> Option<(
+        crewlet_os::ConfigEpoch,
+        std::sync::Arc<crewlet_company::Company>,
+    )> {
         let active = self.active.current()?;
         Some((active.applied_epoch()?, active.company))
     }

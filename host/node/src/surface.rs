@@ -68,7 +68,7 @@ impl EventSource for History {
                 filter,
             )
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| crewlet_api::stream::QueryError::Unreadable(e.to_string()))
         })
     }
 }
@@ -95,7 +95,7 @@ impl ConfigPlane for Config {
                 .await
                 .map_err(config_refusal)?;
             Ok(Activated {
-                epoch: a.epoch,
+                epoch: a.epoch.get(),
                 digest: a.digest,
                 moved: a.moved,
             })

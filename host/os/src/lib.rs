@@ -9,13 +9,18 @@
 //!   it ends, so a crashed or killed parent leaves no orphans behind.
 //! - [`lower_thread_priority`]: a thread the kernel serves after the node's
 //!   own (the plugin guest threads).
+//! - [`ConfigEpoch`]: the config pointer's epoch, a type every crate that
+//!   carries it can see (the company, the store, the MCP children, the
+//!   config plane and coordination, which mints it).
 //!
 //! Depends on nothing of Crewlet, so the lowest crate may use it.
 
 mod clock;
+mod config_epoch;
 mod priority;
 mod spawn;
 
 pub use clock::{TEST_CLOCK_OFFSET_ENV, now_ms, wall_now};
+pub use config_epoch::ConfigEpoch;
 pub use priority::lower_thread_priority;
 pub use spawn::DieWithParent;

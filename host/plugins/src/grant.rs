@@ -150,15 +150,15 @@ impl Catalogue {
 type Refused = (String, String);
 
 /// Each item of the list at `field`, parsed, with its own field.
-fn parsed<T>(
+fn parsed<T, E: std::fmt::Display>(
     items: &[String],
     field: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
+    parse: impl Fn(&str) -> Result<T, E>,
 ) -> Result<Vec<(T, String)>, Refused> {
     let mut out = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let at = format!(".{field}[{i}]");
-        out.push((parse(item).map_err(|p| (at.clone(), p))?, at));
+        out.push((parse(item).map_err(|p| (at.clone(), p.to_string()))?, at));
     }
     Ok(out)
 }
@@ -266,7 +266,8 @@ fn apply(manifest: &mut Manifest, grant: &Grant, source: &str) -> Result<(), Ref
         } => {
             let mut adds = Vec::new();
             if let Some(url) = &grant.base_url {
-                let origin = Origin::parse(url).map_err(|p| (".base_url".to_string(), p))?;
+                let origin =
+                    Origin::parse(url).map_err(|p| (".base_url".to_string(), p.to_string()))?;
                 *base_url = url.trim_end_matches('/').to_string();
                 let key = resolve.key(".base_url");
                 resolve.added.push(ByOperator {

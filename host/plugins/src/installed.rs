@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use crate::breaker::HealthReport;
-use crate::manifest::{Kind, Manifest, Permissions};
+use crate::manifest::{Kind, Manifest, Permission, Permissions};
 use crate::module::ModulePlugin;
 use crate::provider::ProviderPlugin;
 use crate::webhook::WebhookPlugin;
@@ -167,6 +167,16 @@ impl Installed {
                 }
                 _ => None,
             },
+            _ => None,
+        })
+    }
+
+    /// The operator's key that denies `route` to the webhook plugin whose
+    /// manifest declares it (`plugins.grants.NAME.denied_routes[i]`), if any.
+    pub fn webhook_route_denied(&self, route: &str) -> Option<String> {
+        let denied = Permission::Route(route.to_string());
+        self.read().plugins.values().find_map(|p| match p {
+            Plugin::Webhook(w) => w.manifest().granted.denied_by(&denied).map(str::to_owned),
             _ => None,
         })
     }

@@ -179,35 +179,50 @@ pub struct Origin {
     pub port: u16,
 }
 
+/// Why a text is no [`Origin`]. Whoever wrote the text is to blame (a
+/// manifest's author, an operator's grant): write it as
+/// `http(s)://host[:port]`, one host, no wildcard, no user info.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadOrigin {
+    #[error("`{0}` is not scheme://host:port")]
+    NotAnOrigin(String),
+    #[error("`{0}`: the scheme must be http or https")]
+    Scheme(String),
+    #[error("`{0}`: user info is not allowed")]
+    UserInfo(String),
+    #[error("`{0}`: the port must be a number")]
+    Port(String),
+    #[error("`{0}`: a host is required and wildcards are not allowed")]
+    Host(String),
+}
+
 impl Origin {
     /// Parses `http(s)://host[:port][/…]`; the path is ignored, a missing
     /// port is the scheme's default. Host names compare lower-case.
-    pub fn parse(text: &str) -> Result<Origin, String> {
+    pub fn parse(text: &str) -> Result<Origin, BadOrigin> {
         let (scheme, rest) = text
             .split_once("://")
-            .ok_or_else(|| format!("`{text}` is not scheme://host:port"))?;
+            .ok_or_else(|| BadOrigin::NotAnOrigin(text.to_owned()))?;
         let default_port = match scheme {
             "https" => 443,
             "http" => 80,
-            _ => return Err(format!("`{text}`: the scheme must be http or https")),
+            _ => return Err(BadOrigin::Scheme(text.to_owned())),
         };
         let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
         if authority.contains('@') {
-            return Err(format!("`{text}`: user info is not allowed"));
+            return Err(BadOrigin::UserInfo(text.to_owned()));
         }
         let (host, port) = match authority.rsplit_once(':') {
             Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
                 let port = p
                     .parse::<u16>()
-                    .map_err(|_| format!("`{text}`: the port must be a number"))?;
+                    .map_err(|_| BadOrigin::Port(text.to_owned()))?;
                 (h, port)
             }
             _ => (authority, default_port),
         };
         if host.is_empty() || host.contains('*') {
-            return Err(format!(
-                "`{text}`: a host is required and wildcards are not allowed"
-            ));
+            return Err(BadOrigin::Host(text.to_owned()));
         }
         Ok(Origin {
             scheme: scheme.to_string(),
@@ -542,14 +557,15 @@ impl Manifest {
                 })?;
                 let mut hosts = Vec::new();
                 for (i, host) in section.allowed_outbound_hosts.iter().enumerate() {
-                    hosts.push(
-                        Origin::parse(host).map_err(|p| {
-                            err(&format!("provider.allowed_outbound_hosts[{i}]"), p)
-                        })?,
-                    );
+                    hosts.push(Origin::parse(host).map_err(|p| {
+                        err(
+                            &format!("provider.allowed_outbound_hosts[{i}]"),
+                            p.to_string(),
+                        )
+                    })?);
                 }
-                let base =
-                    Origin::parse(&section.base_url).map_err(|p| err("provider.base_url", p))?;
+                let base = Origin::parse(&section.base_url)
+                    .map_err(|p| err("provider.base_url", p.to_string()))?;
                 if !hosts.contains(&base) {
                     return Err(err(
                         "provider.base_url",

@@ -59,7 +59,7 @@ mod tools;
 pub mod watch;
 
 pub use bus::MAX_PUBLISH_BYTES;
-use ctx::{AbortOnDrop, ModuleCtx, Queued, denied_reads};
+use ctx::{AbortOnDrop, ModuleCtx, Queued, denied_reads, naming_deny};
 pub use ctx::{IssuedBucket, issued_buckets};
 pub use tools::{MAX_ARGUMENTS_BYTES, MAX_TOOL_ANSWER_BYTES, ToolCaller, ToolError};
 
@@ -72,7 +72,31 @@ pub trait ModuleBus: Send + Sync + 'static {
         &'a self,
         kind: &'a str,
         payload: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>>;
+    ) -> futures::future::BoxFuture<'a, Result<(), NotTaken>>;
+}
+
+/// Why the node's bus did not take a module's event. The host is to blame
+/// (its log or the events stream), never the module: nothing was
+/// published, and the module may publish it again once the bus answers.
+/// The text is what the guest is told (`unavailable: …`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{why}")]
+pub struct NotTaken {
+    pub why: String,
+}
+
+/// A module's own "no", as a value: the call reached the module (or its
+/// `init`) and the module refused. The module is to blame, or the caller
+/// whose input it refused; its words are passed on as they are (bounded).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModuleRefusal {
+    /// The module answered the call with an error of its own.
+    #[error("{0}")]
+    Refused(String),
+    /// The module's `init` refused, so the call never ran: its author or
+    /// its state is to blame; it is tried again on the next call.
+    #[error("init refused: {0}")]
+    Init(String),
 }
 pub use watch::{WatchBoard, WatchState, WatchView};
 
@@ -87,6 +111,12 @@ struct Live {
     store: ModuleStore,
     bindings: Module,
     generation: u64,
+}
+
+/// The denied read the live instance met in its last call, if any.
+fn denied_met(live: &Option<Live>) -> Option<crate::manifest::NotHeld> {
+    live.as_ref()
+        .and_then(|l| l.store.data().world.take_denied())
 }
 
 /// A running module.
@@ -293,6 +323,7 @@ impl ModulePlugin {
             generation,
             issued: self.issued.clone(),
             denied: self.denied.clone(),
+            denied_met: std::sync::Mutex::new(None),
             backend: self.backend.clone(),
             events: self.events.clone(),
             listing: self.listing.clone(),
@@ -333,7 +364,8 @@ impl ModulePlugin {
             )
             .await
             .map_err(StartError::Call)?;
-        init.map_err(StartError::Refused)?;
+        let denied = store.data().world.take_denied();
+        init.map_err(|reason| StartError::Refused(naming_deny(reason, denied)))?;
         *live = Some(Live {
             store,
             bindings,
@@ -387,25 +419,29 @@ impl ModulePlugin {
         &self,
         kind: &str,
         payload: &[u8],
-    ) -> Result<Result<(), String>, CallError> {
+    ) -> Result<Result<(), ModuleRefusal>, CallError> {
         let mut live = self.live.lock().await;
         match self.ensure_live(&mut live).await {
             Ok(()) => {}
             Err(StartError::Call(e)) => return Err(e),
-            Err(StartError::Refused(reason)) => return Ok(Err(format!("init refused: {reason}"))),
+            Err(StartError::Refused(reason)) => return Ok(Err(ModuleRefusal::Init(reason))),
         }
         let event = Event {
             topic: kind.to_string(),
             payload: payload.to_vec(),
         };
-        self.on_live(&mut live, move |bindings, mut store| async move {
-            let r = bindings
-                .crewlet_plugin_handlers()
-                .call_on_event(&mut store, &event)
-                .await;
-            (store, bindings, r)
-        })
-        .await
+        denied_met(&live); // a deny met between calls (a watch step) is not this call's
+        let answer = self
+            .on_live(&mut live, move |bindings, mut store| async move {
+                let r = bindings
+                    .crewlet_plugin_handlers()
+                    .call_on_event(&mut store, &event)
+                    .await;
+                (store, bindings, r)
+            })
+            .await?;
+        let denied = denied_met(&live);
+        Ok(answer.map_err(|why| ModuleRefusal::Refused(naming_deny(why, denied))))
     }
 
     async fn deliver(&self, queued: Queued) {

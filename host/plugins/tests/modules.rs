@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::{caller, manifest, manifest_text, nats_bus, plugins_dir, runtime};
 use crewlet_plugins::catalogue::{BucketSpec, Catalogue};
 use crewlet_plugins::grant::Grant;
-use crewlet_plugins::module::{ModulePlugin, ensure_buckets, orphaned_buckets};
+use crewlet_plugins::module::{ModulePlugin, ModuleRefusal, ensure_buckets, orphaned_buckets};
 use crewlet_plugins::runtime::LoadError;
 use crewlet_plugins::state::{KvState, StateBackend};
 use crewlet_testkit::NatsServer;
@@ -36,7 +36,11 @@ async fn board_log(board: &ModulePlugin, want_lines: usize) -> Vec<String> {
 
 async fn board(board: &ModulePlugin, tool: &str, key: &str) -> Result<String, String> {
     let arguments = serde_json::json!({ "key": key });
-    board.call_tool(tool, &arguments, &caller()).await.unwrap()
+    board
+        .call_tool(tool, &arguments, &caller())
+        .await
+        .unwrap()
+        .map_err(|refused| refused.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -217,7 +221,10 @@ async fn hostile_state_use_is_refused_as_values_while_a_healthy_module_answers()
             .await
             .expect("a refusal is not a fault");
         let refusal = answer.expect_err(topic);
-        assert!(refusal.starts_with(expected), "{topic}: {refusal}");
+        assert!(
+            matches!(&refusal, ModuleRefusal::Refused(why) if why.starts_with(expected)),
+            "{topic}: {refusal:?}"
+        );
         healthy
             .on_event("seen.set", br#"{"who":"carol"}"#)
             .await
@@ -351,6 +358,11 @@ async fn a_read_the_operator_denies_is_refused_like_an_undeclared_bucket() {
         text.contains("not-issued") && text.contains("presence.seen"),
         "{text}"
     );
+    // The host's answer names the operator's key that removed the read.
+    assert!(
+        text.contains("`plugins.grants.presence-board.denied_reads[0]` in node.toml"),
+        "{text}"
+    );
     // Without the deny the same manifest starts (the read is the only change).
     let (plain, _) = Catalogue::load(&plugins_dir()).unwrap();
     let board = plain.get("presence-board").unwrap().clone();
@@ -390,7 +402,10 @@ async fn a_bucket_that_does_not_answer_is_unavailable_to_the_module_within_its_d
         .expect("the call is answered, not cut at its deadline");
     let took = started.elapsed();
     let refusal = answer.expect_err("the write cannot land while the store is down");
-    assert!(refusal.contains("unavailable"), "{refusal}");
+    assert!(
+        matches!(&refusal, ModuleRefusal::Refused(why) if why.contains("unavailable")),
+        "{refusal:?}"
+    );
     assert!(took < deadline, "{took:?} against a {deadline:?} deadline");
     let health = presence.health();
     assert_eq!(

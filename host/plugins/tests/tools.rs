@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::{caller, manifest, nats_bus, runtime};
 use crewlet_plugins::catalogue::Catalogue;
 use crewlet_plugins::manifest::{Delivery, Source};
-use crewlet_plugins::module::{ModuleBus, ModulePlugin, ToolError, ensure_buckets};
+use crewlet_plugins::module::{ModuleBus, ModulePlugin, NotTaken, ToolError, ensure_buckets};
 use crewlet_plugins::runtime::{CallError, Fault};
 use crewlet_plugins::state::{KvState, StateBackend};
 use crewlet_testkit::NatsServer;
@@ -56,6 +56,7 @@ async fn call(m: &Module, tool: &str, arguments: serde_json::Value) -> Result<St
         .call_tool(tool, &arguments, &caller())
         .await
         .unwrap_or_else(|e| panic!("{tool}: {e}"))
+        .map_err(|refused| refused.to_string())
 }
 
 fn ready_lines(m: &Module) -> usize {
@@ -227,8 +228,12 @@ impl ModuleBus for DownBus {
         &'a self,
         _kind: &'a str,
         _payload: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
-        Box::pin(async { Err("the events stream did not acknowledge".to_string()) })
+    ) -> futures::future::BoxFuture<'a, Result<(), NotTaken>> {
+        Box::pin(async {
+            Err(NotTaken {
+                why: "the events stream did not acknowledge".to_string(),
+            })
+        })
     }
 }
 

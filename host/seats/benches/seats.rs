@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use crewlet_company::{Active, ActiveCompany, Company};
-use crewlet_coord::{Coord, CoordOptions, NodeStatus, Owner};
-use crewlet_seats::{Batch, SeatHost, SeatSpec, Seats, SeatsConfig, TurnVerdict};
+use crewlet_coord::{Bucket, Coord, CoordOptions, NodeStatus, Owner};
+use crewlet_seats::{Batch, SeatHost, SeatLeases, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 
 struct NoOp;
@@ -80,15 +80,19 @@ fn main() {
         let coord = Coord::open(client.clone(), opts).await.expect("coord");
         let company = company(n);
         let t = Instant::now();
-        crewlet_stream::ensure_mailboxes(&js, &coord, company.handles().map(|h| h.as_str()))
-            .await
-            .expect("mailboxes");
+        crewlet_stream::ensure_mailboxes(
+            &js,
+            &coord.records(Bucket::Mailboxes),
+            company.handles().map(|h| h.as_str()),
+        )
+        .await
+        .expect("mailboxes");
         let mailboxes = t.elapsed();
         let active = ActiveCompany::new(Some(Active::local(company)));
         let mut cfg = SeatsConfig::new(
             "bench",
             owner.clone(),
-            coord.clone(),
+            SeatLeases::of(&coord),
             js.clone(),
             active.clone(),
             Arc::new(NoOp),
@@ -278,7 +282,14 @@ async fn join(
         .yes()
         .expect("presence b won");
     let active = ActiveCompany::new(Some(Active::local(company(n))));
-    let cfg = SeatsConfig::new("bench-b", owner, coord, js.clone(), active, Arc::new(NoOp));
+    let cfg = SeatsConfig::new(
+        "bench-b",
+        owner,
+        SeatLeases::of(&coord),
+        js.clone(),
+        active,
+        Arc::new(NoOp),
+    );
     let t = Instant::now();
     let b = Seats::start(cfg).expect("seats b");
     let mut held = b.watch_held();

@@ -6,13 +6,13 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use crewlet_company::ActiveCompany;
-use crewlet_coord::{Coord, Owner};
+use crewlet_coord::{Coord, Leases, Owner, Roster};
 use tokio::sync::watch;
 
 use crate::host::SeatHost;
 
-/// What [`Seats::start`] needs. Heartbeat and lease TTL are the
-/// coordination handle's (its options and the leases bucket in force).
+/// What [`Seats::start`] needs. Heartbeat and lease TTL are the seat
+/// leases' (the options and the leases bucket in force).
 pub struct SeatsConfig<H: SeatHost> {
     /// This node's stable id (its presence lease is `node:{node_id}`).
     pub node_id: String,
@@ -21,7 +21,7 @@ pub struct SeatsConfig<H: SeatHost> {
     pub labels: std::collections::BTreeMap<String, String>,
     /// This process incarnation: the owner every seat lease is taken as.
     pub owner: Owner,
-    pub coord: Coord,
+    pub leases: SeatLeases,
     pub js: jetstream::Context,
     pub active: ActiveCompany,
     pub host: Arc<H>,
@@ -68,6 +68,25 @@ pub struct SeatsConfig<H: SeatHost> {
     pub retry_equip: watch::Receiver<u64>,
 }
 
+/// All of coordination seats may reach: the seat leases (won, held,
+/// listed, who held them last) and who is present (the node leases, read
+/// only) — no record bucket, no budget, no config pointer.
+#[derive(Clone)]
+pub struct SeatLeases {
+    pub seats: Leases,
+    pub nodes: Roster,
+}
+
+impl SeatLeases {
+    /// The seat leases and the node roster of `coord`.
+    pub fn of(coord: &Coord) -> SeatLeases {
+        SeatLeases {
+            seats: coord.leases("seat"),
+            nodes: coord.roster("node"),
+        }
+    }
+}
+
 /// The handles of the paused seats, as the fleet's pause records say.
 pub type Pauses = Arc<std::collections::BTreeSet<String>>;
 
@@ -81,7 +100,7 @@ impl<H: SeatHost> SeatsConfig<H> {
     pub fn new(
         node_id: impl Into<String>,
         owner: Owner,
-        coord: Coord,
+        leases: SeatLeases,
         js: jetstream::Context,
         active: ActiveCompany,
         host: Arc<H>,
@@ -90,7 +109,7 @@ impl<H: SeatHost> SeatsConfig<H> {
             node_id: node_id.into(),
             labels: Default::default(),
             owner,
-            coord,
+            leases,
             js,
             active,
             host,

@@ -46,7 +46,7 @@ use std::time::{Duration, SystemTime};
 
 use async_nats::jetstream;
 use crewlet_company::{ActiveCompany, Handle};
-use crewlet_coord::{Admits, Coord, Fence, FenceEpoch, Owner, RenewGrid, ResourceName};
+use crewlet_coord::{Admits, Fence, FenceEpoch, Owner, RenewGrid, ResourceName};
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use tokio::sync::{Semaphore, watch};
@@ -54,7 +54,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-pub use crate::config::{Pauses, SeatsConfig, SeatsError, admits};
+pub use crate::config::{Pauses, SeatLeases, SeatsConfig, SeatsError, admits};
 pub use crate::host::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
 pub use crate::pauses::{PauseError, PauseMirror, SeatPauses};
 
@@ -120,7 +120,7 @@ pub(crate) struct Shared<H: SeatHost> {
     /// This node's `[node] labels`, matched against the company's pins.
     labels: placement::Labels,
     owner: Owner,
-    pub(crate) coord: Coord,
+    pub(crate) leases: SeatLeases,
     pub(crate) js: jetstream::Context,
     pub(crate) active: ActiveCompany,
     pub(crate) host: Arc<H>,
@@ -194,14 +194,14 @@ impl<H: SeatHost> Seats<H> {
             });
         }
         ResourceName::node(&cfg.node_id).map_err(|e| SeatsError::NodeId(e.to_string()))?;
-        let heartbeat = cfg.coord.heartbeat();
-        let ttl = cfg.coord.lease_ttl();
+        let heartbeat = cfg.leases.seats.heartbeat();
+        let ttl = cfg.leases.seats.lease_ttl();
         let (swept_tx, swept_rx) = watch::channel(Arc::new(sweep::Swept::Nothing));
         let shared = Arc::new(Shared {
             node_id: cfg.node_id,
             labels: cfg.labels,
             owner: cfg.owner,
-            coord: cfg.coord,
+            leases: cfg.leases,
             js: cfg.js,
             active: cfg.active,
             host: cfg.host,

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_company::ActiveCompany;
-use crewlet_coord::{Answer, Coord, CoordError};
+use crewlet_coord::{Answer, CoordError, PauseRecords};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -40,11 +40,11 @@ pub struct PauseMirror {
 impl PauseMirror {
     /// Starts the mirror; answers it and what the seats read (`None` until
     /// the first listing).
-    pub fn start(coord: Coord) -> (PauseMirror, watch::Receiver<Option<Pauses>>) {
+    pub fn start(records: PauseRecords) -> (PauseMirror, watch::Receiver<Option<Pauses>>) {
         let (tx, rx) = watch::channel(None);
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(
-            follow(coord, tx, stopped).instrument(info_span!("pauses", subsystem = "pauses")),
+            follow(records, tx, stopped).instrument(info_span!("pauses", subsystem = "pauses")),
         );
         (PauseMirror { stop, task }, rx)
     }
@@ -57,11 +57,15 @@ impl PauseMirror {
 }
 
 /// Follows the pauses watch until `stop`, opening it again when it drops.
-async fn follow(coord: Coord, tx: watch::Sender<Option<Pauses>>, mut stop: watch::Receiver<bool>) {
+async fn follow(
+    records: PauseRecords,
+    tx: watch::Sender<Option<Pauses>>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut wait = BACKOFF.0;
     loop {
         let run = async {
-            let mut w = coord.watch_seat_pauses().await?;
+            let mut w = records.watch().await?;
             let mut paused: BTreeSet<String> = w.initial.keys().cloned().collect();
             info!(
                 subsystem = "pauses",
@@ -113,15 +117,15 @@ pub enum PauseError {
 #[derive(Clone)]
 pub struct SeatPauses {
     node_id: String,
-    coord: Coord,
+    records: PauseRecords,
     active: ActiveCompany,
 }
 
 impl SeatPauses {
-    pub fn new(node_id: String, coord: Coord, active: ActiveCompany) -> SeatPauses {
+    pub fn new(node_id: String, records: PauseRecords, active: ActiveCompany) -> SeatPauses {
         SeatPauses {
             node_id,
-            coord,
+            records,
             active,
         }
     }
@@ -140,8 +144,8 @@ impl SeatPauses {
             "reason": reason,
             "at_ms": crewlet_os::now_ms(),
         });
-        self.coord
-            .pause_seat(&handle, &record)
+        self.records
+            .pause(&handle, &record)
             .await
             .map_err(|e| PauseError::Unavailable {
                 what: "whether the pause was written",
@@ -154,7 +158,7 @@ impl SeatPauses {
     /// Resumes `seat`; answers whether it was paused.
     pub async fn resume(&self, seat: &str, by: &str) -> Result<Value, PauseError> {
         let handle = self.seat_handle(seat)?;
-        let was = match self.coord.resume_seat(&handle).await {
+        let was = match self.records.resume(&handle).await {
             Ok(Answer::Yes(())) => true,
             Ok(Answer::No(())) => false,
             Err(e) => {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crewlet_company::Handle;
-use crewlet_coord::{Answer, CoordError, ResourceName, Tenancy, Terms};
+use crewlet_coord::{Answer, CoordError, ResourceName, Tenancy};
 use futures::future::join_all;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -30,8 +30,9 @@ impl<H: SeatHost> Shared<H> {
     /// such a build left placement by dropping its presence.
     async fn live_seat_nodes(&self) -> Result<BTreeMap<String, Labels>, CoordError> {
         let mut nodes: BTreeMap<String, Labels> = self
-            .coord
-            .list_live("node")
+            .leases
+            .nodes
+            .live()
             .await?
             .into_iter()
             .filter_map(|l| {
@@ -54,7 +55,7 @@ impl<H: SeatHost> Shared<H> {
         {
             return t.clone();
         }
-        let read = match self.coord.tenures("seat").await {
+        let read = match self.leases.seats.tenures().await {
             Ok(all) => all,
             Err(e) => {
                 debug!(subsystem = "seats", error = %e,
@@ -204,8 +205,13 @@ impl<H: SeatHost> Shared<H> {
                 return false;
             }
         };
-        let terms = Terms::seat(&self.coord, self.renew_grid);
-        match Tenancy::acquire(&self.coord, &name, &self.owner, None, terms).await {
+        let terms = self.leases.seats.seat_terms(self.renew_grid);
+        match self
+            .leases
+            .seats
+            .acquire(&name, &self.owner, None, terms)
+            .await
+        {
             Ok(Answer::Yes(tenancy)) => {
                 self.spawn_seat(Arc::new(spec), tenancy);
                 true

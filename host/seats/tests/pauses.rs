@@ -31,8 +31,8 @@ async fn a_pause_reaches_the_mirror_and_a_resume_lifts_it() {
         .handle
         .to_string();
     let active = ActiveCompany::new(Some(Active::local(company)));
-    let pauses = SeatPauses::new("n1".into(), coord.clone(), active);
-    let (mirror, seen) = PauseMirror::start(coord.clone());
+    let pauses = SeatPauses::new("n1".into(), coord.pauses(), active);
+    let (mirror, seen) = PauseMirror::start(coord.pauses());
     until("the first listing", || seen.borrow().is_some()).await;
     assert!(seen.borrow().as_ref().unwrap().is_empty());
 
@@ -81,7 +81,7 @@ async fn a_pause_reaches_the_mirror_and_a_resume_lifts_it() {
 #[tokio::test]
 async fn without_a_company_a_pause_says_so() {
     let (_f, coord) = Coord::breakable_memory(CoordOptions::new(Owner::incarnation("pauses-test")));
-    let pauses = SeatPauses::new("n1".into(), coord, ActiveCompany::new(None));
+    let pauses = SeatPauses::new("n1".into(), coord.pauses(), ActiveCompany::new(None));
     let err = pauses
         .pause("ada", "test", None)
         .await

@@ -10,7 +10,7 @@ use async_nats::jetstream::consumer;
 use common::*;
 use crewlet_company::Active;
 use crewlet_coord::{Answer, Owner, ResourceName};
-use crewlet_seats::{SeatState, Seats, SeatsConfig, SeatsError, TurnVerdict};
+use crewlet_seats::{SeatLeases, SeatState, Seats, SeatsConfig, SeatsError, TurnVerdict};
 
 fn seats_of(names: &[String]) -> Vec<(&str, Option<&str>)> {
     names.iter().map(|n| (n.as_str(), None)).collect()
@@ -423,7 +423,7 @@ async fn a_turn_that_parks_after_the_company_changed_under_it_asks_for_room_at_o
         .await;
     // A config apply (a raised cap) lands while the turn runs, its gate open.
     env.active.set(Some(Active {
-        epoch: 7,
+        epoch: crewlet_os::ConfigEpoch(7),
         company: std::sync::Arc::new(company(&[("ada", None)])),
     }));
     node.host
@@ -688,7 +688,7 @@ async fn a_configuration_that_could_never_work_is_refused() {
         let mut c = SeatsConfig::new(
             node,
             owner.clone(),
-            coord.clone(),
+            SeatLeases::of(&coord),
             js.clone(),
             env.active.clone(),
             host.clone(),

@@ -240,13 +240,15 @@ impl Secrets {
     /// Mirrors the secrets bucket on the node's one connection (never a
     /// second dial). Never fails: a bucket that cannot be opened now is
     /// opened again with a backoff, and until it is listed every name this
-    /// node has not written is [`Lookup::Unknown`].
+    /// node has not written is [`Lookup::Unknown`]. `opts`: the ones
+    /// coordination runs with (the bucket's namespace, replicas, timeout) —
+    /// plain values, no coordination contract.
     pub async fn open(
         client: async_nats::Client,
-        coord: &crewlet_coord::Coord,
+        opts: &crewlet_coord::CoordOptions,
         keyring: Keyring,
     ) -> Secrets {
-        let opts = coord.options().clone();
+        let opts = opts.clone();
         let opener: Opener = Arc::new(move || {
             let (client, opts) = (client.clone(), opts.clone());
             Box::pin(async move {

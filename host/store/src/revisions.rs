@@ -10,6 +10,7 @@
 //! node cannot move the fleet's pointer, but an operator's import must not be
 //! lost, and a negative revision can never collide with an epoch.
 
+use crewlet_os::ConfigEpoch;
 use rusqlite::{OptionalExtension, params};
 use serde::Serialize;
 
@@ -53,12 +54,12 @@ impl Store {
     /// pointer) and marks it the one active revision.
     pub fn record_applied(
         &self,
-        epoch: u64,
+        epoch: ConfigEpoch,
         digest: &str,
         document: &str,
         source: Option<&str>,
     ) -> Result<(), StoreError> {
-        let epoch = i64::try_from(epoch).unwrap_or(i64::MAX);
+        let epoch = i64::try_from(epoch.get()).unwrap_or(i64::MAX);
         let mut conn = self.conn();
         let tx = conn.transaction()?;
         tx.execute(
@@ -133,6 +134,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use crewlet_os::ConfigEpoch;
+
     use crate::Store;
 
     fn store() -> (tempfile::TempDir, Store) {
@@ -151,9 +154,10 @@ mod tests {
     #[test]
     fn applying_a_newer_epoch_moves_the_one_active_mark() {
         let (_d, s) = store();
-        s.record_applied(3, "d3", "doc three", Some("pointer"))
+        s.record_applied(ConfigEpoch(3), "d3", "doc three", Some("pointer"))
             .unwrap();
-        s.record_applied(7, "d7", "doc seven", None).unwrap();
+        s.record_applied(ConfigEpoch(7), "d7", "doc seven", None)
+            .unwrap();
         let active = s.active_revision().unwrap().unwrap();
         assert_eq!(
             (active.revision, active.digest.as_str()),
@@ -174,8 +178,10 @@ mod tests {
     #[test]
     fn applying_the_same_epoch_again_replaces_it_in_place() {
         let (_d, s) = store();
-        s.record_applied(2, "a", "first", None).unwrap();
-        s.record_applied(2, "a", "first", Some("again")).unwrap();
+        s.record_applied(ConfigEpoch(2), "a", "first", None)
+            .unwrap();
+        s.record_applied(ConfigEpoch(2), "a", "first", Some("again"))
+            .unwrap();
         let all = s.revisions().unwrap();
         assert_eq!(all.len(), 1, "{all:?}");
         assert!(all[0].active);
@@ -185,7 +191,8 @@ mod tests {
     #[test]
     fn an_offline_import_is_pending_below_every_epoch_and_active() {
         let (_d, s) = store();
-        s.record_applied(5, "old", "applied", None).unwrap();
+        s.record_applied(ConfigEpoch(5), "old", "applied", None)
+            .unwrap();
         let first = s.import_pending("i1", "imported one", None).unwrap();
         let second = s.import_pending("i2", "imported two", None).unwrap();
         assert_eq!((first, second), (-1, -2));
@@ -194,7 +201,7 @@ mod tests {
         assert_eq!(active.digest, "i2");
         assert_eq!(active.document, "imported two");
         // Publishing it through the pointer moves the mark to its epoch.
-        s.record_applied(6, "i2", "imported two", Some("import"))
+        s.record_applied(ConfigEpoch(6), "i2", "imported two", Some("import"))
             .unwrap();
         let active = s.active_revision().unwrap().unwrap();
         assert_eq!((active.revision, active.is_pending()), (6, false));

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, stream::ConsumerErrorKind};
 use crewlet_bus::{AGENT_STREAM, inbox_subject, mailbox_durable};
-use crewlet_coord::{Answer, Bucket, Coord, CoordError};
+use crewlet_coord::{Answer, CoordError, Records};
 use serde::{Deserialize, Serialize};
 
 /// The record class of mailboxes in [`Bucket::Mailboxes`].
@@ -176,14 +176,14 @@ pub enum RetireError {
 /// active by compare-and-set (and its consumer created again).
 pub async fn ensure_mailboxes<'a>(
     js: &jetstream::Context,
-    coord: &Coord,
+    records: &Records,
     handles: impl IntoIterator<Item = &'a str>,
 ) -> Result<usize, MailboxError> {
     let stream = open_stream(js, AGENT_STREAM).await?;
     let mut count = 0;
     for h in handles {
         let want = MailboxRecord::active(h);
-        record_active(coord, h, &want).await?;
+        record_active(records, h, &want).await?;
         open_consumer(&stream, h, &want).await?;
         count += 1;
     }
@@ -198,20 +198,20 @@ pub async fn ensure_mailboxes<'a>(
 /// not be listed (nothing was done).
 pub async fn retire_mailboxes(
     js: &jetstream::Context,
-    coord: &Coord,
+    records: &Records,
     active: &BTreeSet<String>,
     now_ms: i64,
     grace: Duration,
 ) -> Result<RetireReport, MailboxError> {
-    let records = coord
-        .list_records_with_revisions(Bucket::Mailboxes, MAILBOX_CLASS)
+    let listed = records
+        .list_records_with_revisions(MAILBOX_CLASS)
         .await
         .map_err(|e| MailboxError::List {
             detail: e.to_string(),
         })?;
     let grace_ms = i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
     let mut report = RetireReport::default();
-    for (handle, (value, revision)) in records {
+    for (handle, (value, revision)) in listed {
         let rec: MailboxRecord = match serde_json::from_value(value) {
             Ok(r) => r,
             Err(e) => {
@@ -232,7 +232,7 @@ pub async fn retire_mailboxes(
                     absent_since_ms: None,
                     ..rec
                 };
-                match replace(coord, &handle, &back, revision).await {
+                match replace(records, &handle, &back, revision).await {
                     Ok(()) => report.restored.push(handle),
                     Err(why) => report.failed.push((handle, why.to_string())),
                 }
@@ -248,13 +248,13 @@ pub async fn retire_mailboxes(
                     absent_since_ms: Some(now_ms),
                     ..rec
                 };
-                match replace(coord, &handle, &stamped, revision).await {
+                match replace(records, &handle, &stamped, revision).await {
                     Ok(()) => report.stamped.push(handle),
                     Err(why) => report.failed.push((handle, why.to_string())),
                 }
             }
             Some(since) if now_ms.saturating_sub(since) > grace_ms => {
-                match retire_mailbox(js, coord, &handle, &rec, revision, now_ms).await {
+                match retire_mailbox(js, records, &handle, &rec, revision, now_ms).await {
                     Ok(()) => report.retired.push(handle),
                     Err(why) => report.failed.push((handle, why.to_string())),
                 }
@@ -273,7 +273,7 @@ pub async fn retire_mailboxes(
 /// answer says so ([`RetireError::CameBack`]).
 pub async fn retire_mailbox(
     js: &jetstream::Context,
-    coord: &Coord,
+    records: &Records,
     handle: &str,
     rec: &MailboxRecord,
     revision: u64,
@@ -297,13 +297,13 @@ pub async fn retire_mailbox(
         retired_at_ms: Some(now_ms),
         ..rec.clone()
     };
-    match replace(coord, handle, &retired, revision).await {
+    match replace(records, handle, &retired, revision).await {
         Err(RetireError::Moved { .. }) => {}
         done => return done,
     }
     let unrestored = |detail: String| RetireError::CameBackUnrestored { revision, detail };
-    let current = coord
-        .get_record(Bucket::Mailboxes, MAILBOX_CLASS, handle)
+    let current = records
+        .get_record(MAILBOX_CLASS, handle)
         .await
         .map_err(|e| unrestored(e.to_string()))?;
     let moved = RetireError::Moved { revision };
@@ -326,19 +326,13 @@ pub async fn retire_mailbox(
 
 /// One compare-and-set of a mailbox record.
 async fn replace(
-    coord: &Coord,
+    records: &Records,
     handle: &str,
     rec: &MailboxRecord,
     revision: u64,
 ) -> Result<(), RetireError> {
-    match coord
-        .replace_record(
-            Bucket::Mailboxes,
-            MAILBOX_CLASS,
-            handle,
-            &rec.to_value(),
-            revision,
-        )
+    match records
+        .replace_record(MAILBOX_CLASS, handle, &rec.to_value(), revision)
         .await
     {
         Ok(Answer::Yes(_)) => Ok(()),
@@ -350,7 +344,7 @@ async fn replace(
 /// Makes the record of `handle` equal to `want`: created when absent, left
 /// alone when already equal, otherwise replaced at the revision read.
 async fn record_active(
-    coord: &Coord,
+    records: &Records,
     handle: &str,
     want: &MailboxRecord,
 ) -> Result<(), MailboxError> {
@@ -358,12 +352,12 @@ async fn record_active(
         handle: handle.to_owned(),
         detail: e.to_string(),
     };
-    let (b, class, value) = (Bucket::Mailboxes, MAILBOX_CLASS, want.to_value());
+    let (class, value) = (MAILBOX_CLASS, want.to_value());
     for _ in 0..ENSURE_ATTEMPTS {
-        match coord.get_record(b, class, handle).await.map_err(failed)? {
+        match records.get_record(class, handle).await.map_err(failed)? {
             Answer::No(()) => {
-                if coord
-                    .create_record(b, class, handle, &value)
+                if records
+                    .create_record(class, handle, &value)
                     .await
                     .map_err(failed)?
                     .is_yes()
@@ -376,8 +370,8 @@ async fn record_active(
                 if current.as_ref() == Some(want) {
                     return Ok(());
                 }
-                if coord
-                    .replace_record(b, class, handle, &value, revision)
+                if records
+                    .replace_record(class, handle, &value, revision)
                     .await
                     .map_err(failed)?
                     .is_yes()

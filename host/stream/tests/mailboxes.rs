@@ -57,15 +57,20 @@ async fn consumer_exists(js: &jetstream::Context, handle: &str) -> bool {
 async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mailbox_back() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
+    let mailboxes = coord.records(Bucket::Mailboxes);
 
     assert_eq!(
-        ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap(),
+        ensure_mailboxes(&js, &mailboxes, ["ada", "bob"])
+            .await
+            .unwrap(),
         2
     );
     let (ada, r1) = record(&coord, "ada").await;
     assert_eq!(ada, MailboxRecord::active("ada"));
     assert!(consumer_exists(&js, "ada").await);
-    ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap();
+    ensure_mailboxes(&js, &mailboxes, ["ada", "bob"])
+        .await
+        .unwrap();
     assert_eq!(
         record(&coord, "ada").await.1,
         r1,
@@ -73,7 +78,7 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     );
 
     // Ada leaves the company: stamped, consumer kept through the grace.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), T0, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["bob"]), T0, GRACE)
         .await
         .unwrap();
     assert_eq!(
@@ -89,7 +94,7 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     assert!(r2 > r1);
     assert_eq!(record(&coord, "bob").await.0, MailboxRecord::active("bob"));
     let within = T0 + GRACE.as_millis() as i64;
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), within, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["bob"]), within, GRACE)
         .await
         .unwrap();
     assert_eq!(report, RetireReport::default(), "retired within the grace");
@@ -99,7 +104,7 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     // A stamped seat that is in the company again (the stamp came from a
     // holder a revision behind) is made active again; its consumer stays.
     let past = within + 1;
-    let report = retire_mailboxes(&js, &coord, &set(&["ada", "bob"]), past, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["ada", "bob"]), past, GRACE)
         .await
         .unwrap();
     assert_eq!(
@@ -112,13 +117,13 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
     assert_eq!(record(&coord, "ada").await.0, MailboxRecord::active("ada"));
     assert!(consumer_exists(&js, "ada").await);
     // Gone again: stamped at T0 once more.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), T0, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["bob"]), T0, GRACE)
         .await
         .unwrap();
     assert_eq!(report.stamped, ["ada"]);
 
     // Past the grace: consumer deleted, record retired.
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), past, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["bob"]), past, GRACE)
         .await
         .unwrap();
     assert_eq!(
@@ -136,14 +141,16 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
         (Some(T0), Some(past))
     );
     assert!(r3 > r2);
-    let report = retire_mailboxes(&js, &coord, &set(&["bob"]), past + 1, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &set(&["bob"]), past + 1, GRACE)
         .await
         .unwrap();
     assert_eq!(report, RetireReport::default(), "retired twice");
     assert_eq!(record(&coord, "ada").await.1, r3);
 
     // Ada returns: active again, and her wakes reach her mailbox.
-    ensure_mailboxes(&js, &coord, ["ada", "bob"]).await.unwrap();
+    ensure_mailboxes(&js, &mailboxes, ["ada", "bob"])
+        .await
+        .unwrap();
     let (back, r4) = record(&coord, "ada").await;
     assert_eq!(back, MailboxRecord::active("ada"));
     assert!(r4 > r3);
@@ -178,6 +185,7 @@ async fn a_seat_gone_past_the_grace_is_retired_and_a_returning_seat_gets_its_mai
 async fn ensure_writes_only_a_record_that_differs() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
+    let mailboxes = coord.records(Bucket::Mailboxes);
     let mut newer = serde_json::to_value(MailboxRecord::active("cy")).unwrap();
     newer["future_key"] = serde_json::json!({"x": 1});
     let r1 = coord
@@ -199,7 +207,9 @@ async fn ensure_writes_only_a_record_that_differs() {
         .unwrap()
         .yes()
         .unwrap();
-    ensure_mailboxes(&js, &coord, ["cy", "dee"]).await.unwrap();
+    ensure_mailboxes(&js, &mailboxes, ["cy", "dee"])
+        .await
+        .unwrap();
     assert_eq!(record(&coord, "cy").await.1, r1);
     let (dee, o2) = record(&coord, "dee").await;
     assert_eq!(dee, MailboxRecord::active("dee"));
@@ -213,7 +223,8 @@ async fn ensure_writes_only_a_record_that_differs() {
 async fn one_bad_record_does_not_stop_the_pass() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
-    ensure_mailboxes(&js, &coord, ["eve"]).await.unwrap();
+    let mailboxes = coord.records(Bucket::Mailboxes);
+    ensure_mailboxes(&js, &mailboxes, ["eve"]).await.unwrap();
     let bad = coord
         .create_record(
             Bucket::Mailboxes,
@@ -225,7 +236,7 @@ async fn one_bad_record_does_not_stop_the_pass() {
         .unwrap()
         .yes()
         .unwrap();
-    let report = retire_mailboxes(&js, &coord, &BTreeSet::new(), T0, GRACE)
+    let report = retire_mailboxes(&js, &mailboxes, &BTreeSet::new(), T0, GRACE)
         .await
         .unwrap();
     assert_eq!(report.stamped, vec!["eve".to_owned()]);
@@ -252,19 +263,20 @@ async fn one_bad_record_does_not_stop_the_pass() {
 async fn a_seat_that_returns_mid_retirement_keeps_its_consumer() {
     let server = NatsServer::start();
     let (js, coord) = setup(&server).await;
-    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
-    retire_mailboxes(&js, &coord, &BTreeSet::new(), T0, GRACE)
+    let mailboxes = coord.records(Bucket::Mailboxes);
+    ensure_mailboxes(&js, &mailboxes, ["gus"]).await.unwrap();
+    retire_mailboxes(&js, &mailboxes, &BTreeSet::new(), T0, GRACE)
         .await
         .unwrap();
     let (stamped, read_at) = record(&coord, "gus").await;
     assert_eq!(stamped.absent_since_ms, Some(T0));
 
-    ensure_mailboxes(&js, &coord, ["gus"]).await.unwrap();
+    ensure_mailboxes(&js, &mailboxes, ["gus"]).await.unwrap();
     let (back, back_at) = record(&coord, "gus").await;
     assert!(back.is_active() && back_at > read_at);
 
     let past = T0 + GRACE.as_millis() as i64 + 1;
-    let answer = retire_mailbox(&js, &coord, "gus", &stamped, read_at, past).await;
+    let answer = retire_mailbox(&js, &mailboxes, "gus", &stamped, read_at, past).await;
     assert_eq!(answer, Err(RetireError::CameBack { revision: read_at }));
     assert!(
         consumer_exists(&js, "gus").await,

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use crewlet_coord::{Answer, Coord, TokenRecord};
+use crewlet_coord::{Answer, TokenRecord, TokenRecords};
 use futures::StreamExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -131,7 +131,7 @@ impl Mirror {
 #[derive(Default)]
 pub struct Tokens {
     mirror: RwLock<Mirror>,
-    coord: OnceLock<Coord>,
+    coord: OnceLock<TokenRecords>,
 }
 
 /// What the mirror says of one presented token.
@@ -182,7 +182,7 @@ impl Tokens {
     /// up to `first` for the first listing.
     pub async fn start(
         self: &Arc<Self>,
-        coord: Coord,
+        coord: TokenRecords,
         stop: watch::Receiver<bool>,
         first: Duration,
     ) {
@@ -237,7 +237,7 @@ impl Tokens {
         Ok(Some((value, seeded)))
     }
 
-    fn coord(&self) -> Result<&Coord, TokensError> {
+    fn coord(&self) -> Result<&TokenRecords, TokensError> {
         self.coord
             .get()
             .ok_or_else(|| TokensError::Unavailable("coordination is not open yet".into()))
@@ -300,7 +300,7 @@ fn write_token_file(path: &Path, value: &str) -> Result<(), TokensError> {
 
 async fn mirror(
     tokens: Arc<Tokens>,
-    coord: Coord,
+    coord: TokenRecords,
     mut stop: watch::Receiver<bool>,
     first: watch::Sender<bool>,
 ) {

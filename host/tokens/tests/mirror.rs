@@ -33,7 +33,7 @@ async fn first_start_issue_and_revoke_reach_the_mirror() {
     );
     let (stop, stopped) = watch::channel(false);
     tokens
-        .start(coord.clone(), stopped, Duration::from_secs(5))
+        .start(coord.token_records(), stopped, Duration::from_secs(5))
         .await;
     assert_eq!(tokens.check("anything"), Standing::NotHeld);
 
@@ -60,7 +60,7 @@ async fn first_start_issue_and_revoke_reach_the_mirror() {
     // Issued through another node's mirror, judged here once it arrives.
     let peer = Arc::new(Tokens::default());
     let (_peer_stop, peer_stopped) = watch::channel(false);
-    peer.start(coord.clone(), peer_stopped, Duration::from_secs(5))
+    peer.start(coord.token_records(), peer_stopped, Duration::from_secs(5))
         .await;
     let made = peer
         .issue("read", "ci".into(), Some(3600))

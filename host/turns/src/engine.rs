@@ -60,7 +60,7 @@ use std::time::Instant;
 
 use crewlet_bus::Wake;
 use crewlet_company::{Active, Company, Role, Seat};
-use crewlet_coord::{Caps, Coord};
+use crewlet_coord::{Budgets, Caps, Ledger};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -138,7 +138,8 @@ pub struct Ports {
 /// Runs turns. Cheap to share.
 pub struct TurnEngine<B> {
     brain: Arc<B>,
-    coord: Coord,
+    budgets: Budgets,
+    ledger: Ledger,
     events: Events,
     sessions: Arc<dyn Sessions>,
     clock: Arc<dyn Clock>,
@@ -257,10 +258,17 @@ enum Halt {
 
 impl<B: Brain> TurnEngine<B> {
     /// A turn engine; starts its event writer, so call it in a runtime.
-    pub fn new(brain: Arc<B>, coord: Coord, ports: Ports, limits: Limits) -> TurnEngine<B> {
+    pub fn new(
+        brain: Arc<B>,
+        budgets: Budgets,
+        ledger: Ledger,
+        ports: Ports,
+        limits: Limits,
+    ) -> TurnEngine<B> {
         TurnEngine {
             brain,
-            coord,
+            budgets,
+            ledger,
             events: Events::start(ports.events),
             sessions: ports.sessions,
             clock: ports.clock,
@@ -475,7 +483,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     /// Writes the ledger and the session after a turn that ended.
     async fn finish(&self, keys: &[String]) {
         for key in keys {
-            if let Err(e) = self.engine.coord.complete(key).await {
+            if let Err(e) = self.engine.ledger.complete(key).await {
                 warn!(subsystem = "turns", %key, error = %e, "cannot record the trigger as completed; a redelivery may run it again (its reply keys still hold)");
             }
         }

@@ -6,8 +6,9 @@
 //!
 //! Rule: the engine knows nothing of WASM, MCP children, vendors, NATS or
 //! SQLite. Why: the turn is the product's heart and is tested at these
-//! ports; the node plugs the real ones in. The fleet's records stay on
-//! `crewlet_coord::Coord`, which has its own in-process twin.
+//! ports; the node plugs the real ones in. The fleet's records stay in
+//! coordination, reached through the two narrow handles the engine is made
+//! with (`crewlet_coord::{Budgets, Ledger}`), which have an in-process twin.
 
 use std::future::Future;
 use std::time::SystemTime;

@@ -94,7 +94,7 @@ impl Edge {
         }
         let mut claim = self
             .cfg
-            .coord
+            .deliveries
             .claim_delivery(&key, &claimant, CLAIM_TTL)
             .await;
         if let Ok(Answer::No(held)) = &claim
@@ -108,7 +108,7 @@ impl Edge {
             }
             claim = self
                 .cfg
-                .coord
+                .deliveries
                 .claim_delivery(&key, &claimant, CLAIM_TTL)
                 .await;
         }

@@ -113,8 +113,14 @@ impl Outcome {
 /// not retry unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    #[error("no webhook plugin serves {route}")]
-    NoPlugin { route: String },
+    /// No plugin serves the route; `denied_by` names the operator's key
+    /// when a plugin declares it and the operator took it away (the key
+    /// only: the sender is outside, the file is the operator's).
+    #[error("no webhook plugin serves {route}{}", denied_note(denied_by.as_deref()))]
+    NoPlugin {
+        route: String,
+        denied_by: Option<String>,
+    },
     #[error(
         "the route's handle is not a seat handle (at most {MAX_ROUTE_HANDLE} bytes of A-Z a-z 0-9 - _ .)"
     )]
@@ -183,4 +189,11 @@ pub enum DispatchError {
     Unreleased { key: String, why: ReleaseError },
     #[error("the stream did not take the delivery: {0}")]
     NotStored(#[source] AckError),
+}
+
+fn denied_note(key: Option<&str>) -> String {
+    key.map(|k| {
+        format!(" (the operator denies it: `{k}` in the node's configuration; remove it there to serve it)")
+    })
+    .unwrap_or_default()
 }

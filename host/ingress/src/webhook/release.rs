@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use crewlet_coord::{Answer, Coord, CoordError, Unreleased};
+use crewlet_coord::{Answer, CoordError, Deliveries, Unreleased};
 use tracing::{Instrument, debug, info, warn};
 
 use super::{ACK_TIMEOUT, CLAIM_TTL};
@@ -34,7 +34,7 @@ pub(super) fn forget(unreleased: &Mutex<HashMap<String, String>>, key: &str, cla
 /// at, so a claim another attempt took over is never removed.
 #[derive(Clone)]
 pub(super) struct Releaser {
-    pub(super) coord: Coord,
+    pub(super) deliveries: Deliveries,
 }
 
 /// Longest a background release keeps trying between attempts.
@@ -49,9 +49,10 @@ impl Releaser {
 
     /// As [`Releaser::release`], saying whether the key held nothing.
     async fn release_once(&self, key: &str, claimant: &str) -> Result<Found, ReleaseError> {
-        let answer = tokio::time::timeout(ACK_TIMEOUT, self.coord.release_claim(key, claimant))
-            .await
-            .map_err(|_| ReleaseError::NoAnswer(ACK_TIMEOUT))?;
+        let answer =
+            tokio::time::timeout(ACK_TIMEOUT, self.deliveries.release_claim(key, claimant))
+                .await
+                .map_err(|_| ReleaseError::NoAnswer(ACK_TIMEOUT))?;
         match answer {
             Ok(Answer::Yes(())) => Ok(Found::Settled),
             Ok(Answer::No(Unreleased::Absent)) => Ok(Found::Nothing),
@@ -132,7 +133,7 @@ enum Found {
 mod tests {
     use super::*;
     use crewlet_coord::bucket::Retentions;
-    use crewlet_coord::{CoordOptions, Kv, MemoryKv, Owner, SystemClock};
+    use crewlet_coord::{Coord, CoordOptions, Kv, MemoryKv, Owner, SystemClock};
 
     fn coord() -> Coord {
         let opts = CoordOptions::new(Owner::incarnation("edge"));
@@ -153,7 +154,7 @@ mod tests {
     async fn a_claim_landing_after_its_release_looked_is_released_too() {
         let coord = coord();
         let releaser = Releaser {
-            coord: coord.clone(),
+            deliveries: coord.deliveries(),
         };
         let unreleased: Arc<Mutex<HashMap<String, String>>> = Arc::default();
         let (key, claimant) = ("github:late", "edge/t1");

@@ -272,7 +272,8 @@ impl Edge {
     pub fn resolve(&self, source: &str, handle: Option<&str>) -> Result<Route, Refusal> {
         let route = format!("/webhooks/{source}");
         let Some(plugin) = self.cfg.plugins.webhook_serving(&route) else {
-            return Err(Refusal::NoPlugin { route });
+            let denied_by = self.cfg.plugins.webhook_route_denied(&route);
+            return Err(Refusal::NoPlugin { route, denied_by });
         };
         if let Some(h) = handle
             && (h.len() > MAX_ROUTE_HANDLE

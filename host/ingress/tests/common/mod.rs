@@ -134,7 +134,7 @@ impl World {
             .unwrap();
         crewlet_stream::ensure_mailboxes(
             &self.js,
-            &self.coord,
+            &self.coord.records(Bucket::Mailboxes),
             self.company.handles().map(|h| h.as_str()),
         )
         .await
@@ -144,7 +144,7 @@ impl World {
     pub async fn notify(&self) -> NotifyService {
         NotifyService::start(NotifyConfig {
             client: self.client.clone(),
-            coord: self.coord.clone(),
+            valve: self.coord.valve(),
             publisher: self.publisher.clone(),
             active: self.active.clone(),
             admitting: self.admitting.subscribe(),

@@ -136,7 +136,7 @@ impl Node {
     ) -> Models {
         Models::new(
             crewlet_plugins::Installed::providers_only(providers),
-            self.coord.clone(),
+            self.coord.model_cooldowns(),
             Some(self.publisher.clone()),
             resolver(secrets),
             ModelsOptions::default(),

@@ -123,7 +123,7 @@ impl Maintenance {
                 let now_ms = jiff::Timestamp::now().as_millisecond();
                 let r = crewlet_stream::retire_mailboxes(
                     &self.js,
-                    &self.coord,
+                    &self.coord.records(crewlet_coord::Bucket::Mailboxes),
                     &names,
                     now_ms,
                     self.config.mailbox_grace,

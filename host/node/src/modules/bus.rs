@@ -7,7 +7,7 @@
 //! A payload that is JSON is the event's payload as it is; anything else
 //! is carried as `{"text": …}` (lossy UTF-8), so the log stays JSON.
 
-use crewlet_plugins::module::ModuleBus;
+use crewlet_plugins::module::{ModuleBus, NotTaken};
 use crewlet_plugins::state::BoxFuture;
 use crewlet_store::Party;
 
@@ -15,7 +15,11 @@ use crewlet_store::Party;
 pub struct NodeBus(pub crewlet_observe::Publisher);
 
 impl ModuleBus for NodeBus {
-    fn publish<'a>(&'a self, kind: &'a str, payload: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+    fn publish<'a>(
+        &'a self,
+        kind: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), NotTaken>> {
         Box::pin(async move {
             let value = serde_json::from_slice(&payload).unwrap_or_else(
                 |_| serde_json::json!({ "text": String::from_utf8_lossy(&payload) }),
@@ -31,7 +35,7 @@ impl ModuleBus for NodeBus {
                 .publish(ev)
                 .await
                 .map(drop)
-                .map_err(|e| e.to_string())
+                .map_err(|e| NotTaken { why: e.to_string() })
         })
     }
 }

@@ -74,7 +74,7 @@ impl Subscription {
             }
             Ok(Err(reason)) => {
                 self.stats.refused();
-                Offer::Refused(crewlet_plugins::scrub::bound(&reason, 240))
+                Offer::Refused(crewlet_plugins::scrub::bound(&reason.to_string(), 240))
             }
             Err(e) => {
                 self.stats.waited(&e.to_string());

@@ -11,6 +11,7 @@
 use crate::bindings::module::crewlet::plugin::bus::{self, PublishError};
 use crate::sandbox::Sandbox;
 
+use super::NotTaken;
 use super::ctx::ModuleCtx;
 
 /// The largest payload a module may publish, in bytes.
@@ -32,8 +33,12 @@ impl bus::Host for Sandbox<ModuleCtx> {
         let published = waits
             .wait_for(ctx.bus.publish(&kind, payload))
             .await
-            .unwrap_or_else(|why| Err(format!("the bus gave {why}")));
-        published.map_err(|why| {
+            .unwrap_or_else(|why| {
+                Err(NotTaken {
+                    why: format!("the bus gave {why}"),
+                })
+            });
+        published.map_err(|NotTaken { why }| {
             tracing::warn!(plugin = %ctx.plugin, kind, "publish failed: the bus did not take the event: {why}");
             PublishError::Unavailable(why)
         })

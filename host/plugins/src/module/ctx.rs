@@ -80,6 +80,25 @@ pub(super) fn denied_reads(manifest: &Manifest) -> HashMap<String, NotHeld> {
         .collect()
 }
 
+impl ModuleCtx {
+    /// Takes the denied read met since the last take (see `denied_met`).
+    pub(super) fn take_denied(&self) -> Option<NotHeld> {
+        self.denied_met
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+}
+
+/// `reason`, naming the operator's deny when the module met one: a module
+/// refusing because a read was denied says only `not-issued`.
+pub(super) fn naming_deny(reason: String, denied: Option<NotHeld>) -> String {
+    match denied {
+        Some(why) => format!("{reason} ({why})"),
+        None => reason,
+    }
+}
+
 pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
@@ -100,6 +119,10 @@ pub(crate) struct ModuleCtx {
     pub(super) issued: Arc<HashMap<String, IssuedBucket>>,
     /// The reads the operator denies, refused like an unissued bucket.
     pub(super) denied: Arc<HashMap<String, NotHeld>>,
+    /// The last denied read this instance asked for, so the host's answer
+    /// to whoever the module then refuses names the operator's key (the
+    /// guest itself is told `not-issued`, as for any unissued bucket).
+    pub(super) denied_met: std::sync::Mutex<Option<NotHeld>>,
     pub(super) backend: Arc<dyn StateBackend>,
     pub(super) events: tokio::sync::mpsc::Sender<Queued>,
     /// One listing of this module's watches at a time.
@@ -122,7 +145,8 @@ impl ModuleCtx {
         let Some(issued) = self.issued.get(name) else {
             match self.denied.get(name) {
                 Some(why) => {
-                    tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: {why}")
+                    tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: {why}");
+                    *self.denied_met.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
                 }
                 None => {
                     tracing::warn!(plugin = %self.plugin, bucket = name, ?access, "state refused: the bucket is not issued to this module (declare it in `state` or `reads`)")

@@ -15,7 +15,8 @@
 use crate::bindings::module::exports::crewlet::plugin::handlers::{Caller, ToolCall};
 use crate::runtime::CallError;
 
-use super::{ModulePlugin, StartError};
+use super::ctx::naming_deny;
+use super::{ModulePlugin, ModuleRefusal, StartError};
 
 /// The longest answer (text or error) a tool call hands back, in bytes.
 pub const MAX_TOOL_ANSWER_BYTES: usize = 64 * 1024;
@@ -76,7 +77,7 @@ impl ModulePlugin {
         tool: &str,
         arguments: &serde_json::Value,
         caller: &ToolCaller,
-    ) -> Result<Result<String, String>, ToolError> {
+    ) -> Result<Result<String, ModuleRefusal>, ToolError> {
         let module = &self.manifest.name;
         let bad = |reason: String| ToolError::BadArguments {
             module: module.clone(),
@@ -115,7 +116,7 @@ impl ModulePlugin {
         match self.ensure_live(&mut live).await {
             Ok(()) => {}
             Err(StartError::Call(e)) => return Err(e.into()),
-            Err(StartError::Refused(reason)) => return Ok(Err(format!("init refused: {reason}"))),
+            Err(StartError::Refused(reason)) => return Ok(Err(ModuleRefusal::Init(reason))),
         }
         let call = ToolCall {
             name: tool.to_string(),
@@ -125,6 +126,7 @@ impl ModulePlugin {
                 turn_id: caller.turn_id.clone(),
             },
         };
+        super::denied_met(&live); // a deny met between calls is not this call's
         let answer = self
             .on_live(&mut live, move |bindings, mut store| async move {
                 let r = bindings
@@ -134,7 +136,10 @@ impl ModulePlugin {
                 (store, bindings, r)
             })
             .await?;
-        Ok(answer.map(bounded).map_err(bounded))
+        let denied = super::denied_met(&live);
+        Ok(answer
+            .map(bounded)
+            .map_err(|why| ModuleRefusal::Refused(naming_deny(bounded(why), denied))))
     }
 
     /// [`ModulePlugin::call_tool`] with the arguments as JSON text (a
@@ -145,7 +150,7 @@ impl ModulePlugin {
         tool: &str,
         arguments_json: &str,
         caller: &ToolCaller,
-    ) -> Result<Result<String, String>, ToolError> {
+    ) -> Result<Result<String, ModuleRefusal>, ToolError> {
         let arguments: serde_json::Value =
             serde_json::from_str(arguments_json).map_err(|e| ToolError::BadArguments {
                 module: self.manifest.name.clone(),

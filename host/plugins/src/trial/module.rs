@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::catalogue::Catalogue;
 use crate::manifest::Manifest;
-use crate::module::{ModuleBus, ModulePlugin, ToolCaller, ToolError, ensure_buckets};
+use crate::module::{ModuleBus, ModulePlugin, NotTaken, ToolCaller, ToolError, ensure_buckets};
 use crate::runtime::{CallError, LoadError, Runtime};
 use crate::state::{KvState, StateBackend};
 
@@ -73,7 +73,11 @@ pub struct ModuleTrial {
 struct Kept(Mutex<Vec<(String, String)>>);
 
 impl ModuleBus for Kept {
-    fn publish<'a>(&'a self, kind: &'a str, payload: Vec<u8>) -> BoxFuture<'a, Result<(), String>> {
+    fn publish<'a>(
+        &'a self,
+        kind: &'a str,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'a, Result<(), NotTaken>> {
         let text = String::from_utf8_lossy(&payload).into_owned();
         self.0
             .lock()
@@ -117,7 +121,8 @@ pub async fn try_module(
             .on_event(&kind, payload.to_string().as_bytes())
             .await
             .map_err(TrialError::Fault)?
-            .map(|()| String::new()),
+            .map(|()| String::new())
+            .map_err(|refused| refused.to_string()),
         ModuleInput::Tool {
             name: tool,
             arguments,
@@ -127,7 +132,7 @@ pub async fn try_module(
             .call_tool(&tool, &arguments, &ToolCaller { seat, turn_id })
             .await
         {
-            Ok(answer) => answer,
+            Ok(answer) => answer.map_err(|refused| refused.to_string()),
             Err(ToolError::Call(fault)) => return Err(TrialError::Fault(fault)),
             Err(refused) => Err(refused.to_string()),
         },

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crewlet_plugins::manifest::Manifest;
-use crewlet_plugins::module::{ModuleBus, ToolCaller};
+use crewlet_plugins::module::{ModuleBus, NotTaken, ToolCaller};
 use crewlet_plugins::runtime::{Runtime, RuntimeConfig};
 
 pub const BUILD: &str =
@@ -72,13 +72,14 @@ impl ModuleBus for NatsBus {
         &'a self,
         kind: &'a str,
         payload: Vec<u8>,
-    ) -> futures::future::BoxFuture<'a, Result<(), String>> {
+    ) -> futures::future::BoxFuture<'a, Result<(), NotTaken>> {
+        let not_taken = |e: &dyn std::fmt::Display| NotTaken { why: e.to_string() };
         Box::pin(async move {
             self.0
                 .publish(crewlet_bus::event_subject(kind), payload.into())
                 .await
-                .map_err(|e| e.to_string())?;
-            self.0.flush().await.map_err(|e| e.to_string())
+                .map_err(|e| not_taken(&e))?;
+            self.0.flush().await.map_err(|e| not_taken(&e))
         })
     }
 }

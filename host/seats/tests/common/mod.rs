@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_nats::jetstream;
 use crewlet_bus::Wake;
 use crewlet_company::{Active, ActiveCompany, Company};
-use crewlet_coord::{Answer, Coord, CoordOptions, NodeStatus, Owner, ResourceName};
-use crewlet_seats::{Batch, SeatHost, SeatSpec, Seats, SeatsConfig, TurnVerdict};
+use crewlet_coord::{Answer, Bucket, Coord, CoordOptions, NodeStatus, Owner, ResourceName};
+use crewlet_seats::{Batch, SeatHost, SeatLeases, SeatSpec, Seats, SeatsConfig, TurnVerdict};
 use crewlet_testkit::NatsServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -87,9 +87,13 @@ impl Env {
         let coord = Coord::open(client.clone(), coord_options(&Owner("observer".into())))
             .await
             .unwrap();
-        crewlet_stream::ensure_mailboxes(&js, &coord, company.handles().map(|h| h.as_str()))
-            .await
-            .unwrap();
+        crewlet_stream::ensure_mailboxes(
+            &js,
+            &coord.records(Bucket::Mailboxes),
+            company.handles().map(|h| h.as_str()),
+        )
+        .await
+        .unwrap();
         Env {
             server,
             client,
@@ -180,7 +184,7 @@ impl Env {
         let mut cfg = SeatsConfig::new(
             id,
             owner.clone(),
-            coord.clone(),
+            SeatLeases::of(&coord),
             js,
             self.active.clone(),
             host.clone(),

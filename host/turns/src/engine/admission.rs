@@ -54,14 +54,14 @@ pub(super) async fn read<B: Brain>(
     let windows = windows_at(company, now);
     let ledger = futures::future::join_all(wakes.iter().map(|w| async move {
         let key = trigger::trigger_key(w);
-        let done = engine.coord.completed(&key).await;
+        let done = engine.ledger.completed(&key).await;
         (key, w, done)
     }));
     let seat = Scope::Seat(handle.to_owned());
     let room = async {
         let (c, s) = futures::join!(
-            engine.coord.budget(&Scope::Company, &windows),
-            engine.coord.budget(&seat, &windows)
+            engine.budgets.budget(&Scope::Company, &windows),
+            engine.budgets.budget(&seat, &windows)
         );
         let views = [
             (Scope::Company, c?, company.budget),
@@ -105,7 +105,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         };
         let refused = self
             .engine
-            .coord
+            .budgets
             .refuse(
                 &self.handle,
                 &room.windows,

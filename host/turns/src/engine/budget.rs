@@ -84,7 +84,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let windows = windows_at(&self.company, now);
         let charged = self
             .engine
-            .coord
+            .budgets
             .charge(
                 &self.handle,
                 &windows,
@@ -122,8 +122,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Stop::Outage(format!("the budget counters are unreachable: {e}"))
         };
         let (c, s) = futures::join!(
-            self.engine.coord.budget(&Scope::Company, &windows),
-            self.engine.coord.budget(&seat, &windows)
+            self.engine.budgets.budget(&Scope::Company, &windows),
+            self.engine.budgets.budget(&seat, &windows)
         );
         let (c, s) = (c.map_err(unreachable)?, s.map_err(unreachable)?);
         let room = Period::ALL
@@ -144,7 +144,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         }
         let refused = self
             .engine
-            .coord
+            .budgets
             .refuse_for(
                 &self.handle,
                 &windows,

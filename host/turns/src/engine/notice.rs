@@ -73,11 +73,11 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         text: &str,
     ) -> bool {
         let engine = self.engine;
-        let coord = &engine.coord;
+        let ledger = &engine.ledger;
         let mut won = Vec::new();
         for trigger in triggers {
             let key = ReplyKey::park_notice(trigger, park, target.clone());
-            match key.claim(coord, &self.turn_id, &self.handle).await {
+            match key.claim(ledger, &self.turn_id, &self.handle).await {
                 Ok(Claim::Won) => won.push(key),
                 Ok(Claim::Posted) => {}
                 Err(e) => {
@@ -85,7 +85,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                         %target, error = %e,
                         "the budget park's notice is not posted: its key cannot be recorded, so it could be posted twice");
                     for k in &won {
-                        k.release(coord).await;
+                        k.release(ledger).await;
                     }
                     return false;
                 }
@@ -115,7 +115,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             }
             Ok(out) => {
                 for k in &won {
-                    k.release(coord).await;
+                    k.release(ledger).await;
                 }
                 warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, %target,
                     refusal = %out.text, "the reply tool refused the budget park's notice");

@@ -19,7 +19,7 @@
 //! - Unknown (the ledger cannot answer) posts nothing: an outage, run again.
 
 use crewlet_bus::Wake;
-use crewlet_coord::{Answer, Bucket, CoordError};
+use crewlet_coord::{Answer, CoordError};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -123,11 +123,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     pub(super) async fn settle_replies(&mut self) -> Result<(), Stop> {
         for i in 0..self.replies.len() {
             let id = self.replies[i].id();
-            let read = self
-                .engine
-                .coord
-                .get_record(Bucket::Ledger, CLASS, &id)
-                .await;
+            let read = self.engine.ledger.get_record(CLASS, &id).await;
             let (value, revision) = match read {
                 Ok(Answer::Yes(found)) => found,
                 Ok(Answer::No(())) => continue,
@@ -195,11 +191,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             }
             // A definite "not posted": the reply is owed again.
             Ok(_) => {
-                let _ = self
-                    .engine
-                    .coord
-                    .remove_record(Bucket::Ledger, CLASS, id)
-                    .await;
+                let _ = self.engine.ledger.remove_record(CLASS, id).await;
                 Ok(Standing::Unanswered)
             }
             Err(e) => Err(Stop::Outage(format!(
@@ -296,11 +288,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             Ok(out) => {
                 for (i, _, _) in &intents {
                     let id = self.replies[*i].id();
-                    let _ = self
-                        .engine
-                        .coord
-                        .remove_record(Bucket::Ledger, CLASS, &id)
-                        .await;
+                    let _ = self.engine.ledger.remove_record(CLASS, &id).await;
                     self.replies[*i].intent = None;
                 }
                 Posting::Refused(out.text)
@@ -332,12 +320,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     async fn create(&self, id: &str, record: &Record) -> Result<Answer<u64, bool>, CoordError> {
         let value = serde_json::to_value(record).expect("a record serialises");
         Ok(
-            match self
-                .engine
-                .coord
-                .create_record(Bucket::Ledger, CLASS, id, &value)
-                .await?
-            {
+            match self.engine.ledger.create_record(CLASS, id, &value).await? {
                 Answer::Yes(rev) => Answer::Yes(rev),
                 Answer::No(there) => Answer::No(
                     serde_json::from_value::<Record>(there).is_ok_and(|r| r.state == State::Posted),
@@ -356,8 +339,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let value = serde_json::to_value(&done).expect("a record serialises");
         if let Err(e) = self
             .engine
-            .coord
-            .replace_record(Bucket::Ledger, CLASS, id, &value, revision)
+            .ledger
+            .replace_record(CLASS, id, &value, revision)
             .await
         {
             tracing::warn!(subsystem = "turns", target = %record.target, error = %e,
@@ -373,8 +356,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let value = serde_json::to_value(&marked).expect("a record serialises");
         let _ = self
             .engine
-            .coord
-            .replace_record(Bucket::Ledger, CLASS, id, &value, revision)
+            .ledger
+            .replace_record(CLASS, id, &value, revision)
             .await;
         self.uncertain_event(
             &marked,

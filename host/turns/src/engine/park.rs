@@ -21,7 +21,7 @@
 use std::time::SystemTime;
 
 use crewlet_company::{Ceilings, Company, Seat};
-use crewlet_coord::{BudgetView, Coord, CoordError, Period, Refusal, Scope, Windows};
+use crewlet_coord::{BudgetReads, BudgetView, CoordError, Period, Refusal, Scope, Windows};
 
 /// Why a seat's work waits: the window that has no room, and when it turns
 /// over.
@@ -134,7 +134,7 @@ pub enum BudgetRoom {
 
 /// The company's and `seat`'s windows at `now`, with their ceilings.
 async fn views(
-    coord: &Coord,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
@@ -142,8 +142,8 @@ async fn views(
     let windows = windows_at(company, now);
     let scope = Scope::Seat(seat.handle.to_string());
     let (c, s) = futures::join!(
-        coord.budget(&Scope::Company, &windows),
-        coord.budget(&scope, &windows)
+        budgets.budget(&Scope::Company, &windows),
+        budgets.budget(&scope, &windows)
     );
     Ok([
         (Scope::Company, c?, company.budget),
@@ -155,13 +155,13 @@ async fn views(
 /// `need` tokens fit in every capped window; an unreadable counter is an
 /// error, never room and never full.
 pub async fn budget_room(
-    coord: &Coord,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
     need: u64,
 ) -> Result<BudgetRoom, CoordError> {
-    let views = views(coord, company, seat, now).await?;
+    let views = views(budgets, company, seat, now).await?;
     Ok(match park_for(company, &views, now, need) {
         Some(p) => BudgetRoom::Full(p),
         None => BudgetRoom::Free,
@@ -171,14 +171,14 @@ pub async fn budget_room(
 /// What a reader (`GET /budgets`, `/agents`) calls the park of a seat with
 /// waiting wakes, from one read: see [`parked_on`].
 pub async fn budget_parked(
-    coord: &Coord,
+    budgets: &BudgetReads,
     company: &Company,
     seat: &Seat,
     now: SystemTime,
 ) -> Result<Option<Park>, CoordError> {
     Ok(parked_on(
         company,
-        &views(coord, company, seat, now).await?,
+        &views(budgets, company, seat, now).await?,
         now,
     ))
 }

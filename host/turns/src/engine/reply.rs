@@ -18,7 +18,7 @@
 //!   corrected attempt can post. The tool unreachable mid-call: it may have
 //!   posted, so the key stays.
 
-use crewlet_coord::{Answer, Bucket, Coord, CoordError};
+use crewlet_coord::{Answer, CoordError, Ledger};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -85,7 +85,7 @@ impl ReplyKey {
 
     pub(super) async fn claim(
         &self,
-        coord: &Coord,
+        ledger: &Ledger,
         turn_id: &str,
         seat: &str,
     ) -> Result<Claim, CoordError> {
@@ -95,8 +95,8 @@ impl ReplyKey {
             target: self.target.to_string(),
         };
         Ok(
-            match coord
-                .claims::<ReplyRecord>(Bucket::Ledger, CLASS)
+            match ledger
+                .claims::<ReplyRecord>(CLASS)
                 .claim(&self.id, &record)
                 .await?
             {
@@ -108,8 +108,8 @@ impl ReplyKey {
 
     /// Frees the key after a definite "not posted". Best effort: a key left
     /// behind refuses a corrected attempt, never allows a second post.
-    pub(super) async fn release(&self, coord: &Coord) {
-        let _ = coord.remove_record(Bucket::Ledger, CLASS, &self.id).await;
+    pub(super) async fn release(&self, ledger: &Ledger) {
+        let _ = ledger.remove_record(CLASS, &self.id).await;
     }
 }
 
@@ -133,7 +133,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         }
         let key = ReplyKey::new(&self.turn_id, server, tool, target);
         match key
-            .claim(&self.engine.coord, &self.turn_id, &self.handle)
+            .claim(&self.engine.ledger, &self.turn_id, &self.handle)
             .await
         {
             Ok(Claim::Won) => {}
@@ -164,7 +164,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 })
             }
             Ok(out) => {
-                key.release(&self.engine.coord).await;
+                key.release(&self.engine.ledger).await;
                 Ok(Answered::error(out.text))
             }
             Err(e) => Ok(Answered::error(format!(

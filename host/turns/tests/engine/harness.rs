@@ -399,7 +399,13 @@ impl Fixture {
             surface_timeout: doc.surface_timeout,
             ..Limits::default()
         };
-        let engine = TurnEngine::new(brain.clone(), coord.clone(), ports, limits);
+        let engine = TurnEngine::new(
+            brain.clone(),
+            coord.budgets(),
+            coord.ledger(),
+            ports,
+            limits,
+        );
         Fixture {
             clock,
             faulty,
