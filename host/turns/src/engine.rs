@@ -42,6 +42,7 @@ mod admission;
 mod budget;
 mod dispatch;
 mod events;
+mod follow;
 mod notice;
 mod owed;
 mod park;
