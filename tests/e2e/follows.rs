@@ -11,7 +11,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::company::{SLACK_SECRET, fill};
+use common::company::{SCRIPTED_COMPANY, SLACK_SECRET, fill};
 use common::fleet::{holders, posts};
 use common::*;
 use crewlet_coord::{ChatThread, Coord, CoordOptions, Owner};
@@ -23,21 +23,8 @@ const CHANNEL: &str = "C0FOLLOW";
 /// A person of the company's workspace, who never mentions anyone here.
 const PERSON: &str = "U0PERSON";
 
-/// `ada` answers in the thread that woke her; `lea` answers, then leaves
-/// the thread.
-const COMPANY: &str = r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{ provider = "scripted", model = "demo", options = { steps = [
-  { call = "chat__post_message", args = { channel = "{{wake.channel}}", thread = "{{wake.thread}}", text = "Hello from {{wake.handle}}!" } },
-  { call = "submit_work", args = { outcome = "delivered", summary = "replied" } },
-] } }]
-reviewer = { provider = "scripted", model = "demo-review", options = { steps = [
-  { call = "submit_review", args = { verdict = "done" } },
-] } }
-{chat}
+/// `lea` answers in the thread that woke her, then leaves it.
+const LEAVER: &str = r#"
 [roles.leaver]
 system_prompt = "You answer once, then leave the thread."
 executor = [{ provider = "scripted", model = "demo", options = { steps = [
@@ -49,13 +36,25 @@ reviewer = { provider = "scripted", model = "demo-review", options = { steps = [
   { call = "submit_review", args = { verdict = "done" } },
 ] } }
 {chat:leaver}
-[seats]
-ada = { role = "support", identities = { slack = "U0ADA" } }
-lea = { role = "leaver", identities = { slack = "U0LEA" } }
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
 "#;
+
+/// The scripted company (`ada` answers in the thread that woke her) with
+/// `lea` beside her, each with a Slack identity, chatting into `chat_log`.
+fn company(chat_log: &std::path::Path) -> String {
+    let seats = "[seats]\nada = { role = \"support\" }\n";
+    assert!(
+        SCRIPTED_COMPANY.contains(seats),
+        "the scripted company's seats moved"
+    );
+    let doc = SCRIPTED_COMPANY.replace(
+        seats,
+        &format!(
+            "{LEAVER}[seats]\nada = {{ role = \"support\", identities = {{ slack = \"{ADA_SLACK}\" }} }}\n\
+             lea = {{ role = \"leaver\", identities = {{ slack = \"U0LEA\" }} }}\n"
+        ),
+    );
+    fill(&doc, chat_log)
+}
 
 /// A signed Slack event on the shared route of the node at `api`.
 fn slack(node: &Node, event_id: &str, event: Value) {
@@ -90,6 +89,16 @@ fn of_delivery(node: &Node, kind: &str, delivery: &str) -> Vec<Value> {
         .into_iter()
         .filter(|e| e["payload"]["delivery_id"] == delivery)
         .collect()
+}
+
+/// Asserts `delivery` woke ada alone, by follow, once.
+fn ada_woken_by_follow(node: &Node, delivery: &str) {
+    let wake = woken_once(node, delivery);
+    assert_eq!(
+        (wake["seat"].as_str(), wake["payload"]["reason"].as_str()),
+        (Some("ada"), Some("follow")),
+        "{wake}"
+    );
 }
 
 /// Waits for exactly one `wake_published` for `delivery` and returns it.
@@ -187,11 +196,7 @@ fn a_seat_hears_an_unmentioned_reply_in_a_thread_it_posted_in_on_any_node() {
     PluginsDir::new(sb.path("plugins"))
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
-    std::fs::write(
-        sb.path("company.toml"),
-        fill(COMPANY, &sb.path("chat.jsonl")),
-    )
-    .unwrap();
+    std::fs::write(sb.path("company.toml"), company(&sb.path("chat.jsonl"))).unwrap();
     let spawn = |id: &str| {
         let mut n = sb
             .fleet_node(id, &[server.url()], "")
@@ -235,9 +240,7 @@ fn a_seat_hears_an_unmentioned_reply_in_a_thread_it_posted_in_on_any_node() {
     // A person replies in the thread, mentioning nobody: ada alone is
     // woken, by follow, once.
     person_in_thread(&a, "Ev-reply", "100.1", "100.2");
-    let wake = woken_once(&a, "Ev-reply");
-    assert_eq!(wake["seat"], "ada", "{wake}");
-    assert_eq!(wake["payload"]["reason"], "follow", "{wake}");
+    ada_woken_by_follow(&a, "Ev-reply");
     wait_posts(&sb, &a, "100.1", "ada", 2);
 
     // Ada's own message delivered back wakes nobody, and says why.
@@ -270,12 +273,7 @@ fn a_seat_hears_an_unmentioned_reply_in_a_thread_it_posted_in_on_any_node() {
     });
     assert!(both_on_b, "b never took the seats: {:?}", holders(&b));
     person_in_thread(&b, "Ev-later", "100.1", "100.3");
-    let wake = woken_once(&b, "Ev-later");
-    assert_eq!(
-        (wake["seat"].as_str(), wake["payload"]["reason"].as_str()),
-        (Some("ada"), Some("follow")),
-        "{wake}"
-    );
+    ada_woken_by_follow(&b, "Ev-later");
     assert_eq!(
         of_delivery(&b, "webhook_received", "Ev-later").len(),
         1,
@@ -297,7 +295,7 @@ fn ten_thousand_follows_cost_routing_one_read_and_a_gone_follower_is_skipped() {
     let server = NatsServer::start();
     let sb = Sandbox::new();
     let doc = sb.path("company.toml");
-    std::fs::write(&doc, fill(COMPANY, &sb.path("chat.jsonl"))).unwrap();
+    std::fs::write(&doc, company(&sb.path("chat.jsonl"))).unwrap();
     let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins");
     let node = seatless_node(
         &sb,
@@ -353,12 +351,7 @@ fn ten_thousand_follows_cost_routing_one_read_and_a_gone_follower_is_skipped() {
     };
 
     person_in_thread(&node, "Ev-busy", "1700000000.004321", "1700000001.1");
-    let wake = woken_once(&node, "Ev-busy");
-    assert_eq!(
-        (wake["seat"].as_str(), wake["payload"]["reason"].as_str()),
-        (Some("ada"), Some("follow")),
-        "{wake}"
-    );
+    ada_woken_by_follow(&node, "Ev-busy");
     assert_eq!(count_reads(&mut reads), 1, "one read of the thread's key");
     let taken = rt.block_on(take_wake(&client, "ada")).expect("ada's wake");
     assert_eq!(taken["reason"], "follow");

@@ -51,11 +51,7 @@ async fn delays_then_one_real_failure_do_not_dead_letter() {
         w.pending_wakes("ada").await >= 1
     })
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
     assert_eq!(w.take_wakes("ada").await.len(), 1);
     assert!(w.dead_letters().await.is_empty());
     service.stop().await;
@@ -72,11 +68,7 @@ async fn max_deliver_real_failures_dead_letter_with_the_reason() {
         !w.dead_letters().await.is_empty()
     })
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
     let letters = w.dead_letters().await;
     assert_eq!(letters.len(), 1, "{letters:?}");
     let letter = &letters[0];
@@ -146,11 +138,7 @@ async fn a_woken_seat_is_not_charged_again_while_another_waits_for_its_valve() {
         || async { w.pending_wakes("linus").await >= 1 },
     )
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
 
     let retried = w.notify_consumer().await.delivered.consumer_sequence;
     assert!(
@@ -217,11 +205,7 @@ async fn an_unknown_follow_read_waits_and_is_never_nobody() {
         w.pending_wakes("ada").await >= 1
     })
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
     let wakes = w.take_wakes("ada").await;
     assert_eq!(wakes.len(), 1, "{wakes:?}");
     assert_eq!(wakes[0].reason, "follow");

@@ -182,6 +182,15 @@ impl World {
     }
 
     /// The last message the inbound stream took (its sequence; 0 if none).
+    /// Waits up to 10 s until the service holds no delivery and none waits.
+    pub async fn until_settled(&self) {
+        until(Duration::from_secs(10), "the delivery settled", || async {
+            let c = self.notify_consumer().await;
+            c.num_pending == 0 && c.num_ack_pending == 0
+        })
+        .await;
+    }
+
     pub async fn inbound_last_seq(&self) -> u64 {
         let mut s = self.js.get_stream(NOTIFICATIONS_STREAM).await.unwrap();
         s.info().await.unwrap().state.last_sequence
