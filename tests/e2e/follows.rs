@@ -148,7 +148,7 @@ fn delivery_from(sender: &str, id: &str, thread: &str) -> crewlet_bus::Inbound {
         thread: Some(thread.into()),
         text: Some("Hello from ada!".into()),
         owed: None,
-        sender: Some(sender.into()),
+        sender: vec![sender.into()],
         received_by: "test".into(),
         received_at_ms: 0,
     }

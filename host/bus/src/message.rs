@@ -25,10 +25,11 @@ pub struct Inbound {
     /// where (absent in deliveries published before WIT 0.4.0).
     #[serde(default)]
     pub owed: Option<ReplyTo>,
-    /// Who wrote it, as the source names them (a Slack user id), when its
-    /// plugin says: a seat's own message wakes nobody by follow.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sender: Option<String>,
+    /// Every id the source gave its author, as sent (a Slack user id; empty
+    /// when the plugin names none): a seat's own message wakes nobody by
+    /// follow.
+    #[serde(default)]
+    pub sender: Vec<String>,
     /// The node whose edge accepted it.
     pub received_by: String,
     pub received_at_ms: i64,

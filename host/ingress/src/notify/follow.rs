@@ -5,7 +5,7 @@
 //! - **One read, only for a threaded delivery.** A delivery with a channel
 //!   and a thread costs one read of that thread's key; any other, none.
 //! - **A seat's own message wakes nobody by follow.** A delivery whose
-//!   sender a seat claims (its identities on the source) is not read for
+//!   sender ids a seat claims (its identities on the source) is not read for
 //!   followers at all: a seat's reply delivered back must not wake it, and
 //!   two seats following one thread must not wake each other in a loop.
 //!   (A seat mentioning another still wakes it: that is a mention.)
@@ -62,8 +62,8 @@ pub(super) async fn by_follow(
     let authored_by =
         inbound
             .sender
-            .as_deref()
-            .and_then(|id| match company.claimant(&inbound.source, id) {
+            .iter()
+            .find_map(|id| match company.claimant(&inbound.source, id) {
                 Some(Claimant::Seat { handle }) => Some(handle.clone()),
                 _ => None,
             });

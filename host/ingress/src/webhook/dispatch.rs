@@ -139,7 +139,7 @@ impl Edge {
                 thread: o.thread,
             }),
             // The webhook world does not report a sender yet.
-            sender: None,
+            sender: Vec::new(),
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };

@@ -284,7 +284,7 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         thread: None,
         text: Some("could you take a look?".into()),
         owed: None,
-        sender: None,
+        sender: Vec::new(),
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }
