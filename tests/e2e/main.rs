@@ -18,6 +18,7 @@ mod event_kinds;
 mod failover;
 mod fleet;
 mod fleet_view;
+mod follows;
 mod grants;
 mod hot_reload;
 mod identities;

@@ -25,6 +25,11 @@ pub struct Inbound {
     /// where (absent in deliveries published before WIT 0.4.0).
     #[serde(default)]
     pub owed: Option<ReplyTo>,
+    /// Every id the source gave its author, as sent (a Slack user id; empty
+    /// when the plugin names none): a seat's own message wakes nobody by
+    /// follow.
+    #[serde(default)]
+    pub sender: Vec<String>,
     /// The node whose edge accepted it.
     pub received_by: String,
     pub received_at_ms: i64,
@@ -58,7 +63,8 @@ pub struct Wake {
     pub event_type: String,
     pub handle: String,
     pub seat_id: String,
-    /// Why this seat: `route`, `mention`, `assignee` or `reviewer`.
+    /// Why this seat: `route`, `mention`, `assignee`, `reviewer` or `follow`
+    /// (a message in a thread the seat posted in, which owes no reply).
     pub reason: String,
     pub text: Option<String>,
     /// The conversation the delivery belongs to (`channel#thread`), if any.

@@ -4,7 +4,7 @@
 //! created, never a per-write TTL. Why: on the embedded broker a per-key TTL
 //! is create-only — an update clears it — so a rate window incremented four
 //! times would never expire. Two kinds of records in one bucket silently
-//! give one of them the other's retention, hence fifteen buckets.
+//! give one of them the other's retention, hence sixteen buckets.
 //!
 //! Opening adopts a bucket that already exists and never rewrites its
 //! configuration (the first node to boot decides; a differing lease TTL is
@@ -16,6 +16,11 @@ use std::time::Duration;
 /// The longest TTL any duty or other non-seat lease may ask for, on every
 /// backend; also the age of the duties bucket.
 pub const MAX_DUTY_TTL: Duration = Duration::from_secs(3 * 3600);
+
+/// How long a thread is followed after the last post in it: the follows
+/// bucket's age (the design's ninety days, where a chat thread stops being
+/// live on every backend that ships one).
+pub const FOLLOW_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
 
 /// Removal markers younger than this are left by the sweep.
 pub const MARKER_RETENTION: Duration = Duration::from_secs(3 * 3600);
@@ -38,10 +43,11 @@ pub enum Bucket {
     Mailboxes,
     Positions,
     Tokens,
+    Follows,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 15] = [
+    pub const ALL: [Bucket; 16] = [
         Bucket::Leases,
         Bucket::Duties,
         Bucket::Epochs,
@@ -57,6 +63,7 @@ impl Bucket {
         Bucket::Mailboxes,
         Bucket::Positions,
         Bucket::Tokens,
+        Bucket::Follows,
     ];
 
     /// The short name; the bucket is `{namespace}_{short}`.
@@ -77,6 +84,7 @@ impl Bucket {
             Bucket::Mailboxes => "mailboxes",
             Bucket::Positions => "positions",
             Bucket::Tokens => "tokens",
+            Bucket::Follows => "follows",
         }
     }
 
@@ -122,6 +130,8 @@ impl Retentions {
             Bucket::Cooldowns => Some(Duration::from_secs(D)),
             Bucket::Budgets => Some(Duration::from_secs(32 * D)),
             Bucket::Fires => Some(Duration::from_secs(7 * D)),
+            // Ninety days of a thread's last activity (crate::follows).
+            Bucket::Follows => Some(FOLLOW_AGE),
             Bucket::Epochs
             | Bucket::Config
             | Bucket::Secrets

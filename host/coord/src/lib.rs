@@ -18,6 +18,7 @@
 //! | [`Coord::completed`] (completion ledger) | fails open: do the work |
 //! | [`Coord::renew`] (lease) | holds, bounded by the holder's clock ([`Tenancy`], [`Fence`]) |
 //! | [`Coord::charge`] (budget) | fails closed with an error that is not a refusal |
+//! | [`Follows::followers`] (who follows a thread) | an error, never "nobody": the delivery waits |
 //!
 //! Open it with [`Coord::open`] on the node's client. Tests use
 //! [`Coord::memory`] over the [`MemoryKv`] twin, whose clock they advance.
@@ -28,6 +29,7 @@ pub mod budget;
 pub mod claims;
 pub mod epoch;
 pub mod faulty;
+pub mod follows;
 pub mod handles;
 pub mod holder;
 pub mod kv;
@@ -51,11 +53,12 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 
 pub use answer::{Answer, CoordError, Reply};
-pub use bucket::{Bucket, MARKER_RETENTION, MAX_DUTY_TTL};
+pub use bucket::{Bucket, FOLLOW_AGE, MARKER_RETENTION, MAX_DUTY_TTL};
 pub use budget::{BudgetSlot, BudgetView, Caps, Charged, Period, Refusal, Scope, Windows};
 pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use epoch::FenceEpoch;
 pub use faulty::Faulty;
+pub use follows::{ChatThread, Follows};
 pub use handles::{
     BudgetReads, Budgets, ConfigPointer, Cooldowns, Deliveries, Leases, Ledger, PauseRecords,
     Records, Roster, Survey, TokenRecords, Valve,

@@ -2,3 +2,48 @@
 mod contract;
 
 contract_suite!(contract::fixtures::Real::single());
+
+/// 10,000 follows for one seat: who follows one of its threads is one
+/// request to the store — a leader read of the thread's key — never a
+/// listing that grows with the seat's follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_follows_for_one_seat_cost_a_thread_one_read() {
+    use contract::fixtures::Fixture;
+    use crewlet_coord::{Bucket, ChatThread};
+    use futures::StreamExt;
+    use std::time::Duration;
+
+    let f = contract::fixtures::Real::single().await;
+    let follows = f.coord(0).follows();
+    let threads: Vec<ChatThread> = (0..10_000)
+        .map(|i| ChatThread::new("slack", "C0BUSY", format!("1700000000.{i:06}")))
+        .collect();
+    futures::stream::iter(&threads)
+        .for_each_concurrent(64, |t| {
+            let follows = &follows;
+            async move {
+                follows.follow(t, "ada").await.expect("a follow lands");
+            }
+        })
+        .await;
+
+    // Every request to the store's API, as the server sees it.
+    let sniffer = contract::fixtures::connect(&f.urls()[0]).await;
+    let mut api = sniffer.subscribe("$JS.API.>").await.unwrap();
+    sniffer.flush().await.unwrap();
+    assert_eq!(
+        follows.followers(&threads[4321]).await.unwrap(),
+        ["ada"],
+        "the seat follows the thread"
+    );
+    let mut asked = Vec::new();
+    while let Ok(Some(m)) = tokio::time::timeout(Duration::from_millis(500), api.next()).await {
+        asked.push(m.subject.to_string());
+    }
+    let stream = f.nats(0).stream_name(Bucket::Follows).unwrap();
+    assert_eq!(
+        asked,
+        [format!("$JS.API.STREAM.MSG.GET.{stream}")],
+        "one leader read of the thread's key"
+    );
+}

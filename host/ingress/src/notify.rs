@@ -48,6 +48,8 @@
 //!   it owes are intact, and that redelivery is not counted: the worker
 //!   failed, not the message. A delivery's content is only parsed and
 //!   looked up, never run, so it cannot be what keeps killing its workers.
+//! - **A thread's followers are woken too** ([`follow`]): one read per
+//!   threaded delivery; unknown delays the delivery, never "nobody".
 //! - **Addressed to nobody** is an `delivery_unrouted` event and an ack.
 //! - **A shedding node stops consuming.** While [`NotifyConfig::admitting`]
 //!   is false (the node's config posture is `shed`: peers have the epoch
@@ -122,6 +124,8 @@ pub enum NotifyError {
 pub struct NotifyConfig {
     pub client: async_nats::Client,
     pub valve: Valve,
+    /// Who follows a thread: a message there wakes them unmentioned.
+    pub follows: crewlet_coord::Follows,
     pub publisher: Publisher,
     pub active: crewlet_company::ActiveCompany,
     /// True while this node admits triggers; false while it sheds.
@@ -481,6 +485,15 @@ impl Worker {
         let company = &active.company;
         let resolution = addressed(company, inbound);
         let mut seats = resolution.seats;
+        // Unknown followers wait, before any seat is woken (see follow.rs).
+        let by_follow = follow::by_follow(&self.cfg.follows, company, inbound)
+            .await
+            .map_err(|e| Stop {
+                failure: Failure::Delay(format!("who follows the thread is unknown: {e}")),
+                rest: None,
+            })?;
+        let authored_by = by_follow.authored_by.clone();
+        by_follow.add_to(&mut seats);
         if let Some(owed) = &carried.owed {
             seats.retain(|(h, _)| owed.iter().any(|o| o == h.as_str()));
             if seats.is_empty() {
@@ -497,6 +510,7 @@ impl Worker {
                     "assignees": inbound.assignees, "reviewers": inbound.reviewers,
                     "unclaimed": resolution.unclaimed, "people": resolution.people,
                     "reason": unrouted_reason(&inbound.source, &resolution.unclaimed, &resolution.people),
+                    "authored_by": authored_by.as_ref().map(Handle::as_str),
                 }),
             );
             ev.trace_id = Some(inbound.trace_id.clone());
@@ -694,6 +708,8 @@ fn party(party: String, role: &str) -> Party {
         role: role.into(),
     }
 }
+
+mod follow;
 
 #[cfg(test)]
 mod tests;

@@ -51,11 +51,7 @@ async fn delays_then_one_real_failure_do_not_dead_letter() {
         w.pending_wakes("ada").await >= 1
     })
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
     assert_eq!(w.take_wakes("ada").await.len(), 1);
     assert!(w.dead_letters().await.is_empty());
     service.stop().await;
@@ -72,11 +68,7 @@ async fn max_deliver_real_failures_dead_letter_with_the_reason() {
         !w.dead_letters().await.is_empty()
     })
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
     let letters = w.dead_letters().await;
     assert_eq!(letters.len(), 1, "{letters:?}");
     let letter = &letters[0];
@@ -146,11 +138,7 @@ async fn a_woken_seat_is_not_charged_again_while_another_waits_for_its_valve() {
         || async { w.pending_wakes("linus").await >= 1 },
     )
     .await;
-    until(Duration::from_secs(10), "the delivery settled", || async {
-        let c = w.notify_consumer().await;
-        c.num_pending == 0 && c.num_ack_pending == 0
-    })
-    .await;
+    w.until_settled().await;
 
     let retried = w.notify_consumer().await.delivered.consumer_sequence;
     assert!(
@@ -176,5 +164,56 @@ async fn a_woken_seat_is_not_charged_again_while_another_waits_for_its_valve() {
         "{published:?}"
     );
     assert!(w.dead_letters().await.is_empty());
+    service.stop().await;
+}
+
+/// An unmentioned message in a thread wakes the seats following it; while
+/// who follows it is unknown (the store unreachable) the delivery waits —
+/// redelivered, never taken as addressed to nobody — and a follower that
+/// left the company is skipped, not an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_follow_read_waits_and_is_never_nobody() {
+    use crewlet_coord::ChatThread;
+
+    let w = World::start().await;
+    w.open_mailboxes().await;
+    let mut sent = inbound("f-1", &[]);
+    sent.thread = Some("42".into());
+    let channel = sent.channel.clone().unwrap();
+    let thread = ChatThread::new("github", &channel, "42");
+    let follows = w.coord.follows();
+    for seat in ["ada", "gone"] {
+        follows.follow(&thread, seat).await.unwrap();
+    }
+    let service = w.notify().await;
+
+    w.faulty.break_store();
+    w.publish_inbound(&sent).await;
+    // A redelivery means the first delivery was answered, and not acked.
+    until(Duration::from_secs(20), "a redelivery", || async {
+        w.notify_consumer().await.delivered.consumer_sequence >= 2
+    })
+    .await;
+    assert!(
+        w.events("delivery_unrouted").is_empty(),
+        "an unknown follow read was taken as nobody"
+    );
+    assert_eq!(w.pending_wakes("ada").await, 0);
+
+    w.faulty.heal();
+    until(Duration::from_secs(20), "ada's wake by follow", || async {
+        w.pending_wakes("ada").await >= 1
+    })
+    .await;
+    w.until_settled().await;
+    let wakes = w.take_wakes("ada").await;
+    assert_eq!(wakes.len(), 1, "{wakes:?}");
+    assert_eq!(wakes[0].reason, "follow");
+    assert_eq!(wakes[0].thread.as_deref(), Some("42"));
+    assert!(
+        w.dead_letters().await.is_empty(),
+        "the gone seat is an error"
+    );
+    assert!(w.events("delivery_unrouted").is_empty());
     service.stop().await;
 }

@@ -197,6 +197,7 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edg
         NotifyService::start(crewlet_ingress::notify::NotifyConfig {
             client: ctx.client.clone(),
             valve: ctx.coord.valve(),
+            follows: ctx.coord.follows(),
             publisher: ctx.publisher.clone(),
             active: ctx.active.clone(),
             admitting: admitting.clone(),

@@ -457,6 +457,7 @@ pub async fn start(
         models.clone(),
         ctx.coord.budgets(),
         ctx.coord.ledger(),
+        ctx.coord.follows(),
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),
             sessions: Arc::new(NodeSessions(ctx.store.clone())),

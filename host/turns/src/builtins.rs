@@ -14,6 +14,7 @@ pub const LIST_TOOLS: &str = "list_mcp_server_tools";
 pub const ACTIVATE: &str = "activate_tool";
 pub const SUBMIT_WORK: &str = "submit_work";
 pub const SUBMIT_REVIEW: &str = "submit_review";
+pub const LEAVE_THREAD: &str = "leave_thread";
 
 /// Separates a server from its tool in an offered name.
 pub const SEPARATOR: &str = "__";
@@ -50,6 +51,17 @@ pub fn executor_builtins() -> Vec<ToolDef> {
                     "tool": {"type": "string"},
                 },
                 "required": ["server", "tool"],
+            }),
+        },
+        ToolDef {
+            name: LEAVE_THREAD.into(),
+            description: "Stop following a chat thread you posted in: a later message there wakes you only when it mentions you. Without arguments, the thread that woke you.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "channel": {"type": "string", "description": "The thread's channel."},
+                    "thread": {"type": "string", "description": "The thread's id in that channel."},
+                },
             }),
         },
         ToolDef {
@@ -115,6 +127,13 @@ pub struct SubmitReview {
 #[derive(Debug, Clone, Deserialize)]
 pub struct ServerArg {
     pub server: String,
+}
+
+/// `leave_thread`'s arguments: both absent, the thread that woke the turn.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ThreadArg {
+    pub channel: Option<String>,
+    pub thread: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

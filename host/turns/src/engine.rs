@@ -46,6 +46,7 @@ mod admission;
 mod budget;
 mod dispatch;
 mod events;
+mod follow;
 mod notice;
 mod owed;
 mod park;
@@ -60,7 +61,7 @@ use std::time::Instant;
 
 use crewlet_bus::Wake;
 use crewlet_company::{Active, Company, Role, Seat};
-use crewlet_coord::{Budgets, Caps, Ledger};
+use crewlet_coord::{Budgets, Caps, Follows, Ledger};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -140,6 +141,8 @@ pub struct TurnEngine<B> {
     brain: Arc<B>,
     budgets: Budgets,
     ledger: Ledger,
+    /// The threads each seat follows (see `engine::follow`).
+    follows: Follows,
     events: Events,
     sessions: Arc<dyn Sessions>,
     clock: Arc<dyn Clock>,
@@ -262,6 +265,7 @@ impl<B: Brain> TurnEngine<B> {
         brain: Arc<B>,
         budgets: Budgets,
         ledger: Ledger,
+        follows: Follows,
         ports: Ports,
         limits: Limits,
     ) -> TurnEngine<B> {
@@ -269,6 +273,7 @@ impl<B: Brain> TurnEngine<B> {
             brain,
             budgets,
             ledger,
+            follows,
             events: Events::start(ports.events),
             sessions: ports.sessions,
             clock: ports.clock,

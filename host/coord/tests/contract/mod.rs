@@ -3,9 +3,11 @@
 #![allow(dead_code)]
 
 pub mod fixtures;
+mod follows;
 mod records;
 mod tenancy;
 
+pub use follows::{follows_one_key_per_thread, follows_unknown_is_not_nobody};
 pub use records::{replace_record, typed_claims};
 pub use tenancy::{
     tenancy_holds_renews_and_releases, tenancy_refused_is_no_at_once, tenancy_unknown_is_not_no,
@@ -1622,6 +1624,14 @@ macro_rules! contract_suite {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn refused_calls_write_nothing() {
             contract::refused_calls_write_nothing(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn follows_one_key_per_thread() {
+            contract::follows_one_key_per_thread(&$fixture.await).await
+        }
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn follows_unknown_is_not_nobody() {
+            contract::follows_unknown_is_not_nobody(&$fixture.await).await
         }
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn stampede() {

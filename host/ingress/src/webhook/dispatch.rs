@@ -138,6 +138,8 @@ impl Edge {
                 channel: o.channel,
                 thread: o.thread,
             }),
+            // The webhook world does not report a sender yet.
+            sender: Vec::new(),
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };

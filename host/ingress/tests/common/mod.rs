@@ -145,6 +145,7 @@ impl World {
         NotifyService::start(NotifyConfig {
             client: self.client.clone(),
             valve: self.coord.valve(),
+            follows: self.coord.follows(),
             publisher: self.publisher.clone(),
             active: self.active.clone(),
             admitting: self.admitting.subscribe(),
@@ -182,6 +183,15 @@ impl World {
     }
 
     /// The last message the inbound stream took (its sequence; 0 if none).
+    /// Waits up to 10 s until the service holds no delivery and none waits.
+    pub async fn until_settled(&self) {
+        until(Duration::from_secs(10), "the delivery settled", || async {
+            let c = self.notify_consumer().await;
+            c.num_pending == 0 && c.num_ack_pending == 0
+        })
+        .await;
+    }
+
     pub async fn inbound_last_seq(&self) -> u64 {
         let mut s = self.js.get_stream(NOTIFICATIONS_STREAM).await.unwrap();
         s.info().await.unwrap().state.last_sequence
@@ -275,6 +285,7 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         thread: None,
         text: Some("could you take a look?".into()),
         owed: None,
+        sender: Vec::new(),
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }

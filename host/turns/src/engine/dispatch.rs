@@ -108,6 +108,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                     Err(e) => Answered::error(e),
                 }
             }
+            builtins::LEAVE_THREAD => self.leave_thread(&call.arguments).await,
             name => match builtins::split_offered(name) {
                 Some((server, tool)) => self
                     .call_mcp(server, tool, &call.arguments)

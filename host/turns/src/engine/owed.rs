@@ -179,10 +179,16 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         match call {
             Ok(out) if !out.is_error => {
                 self.complete(id, &record, revision).await;
+                // The recorded call's arguments named its target when it
+                // was made (a reply tool's call without one is refused).
+                let target = Target::of_arguments(&record.arguments).unwrap_or_else(|| Target {
+                    channel: record.target.clone(),
+                    thread: None,
+                });
                 self.posted(
                     &record.server,
                     &record.tool,
-                    &record.target,
+                    &target,
                     text_of(&record.arguments),
                     Some(&record.turn_id),
                 )

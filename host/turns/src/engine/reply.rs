@@ -156,8 +156,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let text = text_of(&args);
         match self.tools.call(server, tool, args, &self.turn_id).await {
             Ok(out) if !out.is_error => {
-                self.posted(server, tool, &key.target.to_string(), text, None)
-                    .await;
+                self.posted(server, tool, &key.target, text, None).await;
                 Ok(Answered {
                     posted_to: Some(key.target),
                     ..Answered::ok(out.text)
@@ -184,7 +183,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     ) -> Answered {
         match posting {
             Posting::Posted(out) => {
-                self.posted(server, tool, &target.to_string(), text_of(args), None)
+                self.posted(server, tool, &target, text_of(args), None)
                     .await;
                 Answered {
                     posted_to: Some(target),
@@ -212,24 +211,31 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         }
     }
 
-    /// Records a post that landed: what the seat said, and `reply_posted`
-    /// (`recovered_from`: the turn that began it, when this run finished it).
+    /// Records a post that landed: what the seat said, the thread it now
+    /// follows ([`super::follow`]), and `reply_posted` (`recovered_from`:
+    /// the turn that began it, when this run finished it).
     pub(super) async fn posted(
         &mut self,
         server: &str,
         tool: &str,
-        target: &str,
+        target: &Target,
         text: String,
         recovered_from: Option<&str>,
     ) {
+        let followed = self.follow(target).await;
         self.said.push(Said {
             turn_id: self.turn_id.clone(),
             text: text.clone(),
             at_ms: self.engine.clock.now_ms(),
         });
-        let mut payload = json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": target, "text": text});
+        let mut payload = json!({"turn_id": self.turn_id, "server": server, "tool": tool, "target": target.to_string(), "text": text});
         if let Some(from) = recovered_from {
             payload["recovered_from"] = json!(from);
+        }
+        match followed {
+            Ok(Some(thread)) => payload["follows"] = json!(thread.to_string()),
+            Ok(None) => {}
+            Err(e) => payload["follow_error"] = json!(e),
         }
         self.emit("reply_posted", payload).await;
     }

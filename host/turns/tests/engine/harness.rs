@@ -21,7 +21,7 @@ use crewlet_turns::{
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-pub use crate::script::{ScriptedBrain, Step, list_tools, post, review, submit};
+pub use crate::script::{ScriptedBrain, Step, leave_thread, list_tools, post, review, submit};
 
 /// 2026-01-01T00:00:00Z, a Thursday.
 pub const NEW_YEAR: u64 = 1_767_225_600;
@@ -403,6 +403,7 @@ impl Fixture {
             brain.clone(),
             coord.budgets(),
             coord.ledger(),
+            coord.follows(),
             ports,
             limits,
         );

@@ -4,6 +4,7 @@ mod bounds;
 mod budgets;
 mod delivery;
 mod events;
+mod follows;
 mod harness;
 mod ledger;
 mod replies;

@@ -82,6 +82,10 @@ pub fn post(channel: &str, thread: &str, text: &str) -> Call {
     )
 }
 
+pub fn leave_thread(args: Value) -> Call {
+    call("leave_thread", args)
+}
+
 pub fn submit(outcome: &str, summary: &str) -> Call {
     call(
         "submit_work",
