@@ -45,6 +45,7 @@ mod route_cut;
 mod sandbox;
 mod secrets;
 mod secrets_unknown;
+mod signing;
 mod speak;
 mod stall;
 mod telemetry;

@@ -24,6 +24,7 @@ use std::time::Duration;
 use crewlet_config::{NodeConfig, Overrides, StreamMode};
 use serde::Serialize;
 
+mod routes;
 mod running;
 
 use running::{RunningNode, taken};
@@ -465,6 +466,7 @@ fn company(
         }
         out.push(finding);
     }
+    out.extend(routes::seat_routes(&company));
 }
 
 /// What `./dev` does with `name`, when it is one of its demo secrets.
