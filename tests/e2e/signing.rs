@@ -46,7 +46,10 @@ fn company(own_secrets: bool) -> String {
                 secret("LINUS_SLACK_SIGNING_SECRET")
             ),
         );
-    assert_ne!(doc, example, "the example's seats are where this test expects");
+    assert_ne!(
+        doc, example,
+        "the example's seats are where this test expects"
+    );
     doc
 }
 
@@ -67,7 +70,12 @@ fn mention(node: &Node, secret: &str, handle: &str, event_id: &str) -> u16 {
 fn delivery_ids(events: &[Value]) -> Vec<String> {
     let mut ids: Vec<String> = events
         .iter()
-        .map(|e| e["payload"]["delivery_id"].as_str().unwrap_or("?").to_owned())
+        .map(|e| {
+            e["payload"]["delivery_id"]
+                .as_str()
+                .unwrap_or("?")
+                .to_owned()
+        })
         .collect();
     ids.sort();
     ids
@@ -119,7 +127,11 @@ fn two_seats_slack_apps_are_each_verified_with_their_own_secret() {
         .build()
         .unwrap();
     let client = rt.block_on(async_nats::connect(server.url())).unwrap();
-    for (handle, delivery) in [("ada", "Ev-ada"), ("linus", "Ev-linus"), ("grace", "Ev-grace")] {
+    for (handle, delivery) in [
+        ("ada", "Ev-ada"),
+        ("linus", "Ev-linus"),
+        ("grace", "Ev-grace"),
+    ] {
         let mut got = Vec::new();
         while let Some(w) = rt.block_on(take_wake(&client, handle)) {
             got.push(w["delivery_id"].as_str().unwrap_or("?").to_owned());
@@ -131,7 +143,10 @@ fn two_seats_slack_apps_are_each_verified_with_their_own_secret() {
     let api = format!("http://{}", node.api);
     let (status, out) = run_to_exit(&["agents", "--api", &api], &[]);
     assert!(status.success(), "{out}");
-    assert!(out.lines().next().unwrap_or("").contains("IDENTITIES"), "{out}");
+    assert!(
+        out.lines().next().unwrap_or("").contains("IDENTITIES"),
+        "{out}"
+    );
     let row = |h: &str| {
         out.lines()
             .find(|l| l.starts_with(&format!("{h} ")))
@@ -159,13 +174,19 @@ fn doctor_names_a_seat_slack_route_without_a_secret_of_its_own() {
         let detail = f["detail"].as_str().unwrap_or_default();
         assert!(detail.contains("SLACK_SIGNING_SECRET"), "{f} ({id})");
         let fix = f["fix"].as_str().unwrap_or_default();
-        assert!(fix.contains(&format!("[seats.{handle}] signing_secrets")), "{f}");
+        assert!(
+            fix.contains(&format!("[seats.{handle}] signing_secrets")),
+            "{f}"
+        );
     }
     let (_, findings) = crate::doctor::doctor(&sb, &config, &company(true), &[]);
     let f = crate::doctor::finding(&findings, "seat route", "/webhooks/slack/ada");
     assert_eq!(f["verdict"], "ok", "{f}");
     assert!(
-        f["detail"].as_str().unwrap_or_default().contains("ADA_SLACK_SIGNING_SECRET"),
+        f["detail"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("ADA_SLACK_SIGNING_SECRET"),
         "{f}"
     );
 }
