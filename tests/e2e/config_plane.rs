@@ -502,6 +502,8 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
         thread: None,
         text: Some("while shedding".into()),
         owed: None,
+        sender: Vec::new(),
+        wakes: Default::default(),
         received_by: "operator".into(),
         received_at_ms: 0,
     };

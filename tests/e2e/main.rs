@@ -38,6 +38,7 @@ mod peer_status;
 mod placement;
 mod plugins_cli;
 mod plugins_try;
+mod quiet;
 mod readiness;
 mod replay;
 mod replies;

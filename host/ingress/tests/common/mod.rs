@@ -275,6 +275,8 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         thread: None,
         text: Some("could you take a look?".into()),
         owed: None,
+        sender: Vec::new(),
+        wakes: Default::default(),
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }
