@@ -66,6 +66,13 @@ fn message(user: &str, text: &str, extra: Value) -> Value {
     e
 }
 
+/// Scripts one turn: a reply in the thread, delivered, reviewed done.
+fn answer_once(ai: &ScriptedOpenAi, text: &str) {
+    ai.reply("exec-a", post(CHANNEL, THREAD, text));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+}
+
 /// The events of `kind` about delivery `id`.
 fn about(w: &World, kind: &str, id: &str) -> Vec<Value> {
     w.events(kind)
@@ -102,9 +109,7 @@ fn a_seat_app_hears_its_own_reply_and_the_channel_chatter_and_wakes_for_neither(
     let w = start(&company(), Some(&ai), KEYS);
 
     // Grace mentions ada: one turn, whose prompt names Grace.
-    ai.reply("exec-a", post(CHANNEL, THREAD, "On it."));
-    ai.reply("exec-a", submit("delivered"));
-    ai.reply("review", verdict("done"));
+    answer_once(&ai, "On it.");
     deliver(
         &w,
         "ada",
@@ -216,9 +221,7 @@ fn a_seat_app_hears_its_own_reply_and_the_channel_chatter_and_wakes_for_neither(
     assert_eq!(w.posts().len(), 1, "one reply in all");
 
     // bob, another seat, mentions ada: she is woken, and told it is bob.
-    ai.reply("exec-a", post(CHANNEL, THREAD, "Sure, bob."));
-    ai.reply("exec-a", submit("delivered"));
-    ai.reply("review", verdict("done"));
+    answer_once(&ai, "Sure, bob.");
     deliver(
         &w,
         "bob",

@@ -246,17 +246,20 @@ mod tests {
         assert_eq!(k.len(), 32);
     }
 
+    /// The JSON of the first `wake` block of a rendered trigger.
+    fn block(rendered: &str) -> serde_json::Value {
+        let body = rendered
+            .split("```wake\n")
+            .nth(1)
+            .and_then(|b| b.split("\n```").next())
+            .unwrap_or_else(|| panic!("no wake block: {rendered}"));
+        serde_json::from_str(body).unwrap()
+    }
+
     #[test]
     fn the_rendered_trigger_carries_a_wake_block() {
         let r = render(&[wake("slack", "app_mention", "mention")]);
-        let body = r
-            .split("```wake\n")
-            .nth(1)
-            .unwrap()
-            .split("\n```")
-            .next()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let v = block(&r);
         assert_eq!(v["channel"], "C1");
         assert_eq!(v["text"], "hi");
         assert!(v.get("from").is_none() && !r.contains("From "), "{r}");
@@ -276,14 +279,7 @@ mod tests {
             r.contains("From Grace Hopper (person grace):\n```wake"),
             "{r}"
         );
-        let body = r
-            .split("```wake\n")
-            .nth(1)
-            .unwrap()
-            .split("\n```")
-            .next()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let v = block(&r);
         assert_eq!(v["from"], "Grace Hopper (person grace)");
         assert_eq!(v["from_ids"], serde_json::json!(["U07GRACE1"]));
     }
