@@ -511,6 +511,7 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
         text: Some("while shedding".into()),
         owed: None,
         sender: Vec::new(),
+        wakes: Default::default(),
         received_by: "operator".into(),
         received_at_ms: 0,
     };

@@ -149,6 +149,7 @@ fn delivery_from(sender: &str, id: &str, thread: &str) -> crewlet_bus::Inbound {
         text: Some("Hello from ada!".into()),
         owed: None,
         sender: vec![sender.into()],
+        wakes: crewlet_bus::Wakes::Named,
         received_by: "test".into(),
         received_at_ms: 0,
     }

@@ -416,6 +416,7 @@ fn api_port_zero_serves_no_http_and_the_node_still_works() {
         text: Some("hello".into()),
         owed: None,
         sender: Vec::new(),
+        wakes: Default::default(),
         received_by: "test".into(),
         received_at_ms: 0,
     };

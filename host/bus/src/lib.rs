@@ -41,6 +41,7 @@
 //! | `delivery_refused` | the webhook edge | a delivery was refused (4xx; source, status, reason) |
 //! | `wake_published` | `notify-inbound` | a delivery's wake was published on a seat's inbox (the seat by handle; its id in `seat_id`) |
 //! | `delivery_unrouted` | `notify-inbound` | a delivery addressed no seat of the company |
+//! | `delivery_quiet` | `notify-inbound` | a delivery woke a seat it reached no turn for: not a conversation (an edit, a join, a reaction), or the seat's own message; `reason` says which |
 //! | `delivery_dead_lettered` | `notify-inbound` | a delivery failed too often and went to the dead letters |
 //! | `turn_started` | the turn | a seat's turn began |
 //! | `turn_ended` | the turn | a seat's turn ended (its outcome in the payload) |
@@ -72,7 +73,7 @@ mod history;
 mod message;
 
 pub use history::EventFilter;
-pub use message::{DeadLetter, Inbound, ReplyTo, Wake};
+pub use message::{DeadLetter, Inbound, ReplyTo, Sender, Wake, Wakes};
 
 /// Stream of seat mailboxes (interest retention).
 pub const AGENT_STREAM: &str = "CREWLET_AGENT";
@@ -185,6 +186,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "delivery_refused",
     "wake_published",
     "delivery_unrouted",
+    "delivery_quiet",
     "delivery_dead_lettered",
     "turn_started",
     "turn_ended",

@@ -25,11 +25,14 @@ pub struct Inbound {
     /// where (absent in deliveries published before WIT 0.4.0).
     #[serde(default)]
     pub owed: Option<ReplyTo>,
-    /// Every id the source gave its author, as sent (a Slack user id; empty
-    /// when the plugin names none): a seat's own message wakes nobody by
-    /// follow.
+    /// Every id the vendor gave the author, as sent (WIT 0.4.1; empty from
+    /// a 0.4.0 plugin, and in deliveries published before): a seat's own
+    /// message wakes nobody, by mention or by follow.
     #[serde(default)]
     pub sender: Vec<String>,
+    /// Whom it may wake, as its plugin read it (WIT 0.4.1).
+    #[serde(default)]
+    pub wakes: Wakes,
     /// The node whose edge accepted it.
     pub received_by: String,
     pub received_at_ms: i64,
@@ -76,6 +79,34 @@ pub struct Wake {
     /// whose `channel` says where their result goes).
     #[serde(default)]
     pub owed: Option<ReplyTo>,
+    /// Who wrote what woke the seat (absent when its source names nobody).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender: Option<Sender>,
+}
+
+/// Whom a delivery may wake, as its source's plugin read the event (WIT
+/// `delivery.wakes`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "why")]
+pub enum Wakes {
+    /// Its route's seat and whom it names: what every delivery was before
+    /// WIT 0.4.1.
+    #[default]
+    RouteAndNamed,
+    /// Only whom it names: seen in a channel, not sent to the route's seat.
+    Named,
+    /// Nobody (an edit, a join, a reaction), and why.
+    Nobody(String),
+}
+
+/// Who wrote a delivery: the ids its vendor gave, and who that is in the
+/// company, in words a prompt can carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sender {
+    pub ids: Vec<String>,
+    /// `Grace Hopper (person grace)`, `seat linus`, or the ids when no
+    /// seat or person claims them.
+    pub who: String,
 }
 
 /// Where a person waits for an answer: a channel and, within it, a thread

@@ -202,6 +202,12 @@ pub struct Seat {
     /// Who this seat is on each surface (`identities = { slack = "U…" }`):
     /// the ids a delivery addresses it by besides its handle.
     pub identities: Identities,
+    /// The secret its own app signs with, per source
+    /// (`signing_secrets = { slack = "${ADA_SLACK_SIGNING_SECRET}" }`): its
+    /// route `/webhooks/SOURCE/HANDLE` verifies with it instead of the
+    /// integration's, as a vendor that issues a secret per app (Slack)
+    /// needs.
+    pub signing_secrets: BTreeMap<String, SecretRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -396,6 +402,17 @@ impl Company {
     /// person of this document, if anyone.
     pub fn claimant(&self, surface: &str, id: &str) -> Option<&Claimant> {
         self.registry.claimant(surface, id)
+    }
+
+    /// The secret a delivery on `/webhooks/SOURCE[/HANDLE]` verifies with:
+    /// the route's seat's own for the source, else the integration's;
+    /// `None` when the document integrates no such source.
+    pub fn route_secret(&self, source: &str, handle: Option<&str>) -> Option<&SecretRef> {
+        let integration = self.integrations.get(source)?;
+        let own = handle
+            .and_then(|h| self.seat(h))
+            .and_then(|s| s.signing_secrets.get(source));
+        Some(own.unwrap_or(&integration.secret))
     }
 
     /// The seats' handles, in order.

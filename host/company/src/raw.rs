@@ -137,6 +137,8 @@ struct RawSeat {
     credentials: BTreeMap<String, String>,
     #[serde(default)]
     identities: BTreeMap<String, RawIds>,
+    #[serde(default)]
+    signing_secrets: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -144,6 +146,37 @@ struct RawSeat {
 struct RawIntegration {
     plugin: String,
     secret: String,
+}
+
+/// A seat's `signing_secrets` (source → the secret its own app signs
+/// with): each source one the document integrates, each secret named as an
+/// integration's is (`${NAME}` or `NAME`).
+fn signing_secrets(
+    path: &str,
+    raw: BTreeMap<String, String>,
+    integrations: &BTreeMap<String, RawIntegration>,
+    errors: &mut Errors,
+) -> BTreeMap<String, SecretRef> {
+    let mut out = BTreeMap::new();
+    for (source, secret) in raw {
+        let at = format!("{path}.signing_secrets.{source}");
+        if !integrations.contains_key(&source) {
+            let known: Vec<&str> = integrations.keys().map(String::as_str).collect();
+            errors.add(
+                at,
+                format!(
+                    "no `[integrations.{source}]` in this document: a seat's signing secret verifies its route of an integrated source (integrated: {})",
+                    if known.is_empty() { "none".into() } else { known.join(", ") }
+                ),
+            );
+            continue;
+        }
+        let name = secret.trim_start_matches("${").trim_end_matches('}');
+        if let Some(secret) = errors.check(at, SecretRef::name(name)) {
+            out.insert(source, secret);
+        }
+    }
+    out
 }
 
 /// Collects errors with their paths.
@@ -459,6 +492,8 @@ impl Document {
                     credentials.insert(name.name_str().to_owned(), reference);
                 }
             }
+            let signing_secrets =
+                signing_secrets(&path, s.signing_secrets, &self.integrations, &mut errors);
             let claimant = Claimant::Seat { handle: h.clone() };
             let identities =
                 identities::validate(&path, s.identities, &claimant, &mut registry, &mut errors);
@@ -472,6 +507,7 @@ impl Document {
                     group: s.group,
                     credentials,
                     identities,
+                    signing_secrets,
                 },
             );
         }

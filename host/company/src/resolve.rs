@@ -79,6 +79,27 @@ pub fn resolve(company: &Company, to: &Addressed<'_>) -> Resolution {
     out
 }
 
+/// Who wrote a delivery: the claimant of the first of its author's ids
+/// (`sender`, as the vendor sent them) that a seat or person claims on
+/// `source`.
+pub fn sender<'c>(company: &'c Company, source: &str, ids: &[String]) -> Option<&'c Claimant> {
+    ids.iter().find_map(|id| company.claimant(source, id))
+}
+
+/// Who wrote a delivery, in words a prompt can carry; `None` when the
+/// vendor named no author.
+pub fn sender_words(company: &Company, source: &str, ids: &[String]) -> Option<String> {
+    let first = ids.first()?;
+    Some(match sender(company, source, ids) {
+        Some(Claimant::Seat { handle }) => format!("seat {handle}, one of this company's agents"),
+        Some(Claimant::Person { key }) => match company.people.get(key) {
+            Some(p) => format!("{} (person {key})", p.name),
+            None => format!("person {key}"),
+        },
+        None => format!("{source} user {first}, whom no seat or person of the company claims"),
+    })
+}
+
 /// The seat whose handle `raw` is (leading `@` stripped, case folded):
 /// how ids resolved before seats had identities.
 pub fn by_handle(company: &Company, raw: &str) -> Option<Handle> {
@@ -159,6 +180,26 @@ mod tests {
         let elsewhere = addressed(&c, "github", None, &["U04ABCDEF"], &[]);
         assert!(elsewhere.seats.is_empty());
         assert_eq!(elsewhere.unclaimed, ["U04ABCDEF"]);
+    }
+
+    #[test]
+    fn the_sender_is_named_by_the_first_claimed_id() {
+        let c = company();
+        let ids = |ids: &[&str]| ids.iter().map(|i| (*i).to_owned()).collect::<Vec<_>>();
+        let ada = sender(&c, "slack", &ids(&["B0BOT", "U04ABCDEF"]));
+        assert_eq!(ada.map(Claimant::path).as_deref(), Some("seats.ada"));
+        assert_eq!(
+            sender_words(&c, "slack", &ids(&["U07GRACE1"])).as_deref(),
+            Some("Grace Hopper (person grace)")
+        );
+        let stranger = sender_words(&c, "slack", &ids(&["U0NOBODY", "B1"])).unwrap();
+        assert!(stranger.contains("U0NOBODY") && stranger.contains("no seat or person"));
+        assert_eq!(sender_words(&c, "slack", &[]), None);
+        assert_eq!(
+            sender(&c, "github", &ids(&["U04ABCDEF"])),
+            None,
+            "per surface"
+        );
     }
 
     #[test]

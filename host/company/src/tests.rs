@@ -687,3 +687,48 @@ fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
         "{errors:?}"
     );
 }
+
+#[test]
+fn a_seat_route_verifies_with_the_seats_own_signing_secret_else_the_sources() {
+    let c = Company::parse(&with_identities(
+        r#"
+        [seats.ada]
+        role = "eng"
+        signing_secrets = { slack = "${ADA_SLACK_SIGNING_SECRET}" }
+        [seats.linus]
+        role = "eng"
+        [integrations.slack]
+        plugin = "slack"
+        secret = "SLACK_SIGNING_SECRET"
+        "#,
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let secret = |handle| c.route_secret("slack", handle).map(SecretRef::name_str);
+    assert_eq!(secret(Some("ada")), Some("ADA_SLACK_SIGNING_SECRET"));
+    assert_eq!(secret(Some("linus")), Some("SLACK_SIGNING_SECRET"));
+    assert_eq!(secret(None), Some("SLACK_SIGNING_SECRET"));
+    assert_eq!(secret(Some("nobody")), Some("SLACK_SIGNING_SECRET"));
+    assert_eq!(c.route_secret("github", Some("ada")), None);
+
+    let err = Company::parse(&with_identities(
+        r#"
+        [seats.ada]
+        role = "eng"
+        signing_secrets = { github = "ADA_GH", slack = "not a name" }
+        [integrations.slack]
+        plugin = "slack"
+        secret = "SLACK_SIGNING_SECRET"
+        "#,
+    ))
+    .unwrap_err();
+    let at = |path: &str| {
+        err.errors
+            .iter()
+            .find(|e| e.path == path)
+            .unwrap_or_else(|| panic!("no error at {path}: {err}"))
+            .message
+            .clone()
+    };
+    assert!(at("seats.ada.signing_secrets.github").contains("integrated: slack"));
+    at("seats.ada.signing_secrets.slack");
+}

@@ -274,11 +274,39 @@ fn pairs(labels: &BTreeMap<String, String>) -> String {
         .join(", ")
 }
 
+/// A seat's identities as `surface:id`, every id of every surface
+/// (`slack:U04ABCDEF github:acme-ada-bot`); `-` with none.
+fn identities(v: &Value) -> String {
+    let ids: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .flat_map(|(surface, ids)| {
+            ids.as_array()
+                .into_iter()
+                .flatten()
+                .map(move |id| format!("{surface}:{}", text(id)))
+        })
+        .collect();
+    if ids.is_empty() {
+        "-".to_owned()
+    } else {
+        ids.join(" ")
+    }
+}
+
 /// `crewlet agents`' table.
 pub fn render_agents(v: &Value) -> String {
     let mut rows = vec![
         [
-            "SEAT", "ROLE", "GROUP", "STATE", "HOLDER", "TURNS", "MAILBOX",
+            "SEAT",
+            "ROLE",
+            "GROUP",
+            "STATE",
+            "HOLDER",
+            "TURNS",
+            "MAILBOX",
+            "IDENTITIES",
         ]
         .map(str::to_owned)
         .to_vec(),
@@ -303,6 +331,7 @@ pub fn render_agents(v: &Value) -> String {
             text(&a["holder"]["node"]),
             text(&a["turns_in_flight"]),
             mailbox,
+            identities(&a["identities"]),
         ]);
     }
     let mut out = table(&rows);
@@ -371,7 +400,8 @@ mod tests {
             "agents": [
                 {"handle": "ada", "role": "eng", "group": null, "state": "held",
                  "holder": {"node": "n1"}, "turns_in_flight": 1,
-                 "mailbox": {"pending": 2, "in_work": 1}},
+                 "mailbox": {"pending": 2, "in_work": 1},
+                 "identities": {"github": ["acme-ada-bot"], "slack": ["U04ABCDEF", "B01ADA"]}},
                 {"handle": "bob", "role": "eng", "group": "gpu", "state": "unknown",
                  "holder": null, "turns_in_flight": null, "mailbox": null}
             ],
@@ -384,9 +414,11 @@ mod tests {
         assert!(
             lines[1].contains("held")
                 && lines[1].contains("n1")
-                && lines[1].contains("2 waiting, 1 in work"),
+                && lines[1].contains("2 waiting, 1 in work")
+                && lines[1].ends_with("github:acme-ada-bot slack:U04ABCDEF slack:B01ADA"),
             "{out}"
         );
+        assert!(lines[2].trim_end().ends_with(" -"), "no identities: {out}");
         assert!(
             lines[2].contains("gpu") && lines[2].contains("unknown"),
             "{out}"

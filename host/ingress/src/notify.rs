@@ -51,6 +51,14 @@
 //! - **A thread's followers are woken too** ([`follow`]): one read per
 //!   threaded delivery; unknown delays the delivery, never "nobody".
 //! - **Addressed to nobody** is an `delivery_unrouted` event and an ack.
+//! - **Only what is sent to a seat wakes it.** A delivery its plugin calls
+//!   no conversation (an edit, a join, a reaction: WIT `wakes` `nobody`)
+//!   wakes nobody; one the app only saw in a channel (`named`) wakes whom
+//!   it names, never its route's seat; and a seat is never woken by its
+//!   own message (its identities among the delivery's `sender`) — the
+//!   loop of an app that hears its own replies. Each is a `delivery_quiet`
+//!   event saying why. A seat another seat names is woken: that is how
+//!   seats address each other.
 //! - **A shedding node stops consuming.** While [`NotifyConfig::admitting`]
 //!   is false (the node's config posture is `shed`: peers have the epoch
 //!   this node cannot apply), the service hands back every delivery its
@@ -63,8 +71,8 @@
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer};
-use crewlet_company::resolve::{Addressed, Resolution};
-use crewlet_company::{Company, Handle, seat_id};
+use crewlet_company::resolve::{Addressed, Resolution, sender_words};
+use crewlet_company::{Claimant, Company, Handle, seat_id};
 use crewlet_coord::{Answer, Valve};
 use crewlet_observe::{ACK_TIMEOUT, AckError, Publisher, publish_acked};
 use crewlet_store::Party;
@@ -76,8 +84,8 @@ use tracing::{debug, info, warn};
 
 use crewlet_bus::{
     DeadLetter, FAILURES_HEADER, INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, NOT_BEFORE_HEADER,
-    NOTIFICATIONS_STREAM, NOTIFY_DLQ_SUBJECT, NOTIFY_DURABLE, OWED_HEADER, TRACE_HEADER, Wake,
-    inbox_subject,
+    NOTIFICATIONS_STREAM, NOTIFY_DLQ_SUBJECT, NOTIFY_DURABLE, OWED_HEADER, Sender, TRACE_HEADER,
+    Wake, Wakes, inbox_subject,
 };
 use crewlet_os::now_ms;
 /// The real failure on which a delivery is dead-lettered (delays do not
@@ -334,7 +342,11 @@ pub fn resolve(company: &Company, inbound: &Inbound) -> Vec<(Handle, &'static st
 fn addressed(company: &Company, inbound: &Inbound) -> Resolution {
     let to = Addressed {
         source: &inbound.source,
-        route_handle: inbound.route_handle.as_deref(),
+        // Only a delivery sent to the route's seat wakes it by route.
+        route_handle: inbound
+            .route_handle
+            .as_deref()
+            .filter(|_| inbound.wakes == Wakes::RouteAndNamed),
         mentions: &inbound.mentions,
         assignees: &inbound.assignees,
         reviewers: &inbound.reviewers,
@@ -483,8 +495,29 @@ impl Worker {
             });
         };
         let company = &active.company;
+        if let Wakes::Nobody(why) = &inbound.wakes {
+            self.quiet(inbound, None, &format!("not a conversation: {why}"))
+                .await;
+            return Ok(());
+        }
         let resolution = addressed(company, inbound);
         let mut seats = resolution.seats;
+        if let Some(Claimant::Seat { handle: author }) =
+            crewlet_company::resolve::sender(company, &inbound.source, &inbound.sender)
+            && seats.iter().any(|(h, _)| h == author)
+        {
+            seats.retain(|(h, _)| h != author);
+            let why =
+                format!("written by seat {author} itself: a seat's own message never wakes it");
+            self.quiet(inbound, Some(author.as_str()), &why).await;
+            if seats.is_empty() {
+                return Ok(());
+            }
+        }
+        let sender = sender_words(company, &inbound.source, &inbound.sender).map(|who| Sender {
+            ids: inbound.sender.clone(),
+            who,
+        });
         // Unknown followers wait, before any seat is woken (see follow.rs).
         let by_follow = follow::by_follow(&self.cfg.follows, company, inbound)
             .await
@@ -509,7 +542,7 @@ impl Worker {
                     "delivery_id": inbound.delivery_id, "mentions": inbound.mentions,
                     "assignees": inbound.assignees, "reviewers": inbound.reviewers,
                     "unclaimed": resolution.unclaimed, "people": resolution.people,
-                    "reason": unrouted_reason(&inbound.source, &resolution.unclaimed, &resolution.people),
+                    "reason": unrouted_reason(inbound, &resolution.unclaimed, &resolution.people),
                     "authored_by": authored_by.as_ref().map(Handle::as_str),
                 }),
             );
@@ -566,6 +599,7 @@ impl Worker {
                 channel: inbound.channel.clone(),
                 thread: inbound.thread.clone(),
                 owed: inbound.owed.clone(),
+                sender: sender.clone(),
             };
             let msg_id = format!("{}:{h}", inbound.key);
             self.publish(
@@ -582,6 +616,7 @@ impl Worker {
                 json!({
                     "handle": h, "seat_id": seat, "reason": reason, "source": inbound.source,
                     "event_type": inbound.event_type, "delivery_id": inbound.delivery_id,
+                    "sender": sender.as_ref().map(|s| &s.who),
                 }),
             );
             ev.trace_id = Some(inbound.trace_id.clone());
@@ -595,6 +630,22 @@ impl Worker {
             self.record(ev).await;
         }
         Ok(())
+    }
+
+    /// Records that `inbound` woke `seat` (or anyone) not, and why.
+    async fn quiet(&self, inbound: &Inbound, seat: Option<&str>, why: &str) {
+        let mut ev = self.cfg.publisher.event(
+            "delivery_quiet",
+            json!({
+                "source": inbound.source, "event_type": inbound.event_type,
+                "delivery_id": inbound.delivery_id, "sender": inbound.sender,
+                "route_handle": inbound.route_handle, "reason": why,
+            }),
+        );
+        ev.trace_id = Some(inbound.trace_id.clone());
+        ev.seat = seat.map(str::to_owned);
+        ev.parties = vec![party(format!("source:{}", inbound.source), "sender")];
+        self.record(ev).await;
     }
 
     /// Publishes the delivery to the DLQ with why and what it still owed,
@@ -684,7 +735,8 @@ impl Worker {
 }
 
 /// Why a delivery woke nobody, in words an operator can act on.
-fn unrouted_reason(source: &str, unclaimed: &[String], people: &[String]) -> String {
+fn unrouted_reason(inbound: &Inbound, unclaimed: &[String], people: &[String]) -> String {
+    let source = inbound.source.as_str();
     let mut why = if unclaimed.is_empty() {
         format!("it addresses no {source} id")
     } else {
@@ -697,6 +749,13 @@ fn unrouted_reason(source: &str, unclaimed: &[String], people: &[String]) -> Str
         why.push_str(&format!(
             "; it addresses people, not seats ({})",
             people.join(", ")
+        ));
+    }
+    if let Some(h) = &inbound.route_handle
+        && inbound.wakes == Wakes::Named
+    {
+        why.push_str(&format!(
+            "; the app of /webhooks/{source}/{h} only saw it in a channel, and there only what addresses {h} wakes it (a mention, a direct message)"
         ));
     }
     why

@@ -273,6 +273,7 @@ impl Edge {
                 "delivery_id": inbound.delivery_id,
                 "route_handle": inbound.route_handle,
                 "mentions": inbound.mentions,
+                "sender": inbound.sender,
                 "claimed": published.claimed,
                 "ms": started.elapsed().as_millis() as u64,
             }),

@@ -311,3 +311,29 @@ async fn injected_failures_drive_the_chain_like_a_vendor_would() {
     );
     models.shutdown().await;
 }
+
+/// A wake with no channel or thread to answer in: the reply's arguments
+/// name none (never a channel called "null"), so the chat tool refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wake_field_that_is_null_is_left_out_never_posted_as_the_word_null() {
+    let host = Host::new();
+    let p = host.scripted();
+    let wake = "```wake\n{\"channel\":null,\"thread\":null,\"text\":\"a reaction\",\"handle\":\"ada\"}\n```";
+    let step = p
+        .complete(direct(
+            vec![msg(Role::System, "you are ada"), msg(Role::User, wake)],
+            &options(),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    let args: serde_json::Value = serde_json::from_str(&step.tool_calls[0].arguments_json).unwrap();
+    assert_eq!(
+        args,
+        json!({
+            "text": "echo: a reaction ({{wake.n}}) {{wake.nope}} {{mystery}}",
+            "nested": [{"who": "ada"}, 7, true]
+        }),
+        "no channel, no thread, and no \"null\" anywhere"
+    );
+}

@@ -26,6 +26,7 @@ use crewlet_config::{NodeConfig, Overrides, StreamMode};
 use serde::Serialize;
 
 mod mcp;
+mod routes;
 mod running;
 
 use running::{RunningNode, taken};
@@ -476,6 +477,7 @@ fn company(
         out.push(finding);
     }
     out.extend(mcp::servers(&company, &policy, &set));
+    out.extend(routes::seat_routes(&company));
 }
 
 /// What `./dev` does with `name`, when it is one of its demo secrets.

@@ -346,6 +346,9 @@ impl Operator {
             // As before WIT 0.4.0: the operator reads the turn's events,
             // no reply is owed in a chat.
             owed: None,
+            // The operator speaks to the seat its route names.
+            sender: Vec::new(),
+            wakes: crewlet_plugins::webhook::Wakes::RouteAndNamed,
         };
         let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
         let started = std::time::Instant::now();

@@ -392,6 +392,11 @@ pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
     }
     for seat in company.seats.values() {
         names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));
+        names.extend(
+            seat.signing_secrets
+                .values()
+                .map(|c| c.name_str().to_string()),
+        );
     }
     names.into_iter().collect()
 }

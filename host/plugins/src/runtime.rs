@@ -39,10 +39,13 @@ use crate::voice::{Speaker, Voice};
 
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
-/// The WIT package this host implements; a component of any other minor
-/// version (0.3.x included: its webhook `delivery` had no `owed`) is
-/// refused naming it.
-pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.4.0";
+/// The WIT package this host implements, and the versions it loads: any
+/// 0.4.x (a 0.4.0 webhook through its own bindings, `webhook/v0_4_0.rs`);
+/// a component of any other minor version (0.3.x included: its webhook
+/// `delivery` had no `owed`) is refused naming them.
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.4.1";
+/// Every version this host loads, as a refusal names them.
+pub const SUPPORTED_VERSIONS: &str = "crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0";
 /// The version prefix of [`SUPPORTED_PACKAGE`] a component must carry.
 const SUPPORTED_PREFIX: &str = "0.4.";
 
@@ -60,9 +63,9 @@ pub enum LoadError {
     },
     #[error("{}: the component is not a valid WebAssembly component: {reason}", component.display())]
     Invalid { component: PathBuf, reason: String },
-    #[error("{}: the component targets {found}, a version this host does not support; it supports {SUPPORTED_PACKAGE} (worlds webhook, provider, module). Rebuild it against wit/ of this release", component.display())]
+    #[error("{}: the component targets {found}, a version this host does not support; it supports {SUPPORTED_VERSIONS} (worlds webhook, provider, module). Rebuild it against wit/ of this release", component.display())]
     UnsupportedVersion { component: PathBuf, found: String },
-    #[error("{}: the component exports no world this host knows (its exports: {exports}); it supports {SUPPORTED_PACKAGE} (worlds webhook, provider, module)", component.display())]
+    #[error("{}: the component exports no world this host knows (its exports: {exports}); it supports {SUPPORTED_VERSIONS} (worlds webhook, provider, module)", component.display())]
     UnknownWorld { component: PathBuf, exports: String },
     #[error("{}: field `kind`: the manifest says {expected} but the component targets the {found} world; fix `kind` or rebuild the component", manifest.display())]
     WorldMismatch {

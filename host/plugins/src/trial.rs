@@ -141,13 +141,12 @@ impl WebhookPlugin {
                 req,
                 false,
                 move |bindings, mut store, req: Arc<Request>| async move {
-                    let inbound = bindings.crewlet_plugin_inbound();
-                    let verify = match inbound.call_verify(&mut store, &req).await {
+                    let verify = match bindings.verify(&mut store, &req).await {
                         Ok(v) => v,
                         Err(e) => return (store, bindings, Err(e)),
                     };
                     let parse = match &verify {
-                        Ok(()) => match inbound.call_parse(&mut store, &req).await {
+                        Ok(()) => match bindings.parse(&mut store, &req).await {
                             Ok(p) => Some(p),
                             Err(e) => return (store, bindings, Err(e)),
                         },

@@ -14,6 +14,8 @@
 //!   writes to the node's log ([`crate::voice`]).
 //! - Whether a delivery is owed a reply, and where, is the plugin's to say
 //!   (`owed`); the host bounds it with the rest of the delivery.
+//! - A 0.4.0 component still loads ([`v0_4_0`]): its deliveries name no
+//!   sender and wake as every delivery did before 0.4.1.
 
 use std::sync::Arc;
 
@@ -30,10 +32,66 @@ use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
 use crate::{HealthReport, scrub};
 
+mod v0_4_0;
+
 pub use crate::bindings::webhook::crewlet::plugin::types::Header;
 pub use crate::bindings::webhook::exports::crewlet::plugin::inbound::{
-    Addressed, Delivery, ParseError, Parsed, Reply, ReplyTo, Request, Secret, VerifyError,
+    Addressed, Delivery, ParseError, Parsed, Reply, ReplyTo, Request, Secret, VerifyError, Wakes,
 };
+
+/// A component linked for calls, by the WIT version it speaks.
+#[derive(Clone)]
+enum Pre {
+    Current(WebhookPre<Sandbox<()>>),
+    V0_4_0(v0_4_0::WebhookPre<Sandbox<()>>),
+}
+
+/// One instance's bindings, by the WIT version it speaks.
+pub(crate) enum Bindings {
+    Current(Webhook),
+    V0_4_0(v0_4_0::Webhook),
+}
+
+impl Pre {
+    async fn instantiate(&self, store: &mut WebhookStore) -> wasmtime::Result<Bindings> {
+        Ok(match self {
+            Pre::Current(pre) => Bindings::Current(pre.instantiate_async(store).await?),
+            Pre::V0_4_0(pre) => Bindings::V0_4_0(pre.instantiate_async(store).await?),
+        })
+    }
+}
+
+impl Bindings {
+    pub(crate) async fn verify(
+        &self,
+        store: &mut WebhookStore,
+        req: &Request,
+    ) -> wasmtime::Result<Result<(), VerifyError>> {
+        match self {
+            Bindings::Current(b) => b.crewlet_plugin_inbound().call_verify(store, req).await,
+            Bindings::V0_4_0(b) => Ok(b
+                .crewlet_plugin_inbound()
+                .call_verify(store, &v0_4_0::request(req))
+                .await?
+                .map_err(v0_4_0::verify_error)),
+        }
+    }
+
+    pub(crate) async fn parse(
+        &self,
+        store: &mut WebhookStore,
+        req: &Request,
+    ) -> wasmtime::Result<Result<Parsed, ParseError>> {
+        match self {
+            Bindings::Current(b) => b.crewlet_plugin_inbound().call_parse(store, req).await,
+            Bindings::V0_4_0(b) => Ok(v0_4_0::parsed(
+                b.crewlet_plugin_inbound()
+                    .call_parse(store, &v0_4_0::request(req))
+                    .await?,
+            )),
+        }
+    }
+}
 
 /// A webhook store's world part: nothing beyond WASI, `crypto` and `log`.
 type WebhookStore = Store<Sandbox<()>>;
@@ -123,7 +181,12 @@ pub fn check_bounds(parsed: &Parsed) -> Result<(), Unbounded> {
                     .flat_map(|o| [Some(&o.channel), o.thread.as_ref()])
                     .flatten(),
             )
-            .chain(d.text.as_ref());
+            .chain(d.text.as_ref())
+            .chain(&d.sender)
+            .chain(match &d.wakes {
+                Wakes::Nobody(why) => Some(why),
+                Wakes::RouteAndNamed | Wakes::Named => None,
+            });
         let bytes = d.payload.len() + strings.map(String::len).sum::<usize>();
         if bytes > MAX_DELIVERY_BYTES {
             return Err(Unbounded::TooLarge { index, bytes });
@@ -173,8 +236,8 @@ impl ParseError {
 pub struct WebhookPlugin {
     manifest: Manifest,
     runtime: Arc<Runtime>,
-    pre: WebhookPre<Sandbox<()>>,
-    idle: IdleInstances<(), Webhook>,
+    pre: Pre,
+    idle: IdleInstances<(), Bindings>,
     guard: Guard,
     cache: CacheOutcome,
 }
@@ -190,9 +253,19 @@ impl WebhookPlugin {
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
         log::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
             .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
+        let speaks_0_4_0 = component
+            .component_type()
+            .exports(runtime.engine())
+            .any(|(name, _)| name == v0_4_0::EXPORT);
         let pre = linker
             .instantiate_pre(&component)
-            .and_then(WebhookPre::new)
+            .and_then(|pre| {
+                Ok(if speaks_0_4_0 {
+                    Pre::V0_4_0(v0_4_0::WebhookPre::new(pre)?)
+                } else {
+                    Pre::Current(WebhookPre::new(pre)?)
+                })
+            })
             .map_err(|e| LoadError::Link {
                 component: manifest.component.clone(),
                 reason: format!("{e:#}"),
@@ -273,8 +346,8 @@ impl WebhookPlugin {
     ) -> Result<R, CallError>
     where
         R: Send + 'static,
-        F: FnOnce(Webhook, WebhookStore, Arc<Request>) -> Fut + Send + 'static,
-        Fut: std::future::Future<Output = (WebhookStore, Webhook, wasmtime::Result<R>)>
+        F: FnOnce(Bindings, WebhookStore, Arc<Request>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = (WebhookStore, Bindings, wasmtime::Result<R>)>
             + Send
             + 'static,
     {
@@ -290,7 +363,7 @@ impl WebhookPlugin {
             .call(store, deadline, &scrub, move |mut store| async move {
                 let bindings = match bindings {
                     Some(b) => b,
-                    None => match pre.instantiate_async(&mut store).await {
+                    None => match pre.instantiate(&mut store).await {
                         Ok(b) => b,
                         Err(e) => return (store, Err(e)),
                     },
@@ -319,10 +392,7 @@ impl WebhookPlugin {
         req: Arc<Request>,
     ) -> Result<Result<(), VerifyError>, CallError> {
         self.run(req, true, |bindings, mut store, req| async move {
-            let r = bindings
-                .crewlet_plugin_inbound()
-                .call_verify(&mut store, &req)
-                .await;
+            let r = bindings.verify(&mut store, &req).await;
             (store, bindings, r)
         })
         .await
@@ -365,18 +435,15 @@ impl WebhookPlugin {
 }
 
 async fn parse_step(
-    bindings: Webhook,
+    bindings: Bindings,
     mut store: WebhookStore,
     req: Arc<Request>,
 ) -> (
     WebhookStore,
-    Webhook,
+    Bindings,
     wasmtime::Result<Result<Parsed, ParseError>>,
 ) {
-    let r = bindings
-        .crewlet_plugin_inbound()
-        .call_parse(&mut store, &req)
-        .await;
+    let r = bindings.parse(&mut store, &req).await;
     (store, bindings, r)
 }
 

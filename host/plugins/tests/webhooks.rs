@@ -5,7 +5,7 @@
 mod common;
 
 use common::{hmac_hex, manifest, runtime};
-use crewlet_plugins::webhook::{ParseError, ReplyTo, Request, VerifyError, WebhookPlugin};
+use crewlet_plugins::webhook::{ParseError, ReplyTo, Request, VerifyError, Wakes, WebhookPlugin};
 
 fn load(rel: &str) -> (WebhookPlugin, tempfile::TempDir) {
     let (rt, data) = runtime();
@@ -603,4 +603,64 @@ async fn datadog_shared_token() {
     assert_eq!(d.addressed.mentions, vec!["crew-sre"]);
     assert_eq!(d.text.as_deref(), Some("CPU high\n\n@crew-sre look"));
     assert_eq!(d.owed, None, "an alert asks for work");
+}
+
+/// A webhook component built against WIT 0.4.0 (the custom source as it
+/// was built at that version, kept as a fixture) still loads and runs: its
+/// deliveries name no sender and wake their route's seat and whom they
+/// name, as every delivery did before 0.4.1 — and the same source built
+/// today says the same through the current bindings.
+#[tokio::test]
+async fn a_webhook_component_of_wit_0_4_0_still_loads_and_parses() {
+    let manifest = |component: &str| {
+        common::manifest_text(
+            "testdata/custom-source",
+            &format!(
+                "name = \"custom-source\"\nversion = \"0.1.0\"\nkind = \"webhook\"\ncomponent = \"{component}\"\n\
+                 [limits]\nmemory_mib = 32\ndeadline_ms = 500\n\
+                 [webhook]\nroutes = [\"/webhooks/tickets\"]\nsecrets = [\"custom_token\"]\n"
+            ),
+        )
+    };
+    let body = br#"{"id":"T-1","kind":"comment","to":"ada","text":"hi","asks":true,"channel":"tickets","thread":"T-1"}"#;
+    let secrets: &[(&str, &[u8])] = &[("custom_token", b"tok")];
+    let req = Request::new(
+        "/webhooks/tickets",
+        &[("x-tickets-token", "tok")],
+        body,
+        secrets,
+        0,
+    );
+    let mut seen = Vec::new();
+    for component in [
+        "../../../host/plugins/tests/fixtures/custom-source-wit-0.4.0.wasm",
+        "../../target/wasm32-wasip2/release/crewlet_test_custom_source.wasm",
+    ] {
+        let (rt, _data) = runtime();
+        let p = WebhookPlugin::load(&rt, manifest(component)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(verify(&p, &req).await, Ok(()), "{component}");
+        let wrong = Request::new(
+            "/webhooks/tickets",
+            &[("x-tickets-token", "no")],
+            body,
+            secrets,
+            0,
+        );
+        assert_eq!(
+            verify(&p, &wrong).await,
+            Err(VerifyError::Mismatch),
+            "{component}"
+        );
+        let parsed = p.parse(&req).await.expect("no fault").expect("parsed");
+        assert_eq!(parsed.deliveries.len(), 1, "{component}");
+        let d = &parsed.deliveries[0];
+        assert!(
+            d.sender.is_empty() && d.wakes == Wakes::RouteAndNamed,
+            "{component}: {d:?}"
+        );
+        assert_eq!(d.addressed.mentions, ["ada"]);
+        assert_eq!(d.owed, Some(owed_at("tickets", Some("T-1"))));
+        seen.push(parsed);
+    }
+    assert_eq!(seen[0], seen[1], "0.4.0 and today's build say the same");
 }

@@ -917,6 +917,7 @@ async fn a_wake_no_doorbell_announced_is_found_by_the_sweep() {
         channel: None,
         thread: None,
         owed: None,
+        sender: None,
     };
     env.js
         .publish("side.s0", serde_json::to_vec(&w).unwrap().into())

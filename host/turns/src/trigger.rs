@@ -124,7 +124,8 @@ pub fn reply_key(turn_id: &str, server: &str, tool: &str, target: &Target) -> St
 }
 
 /// The trigger as the executor reads it: one fenced `wake` block per wake,
-/// the JSON a deterministic model can read fields from.
+/// the JSON a deterministic model can read fields from, each after a line
+/// naming who is talking when its source named the author.
 pub fn render(wakes: &[Wake]) -> String {
     let mut s = String::from(if wakes.len() == 1 {
         "You were woken by this trigger:\n"
@@ -132,6 +133,9 @@ pub fn render(wakes: &[Wake]) -> String {
         "You were woken by these triggers (oldest first):\n"
     });
     for w in wakes {
+        if let Some(sender) = &w.sender {
+            s.push_str(&format!("From {}:\n", sender.who));
+        }
         let block = json!({
             "source": w.source,
             "event_type": w.event_type,
@@ -144,6 +148,11 @@ pub fn render(wakes: &[Wake]) -> String {
             "conversation": w.conversation,
             "text": w.text,
         });
+        let mut block = block;
+        if let Some(sender) = &w.sender {
+            block["from"] = json!(sender.who);
+            block["from_ids"] = json!(sender.ids);
+        }
         s.push_str("```wake\n");
         s.push_str(&block.to_string());
         s.push_str("\n```\n");
@@ -175,6 +184,7 @@ mod tests {
                 channel: "C1".into(),
                 thread: Some("17.1".into()),
             }),
+            sender: None,
         }
     }
 
@@ -286,18 +296,41 @@ mod tests {
         assert_eq!(k.len(), 32);
     }
 
+    /// The JSON of the first `wake` block of a rendered trigger.
+    fn block(rendered: &str) -> serde_json::Value {
+        let body = rendered
+            .split("```wake\n")
+            .nth(1)
+            .and_then(|b| b.split("\n```").next())
+            .unwrap_or_else(|| panic!("no wake block: {rendered}"));
+        serde_json::from_str(body).unwrap()
+    }
+
     #[test]
     fn the_rendered_trigger_carries_a_wake_block() {
         let r = render(&[wake("slack", "app_mention", "mention")]);
-        let body = r
-            .split("```wake\n")
-            .nth(1)
-            .unwrap()
-            .split("\n```")
-            .next()
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+        let v = block(&r);
         assert_eq!(v["channel"], "C1");
         assert_eq!(v["text"], "hi");
+        assert!(v.get("from").is_none() && !r.contains("From "), "{r}");
+    }
+
+    #[test]
+    fn the_rendered_trigger_names_who_is_talking() {
+        let w = Wake {
+            sender: Some(crewlet_bus::Sender {
+                ids: vec!["U07GRACE1".into()],
+                who: "Grace Hopper (person grace)".into(),
+            }),
+            ..wake("slack", "app_mention", "mention")
+        };
+        let r = render(&[w]);
+        assert!(
+            r.contains("From Grace Hopper (person grace):\n```wake"),
+            "{r}"
+        );
+        let v = block(&r);
+        assert_eq!(v["from"], "Grace Hopper (person grace)");
+        assert_eq!(v["from_ids"], serde_json::json!(["U07GRACE1"]));
     }
 }

@@ -17,6 +17,7 @@ pub use crewlet::plugin::log;
 pub use crewlet::plugin::types::Header;
 pub use exports::crewlet::plugin::inbound::{
     Addressed, Delivery, Guest, ParseError, Parsed, Reply, ReplyTo, Request, Secret, VerifyError,
+    Wakes,
 };
 
 /// HMAC-SHA256 of the concatenation of `parts` under `key`, computed by the

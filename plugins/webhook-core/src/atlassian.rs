@@ -104,6 +104,13 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             addressed,
             text,
             payload: input.body.to_vec(),
+            sender: first_string(
+                &payload,
+                &[&["comment", "author", "accountId"], &["user", "accountId"]],
+            )
+            .into_iter()
+            .collect(),
+            wakes: crate::Wakes::RouteAndNamed,
         }],
         reply: None,
     })

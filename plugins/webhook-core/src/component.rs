@@ -77,5 +77,11 @@ fn delivery(d: Delivery) -> wit::Delivery {
             channel: o.channel,
             thread: o.thread,
         }),
+        sender: d.sender,
+        wakes: match d.wakes {
+            crate::Wakes::RouteAndNamed => wit::Wakes::RouteAndNamed,
+            crate::Wakes::Named => wit::Wakes::Named,
+            crate::Wakes::Nobody(why) => wit::Wakes::Nobody(why),
+        },
     }
 }

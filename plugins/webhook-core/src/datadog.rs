@@ -57,6 +57,8 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             payload: input.body.to_vec(),
             // An alert asks for work, never for a message back.
             owed: None,
+            sender: Vec::new(),
+            wakes: crate::Wakes::RouteAndNamed,
         }],
         reply: None,
     })

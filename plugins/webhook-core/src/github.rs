@@ -46,6 +46,7 @@ struct Payload {
     assignee: Option<Login>,
     requested_reviewer: Option<Login>,
     repository: Option<Repository>,
+    sender: Option<Login>,
 }
 
 /// An issue, pull request, discussion, comment or review.
@@ -163,6 +164,8 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
         addressed,
         text,
         payload: input.body.to_vec(),
+        sender: payload.sender.and_then(|s| s.login).into_iter().collect(),
+        wakes: crate::Wakes::RouteAndNamed,
     };
     Ok(Parsed {
         deliveries: vec![delivery],

@@ -147,6 +147,10 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             addressed,
             text,
             payload: input.body.to_vec(),
+            sender: string_at(&payload, &["user", "username"])
+                .into_iter()
+                .collect(),
+            wakes: crate::Wakes::RouteAndNamed,
         }],
         reply: None,
     })

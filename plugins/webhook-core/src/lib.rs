@@ -15,6 +15,10 @@
 //!   in the place it came from (a mention in a thread, a comment on an
 //!   issue); an assignment, a review request or an alert asks for work.
 //!   Each source says which of its event types those are.
+//! - A delivery names its author's ids as the vendor sent them (`sender`),
+//!   and whom it may wake (`wakes`): a source that signs each seat's app
+//!   apart (Slack) says which events were sent to that app and which it
+//!   only saw; an event that is no conversation wakes nobody.
 
 pub mod atlassian;
 pub mod datadog;
@@ -127,6 +131,23 @@ pub struct Delivery {
     pub payload: Vec<u8>,
     /// Set when a person waits for an answer, and where.
     pub owed: Option<ReplyTo>,
+    /// Every id the vendor gave the author, as sent (Slack: user, bot and
+    /// app ids); empty when it names none.
+    pub sender: Vec<String>,
+    /// Whom it may wake; mirrors the WIT `wakes`.
+    pub wakes: Wakes,
+}
+
+/// Whom a delivery may wake; mirrors the WIT `wakes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wakes {
+    /// Its route's seat (the vendor sent it to that seat's app alone) and
+    /// whom it names.
+    RouteAndNamed,
+    /// Only whom it names: the app saw it in a channel it watches.
+    Named,
+    /// Nobody: not a conversation; why.
+    Nobody(String),
 }
 
 /// A body to answer the sender with instead of an empty `200`.

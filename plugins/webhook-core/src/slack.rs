@@ -8,9 +8,20 @@
 //! Parsing handles the Events API (JSON): `url_verification` yields no
 //! delivery and a reply carrying the challenge; `event_callback` yields one
 //! delivery. Slash commands (form-encoded) yield one `slash_command`.
+//!
+//! Whom an event may wake ([`wakes`]): Slack sends an app its mentions
+//! (`app_mention`), its direct messages (`channel_type` `im`) and its
+//! slash commands — those wake the seat whose route it is; every other
+//! message it sees in a channel it watches wakes only whom it names; an
+//! edit, a deletion, a join, a topic change, a reaction, or any event that
+//! is no message a person wrote, wakes nobody. The author's ids (`user`,
+//! `bot_id`, `app_id`) are the delivery's `sender`, so a seat's own reply,
+//! heard back, never wakes it.
 
 use crate::json::{first_string, string_at};
-use crate::{Addressed, Delivery, Input, ParseError, Parsed, Reply, VerifyError, decode_hex};
+use crate::{
+    Addressed, Delivery, Input, ParseError, Parsed, Reply, VerifyError, Wakes, decode_hex,
+};
 
 /// The signing secret's name.
 pub const SECRET: &str = "slack_signing_secret";
@@ -51,6 +62,68 @@ fn conversational(event_type: &str) -> bool {
     event_type.starts_with("app_mention") || event_type.starts_with("message")
 }
 
+/// Message subtypes a person (or an app) wrote: a conversation.
+const WRITTEN: [&str; 4] = [
+    "bot_message",
+    "thread_broadcast",
+    "file_share",
+    "me_message",
+];
+
+/// Whom an event of `event_type` (`subtype`, in a channel of
+/// `channel_type`) may wake: see the module docs.
+pub fn wakes(event_type: &str, subtype: Option<&str>, channel_type: Option<&str>) -> Wakes {
+    match (event_type, subtype) {
+        ("app_mention", _) => Wakes::RouteAndNamed,
+        ("message", None) => match channel_type {
+            Some("im") => Wakes::RouteAndNamed,
+            _ => Wakes::Named,
+        },
+        ("message", Some(sub)) if WRITTEN.contains(&sub) => match channel_type {
+            Some("im") => Wakes::RouteAndNamed,
+            _ => Wakes::Named,
+        },
+        ("message", Some(sub)) => {
+            let what = match sub {
+                "message_changed" => "an edit",
+                "message_deleted" => "a deletion",
+                "channel_join" | "group_join" => "a join",
+                "channel_leave" | "group_leave" => "a leave",
+                "channel_topic" | "group_topic" => "a topic change",
+                "channel_purpose" | "group_purpose" => "a purpose change",
+                "channel_name" | "group_name" => "a rename",
+                _ => "no message a person wrote",
+            };
+            Wakes::Nobody(format!("a `message` of subtype `{sub}`: {what}"))
+        }
+        ("reaction_added" | "reaction_removed", _) => {
+            Wakes::Nobody(format!("a `{event_type}` event: a reaction, not a message"))
+        }
+        ("member_joined_channel" | "member_left_channel", _) => Wakes::Nobody(format!(
+            "a `{event_type}` event: a join or leave, not a message"
+        )),
+        _ => Wakes::Nobody(format!("a `{event_type}` event is not a message")),
+    }
+}
+
+/// The author's ids as Slack sent them: user, bot and app, each once.
+fn author(payload: &serde_json::Value) -> Vec<String> {
+    let mut ids: Vec<String> = Vec::new();
+    for path in [
+        &["event", "user"][..],
+        &["event", "bot_id"],
+        &["event", "app_id"],
+        &["event", "bot_profile", "app_id"],
+    ] {
+        if let Some(id) = string_at(payload, path)
+            && !ids.contains(&id)
+        {
+            ids.push(id);
+        }
+    }
+    ids
+}
+
 /// Parses an Events API body or a slash command.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let trimmed = input.body.iter().position(|b| !b.is_ascii_whitespace());
@@ -83,6 +156,11 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
             let delivery_id = string_at(&payload, &["event_id"])
                 .ok_or_else(|| ParseError::MissingField("event_id".to_string()))?;
             let text = string_at(&payload, &["event", "text"]);
+            let wakes = wakes(
+                &event_type,
+                string_at(&payload, &["event", "subtype"]).as_deref(),
+                string_at(&payload, &["event", "channel_type"]).as_deref(),
+            );
             let addressed = Addressed {
                 mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
                 channel: string_at(&payload, &["event", "channel"]),
@@ -92,7 +170,7 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
             Ok(Parsed {
                 deliveries: vec![Delivery {
                     source: "slack".to_string(),
-                    owed: conversational(&event_type)
+                    owed: (conversational(&event_type) && !matches!(wakes, Wakes::Nobody(_)))
                         .then(|| addressed.reply_here())
                         .flatten(),
                     event_type,
@@ -100,6 +178,8 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                     addressed,
                     text,
                     payload: input.body.to_vec(),
+                    sender: author(&payload),
+                    wakes,
                 }],
                 reply: None,
             })
@@ -116,6 +196,8 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                     text: None,
                     payload: input.body.to_vec(),
                     owed: None,
+                    sender: Vec::new(),
+                    wakes: Wakes::Nobody(format!("a `{other}` notice is not a message")),
                 })
                 .into_iter()
                 .collect(),
@@ -153,6 +235,9 @@ fn parse_command(input: &Input<'_>) -> Result<Parsed, ParseError> {
             text,
             payload: input.body.to_vec(),
             owed: None,
+            // A command is sent to the app whose route it is.
+            sender: field("user_id").into_iter().collect(),
+            wakes: Wakes::RouteAndNamed,
         }],
         reply: None,
     })
@@ -233,5 +318,82 @@ mod tests {
         assert!(user_mentions("<!channel> <!subteam^S1|@eng> <#C1|general>").is_empty());
         assert_eq!(percent_decode("%2Fwebbot+x").as_deref(), Some("/webbot x"));
         assert_eq!(percent_decode("%2"), None);
+    }
+
+    fn event(event: serde_json::Value) -> Delivery {
+        let body = serde_json::json!({
+            "type": "event_callback", "event_id": "Ev1", "team_id": "T1", "event": event,
+        })
+        .to_string();
+        let input = Input {
+            route: "/webhooks/slack/ada",
+            headers: &[],
+            body: body.as_bytes(),
+            secrets: &[],
+            now_unix_seconds: 0,
+        };
+        let mut parsed = parse(&input).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(parsed.deliveries.len(), 1);
+        parsed.deliveries.remove(0)
+    }
+
+    #[test]
+    fn only_what_is_sent_to_the_app_wakes_its_route_and_noise_wakes_nobody() {
+        let lunch = event(
+            serde_json::json!({"type": "message", "channel_type": "channel",
+            "user": "U07GRACE1", "text": "lunch anyone?", "channel": "C1", "ts": "1.1"}),
+        );
+        assert_eq!(lunch.wakes, Wakes::Named);
+        assert_eq!(lunch.sender, ["U07GRACE1"]);
+        let dm = event(serde_json::json!({"type": "message", "channel_type": "im",
+            "user": "U07GRACE1", "text": "are you there?", "channel": "D1", "ts": "1.2"}));
+        assert_eq!(dm.wakes, Wakes::RouteAndNamed);
+        assert!(dm.owed.is_some());
+        let mention = event(
+            serde_json::json!({"type": "app_mention", "user": "U07GRACE1",
+            "text": "<@U04ADA> hi", "channel": "C1", "ts": "1.3"}),
+        );
+        assert_eq!(mention.wakes, Wakes::RouteAndNamed);
+        // The seat's own reply, heard back: its bot's ids are the sender.
+        let own = event(
+            serde_json::json!({"type": "message", "channel_type": "channel",
+            "user": "U04ADA", "bot_id": "B04ADA", "app_id": "A04ADA",
+            "bot_profile": {"app_id": "A04ADA"}, "text": "on it", "channel": "C1", "ts": "1.4"}),
+        );
+        assert_eq!(own.sender, ["U04ADA", "B04ADA", "A04ADA"]);
+        assert_eq!(own.wakes, Wakes::Named);
+        for (noise, why) in [
+            (
+                serde_json::json!({"type": "message", "subtype": "message_changed", "channel": "C1",
+                "message": {"user": "U07GRACE1", "text": "lunch, anyone?"}, "ts": "1.5"}),
+                "an edit",
+            ),
+            (
+                serde_json::json!({"type": "message", "subtype": "channel_join", "user": "U07GRACE1",
+                "text": "<@U07GRACE1> has joined the channel", "channel": "C1", "ts": "1.6"}),
+                "a join",
+            ),
+            (
+                serde_json::json!({"type": "message", "subtype": "channel_topic", "user": "U07GRACE1",
+                "text": "set the topic", "channel": "C1", "ts": "1.7"}),
+                "a topic change",
+            ),
+            (
+                serde_json::json!({"type": "reaction_added", "user": "U07GRACE1", "reaction": "thumbsup",
+                "item": {"type": "message", "channel": "C1", "ts": "1.1"}}),
+                "a reaction",
+            ),
+            (
+                serde_json::json!({"type": "channel_rename", "channel": {"id": "C1", "name": "x"}}),
+                "not a message",
+            ),
+        ] {
+            let d = event(noise);
+            match &d.wakes {
+                Wakes::Nobody(reason) => assert!(reason.contains(why), "{reason}"),
+                other => panic!("{why}: {other:?}"),
+            }
+            assert_eq!(d.owed, None, "{why}: nobody waits for an answer");
+        }
     }
 }

@@ -12,7 +12,7 @@ use crewlet_bus::{INBOUND_SUBJECT, Inbound, MSG_ID_HEADER, TRACE_HEADER};
 use crewlet_coord::Answer;
 use crewlet_observe::{AckError, publish_acked};
 use crewlet_os::now_ms;
-use crewlet_plugins::webhook::Delivery;
+use crewlet_plugins::webhook::{Delivery, Wakes};
 use tracing::{info, warn};
 
 use super::outcome::DispatchError;
@@ -138,8 +138,12 @@ impl Edge {
                 channel: o.channel,
                 thread: o.thread,
             }),
-            // The webhook world does not report a sender yet.
-            sender: Vec::new(),
+            sender: d.sender,
+            wakes: match d.wakes {
+                Wakes::RouteAndNamed => crewlet_bus::Wakes::RouteAndNamed,
+                Wakes::Named => crewlet_bus::Wakes::Named,
+                Wakes::Nobody(why) => crewlet_bus::Wakes::Nobody(why),
+            },
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };

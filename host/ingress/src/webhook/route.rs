@@ -287,19 +287,21 @@ impl Edge {
             source: source.to_owned(),
             handle: handle.map(str::to_owned),
             plugin,
-            secret: self.secret_for(source),
+            secret: self.secret_for(source, handle),
         })
     }
 
-    /// The secret the active company names for `source`, looked up once.
-    fn secret_for(&self, source: &str) -> Result<String, Unresolved> {
+    /// The secret the active company names for the route, looked up once:
+    /// the route's seat's own for `source` (a vendor that signs each app
+    /// with its own secret), else the integration's.
+    fn secret_for(&self, source: &str, handle: Option<&str>) -> Result<String, Unresolved> {
         let active = self.cfg.active.current().ok_or(Unresolved::NoCompany)?;
-        let integration = active
+        let name = active
             .company
-            .integrations
-            .get(source)
-            .ok_or(Unresolved::NoIntegration)?;
-        let name = integration.secret.name_str().to_owned();
+            .route_secret(source, handle)
+            .ok_or(Unresolved::NoIntegration)?
+            .name_str()
+            .to_owned();
         match self.cfg.secrets.lookup(&name) {
             Lookup::Found(secret) => Ok(secret),
             Lookup::Unset => Err(Unresolved::SecretUnset { name }),

@@ -286,6 +286,7 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         text: Some("could you take a look?".into()),
         owed: None,
         sender: Vec::new(),
+        wakes: Default::default(),
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }

@@ -360,6 +360,7 @@ impl Scheduler {
             channel,
             thread,
             owed: None,
+            sender: None,
         }
     }
 

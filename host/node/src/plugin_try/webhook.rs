@@ -7,7 +7,7 @@
 
 use crewlet_plugins::Manifest;
 use crewlet_plugins::trial::{Capture, WebhookTrial};
-use crewlet_plugins::webhook::{Delivery, WebhookPlugin};
+use crewlet_plugins::webhook::{Delivery, Wakes, WebhookPlugin};
 use serde_json::{Value, json};
 
 use super::{Engine, Trial, failed};
@@ -69,6 +69,12 @@ fn delivery(d: &Delivery) -> Value {
         "owed": d.owed.as_ref().map(|o| json!({"channel": o.channel, "thread": o.thread})),
         "text": d.text,
         "payload_bytes": d.payload.len(),
+        "sender": d.sender,
+        "wakes": match &d.wakes {
+            Wakes::RouteAndNamed => json!("route-and-named"),
+            Wakes::Named => json!("named"),
+            Wakes::Nobody(why) => json!({ "nobody": why }),
+        },
     })
 }
 

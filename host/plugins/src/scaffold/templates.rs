@@ -77,7 +77,7 @@ pub(super) const WEBHOOK_LIB: &str = r#"//! The `{{name}}` webhook plugin: a sha
 
 use crewlet_plugin_sdk::webhook::log::{self, Level};
 use crewlet_plugin_sdk::webhook::{
-    Addressed, Delivery, Guest, ParseError, Parsed, Request, VerifyError,
+    Addressed, Delivery, Guest, ParseError, Parsed, Request, VerifyError, Wakes,
 };
 
 /// Equal length and content, in time independent of where they differ.
@@ -120,6 +120,8 @@ impl Guest for Plugin {
                 text: Some(text),
                 payload: req.body,
                 owed: None,
+                sender: vec![],
+                wakes: Wakes::RouteAndNamed,
             }],
             reply: None,
         })

@@ -118,6 +118,7 @@ impl Env {
             channel: None,
             thread: None,
             owed: None,
+            sender: None,
         };
         self.publish_raw(handle, serde_json::to_vec(&w).unwrap())
             .await;

@@ -105,6 +105,7 @@ pub fn mention(delivery: &str) -> Wake {
             channel: "C1".into(),
             thread: Some("17.1".into()),
         }),
+        sender: None,
     }
 }
 

@@ -17,7 +17,11 @@
 //! - Strings in `say` and anywhere in `args` are templates:
 //!   `{{wake.FIELD}}` from the JSON object in the first user message's
 //!   ```` ```wake ```` block, `{{last_tool_result}}` from the last `tool`
-//!   message. Unknown placeholders are left as they are.
+//!   message. Unknown placeholders are left as they are. A wake field
+//!   that is empty (`null`: a wake with no channel or thread) fills as
+//!   nothing, and an argument that is that placeholder alone is left out,
+//!   so a reply is never posted to a channel named "null": without a
+//!   channel the tool refuses the call, and its event says so.
 //! - Malformed options answer `bad-request` naming the problem, never a trap:
 //!   a typo in a company document must read as a message, not a fault.
 
@@ -350,7 +354,26 @@ impl Context {
         let field = name.strip_prefix("wake.")?;
         match self.wake.as_ref()?.get(field)? {
             Value::String(s) => Some(s.clone()),
+            Value::Null => Some(String::new()),
             other => Some(other.to_string()),
+        }
+    }
+
+    /// Whether `template` is one placeholder alone naming a wake field
+    /// that is empty (`null`) in this wake.
+    fn names_only_an_empty_field(&self, template: &str) -> bool {
+        let Some(name) = template
+            .trim()
+            .strip_prefix("{{")
+            .and_then(|t| t.strip_suffix("}}"))
+        else {
+            return false;
+        };
+        let field = name.trim().strip_prefix("wake.");
+        let wake = self.wake.as_ref();
+        match (field, wake) {
+            (Some(f), Some(w)) => !name.contains('}') && w.get(f).is_some_and(Value::is_null),
+            _ => false,
         }
     }
 
@@ -386,6 +409,10 @@ impl Context {
             Value::Array(a) => Value::Array(a.iter().map(|v| self.fill_value(v)).collect()),
             Value::Object(o) => Value::Object(
                 o.iter()
+                    .filter(|(_, v)| {
+                        !v.as_str()
+                            .is_some_and(|s| self.names_only_an_empty_field(s))
+                    })
                     .map(|(k, v)| (k.clone(), self.fill_value(v)))
                     .collect(),
             ),

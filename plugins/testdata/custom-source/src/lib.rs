@@ -12,7 +12,7 @@ wit_bindgen::generate!({ world: "webhook", path: "../../../wit" });
 
 use crewlet::plugin::log::{self, Level};
 use exports::crewlet::plugin::inbound::{
-    Addressed, Delivery, Guest, ParseError, Parsed, ReplyTo, Request, VerifyError,
+    Addressed, Delivery, Guest, ParseError, Parsed, ReplyTo, Request, VerifyError, Wakes,
 };
 
 const TOKEN_HEADER: &str = "x-tickets-token";
@@ -90,6 +90,8 @@ impl Guest for Plugin {
                 text: v["text"].as_str().map(str::to_string),
                 payload: req.body,
                 owed,
+                sender: Vec::new(),
+                wakes: Wakes::RouteAndNamed,
             }],
             reply: None,
         })

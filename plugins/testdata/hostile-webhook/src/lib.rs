@@ -23,7 +23,7 @@ use std::hint::black_box;
 
 use crewlet_plugin_sdk::webhook::log::{self, Level};
 use crewlet_plugin_sdk::webhook::{
-    Addressed, Delivery, Guest, ParseError, Parsed, Reply, Request, VerifyError,
+    Addressed, Delivery, Guest, ParseError, Parsed, Reply, Request, VerifyError, Wakes,
 };
 
 struct Plugin;
@@ -57,6 +57,8 @@ fn delivery(id: String, text: Option<String>) -> Delivery {
         text,
         payload: Vec::new(),
         owed: None,
+        sender: Vec::new(),
+        wakes: Wakes::RouteAndNamed,
     }
 }
 
