@@ -322,10 +322,7 @@ impl SeatHost for NodeSeats {
     async fn hydrate(&self, spec: &SeatSpec) -> Result<(), String> {
         let handle = spec.handle.as_str();
         let answer = self.memory.hydrate(handle).await;
-        let mut unread = self
-            .memory_unread
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut unread = self.memory_unread.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Ok(h) => {
                 unread.remove(handle);
