@@ -3,7 +3,10 @@
 //! on node A; A drains; B takes the seat, replays its memory from
 //! `CREWLET_MEMORY` before attaching its mailbox, and answers a follow-up
 //! in the thread with the earlier exchange in the executor's prompt
-//! (asserted on the request the model server received).
+//! (asserted on the request the model server received). And the unknown
+//! case: a node that cannot read the memory stream holds the seat without
+//! attaching its mailbox, says so on `/agents` (`hydrating`, with why),
+//! and answers the waiting wake once the stream reads again.
 
 use std::time::Duration;
 
@@ -56,8 +59,25 @@ fn holder(node: &Node, seat: &str) -> Option<String> {
         .and_then(|a| a["holder"]["node"].as_str().map(str::to_owned))
 }
 
-#[test]
-fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
+/// `seat`'s row of `node`'s `/agents`.
+fn agent(node: &Node, seat: &str) -> Value {
+    let agents: Value = node.get("/agents").expect("GET /agents").json();
+    agents["agents"]
+        .as_array()
+        .and_then(|all| all.iter().find(|a| a["handle"] == seat).cloned())
+        .unwrap_or(Value::Null)
+}
+
+/// Node A holding ada, then node B beside it.
+struct Pair {
+    ai: ScriptedOpenAi,
+    server: NatsServer,
+    a: Node,
+    b: Node,
+    _sb: Sandbox,
+}
+
+fn pair() -> Pair {
     let ai = ScriptedOpenAi::start();
     let server = NatsServer::start();
     let sb = Sandbox::new();
@@ -67,8 +87,7 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
     )
     .unwrap();
     plugins(&sb, Some(&ai));
-
-    let mut a = spawn(&sb, "node-a", &server);
+    let a = spawn(&sb, "node-a", &server);
     assert!(
         eventually(Duration::from_secs(30), || holder(&a, "ada").as_deref()
             == Some("node-a")),
@@ -76,6 +95,35 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
         a.log_text()
     );
     let b = spawn(&sb, "node-b", &server);
+    Pair {
+        ai,
+        server,
+        a,
+        b,
+        _sb: sb,
+    }
+}
+
+/// Drains `node` (SIGTERM) and waits for it to exit cleanly.
+fn drain(node: &mut Node) {
+    node.signal(libc::SIGTERM);
+    let status = node.wait_exit(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "drain exited {status}: {}",
+        node.log_text()
+    );
+}
+
+#[test]
+fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
+    let Pair {
+        ai,
+        server: _server,
+        mut a,
+        b,
+        _sb,
+    } = pair();
 
     ai.reply(
         "exec-a",
@@ -98,9 +146,7 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
 
     // A drains: its seats are released and its queued memory reaches the
     // stream before it lets the connection go.
-    a.signal(libc::SIGTERM);
-    let status = a.wait_exit(Duration::from_secs(60));
-    assert!(status.success(), "drain exited {status}: {}", a.log_text());
+    drain(&mut a);
     assert!(
         eventually(Duration::from_secs(30), || holder(&b, "ada").as_deref()
             == Some("node-b")),
@@ -142,5 +188,82 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
         prompt.contains("What you already said in this conversation")
             && prompt.contains("The build is green (run 4411)."),
         "node B's first executor request lacks the earlier exchange: {prompt}"
+    );
+}
+
+/// Unknown is not empty: with the memory stream gone, node B takes ada's
+/// lease but not her work — `/agents` says `hydrating` and why, the wake
+/// waits in her mailbox — and once the stream is back the retry reads it
+/// and the wake is answered.
+#[test]
+fn a_seat_whose_memory_cannot_be_read_waits_says_why_and_answers_once_it_can() {
+    let Pair {
+        ai,
+        server,
+        mut a,
+        b,
+        _sb,
+    } = pair();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let js = rt.block_on(async {
+        async_nats::jetstream::new(async_nats::connect(server.url()).await.unwrap())
+    });
+    rt.block_on(js.delete_stream(crewlet_bus::MEMORY_STREAM))
+        .expect("delete the memory stream");
+    drain(&mut a);
+
+    let mut seen = Value::Null;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            seen = agent(&b, "ada");
+            seen["state"] == "hydrating" && seen["holder"]["node"] == "node-b"
+        }),
+        "ada never showed as hydrating on node B: {seen}\n{}",
+        b.log_text()
+    );
+    let why = seen["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("CREWLET_MEMORY") && why.contains("not given work"),
+        "{why}"
+    );
+
+    ai.reply("exec-a", post("C1", "18.1", "Back, and I remember."));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+    slack_mention(
+        &b,
+        SLACK_SECRET,
+        "ada",
+        "Ev3",
+        "C1",
+        "18.1",
+        "<@ada> are you there?",
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            seen = agent(&b, "ada");
+            seen["mailbox"]["pending"] == 1
+        }),
+        "the wake never waited in ada's mailbox: {seen}"
+    );
+    assert!(
+        seen["state"] == "hydrating" && crate::common::events(&b, "turn_started").is_empty(),
+        "ada took work without her memory: {seen}"
+    );
+
+    rt.block_on(js.create_stream(async_nats::jetstream::stream::Config {
+        name: crewlet_bus::MEMORY_STREAM.into(),
+        subjects: vec![crewlet_bus::MEMORY_SUBJECTS.into()],
+        max_messages_per_subject: 1,
+        ..Default::default()
+    }))
+    .expect("the memory stream back");
+    let ended = wait_events(&b, "turn_ended", 1);
+    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    assert!(
+        eventually(Duration::from_secs(30), || agent(&b, "ada")["state"]
+            == "held"),
+        "{}",
+        agent(&b, "ada")
     );
 }

@@ -11,6 +11,9 @@
 //!   read only for seats with waiting wakes; unreadable → `unknown`);
 //! - `held`: a live seat lease whose owner is a live node (the very
 //!   incarnation on the presence lease);
+//! - `hydrating`: held, but its holder says it could not read the seat's
+//!   memory yet (`memory_unread` on its presence): its mailbox stays
+//!   detached, its wakes wait, and `reason` says why;
 //! - `stale`: a live seat lease whose owner is not in presence, or whose
 //!   last renew is a seat beat (half the lease TTL) older than the
 //!   freshest presence beat (both write times on the broker's clock, never
@@ -116,6 +119,15 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
     // is one its holder no longer admits on.
     let missed = ctx.coord.seat_beat();
     let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
+    // What each live node says about itself, by node id.
+    let statuses: BTreeMap<&str, &NodeStatus> = nodes
+        .as_ref()
+        .map(|all| {
+            all.iter()
+                .filter_map(|l| Some((l.name.id(), l.status.as_ref()?)))
+                .collect()
+        })
+        .unwrap_or_default();
     // Live seat nodes and their labels, for why a seat is unplaced.
     let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
         all.iter()
@@ -165,7 +177,12 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
             Ok(p) => Some(p.get(handle)),
             Err(_) => None,
         };
+        let unread = lease
+            .flatten()
+            .and_then(|l| statuses.get(node_of(&l.owner)))
+            .and_then(|s| s.memory_unread.as_ref()?.get(handle));
         let state = match (state, park) {
+            ("held", _) if unread.is_some() => "hydrating",
             ("held", Some(Some(_))) => "parked",
             ("held", None) => "unknown",
             (s, _) => s,
@@ -175,6 +192,10 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
                 json!(unplaced_reason(active.company.pin_of(seat), seat_nodes))
             }
             ("parked", _) => json!(park.flatten()),
+            ("hydrating", _) => json!(format!(
+                "its memory could not be read yet ({}); its mailbox is attached once it is, asked again with backoff",
+                unread.map_or("", String::as_str)
+            )),
             _ => Value::Null,
         };
         rows.push(json!({
@@ -306,10 +327,11 @@ pub fn render_agents(v: &Value) -> String {
     }
     let mut out = table(&rows);
     for a in v["agents"].as_array().into_iter().flatten() {
-        if a["state"] == "unplaced" && a["reason"].is_string() {
+        if (a["state"] == "unplaced" || a["state"] == "hydrating") && a["reason"].is_string() {
             out.push_str(&format!(
-                "{} unplaced: {}\n",
+                "{} {}: {}\n",
                 text(&a["handle"]),
+                text(&a["state"]),
                 text(&a["reason"])
             ));
         }

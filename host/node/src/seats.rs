@@ -467,6 +467,14 @@ impl crate::state::SeatsView for Running {
     fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow> {
         self.host.mcp_status()
     }
+
+    fn memory_unread(&self) -> BTreeMap<String, String> {
+        self.host
+            .memory_unread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// Starts the model layer, the turn engine and seat ownership on a node
