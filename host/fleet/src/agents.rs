@@ -394,7 +394,11 @@ mod tests {
                  "holder": {"node": "n1"}, "turns_in_flight": 1,
                  "mailbox": {"pending": 2, "in_work": 1}},
                 {"handle": "bob", "role": "eng", "group": "gpu", "state": "unknown",
-                 "holder": null, "turns_in_flight": null, "mailbox": null}
+                 "holder": null, "turns_in_flight": null, "mailbox": null},
+                {"handle": "cyd", "role": "eng", "group": null, "state": "hydrating",
+                 "reason": "its memory could not be read yet (stream gone)",
+                 "holder": {"node": "n1"}, "turns_in_flight": 0,
+                 "mailbox": {"pending": 1, "in_work": 0}}
             ],
             "turns_coverage": {"missing": [{"node": "n2", "reason": "timeout", "detail": "no answer"}]},
             "errors": [{"what": "the seat leases", "error": "timed out"}]
@@ -410,6 +414,11 @@ mod tests {
         );
         assert!(
             lines[2].contains("gpu") && lines[2].contains("unknown"),
+            "{out}"
+        );
+        assert!(
+            lines[3].contains("hydrating")
+                && out.contains("cyd hydrating: its memory could not be read yet (stream gone)"),
             "{out}"
         );
         assert!(
