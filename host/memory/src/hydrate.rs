@@ -19,12 +19,18 @@ use crewlet_bus::{MEMORY_STREAM, memory_filter};
 use futures::StreamExt;
 use tracing::warn;
 
-use crate::{Applied, Memory, MemoryError, Refused};
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::{Memory, MemoryError};
 
 /// How long the pass may go without a row before it counts as stalled.
 const QUIET: Duration = Duration::from_secs(5);
 /// Passes run before a lagging replica counts as unreadable.
 const PASSES: usize = 3;
+/// Rows of one table written to the store in one transaction.
+const BATCH: usize = 512;
 
 /// What one hydration did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -111,6 +117,7 @@ impl Memory {
         let result = async {
             let mut out = Hydrated::default();
             let mut reached = 0;
+            let mut batches: BTreeMap<String, Vec<Bytes>> = BTreeMap::new();
             if pending == 0 {
                 return Ok((out, reached));
             }
@@ -139,27 +146,17 @@ impl Memory {
                     .and_then(|rest| rest.split('.').next())
                     .unwrap_or_default()
                     .to_owned();
-                let Some(replay) = self.tables.get(table.as_str()) else {
+                if !self.tables.contains_key(table.as_str()) {
                     out.skipped += 1;
                     continue;
-                };
-                match replay.replay(&msg.payload) {
-                    Ok(Applied::Written) => out.written += 1,
-                    Ok(Applied::KeptLocal) => out.kept_local += 1,
-                    Err(Refused::Undecodable(why)) => {
-                        warn!(subsystem = "memory", seat, table, subject = %msg.subject, reason = %why,
-                            "a memory row is not a row of its table; skipped");
-                        out.skipped += 1;
-                    }
-                    Err(Refused::Store(detail)) => {
-                        return Err(MemoryError::StoreRefused {
-                            seat: seat.into(),
-                            table,
-                            detail,
-                        });
-                    }
+                }
+                let batch = batches.entry(table).or_default();
+                batch.push(msg.payload.clone());
+                if batch.len() >= BATCH {
+                    self.apply(seat, &mut batches, &mut out)?;
                 }
             }
+            self.apply(seat, &mut batches, &mut out)?;
             Ok((out, reached))
         }
         .await;
@@ -169,6 +166,41 @@ impl Memory {
             let _ = stream.delete_consumer(&name).await;
         });
         result
+    }
+}
+
+impl Memory {
+    /// Writes every batch held to its table, emptying them.
+    fn apply(
+        &self,
+        seat: &str,
+        batches: &mut BTreeMap<String, Vec<Bytes>>,
+        out: &mut Hydrated,
+    ) -> Result<(), MemoryError> {
+        for (table, batch) in batches.iter_mut() {
+            if batch.is_empty() {
+                continue;
+            }
+            let Some(replay) = self.tables.get(table.as_str()) else {
+                continue;
+            };
+            let done = replay
+                .replay(batch)
+                .map_err(|detail| MemoryError::StoreRefused {
+                    seat: seat.into(),
+                    table: table.clone(),
+                    detail,
+                })?;
+            if !done.undecodable.is_empty() {
+                warn!(subsystem = "memory", seat, table = %table, rows = done.skipped, first = ?done.undecodable,
+                    "memory rows that are not rows of their table; skipped");
+            }
+            out.written += done.written;
+            out.kept_local += done.kept_local;
+            out.skipped += done.skipped;
+            batch.clear();
+        }
+        Ok(())
     }
 }
 

@@ -62,27 +62,49 @@ pub trait Table: Send + Sync + 'static {
     fn encode(row: &Self::Row) -> Result<Vec<u8>, String>;
     /// A row back from its bytes.
     fn decode(bytes: &[u8]) -> Result<Self::Row, String>;
-    /// Writes a replayed row into this node's store.
-    fn apply(&self, row: Self::Row) -> Result<Applied, String>;
+    /// Writes replayed rows (one batch of the pass, in stream order) into
+    /// this node's store, in one transaction; answers per row, in order.
+    fn apply(&self, rows: Vec<Self::Row>) -> Result<Vec<Applied>, String>;
 }
 
-/// A registered table as the replay sees it: bytes in, applied or not.
+/// What one batch of a replay did.
+#[derive(Debug, Default)]
+struct Replayed {
+    written: u64,
+    kept_local: u64,
+    /// Bytes that are not a row of the table, with why (the first few).
+    undecodable: Vec<String>,
+    skipped: u64,
+}
+
+/// A registered table as the replay sees it: bytes in, applied or not; an
+/// error is the store's refusal.
 trait Replay: Send + Sync {
-    fn replay(&self, bytes: &[u8]) -> Result<Applied, Refused>;
-}
-
-/// Why one replayed row was not applied.
-enum Refused {
-    /// The bytes are not a row of the table: skipped for good.
-    Undecodable(String),
-    /// The node's store refused the write: the hydration did not happen.
-    Store(String),
+    fn replay(&self, batch: &[Bytes]) -> Result<Replayed, String>;
 }
 
 impl<T: Table> Replay for T {
-    fn replay(&self, bytes: &[u8]) -> Result<Applied, Refused> {
-        let row = T::decode(bytes).map_err(Refused::Undecodable)?;
-        self.apply(row).map_err(Refused::Store)
+    fn replay(&self, batch: &[Bytes]) -> Result<Replayed, String> {
+        let mut out = Replayed::default();
+        let mut rows = Vec::with_capacity(batch.len());
+        for bytes in batch {
+            match T::decode(bytes) {
+                Ok(row) => rows.push(row),
+                Err(why) => {
+                    out.skipped += 1;
+                    if out.undecodable.len() < 3 {
+                        out.undecodable.push(why);
+                    }
+                }
+            }
+        }
+        for applied in self.apply(rows)? {
+            match applied {
+                Applied::Written => out.written += 1,
+                Applied::KeptLocal => out.kept_local += 1,
+            }
+        }
+        Ok(out)
     }
 }
 

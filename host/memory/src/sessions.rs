@@ -1,7 +1,7 @@
 //! Conversation sessions (what a seat already said in a thread) as a
 //! memory table: keyed by conversation within the seat, carried as the
 //! store's whole row in JSON, applied newest-`updated_ms`-wins
-//! (`crewlet_store::Store::apply_session`).
+//! (`crewlet_store::Store::apply_sessions`).
 
 use std::sync::Arc;
 
@@ -32,11 +32,14 @@ impl Table for Sessions {
         serde_json::from_slice(bytes).map_err(|e| e.to_string())
     }
 
-    fn apply(&self, row: SessionRow) -> Result<Applied, String> {
-        match self.0.apply_session(&row) {
-            Ok(crewlet_store::Applied::Written) => Ok(Applied::Written),
-            Ok(crewlet_store::Applied::KeptLocal) => Ok(Applied::KeptLocal),
-            Err(e) => Err(e.to_string()),
-        }
+    fn apply(&self, rows: Vec<SessionRow>) -> Result<Vec<Applied>, String> {
+        let applied = self.0.apply_sessions(&rows).map_err(|e| e.to_string())?;
+        Ok(applied
+            .into_iter()
+            .map(|a| match a {
+                crewlet_store::Applied::Written => Applied::Written,
+                crewlet_store::Applied::KeptLocal => Applied::KeptLocal,
+            })
+            .collect())
     }
 }

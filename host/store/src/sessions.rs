@@ -5,7 +5,7 @@
 //! not composed again from nothing. The row is this node's copy: every row
 //! written is also published to the seat's memory changelog
 //! (`crewlet-memory`), and a node that acquires the seat applies the
-//! changelog's rows here before the seat takes work ([`Store::apply_session`]:
+//! changelog's rows here before the seat takes work ([`Store::apply_sessions`]:
 //! the newer `updated_ms` wins, so a row this node wrote after the one the
 //! changelog holds is kept).
 
@@ -81,29 +81,39 @@ impl Store {
         .transpose()
     }
 
-    /// Writes `row` unless this node's row of the same seat and
-    /// conversation was updated later (a tie is written: same content).
-    pub fn apply_session(&self, row: &SessionRow) -> Result<Applied, StoreError> {
-        let changed = self.conn().execute(
-            "INSERT INTO conversation_sessions (seat, conversation, created_ms, updated_ms, turns, said)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (seat, conversation)
-             DO UPDATE SET created_ms = ?3, updated_ms = ?4, turns = ?5, said = ?6
-             WHERE excluded.updated_ms >= conversation_sessions.updated_ms",
-            params![
-                row.seat,
-                row.conversation,
-                row.created_ms,
-                row.updated_ms,
-                row.turns,
-                serde_json::to_string(&row.said)?
-            ],
-        )?;
-        Ok(if changed == 0 {
-            Applied::KeptLocal
-        } else {
-            Applied::Written
-        })
+    /// Writes each row unless this node's row of the same seat and
+    /// conversation was updated later (a tie is written: same content), all
+    /// in one transaction; answers per row, in order.
+    pub fn apply_sessions(&self, rows: &[SessionRow]) -> Result<Vec<Applied>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut out = Vec::with_capacity(rows.len());
+        {
+            let mut put = tx.prepare_cached(
+                "INSERT INTO conversation_sessions (seat, conversation, created_ms, updated_ms, turns, said)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (seat, conversation)
+                 DO UPDATE SET created_ms = ?3, updated_ms = ?4, turns = ?5, said = ?6
+                 WHERE excluded.updated_ms >= conversation_sessions.updated_ms",
+            )?;
+            for row in rows {
+                let changed = put.execute(params![
+                    row.seat,
+                    row.conversation,
+                    row.created_ms,
+                    row.updated_ms,
+                    row.turns,
+                    serde_json::to_string(&row.said)?
+                ])?;
+                out.push(if changed == 0 {
+                    Applied::KeptLocal
+                } else {
+                    Applied::Written
+                });
+            }
+        }
+        tx.commit()?;
+        Ok(out)
     }
 
     /// How many conversations `seat` has a session in on this node.
@@ -233,7 +243,10 @@ mod tests {
             said: vec![said("old")],
             ..mine.clone()
         };
-        assert_eq!(store.apply_session(&older).unwrap(), Applied::KeptLocal);
+        assert_eq!(
+            store.apply_sessions(&[older]).unwrap(),
+            [Applied::KeptLocal]
+        );
         assert_eq!(store.session_row("ada", "C1#1").unwrap().unwrap(), mine);
 
         let newer = SessionRow {
@@ -242,14 +255,20 @@ mod tests {
             said: vec![said("t1"), said("t2")],
             ..mine.clone()
         };
-        assert_eq!(store.apply_session(&newer).unwrap(), Applied::Written);
+        assert_eq!(
+            store.apply_sessions(std::slice::from_ref(&newer)).unwrap(),
+            [Applied::Written]
+        );
         assert_eq!(store.session_row("ada", "C1#1").unwrap().unwrap(), newer);
 
         let elsewhere = SessionRow {
             conversation: "C2#9".into(),
             ..newer.clone()
         };
-        assert_eq!(store.apply_session(&elsewhere).unwrap(), Applied::Written);
+        assert_eq!(
+            store.apply_sessions(&[elsewhere]).unwrap(),
+            [Applied::Written]
+        );
         assert_eq!(store.session_count("ada").unwrap(), 2);
         assert_eq!(store.session_count("bob").unwrap(), 0);
     }
