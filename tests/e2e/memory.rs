@@ -49,23 +49,41 @@ fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
     node
 }
 
-/// The node holding `seat`, as `node`'s `/agents` says.
-fn holder(node: &Node, seat: &str) -> Option<String> {
-    let agents: Value = node.get("/agents")?.json();
-    agents["agents"]
-        .as_array()?
-        .iter()
-        .find(|a| a["handle"] == seat && a["state"] == "held")
-        .and_then(|a| a["holder"]["node"].as_str().map(str::to_owned))
-}
-
-/// `seat`'s row of `node`'s `/agents`.
+/// `seat`'s row of `node`'s `/agents` (null if it did not answer).
 fn agent(node: &Node, seat: &str) -> Value {
-    let agents: Value = node.get("/agents").expect("GET /agents").json();
+    let Some(r) = node.get("/agents") else {
+        return Value::Null;
+    };
+    let agents: Value = r.json();
     agents["agents"]
         .as_array()
         .and_then(|all| all.iter().find(|a| a["handle"] == seat).cloned())
         .unwrap_or(Value::Null)
+}
+
+/// The node holding `seat`, as `node`'s `/agents` says.
+fn holder(node: &Node, seat: &str) -> Option<String> {
+    let a = agent(node, seat);
+    let node = a["holder"]["node"].as_str()?;
+    (a["state"] == "held").then(|| node.to_owned())
+}
+
+/// Scripts the model for one turn that replies `text` in `thread` of C1.
+fn script_reply(ai: &ScriptedOpenAi, thread: &str, text: &str) {
+    ai.reply("exec-a", post("C1", thread, text));
+    ai.reply("exec-a", submit("delivered"));
+    ai.reply("review", verdict("done"));
+}
+
+/// Mentions ada in `thread` of C1 through `node`'s webhook edge.
+fn ask(node: &Node, event: &str, thread: &str, text: &str) {
+    slack_mention(node, SLACK_SECRET, "ada", event, "C1", thread, text);
+}
+
+/// Waits for `node`'s first turn to end, delivered.
+fn delivered(node: &Node) {
+    let ended = wait_events(node, "turn_ended", 1);
+    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
 }
 
 /// Node A holding ada, then node B beside it.
@@ -125,23 +143,9 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
         _sb,
     } = pair();
 
-    ai.reply(
-        "exec-a",
-        post("C1", "17.1", "The build is green (run 4411)."),
-    );
-    ai.reply("exec-a", submit("delivered"));
-    ai.reply("review", verdict("done"));
-    slack_mention(
-        &a,
-        SLACK_SECRET,
-        "ada",
-        "Ev1",
-        "C1",
-        "17.1",
-        "<@ada> is the build green?",
-    );
-    let ended = wait_events(&a, "turn_ended", 1);
-    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    script_reply(&ai, "17.1", "The build is green (run 4411).");
+    ask(&a, "Ev1", "17.1", "<@ada> is the build green?");
+    delivered(&a);
     let first = ai.requests().len();
 
     // A drains: its seats are released and its queued memory reaches the
@@ -163,20 +167,9 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
         b.log_text()
     );
 
-    ai.reply("exec-a", post("C1", "17.1", "Yes, it deploys too."));
-    ai.reply("exec-a", submit("delivered"));
-    ai.reply("review", verdict("done"));
-    slack_mention(
-        &b,
-        SLACK_SECRET,
-        "ada",
-        "Ev2",
-        "C1",
-        "17.1",
-        "<@ada> and does it deploy?",
-    );
-    let ended = wait_events(&b, "turn_ended", 1);
-    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    script_reply(&ai, "17.1", "Yes, it deploys too.");
+    ask(&b, "Ev2", "17.1", "<@ada> and does it deploy?");
+    delivered(&b);
 
     let on_b: Vec<String> = ai.requests()[first..]
         .iter()
@@ -227,18 +220,8 @@ fn a_seat_whose_memory_cannot_be_read_waits_says_why_and_answers_once_it_can() {
         "{why}"
     );
 
-    ai.reply("exec-a", post("C1", "18.1", "Back, and I remember."));
-    ai.reply("exec-a", submit("delivered"));
-    ai.reply("review", verdict("done"));
-    slack_mention(
-        &b,
-        SLACK_SECRET,
-        "ada",
-        "Ev3",
-        "C1",
-        "18.1",
-        "<@ada> are you there?",
-    );
+    script_reply(&ai, "18.1", "Back, and I remember.");
+    ask(&b, "Ev3", "18.1", "<@ada> are you there?");
     assert!(
         eventually(Duration::from_secs(30), || {
             seen = agent(&b, "ada");
@@ -258,8 +241,7 @@ fn a_seat_whose_memory_cannot_be_read_waits_says_why_and_answers_once_it_can() {
         ..Default::default()
     }))
     .expect("the memory stream back");
-    let ended = wait_events(&b, "turn_ended", 1);
-    assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    delivered(&b);
     assert!(
         eventually(Duration::from_secs(30), || agent(&b, "ada")["state"]
             == "held"),
