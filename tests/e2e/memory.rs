@@ -14,26 +14,9 @@ use crewlet_testkit::NatsServer;
 use crewlet_testkit::openai::ScriptedOpenAi;
 use serde_json::Value;
 
-use crate::common::company::{SLACK_SECRET, fill};
+use crate::common::company::{OPENAI_ONE_SEAT, SLACK_SECRET, fill};
 use crate::common::{Node, Sandbox, eventually, slack_mention, wait_events};
 use crate::turns::{plugins, post, submit, verdict};
-
-const COMPANY: &str = r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{ provider = "openai", model = "exec-a", credentials = "${KEY_ONE}" }]
-reviewer = { provider = "openai", model = "review", credentials = "${KEY_ONE}" }
-max_iterations = 2
-max_tool_rounds = 6
-{chat}
-[seats]
-ada = { role = "support" }
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
-"#;
 
 fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
     let mut node = sb
@@ -43,7 +26,7 @@ fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
             "[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n",
         )
         .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-        .env("KEY_ONE", "sk-one-1111")
+        .env("MODEL_KEY", "sk-one-1111")
         .spawn();
     node.wait_ready(Duration::from_secs(60));
     node
@@ -101,7 +84,7 @@ fn pair() -> Pair {
     let sb = Sandbox::new();
     std::fs::write(
         sb.path("company.toml"),
-        fill(COMPANY, &sb.path("chat.jsonl")),
+        fill(OPENAI_ONE_SEAT, &sb.path("chat.jsonl")),
     )
     .unwrap();
     plugins(&sb, Some(&ai));
