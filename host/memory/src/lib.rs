@@ -152,6 +152,10 @@ pub enum MemoryError {
         detail: String,
     },
     #[error(
+        "cannot open the memory stream {MEMORY_STREAM}: {detail}; the node makes it at start, so the broker went away since (is it up?)"
+    )]
+    Unopened { detail: String },
+    #[error(
         "the memory changelog is closed (the node is stopping); the row stays in this node's store"
     )]
     Closed,
@@ -180,14 +184,12 @@ impl Memory {
     /// its row limit read once: the smaller of the stream's `max_msg_size`
     /// and the server's payload limit.
     pub async fn open(js: jetstream::Context) -> Result<Memory, MemoryError> {
-        let unreadable = |detail: String| MemoryError::Unreadable {
-            seat: "*".into(),
-            detail,
-        };
         let stream = js
             .get_stream(MEMORY_STREAM)
             .await
-            .map_err(|e| unreadable(e.to_string()))?;
+            .map_err(|e| MemoryError::Unopened {
+                detail: e.to_string(),
+            })?;
         let configured = stream.cached_info().config.max_message_size;
         let payload = js.client().server_info().max_payload;
         let limit = match usize::try_from(configured) {
