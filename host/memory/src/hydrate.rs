@@ -29,6 +29,8 @@ use crate::{Memory, MemoryError};
 const QUIET: Duration = Duration::from_secs(5);
 /// Passes run before a lagging replica counts as unreadable.
 const PASSES: usize = 3;
+/// The wait before a pass that ended short is run again.
+const CATCH_UP: Duration = Duration::from_millis(100);
 /// Rows of one table written to the store in one transaction.
 const BATCH: usize = 512;
 
@@ -83,6 +85,7 @@ impl Memory {
                 newest,
                 "the memory pass ended short of the stream leader's newest row (a lagging replica); reading again"
             );
+            tokio::time::sleep(CATCH_UP).await;
         }
         Err(unreadable(format!(
             "{PASSES} passes ended short of the stream leader's newest row ({} rows read)",
