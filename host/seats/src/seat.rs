@@ -8,8 +8,9 @@
 //! hydration that cannot read the memory is asked again with backoff
 //! (`HYDRATE_FIRST_RETRY` doubling to `HYDRATE_MAX_RETRY`) while the lease
 //! holds: the wakes wait in the mailbox, which is durable, and giving the
-//! seat back would only bounce it between nodes that read the same stream. The lease is held by a [`Tenancy`] all along (during
-//! equip and while turns drain too), on the seat terms (`Terms::seat`: the
+//! seat back would only bounce it between nodes that read the same stream.
+//! The lease is held by a [`Tenancy`] all along (during equip, hydration
+//! and while turns drain too), on the seat terms (`Terms::seat`: the
 //! node's renew grid; stop admitting after a seat beat without a good
 //! renew, give up after the TTL or on a definite no).
 //! Why: a seat whose lease lapsed mid-teardown could be taken by a peer
