@@ -20,6 +20,9 @@ rules=(
     "crewlet-history wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-fleet wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-tokens wasmtime axum rmcp rusqlite crewlet-plugins crewlet-node"
+    # Memory rides the broker into the store: no HTTP, no plugins, never
+    # the seats or the turns it serves.
+    "crewlet-memory wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns"
     # The HTTP surface reads the node through traits: no NATS, no SQLite.
     "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
     # The webhook edge answers in the HTTP crate's terms: no axum, no api.
@@ -41,4 +44,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, the feature crates and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, the feature crates and the HTTP surface stay free of what they must not reach"

@@ -29,6 +29,7 @@ mod litellm;
 mod live_view;
 mod local_coordination;
 mod mcp_allowlist;
+mod memory;
 mod module_state;
 mod modules;
 mod newcomer;

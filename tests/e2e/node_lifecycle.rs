@@ -58,6 +58,7 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
                 "CREWLET_NOTIFICATIONS",
                 "CREWLET_EVENTS",
                 "CREWLET_DLQ",
+                "CREWLET_MEMORY",
             ] {
                 let info = js.get_stream(name).await.unwrap().cached_info().clone();
                 found.push((name, format!("{:?}", info.config.retention)));
@@ -71,6 +72,7 @@ fn empty_data_dir_becomes_ready_with_an_embedded_jetstream_under_it() {
             ("CREWLET_NOTIFICATIONS", "Interest".to_owned()),
             ("CREWLET_EVENTS", "Limits".to_owned()),
             ("CREWLET_DLQ", "Limits".to_owned()),
+            ("CREWLET_MEMORY", "Limits".to_owned()),
         ]
     );
     assert_eq!(

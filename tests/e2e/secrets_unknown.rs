@@ -615,22 +615,7 @@ fn a_secrets_bucket_deleted_under_a_running_node_is_created_again_and_read_truly
     assert!(!node.log_text().contains(HOOK));
 }
 
-const ROTATING: &str = r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{ provider = "openai", model = "exec-a", credentials = "${MODEL_KEY}" }]
-reviewer = { provider = "openai", model = "review", credentials = "${MODEL_KEY}" }
-max_iterations = 2
-max_tool_rounds = 6
-{chat}
-[seats]
-ada = { role = "support" }
-[integrations.slack]
-plugin = "slack"
-secret = "SLACK_SIGNING_SECRET"
-"#;
+const ROTATING: &str = crate::common::company::OPENAI_ONE_SEAT;
 
 #[test]
 fn a_model_key_rotated_while_a_turn_holds_the_old_one_serves_that_same_turn() {

@@ -21,6 +21,7 @@
 //! | [`history_subject`] (core request/reply, no stream) | — | a node reading the fleet's history (`crewlet-history`; an [`EventFilter`] in the ask) | the named node, answering from its own event log |
 //! | [`LOCAL_COORDINATION_SUBJECT`] (core request/reply, no stream) | — | a node with `coordination.type = "local"`, at start | every other such node on the broker, whose answer refuses the start |
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
+//! | [`memory_subject`] (one memory row, the table's own encoding) | [`MEMORY_STREAM`] | `crewlet-memory`, after the row is in the node's store | the node that acquires the seat, one pass over [`memory_filter`] before its mailbox is attached |
 //! | [`CONFIG_ACTIVATED_SUBJECT`] (core publish, no stream; the new epoch) | — | a node that moved the config pointer (`PUT /config`) | every node's config reconciler, which polls the pointer at once |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
@@ -92,6 +93,12 @@ pub const DLQ_STREAM: &str = "CREWLET_DLQ";
 /// The subjects [`DLQ_STREAM`] holds.
 pub const DLQ_SUBJECTS: &str = "dlq.>";
 
+/// Stream of every seat's memory rows: a keyed table (one message per
+/// subject, no age), not a log.
+pub const MEMORY_STREAM: &str = "CREWLET_MEMORY";
+/// The subjects [`MEMORY_STREAM`] holds.
+pub const MEMORY_SUBJECTS: &str = "crewlet.memory.>";
+
 /// The subject every verified delivery is published to.
 pub const INBOUND_SUBJECT: &str = "crewlet.notifications.inbound";
 /// The dead-letter subject of the notification service.
@@ -136,6 +143,27 @@ pub fn inbox_subject(handle: &str) -> String {
 /// The durable name of `handle`'s mailbox on [`AGENT_STREAM`].
 pub fn mailbox_durable(handle: &str) -> String {
     format!("inbox-{handle}")
+}
+
+/// The subject one memory row of `handle` rides: `table` names the node
+/// store's table, `digest` the row's key within the seat (a hex digest, so
+/// one subject token whatever the key holds).
+///
+/// ```
+/// use crewlet_bus::{MEMORY_SUBJECTS, memory_filter, memory_subject};
+///
+/// let subject = memory_subject("ada", "sessions", "9f2c");
+/// assert_eq!(subject, "crewlet.memory.ada.sessions.9f2c");
+/// assert!(subject.starts_with(MEMORY_SUBJECTS.trim_end_matches('>')));
+/// assert_eq!(memory_filter("ada"), "crewlet.memory.ada.>");
+/// ```
+pub fn memory_subject(handle: &str, table: &str, digest: &str) -> String {
+    format!("crewlet.memory.{handle}.{table}.{digest}")
+}
+
+/// The filter covering every memory row of `handle`, of every table.
+pub fn memory_filter(handle: &str) -> String {
+    format!("crewlet.memory.{handle}.>")
 }
 
 /// The subject node `node_id` answers history reads on (core NATS

@@ -11,6 +11,9 @@
 //!   read only for seats with waiting wakes; unreadable → `unknown`);
 //! - `held`: a live seat lease whose owner is a live node (the very
 //!   incarnation on the presence lease);
+//! - `hydrating`: held, but its holder says it could not read the seat's
+//!   memory yet (`memory_unread` on its presence): its mailbox stays
+//!   detached, its wakes wait, and `reason` says why;
 //! - `stale`: a live seat lease whose owner is not in presence, or whose
 //!   last renew is a seat beat (half the lease TTL) older than the
 //!   freshest presence beat (both write times on the broker's clock, never
@@ -116,6 +119,15 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
     // is one its holder no longer admits on.
     let missed = ctx.survey.seat_beat();
     let renewed_lately = |l: &Lease| now.duration_since(beat(l)).unwrap_or_default() <= missed;
+    // What each live node says about itself, by node id.
+    let statuses: BTreeMap<&str, &NodeStatus> = nodes
+        .as_ref()
+        .map(|all| {
+            all.iter()
+                .filter_map(|l| Some((l.name.id(), l.status.as_ref()?)))
+                .collect()
+        })
+        .unwrap_or_default();
     // Live seat nodes and their labels, for why a seat is unplaced.
     let seat_nodes: Option<Vec<(&str, &NodeStatus)>> = nodes.as_ref().ok().map(|all| {
         all.iter()
@@ -165,7 +177,12 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
             Ok(p) => Some(p.get(handle)),
             Err(_) => None,
         };
+        let unread = lease
+            .flatten()
+            .and_then(|l| statuses.get(node_of(&l.owner)))
+            .and_then(|s| s.memory_unread.as_ref()?.get(handle));
         let state = match (state, park) {
+            ("held", _) if unread.is_some() => "hydrating",
             ("held", Some(Some(_))) => "parked",
             ("held", None) => "unknown",
             (s, _) => s,
@@ -175,6 +192,10 @@ pub(crate) async fn agents(ctx: &View) -> Result<Value, FleetError> {
                 json!(unplaced_reason(active.company.pin_of(seat), seat_nodes))
             }
             ("parked", _) => json!(park.flatten()),
+            ("hydrating", _) => json!(format!(
+                "its memory could not be read yet ({}); its mailbox is attached once it is, asked again with backoff",
+                unread.map_or("", String::as_str)
+            )),
             _ => Value::Null,
         };
         rows.push(json!({
@@ -336,10 +357,11 @@ pub fn render_agents(v: &Value) -> String {
     }
     let mut out = table(&rows);
     for a in v["agents"].as_array().into_iter().flatten() {
-        if a["state"] == "unplaced" && a["reason"].is_string() {
+        if (a["state"] == "unplaced" || a["state"] == "hydrating") && a["reason"].is_string() {
             out.push_str(&format!(
-                "{} unplaced: {}\n",
+                "{} {}: {}\n",
                 text(&a["handle"]),
+                text(&a["state"]),
                 text(&a["reason"])
             ));
         }
@@ -403,7 +425,11 @@ mod tests {
                  "mailbox": {"pending": 2, "in_work": 1},
                  "identities": {"github": ["acme-ada-bot"], "slack": ["U04ABCDEF", "B01ADA"]}},
                 {"handle": "bob", "role": "eng", "group": "gpu", "state": "unknown",
-                 "holder": null, "turns_in_flight": null, "mailbox": null}
+                 "holder": null, "turns_in_flight": null, "mailbox": null},
+                {"handle": "cyd", "role": "eng", "group": null, "state": "hydrating",
+                 "reason": "its memory could not be read yet (stream gone)",
+                 "holder": {"node": "n1"}, "turns_in_flight": 0,
+                 "mailbox": {"pending": 1, "in_work": 0}}
             ],
             "turns_coverage": {"missing": [{"node": "n2", "reason": "timeout", "detail": "no answer"}]},
             "errors": [{"what": "the seat leases", "error": "timed out"}]
@@ -421,6 +447,11 @@ mod tests {
         assert!(lines[2].trim_end().ends_with(" -"), "no identities: {out}");
         assert!(
             lines[2].contains("gpu") && lines[2].contains("unknown"),
+            "{out}"
+        );
+        assert!(
+            lines[3].contains("hydrating")
+                && out.contains("cyd hydrating: its memory could not be read yet (stream gone)"),
             "{out}"
         );
         assert!(

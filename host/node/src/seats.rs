@@ -19,6 +19,11 @@
 //! backoff; a model key not known yet ends the turn as an outage (retried,
 //! its wakes nak'd with a delay), never `llm_unavailable`.
 //! `command = "crewlet"` runs this very binary (its `crewlet mcp chat`).
+//! Every session row a turn writes is offered to the memory changelog
+//! (`crewlet-memory`) once it is in the store; hydrate replays the seat's
+//! memory into the store before its mailbox is attached, and a seat whose
+//! memory cannot be read is named in the node's status (`memory_unread`,
+//! shown by `/agents`) until it is.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -65,6 +70,10 @@ fn with_data_dir(
 const CREDENTIAL_WAIT: Duration = Duration::from_secs(30);
 const CREDENTIAL_POLL: Duration = Duration::from_millis(250);
 
+/// How long a stopping node waits for its queued memory rows to reach the
+/// stream.
+const MEMORY_FLUSH: Duration = Duration::from_secs(5);
+
 /// How long an outage-failed turn waits before it runs again.
 const OUTAGE_RETRY: Duration = Duration::from_secs(5);
 
@@ -94,13 +103,17 @@ impl EventSink for NodeEvents {
     }
 }
 
-/// The node store's conversation sessions as the turn engine's.
-pub struct NodeSessions(pub Arc<crewlet_store::Store>);
+/// The node store's conversation sessions as the turn engine's; every row
+/// written is offered to the memory changelog too.
+pub struct NodeSessions {
+    pub store: Arc<crewlet_store::Store>,
+    pub changelog: crewlet_memory::Changelog,
+}
 
 impl Sessions for NodeSessions {
     fn said(&self, seat: &str, conversation: &str) -> Result<Vec<Said>, SessionError> {
         let session = self
-            .0
+            .store
             .session(seat, conversation)
             .map_err(|e| SessionError(e.to_string()))?;
         Ok(session
@@ -129,10 +142,23 @@ impl Sessions for NodeSessions {
                 at_ms: s.at_ms,
             })
             .collect();
-        self.0
+        self.store
             .remember(seat, conversation, &said, at_ms)
-            .map(drop)
-            .map_err(|e| SessionError(e.to_string()))
+            .map_err(|e| SessionError(e.to_string()))?;
+        // The local row is written: a row that cannot follow the seat is
+        // said here, not as a session that was not recorded.
+        match self.store.session_row(seat, conversation) {
+            Ok(Some(row)) => {
+                if let Err(e) = self.changelog.offer::<crewlet_memory::Sessions>(&row) {
+                    warn!(subsystem = "memory", seat, conversation, error = %e, "session row not published");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(subsystem = "memory", seat, conversation, error = %e, "cannot read the session row back to publish it")
+            }
+        }
+        Ok(())
     }
 }
 
@@ -152,6 +178,10 @@ pub struct NodeSeats {
     pub pauses: tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>,
     /// The plugins this node serves; a seat gets the modules its role lists.
     pub installed: Arc<crewlet_plugins::Installed>,
+    /// The memory stream, with the tables a seat's memory is replayed into.
+    pub memory: crewlet_memory::Memory,
+    /// Seats held whose memory could not be read yet, with why.
+    pub memory_unread: std::sync::Mutex<BTreeMap<String, String>>,
 }
 
 impl NodeSeats {
@@ -289,7 +319,30 @@ impl SeatHost for NodeSeats {
         })
     }
 
+    async fn hydrate(&self, spec: &SeatSpec) -> Result<(), String> {
+        let handle = spec.handle.as_str();
+        let answer = self.memory.hydrate(handle).await;
+        let mut unread = self.memory_unread.lock().unwrap_or_else(|p| p.into_inner());
+        match answer {
+            Ok(h) => {
+                unread.remove(handle);
+                info!(subsystem = "memory", seat = %handle, rows = h.rows, written = h.written,
+                    kept_local = h.kept_local, skipped = h.skipped, took_ms = h.took.as_millis() as u64,
+                    "seat memory hydrated");
+                Ok(())
+            }
+            Err(e) => {
+                unread.insert(handle.to_owned(), e.to_string());
+                Err(e.to_string())
+            }
+        }
+    }
+
     async fn unequip(&self, spec: &SeatSpec, equipped: Equipped) {
+        self.memory_unread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(spec.handle.as_str());
         self.registries
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -414,6 +467,14 @@ impl crate::state::SeatsView for Running {
     fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow> {
         self.host.mcp_status()
     }
+
+    fn memory_unread(&self) -> BTreeMap<String, String> {
+        self.host
+            .memory_unread
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
 }
 
 /// Starts the model layer, the turn engine and seat ownership on a node
@@ -453,6 +514,11 @@ pub async fn start(
         )
         .await,
     );
+    let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
+        .await
+        .map_err(|e| e.to_string())?
+        .with(crewlet_memory::Sessions(ctx.store.clone()));
+    let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let engine_turns = TurnEngine::new(
         models.clone(),
         ctx.coord.budgets(),
@@ -460,7 +526,10 @@ pub async fn start(
         ctx.coord.follows(),
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),
-            sessions: Arc::new(NodeSessions(ctx.store.clone())),
+            sessions: Arc::new(NodeSessions {
+                store: ctx.store.clone(),
+                changelog: changelog.clone(),
+            }),
             clock: Arc::new(NodeClock),
         },
         crewlet_turns::Limits {
@@ -487,6 +556,8 @@ pub async fn start(
             .as_ref()
             .map(|p| p.installed.clone())
             .unwrap_or_default(),
+        memory,
+        memory_unread: std::sync::Mutex::default(),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),
@@ -528,6 +599,9 @@ pub async fn start(
                 seats.stop().await;
             }
             running.host.engine.close().await;
+            // The last turns' rows reach the stream before the connection goes.
+            changelog.close(MEMORY_FLUSH).await;
+            carrier.abort();
             running.host.shared.shutdown().await;
             models.shutdown().await;
             follower.abort();

@@ -73,6 +73,8 @@ pub trait SeatsView: Send + Sync {
     fn held(&self) -> usize;
     fn in_flight(&self) -> usize;
     fn mcp(&self) -> Vec<crewlet_mcp::McpStatusRow>;
+    /// Seats held whose memory could not be read yet, with why.
+    fn memory_unread(&self) -> std::collections::BTreeMap<String, String>;
 }
 
 /// What the probes, `/health`, `/org` and the presence lease read of the
@@ -303,6 +305,12 @@ impl NodeState {
             seats_held: Some(self.seats_held()),
             mcp: Some(self.mcp_rows()),
             duties: Some(self.duties.held.rows()),
+            memory_unread: Some(
+                self.seats
+                    .get()
+                    .map(|s| s.memory_unread())
+                    .unwrap_or_default(),
+            ),
             broker: self.stream.get().filter(|m| m.is_connected()).map(|m| {
                 let info = m.server_info();
                 crewlet_coord::BrokerRow {

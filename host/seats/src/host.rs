@@ -88,7 +88,8 @@ pub enum Room {
 
 /// The host: builds a seat's instance, tears it down, and runs its turns.
 ///
-/// `equip` runs after the lease is won and before the mailbox is attached;
+/// `equip` runs after the lease is won and before the mailbox is attached,
+/// then `hydrate` (acquire → equip → hydrate → attach);
 /// `unequip` after the mailbox is detached and before the lease is
 /// released; `run` only between the two. Turns of different conversations
 /// of one seat may run concurrently; one conversation's never do.
@@ -103,6 +104,16 @@ pub trait SeatHost: Send + Sync + 'static {
         seat: &SeatSpec,
         active: &Active,
     ) -> impl Future<Output = Result<Self::Equipped, String>> + Send;
+
+    /// Brings the seat's memory to this node, after `equip` and before the
+    /// mailbox is attached. An error means the memory could not be read
+    /// (unknown, never "empty"): the mailbox stays detached and `hydrate`
+    /// is asked again with backoff while the lease holds. The message says
+    /// what could not be read. A host without memory has nothing to bring.
+    fn hydrate(&self, seat: &SeatSpec) -> impl Future<Output = Result<(), String>> + Send {
+        let _ = seat;
+        async { Ok(()) }
+    }
 
     /// Tears the seat down (stops its children). Called once per equip that
     /// succeeded, after the last turn ended.

@@ -15,10 +15,11 @@
 //!   company pins to node labels is shared only among the nodes whose
 //!   labels match, and the previous holder (the epochs bucket) orders
 //!   which seats a node claims and gives back first (`tick.rs`).
-//! - **A held seat** (`seat.rs`): acquire → equip → attach, release in
-//!   reverse; the lease is renewed once a seat beat (half the TTL) and
-//!   judged by the holder's two clocks (stop admitting early, give up
-//!   late). A failed equip backs off (doubling), unless the host's
+//! - **A held seat** (`seat.rs`): acquire → equip → hydrate (the host
+//!   brings the seat's memory; unreadable: the mailbox waits, asked again
+//!   with backoff) → attach, release in reverse; the lease is renewed
+//!   once a seat beat (half the TTL) and judged by the holder's two clocks
+//!   (stop admitting early, give up late). A failed equip backs off (doubling), unless the host's
 //!   `retry_equip` moves after that equip began (a secret became known):
 //!   then the seat is claimed on the tick the move starts.
 //! - **The mailbox** (`mailbox.rs`): the seat's durable pull consumer,

@@ -1,10 +1,16 @@
 //! One held seat, from a won lease to a released one.
 //!
-//! Rule: acquire → equip → attach, and release in reverse: detach → unequip
-//! → release. The mailbox is attached only after `equip` succeeded, and
-//! detached before `unequip`, so a seat never consumes work it cannot run or
-//! no longer owns. The lease is held by a [`Tenancy`] all along (during
-//! equip and while turns drain too), on the seat terms (`Terms::seat`: the
+//! Rule: acquire → equip → hydrate → attach, and release in reverse: detach
+//! → unequip → release. The mailbox is attached only after `equip`
+//! succeeded and the seat's memory is on this node (`hydrate`), and
+//! detached before `unequip`, so a seat never consumes work it cannot run,
+//! no longer owns, or would answer having forgotten what it said. A
+//! hydration that cannot read the memory is asked again with backoff
+//! (`HYDRATE_FIRST_RETRY` doubling to `HYDRATE_MAX_RETRY`) while the lease
+//! holds: the wakes wait in the mailbox, which is durable, and giving the
+//! seat back would only bounce it between nodes that read the same stream.
+//! The lease is held by a [`Tenancy`] all along (during equip, hydration
+//! and while turns drain too), on the seat terms (`Terms::seat`: the
 //! node's renew grid; stop admitting after a seat beat without a good
 //! renew, give up after the TTL or on a definite no).
 //! Why: a seat whose lease lapsed mid-teardown could be taken by a peer
@@ -13,9 +19,10 @@
 //! would otherwise hold a seat nobody serves, or never give it back.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crewlet_bus::{AGENT_STREAM, mailbox_durable};
-use crewlet_coord::{Admits, Released, Tenancy};
+use crewlet_coord::{Admits, Released, Standing, Tenancy};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
@@ -39,6 +46,45 @@ async fn doorbell(
                 "cannot subscribe to the mailbox's subject; its mailbox pulls back to back");
             None
         }
+    }
+}
+
+/// The wait after a hydration that could not read the seat's memory;
+/// doubled after each, up to [`HYDRATE_MAX_RETRY`].
+const HYDRATE_FIRST_RETRY: Duration = Duration::from_millis(250);
+const HYDRATE_MAX_RETRY: Duration = Duration::from_secs(5);
+
+/// Hydrates the seat until its memory is on this node (`true`), or the
+/// seat is released or its lease lost first (`false`).
+async fn hydrate<H: SeatHost>(
+    shared: &Shared<H>,
+    spec: &SeatSpec,
+    release: &mut watch::Receiver<bool>,
+    state_rx: &mut watch::Receiver<Standing>,
+) -> bool {
+    let mut wait = HYDRATE_FIRST_RETRY;
+    loop {
+        let tried = tokio::time::timeout(shared.equip_timeout, shared.host.hydrate(spec))
+            .await
+            .unwrap_or_else(|_| {
+                Err(format!(
+                    "hydration did not finish within {:?}",
+                    shared.equip_timeout
+                ))
+            });
+        match tried {
+            Ok(()) => return true,
+            Err(why) => {
+                warn!(subsystem = "seats", seat = %spec.handle, reason = %why, retry_in = ?wait,
+                    "the seat's memory could not be read; its mailbox stays detached until it is")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            _ = release.wait_for(|r| *r) => return false,
+            _ = state_rx.wait_for(|s| s.admits == Admits::No) => return false,
+        }
+        wait = (wait * 2).min(HYDRATE_MAX_RETRY);
     }
 }
 
@@ -81,8 +127,10 @@ pub(crate) async fn run<H: SeatHost>(
         }
     };
 
-    // Attach, serve, detach.
-    if let Some(equipped) = &equipped {
+    // Hydrate, then attach, serve, detach.
+    if let Some(equipped) = &equipped
+        && hydrate(&shared, &spec, &mut release, &mut state_rx).await
+    {
         let given_up = state_rx.borrow().admits == Admits::No;
         if !*release.borrow() && !given_up {
             let durable = mailbox_durable(handle.as_str());

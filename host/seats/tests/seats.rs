@@ -53,7 +53,11 @@ async fn one_node_holds_every_seat_equips_first_and_runs_a_wake_kept_before_it_s
         .iter()
         .position(|c| matches!(c, common::Call::RunStart { .. }))
         .unwrap();
-    assert!(equip < run, "{s2:?}");
+    let hydrate = s2
+        .iter()
+        .position(|c| matches!(c, common::Call::Hydrate { read: true, .. }))
+        .unwrap();
+    assert!(equip < hydrate && hydrate < run, "{s2:?}");
     assert_eq!(
         s2.iter()
             .filter(|c| matches!(c, common::Call::Equip { .. }))
@@ -204,6 +208,63 @@ async fn a_seat_that_fails_to_equip_is_given_back_and_never_attached() {
     assert!(
         !node.host.unequip_called("bad"),
         "a seat that never equipped is not unequipped"
+    );
+    node.stop().await;
+}
+
+/// acquire → equip → hydrate → attach: a seat whose memory cannot be read
+/// is held but its mailbox stays detached — its wake waits, unpulled —
+/// and the hydration is asked again with backoff (not in a hot loop, the
+/// lease kept) until it reads; then the wake runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seat_whose_memory_cannot_be_read_takes_no_work_until_it_can() {
+    let env = Env::start(company(&[("amnesiac", None)])).await;
+    env.wake("amnesiac", "remember-me", None).await;
+    let mut node = env
+        .node("n1", Recorder::new().unreadable_memory("amnesiac"), false)
+        .await;
+    node.host
+        .wait("two hydrations that could not read", |c| {
+            c.iter()
+                .filter(|c| matches!(c, common::Call::Hydrate { read: false, .. }))
+                .count()
+                >= 2
+        })
+        .await;
+    let holder = env.holder_of("amnesiac").await;
+    assert_eq!(holder.as_ref(), Some(&node.owner), "the lease is kept");
+    tokio::time::sleep(HEARTBEAT * 3).await;
+    assert!(
+        node.seats().held().is_empty(),
+        "not serving without its memory"
+    );
+    assert_eq!(node.host.runs_of_delivery("remember-me"), 0);
+    assert_eq!(env.mailbox("amnesiac").await, (1, 0, 0), "nothing pulled");
+    let tries = node.host.hydrations("amnesiac", false);
+    assert!(
+        tries <= 8,
+        "{tries} hydrations in a few heartbeats: retried without backing off"
+    );
+    assert_eq!(env.holder_of("amnesiac").await.as_ref(), Some(&node.owner));
+
+    node.host.mend_memory("amnesiac");
+    node.host
+        .wait("the waiting wake's run", |c| {
+            c.iter().any(
+                |c| matches!(c, common::Call::RunEnd { deliveries, .. } if deliveries == &["remember-me"]),
+            )
+        })
+        .await;
+    assert_eq!(node.host.hydrations("amnesiac", true), 1);
+    let equips = node
+        .host
+        .calls_of("amnesiac")
+        .iter()
+        .filter(|c| matches!(c, common::Call::Equip { .. }))
+        .count();
+    assert_eq!(
+        equips, 1,
+        "equipped once: the retry is the hydration's only"
     );
     node.stop().await;
 }

@@ -32,7 +32,7 @@ pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
 pub use scheduled_runs::{RunStatus, ScheduledRun};
-pub use sessions::{SESSION_KEEP, Said, Session};
+pub use sessions::{Applied, SESSION_KEEP, Said, Session, SessionRow};
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";

@@ -2,9 +2,12 @@
 //!
 //! Rule: a turn woken in a thread starts from what its seat said there
 //! before, so a follow-up question is answered as a follow-up and a reply is
-//! not composed again from nothing. The session is this node's: a seat that
-//! moves to another node starts its sessions afresh there (the thread itself,
-//! read through the seat's tools, is the durable record).
+//! not composed again from nothing. The row is this node's copy: every row
+//! written is also published to the seat's memory changelog
+//! (`crewlet-memory`), and a node that acquires the seat applies the
+//! changelog's rows here before the seat takes work ([`Store::apply_sessions`]:
+//! the newer `updated_ms` wins, so a row this node wrote after the one the
+//! changelog holds is kept).
 
 use rusqlite::{OptionalExtension, params};
 use serde::{Deserialize, Serialize};
@@ -29,7 +32,99 @@ pub struct Session {
     pub said: Vec<Said>,
 }
 
+/// One whole `conversation_sessions` row, as the memory changelog carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRow {
+    pub seat: String,
+    pub conversation: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub turns: i64,
+    pub said: Vec<Said>,
+}
+
+/// What applying a row from elsewhere did to this node's copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    /// The row was written (new here, or newer than this node's).
+    Written,
+    /// This node's row is newer and was kept.
+    KeptLocal,
+}
+
 impl Store {
+    /// The whole row of `seat` in `conversation`, if there is one.
+    pub fn session_row(
+        &self,
+        seat: &str,
+        conversation: &str,
+    ) -> Result<Option<SessionRow>, StoreError> {
+        let row: Option<(i64, i64, i64, String)> = self
+            .conn()
+            .query_row(
+                "SELECT created_ms, updated_ms, turns, said FROM conversation_sessions
+                 WHERE seat = ?1 AND conversation = ?2",
+                params![seat, conversation],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
+            .optional()?;
+        row.map(|(created_ms, updated_ms, turns, said)| {
+            Ok(SessionRow {
+                seat: seat.to_owned(),
+                conversation: conversation.to_owned(),
+                created_ms,
+                updated_ms,
+                turns,
+                said: serde_json::from_str(&said)?,
+            })
+        })
+        .transpose()
+    }
+
+    /// Writes each row unless this node's row of the same seat and
+    /// conversation was updated later (a tie is written: same content), all
+    /// in one transaction; answers per row, in order.
+    pub fn apply_sessions(&self, rows: &[SessionRow]) -> Result<Vec<Applied>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        let mut out = Vec::with_capacity(rows.len());
+        {
+            let mut put = tx.prepare_cached(
+                "INSERT INTO conversation_sessions (seat, conversation, created_ms, updated_ms, turns, said)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (seat, conversation)
+                 DO UPDATE SET created_ms = ?3, updated_ms = ?4, turns = ?5, said = ?6
+                 WHERE excluded.updated_ms >= conversation_sessions.updated_ms",
+            )?;
+            for row in rows {
+                let changed = put.execute(params![
+                    row.seat,
+                    row.conversation,
+                    row.created_ms,
+                    row.updated_ms,
+                    row.turns,
+                    serde_json::to_string(&row.said)?
+                ])?;
+                out.push(if changed == 0 {
+                    Applied::KeptLocal
+                } else {
+                    Applied::Written
+                });
+            }
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// How many conversations `seat` has a session in on this node.
+    pub fn session_count(&self, seat: &str) -> Result<u64, StoreError> {
+        Ok(self.conn().query_row(
+            "SELECT COUNT(*) FROM conversation_sessions WHERE seat = ?1",
+            params![seat],
+            |r| r.get::<_, i64>(0),
+        )? as u64)
+    }
+
     /// The session of `seat` in `conversation`; empty when there is none.
     pub fn session(&self, seat: &str, conversation: &str) -> Result<Session, StoreError> {
         let row: Option<(i64, String)> = self
@@ -127,5 +222,54 @@ mod tests {
             format!("reply {}", SESSION_KEEP + 5)
         );
         assert_eq!(store.session("ada", "C1#1").unwrap(), s);
+    }
+
+    #[test]
+    fn a_row_from_elsewhere_is_written_unless_this_nodes_is_newer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open_in(dir.path()).unwrap();
+        assert_eq!(store.session_row("ada", "C1#1").unwrap(), None);
+        let said = |t: &str| Said {
+            turn_id: t.into(),
+            text: format!("said in {t}"),
+            at_ms: 1,
+        };
+        store.remember("ada", "C1#1", &[said("t1")], 10).unwrap();
+        let mine = store.session_row("ada", "C1#1").unwrap().unwrap();
+        assert_eq!((mine.created_ms, mine.updated_ms, mine.turns), (10, 10, 1));
+
+        let older = SessionRow {
+            updated_ms: 5,
+            said: vec![said("old")],
+            ..mine.clone()
+        };
+        assert_eq!(
+            store.apply_sessions(&[older]).unwrap(),
+            [Applied::KeptLocal]
+        );
+        assert_eq!(store.session_row("ada", "C1#1").unwrap().unwrap(), mine);
+
+        let newer = SessionRow {
+            updated_ms: 20,
+            turns: 3,
+            said: vec![said("t1"), said("t2")],
+            ..mine.clone()
+        };
+        assert_eq!(
+            store.apply_sessions(std::slice::from_ref(&newer)).unwrap(),
+            [Applied::Written]
+        );
+        assert_eq!(store.session_row("ada", "C1#1").unwrap().unwrap(), newer);
+
+        let elsewhere = SessionRow {
+            conversation: "C2#9".into(),
+            ..newer.clone()
+        };
+        assert_eq!(
+            store.apply_sessions(&[elsewhere]).unwrap(),
+            [Applied::Written]
+        );
+        assert_eq!(store.session_count("ada").unwrap(), 2);
+        assert_eq!(store.session_count("bob").unwrap(), 0);
     }
 }

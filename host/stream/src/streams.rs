@@ -7,6 +7,7 @@
 //! | `CREWLET_NOTIFICATIONS` | `crewlet.notifications.>` | interest | inbound deliveries wait for the `notify-inbound` group |
 //! | `CREWLET_EVENTS` | `crewlet.events.>` | limits, 7 days | the broadcast every dashboard streams |
 //! | `CREWLET_DLQ` | `dlq.>` | limits, 30 days | dead letters, deliberately outside `crewlet.*` |
+//! | `CREWLET_MEMORY` | `crewlet.memory.>` | limits, no age, one message per subject, rows ≤ [`MEMORY_MAX_ROW`] | every seat's memory rows, a keyed table the seat's next holder replays (`crewlet-memory`) |
 //!
 //! Interest retention has a sharp edge: a publish to a subject no durable
 //! consumer covers is dropped in silence. That is why every node creates a
@@ -33,7 +34,7 @@ use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, Stor
 use async_nats::jetstream::{self, context::GetStreamErrorKind};
 use crewlet_bus::{
     AGENT_STREAM, AGENT_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS,
-    NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS,
+    MEMORY_STREAM, MEMORY_SUBJECTS, NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS,
 };
 use crewlet_coord::REACH_WITHIN;
 use tracing::{info, warn};
@@ -47,6 +48,10 @@ pub struct StreamSpec {
     pub max_age: Duration,
     /// The consumers it may have (the server's default is 1,000).
     pub max_consumers: i32,
+    /// Messages kept per subject (`-1`: no limit; `1`: a keyed table).
+    pub max_msgs_per_subject: i64,
+    /// The largest message it stores (`-1`: the server's payload limit).
+    pub max_msg_size: i32,
     pub description: &'static str,
 }
 
@@ -68,8 +73,13 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
 /// The seats a fleet may have: one mailbox consumer each.
 pub const MAX_MAILBOXES: i32 = 100_000;
 
+/// The largest memory row `CREWLET_MEMORY` stores: half nats-server's
+/// default payload limit (1 MiB), so a row too large is refused by the
+/// stream, never by the server closing the node's connection.
+pub const MEMORY_MAX_ROW: i32 = 512 * 1024;
+
 /// Every stream a node creates or adopts at start.
-pub fn specs() -> [StreamSpec; 4] {
+pub fn specs() -> [StreamSpec; 5] {
     [
         StreamSpec {
             name: AGENT_STREAM,
@@ -77,6 +87,8 @@ pub fn specs() -> [StreamSpec; 4] {
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
             max_consumers: MAX_MAILBOXES,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
             description: "seat mailboxes: crewlet.agent.HANDLE.inbox",
         },
         StreamSpec {
@@ -85,6 +97,8 @@ pub fn specs() -> [StreamSpec; 4] {
             retention: RetentionPolicy::Interest,
             max_age: Duration::ZERO,
             max_consumers: 1_000,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
             description: "inbound deliveries awaiting the notify-inbound group",
         },
         StreamSpec {
@@ -94,6 +108,8 @@ pub fn specs() -> [StreamSpec; 4] {
             max_age: 7 * DAY,
             // Modules' subscriptions and every live reader's consumer.
             max_consumers: 10_000,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
             description: "the live event broadcast",
         },
         StreamSpec {
@@ -102,7 +118,22 @@ pub fn specs() -> [StreamSpec; 4] {
             retention: RetentionPolicy::Limits,
             max_age: 30 * DAY,
             max_consumers: 1_000,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
             description: "dead letters, with the reason",
+        },
+        StreamSpec {
+            name: MEMORY_STREAM,
+            subjects: &[MEMORY_SUBJECTS],
+            retention: RetentionPolicy::Limits,
+            // What a seat should still remember is the learning
+            // subsystem's decision, not the broker's.
+            max_age: Duration::ZERO,
+            // One hydration pass per seat acquire, at a time.
+            max_consumers: 10_000,
+            max_msgs_per_subject: 1,
+            max_msg_size: MEMORY_MAX_ROW,
+            description: "seat memory rows: crewlet.memory.HANDLE.TABLE.DIGEST, one per subject",
         },
     ]
 }
@@ -253,6 +284,8 @@ async fn ensure(
                     discard: DiscardPolicy::Old,
                     duplicate_window: DUPLICATE_WINDOW,
                     max_consumers: spec.max_consumers,
+                    max_messages_per_subject: spec.max_msgs_per_subject,
+                    max_message_size: spec.max_msg_size,
                     ..Config::default()
                 };
                 match js.create_stream(config).await {
@@ -324,7 +357,23 @@ mod tests {
                 "{}",
                 spec.name
             );
+            assert_eq!(
+                (
+                    info.config.max_messages_per_subject,
+                    info.config.max_message_size
+                ),
+                (spec.max_msgs_per_subject, spec.max_msg_size),
+                "{}",
+                spec.name
+            );
         }
+        let memory = js.get_stream(MEMORY_STREAM).await.unwrap();
+        let memory = &memory.cached_info().config;
+        assert_eq!(
+            (memory.max_messages_per_subject, memory.max_age),
+            (1, Duration::ZERO),
+            "the memory stream is a keyed table with no age"
+        );
         // A stream an older build made names no consumer limit, which a
         // 2.15 server reads as 1,000: raised on adoption.
         let mut agent = js

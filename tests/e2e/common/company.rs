@@ -32,6 +32,26 @@ plugin = "slack"
 secret = "SLACK_SIGNING_SECRET"
 "#;
 
+/// One seat, `ada`, thinking with the OpenAI provider (model `exec-a`,
+/// reviewer `review`) on the key `${MODEL_KEY}`: the scripted model server
+/// decides what she does.
+pub const OPENAI_ONE_SEAT: &str = r#"
+[org]
+name = "Acme"
+[roles.support]
+system_prompt = "You answer questions in chat."
+executor = [{ provider = "openai", model = "exec-a", credentials = "${MODEL_KEY}" }]
+reviewer = { provider = "openai", model = "review", credentials = "${MODEL_KEY}" }
+max_iterations = 2
+max_tool_rounds = 6
+{chat}
+[seats]
+ada = { role = "support" }
+[integrations.slack]
+plugin = "slack"
+secret = "SLACK_SIGNING_SECRET"
+"#;
+
 /// The chat MCP server every seat of `role` gets, one child per seat.
 pub fn chat_server(role: &str, log: &Path) -> String {
     format!(

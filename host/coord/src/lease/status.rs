@@ -52,6 +52,10 @@ pub struct NodeStatus {
     /// The NATS server this node's one connection is on (absent from
     /// builds that did not say, and until the node is connected).
     pub broker: Option<BrokerRow>,
+    /// Seats this node holds whose memory it could not read yet, with why:
+    /// their mailboxes stay detached until it can (`Some(empty)`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_unread: Option<BTreeMap<String, String>>,
 }
 
 impl NodeStatus {

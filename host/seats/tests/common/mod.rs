@@ -308,6 +308,11 @@ pub enum Call {
     Equip {
         seat: String,
     },
+    /// A hydration, and whether it read the seat's memory.
+    Hydrate {
+        seat: String,
+        read: bool,
+    },
     Unequip {
         seat: String,
         /// Pull requests waiting on the seat's mailbox when unequip began.
@@ -335,6 +340,7 @@ impl Call {
     pub fn seat(&self) -> &str {
         match self {
             Call::Equip { seat }
+            | Call::Hydrate { seat, .. }
             | Call::Unequip { seat, .. }
             | Call::RunStart { seat, .. }
             | Call::RunEnd { seat, .. }
@@ -358,6 +364,7 @@ pub struct Recorder {
     fail_equip: Mutex<BTreeSet<String>>,
     /// Seats whose equip (or unequip) never returns once called.
     hang_equip: BTreeSet<String>,
+    unreadable_memory: Mutex<BTreeSet<String>>,
     hang_unequip: BTreeSet<String>,
     script: Mutex<HashMap<String, VecDeque<Step>>>,
     running: Mutex<HashMap<String, usize>>,
@@ -381,6 +388,7 @@ impl Recorder {
             changed: watch::channel(0).0,
             fail_equip: Mutex::new(BTreeSet::new()),
             hang_equip: BTreeSet::new(),
+            unreadable_memory: Mutex::new(BTreeSet::new()),
             hang_unequip: BTreeSet::new(),
             script: Mutex::new(HashMap::new()),
             running: Mutex::new(HashMap::new()),
@@ -396,6 +404,28 @@ impl Recorder {
     /// From now on `handle`'s equip succeeds (what it lacked arrived).
     pub fn mend_equip(&self, handle: &str) {
         self.fail_equip.lock().unwrap().remove(handle);
+    }
+
+    /// `handle`'s memory cannot be read until [`Recorder::mend_memory`].
+    pub fn unreadable_memory(self, handle: &str) -> Recorder {
+        self.unreadable_memory
+            .lock()
+            .unwrap()
+            .insert(handle.to_owned());
+        self
+    }
+
+    /// From now on `handle`'s memory reads.
+    pub fn mend_memory(&self, handle: &str) {
+        self.unreadable_memory.lock().unwrap().remove(handle);
+    }
+
+    /// How many hydrations of `seat` did (`read`) or did not read.
+    pub fn hydrations(&self, seat: &str, read: bool) -> usize {
+        self.calls_of(seat)
+            .iter()
+            .filter(|c| matches!(c, Call::Hydrate { read: r, .. } if *r == read))
+            .count()
     }
 
     pub fn hanging_equip(mut self, handle: &str) -> Recorder {
@@ -509,6 +539,20 @@ impl SeatHost for Recorder {
             std::future::pending::<()>().await;
         }
         Ok(Equipped { seat: h })
+    }
+
+    async fn hydrate(&self, seat: &SeatSpec) -> Result<(), String> {
+        let h = seat.handle.as_str().to_owned();
+        let read = !self.unreadable_memory.lock().unwrap().contains(&h);
+        self.record(Call::Hydrate {
+            seat: h.clone(),
+            read,
+        });
+        if read {
+            Ok(())
+        } else {
+            Err(format!("seat {h}'s memory cannot be read (test)"))
+        }
     }
 
     async fn unequip(&self, seat: &SeatSpec, equipped: Equipped) {
