@@ -512,6 +512,7 @@ fn a_node_behind_while_a_peer_serves_the_epoch_sheds_and_takes_no_triggers() {
         owed: None,
         sender: Vec::new(),
         wakes: Default::default(),
+        message: None,
         received_by: "operator".into(),
         received_at_ms: 0,
     };

@@ -150,6 +150,7 @@ fn delivery_from(sender: &str, id: &str, thread: &str) -> crewlet_bus::Inbound {
         owed: None,
         sender: vec![sender.into()],
         wakes: crewlet_bus::Wakes::Named,
+        message: None,
         received_by: "test".into(),
         received_at_ms: 0,
     }

@@ -417,6 +417,7 @@ fn api_port_zero_serves_no_http_and_the_node_still_works() {
         owed: None,
         sender: Vec::new(),
         wakes: Default::default(),
+        message: None,
         received_by: "test".into(),
         received_at_ms: 0,
     };

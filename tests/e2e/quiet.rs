@@ -242,3 +242,58 @@ fn a_seat_app_hears_its_own_reply_and_the_channel_chatter_and_wakes_for_neither(
     let prompt = ai.requests()[asked].messages.to_string();
     assert!(prompt.contains("From seat bob"), "{prompt}");
 }
+
+/// One post, sent as several events: ada's app subscribed to both
+/// `app_mention` and `message.channels` gets two (each its own event id),
+/// and bob's app in the same channel its own copy. ada is woken once, for
+/// whichever came first; the other copies are recorded as quiet, naming
+/// the message.
+#[test]
+fn one_post_sent_as_several_events_wakes_its_seat_once() {
+    let ai = ScriptedOpenAi::start();
+    let w = start(&company(), Some(&ai), KEYS);
+    answer_once(&ai, "Looking.");
+    let ts = "1700000005.000500";
+    let text = "<@U04ADA> the deploy is stuck";
+    let copy = json!({"type": "message", "channel_type": "channel", "user": "U07GRACE1",
+        "text": text, "channel": CHANNEL, "ts": ts});
+    deliver(
+        &w,
+        "ada",
+        "Ev-post-mention",
+        json!({"type": "app_mention", "user": "U07GRACE1", "text": text,
+               "channel": CHANNEL, "ts": ts}),
+    );
+    deliver(&w, "ada", "Ev-post-message", copy.clone());
+    deliver(&w, "bob", "Ev-post-bob", copy);
+
+    let ids = ["Ev-post-mention", "Ev-post-message", "Ev-post-bob"];
+    let settled = common::eventually(std::time::Duration::from_secs(30), || {
+        ids.iter().all(|id| {
+            !about(&w, "wake_published", id).is_empty()
+                || !about(&w, "delivery_quiet", id).is_empty()
+        })
+    });
+    assert!(settled, "every copy settled: {}", w.node.log_text());
+    let woke: Vec<&str> = ids
+        .iter()
+        .copied()
+        .filter(|id| !about(&w, "wake_published", id).is_empty())
+        .collect();
+    assert_eq!(woke.len(), 1, "ada woken once for the post: {woke:?}");
+    let quiet: Vec<String> = ids
+        .iter()
+        .flat_map(|id| about(&w, "delivery_quiet", id))
+        .map(|e| e["payload"]["reason"].to_string())
+        .collect();
+    assert_eq!(quiet.len(), 2, "{quiet:?}");
+    for why in &quiet {
+        assert!(
+            why.contains("already woken for this message") && why.contains(ts),
+            "{why}"
+        );
+    }
+    w.wait_events("turn_ended", 1);
+    assert_eq!(w.posts().len(), 1, "one reply to one post");
+    assert_eq!(w.events("wake_published").len(), 1);
+}

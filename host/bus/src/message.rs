@@ -33,6 +33,11 @@ pub struct Inbound {
     /// Whom it may wake, as its plugin read it (WIT 0.4.1).
     #[serde(default)]
     pub wakes: Wakes,
+    /// The message this delivery is one copy of, when the vendor sends one
+    /// message as several deliveries (WIT 0.4.1): its seats' wakes are keyed
+    /// by it, so a seat is woken once per message.
+    #[serde(default)]
+    pub message: Option<String>,
     /// The node whose edge accepted it.
     pub received_by: String,
     pub received_at_ms: i64,

@@ -70,7 +70,7 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, AckKind, consumer};
+use async_nats::jetstream::{self, AckKind, consumer, publish::PublishAck};
 use crewlet_company::resolve::{Addressed, Resolution, sender_words};
 use crewlet_company::{Claimant, Company, Handle, seat_id};
 use crewlet_coord::{Answer, Valve};
@@ -472,7 +472,7 @@ impl Worker {
             )
             .await;
         match published {
-            Ok(()) => {
+            Ok(_) => {
                 debug!(subsystem = "notify", key = %inbound.key, failures = next.failures,
                     owed = ?next.owed, why, "delivery passed on");
                 if let Err(e) = msg.ack().await {
@@ -601,16 +601,25 @@ impl Worker {
                 owed: inbound.owed.clone(),
                 sender: sender.clone(),
             };
-            let msg_id = format!("{}:{h}", inbound.key);
-            self.publish(
-                inbox_subject(h),
-                &msg_id,
-                &inbound.trace_id,
-                &[],
-                serde_json::to_vec(&wake).expect("wake serialises"),
-            )
-            .await
-            .map_err(|e| stop(Failure::Retry(format!("wake for {h} not published: {e}"))))?;
+            let ack = self
+                .publish(
+                    inbox_subject(h),
+                    &wake_msg_id(inbound, h),
+                    &inbound.trace_id,
+                    &[],
+                    serde_json::to_vec(&wake).expect("wake serialises"),
+                )
+                .await
+                .map_err(|e| stop(Failure::Retry(format!("wake for {h} not published: {e}"))))?;
+            if ack.duplicate
+                && let Some(message) = &inbound.message
+            {
+                let why = format!(
+                    "{h} was already woken for this message ({message}), by another copy of it or an earlier attempt of this delivery"
+                );
+                self.quiet(inbound, Some(h), &why).await;
+                continue;
+            }
             let mut ev = self.cfg.publisher.event(
                 "wake_published",
                 json!({
@@ -714,16 +723,14 @@ impl Worker {
         trace: &str,
         extra: &[(&'static str, String)],
         body: Vec<u8>,
-    ) -> Result<(), AckError> {
+    ) -> Result<PublishAck, AckError> {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert(MSG_ID_HEADER, msg_id);
         headers.insert(TRACE_HEADER, trace);
         for (name, value) in extra {
             headers.insert(*name, value.as_str());
         }
-        publish_acked(&self.js, subject, headers, body, ACK_TIMEOUT)
-            .await
-            .map(drop)
+        publish_acked(&self.js, subject, headers, body, ACK_TIMEOUT).await
     }
 
     async fn record(&self, ev: crewlet_store::EventRecord) {
@@ -731,6 +738,17 @@ impl Worker {
         if let Err(e) = self.cfg.publisher.publish(ev).await {
             warn!(subsystem = "notify", event = kind, error = %e, "event not recorded");
         }
+    }
+}
+
+/// The wake's message id, which the inbox stream deduplicates on: one
+/// per message and seat when the vendor sends one message as several
+/// deliveries (a seat is woken once per post), else one per delivery and
+/// seat.
+fn wake_msg_id(inbound: &Inbound, handle: &str) -> String {
+    match &inbound.message {
+        Some(message) => format!("{}:message:{message}:{handle}", inbound.source),
+        None => format!("{}:{handle}", inbound.key),
     }
 }
 

@@ -349,6 +349,7 @@ impl Operator {
             // The operator speaks to the seat its route names.
             sender: Vec::new(),
             wakes: crewlet_plugins::webhook::Wakes::RouteAndNamed,
+            message: None,
         };
         let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
         let started = std::time::Instant::now();

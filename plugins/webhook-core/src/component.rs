@@ -83,5 +83,6 @@ fn delivery(d: Delivery) -> wit::Delivery {
             crate::Wakes::Named => wit::Wakes::Named,
             crate::Wakes::Nobody(why) => wit::Wakes::Nobody(why),
         },
+        message: d.message,
     }
 }

@@ -59,6 +59,7 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
             owed: None,
             sender: Vec::new(),
             wakes: crate::Wakes::RouteAndNamed,
+            message: None,
         }],
         reply: None,
     })

@@ -166,6 +166,7 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
         payload: input.body.to_vec(),
         sender: payload.sender.and_then(|s| s.login).into_iter().collect(),
         wakes: crate::Wakes::RouteAndNamed,
+        message: None,
     };
     Ok(Parsed {
         deliveries: vec![delivery],

@@ -151,6 +151,7 @@ pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
                 .into_iter()
                 .collect(),
             wakes: crate::Wakes::RouteAndNamed,
+            message: None,
         }],
         reply: None,
     })

@@ -136,6 +136,9 @@ pub struct Delivery {
     pub sender: Vec<String>,
     /// Whom it may wake; mirrors the WIT `wakes`.
     pub wakes: Wakes,
+    /// The message this delivery is one copy of, when the vendor sends
+    /// one message as several events; mirrors the WIT `message`.
+    pub message: Option<String>,
 }
 
 /// Whom a delivery may wake; mirrors the WIT `wakes`.

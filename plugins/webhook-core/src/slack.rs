@@ -124,6 +124,21 @@ fn author(payload: &serde_json::Value) -> Vec<String> {
     ids
 }
 
+/// The message an event is one copy of (`CHANNEL:TS`), for a
+/// conversational event: Slack sends an app both an `app_mention` and a
+/// `message` for one post that mentions it, and every app in the channel
+/// its own `message` (each with its own event id), so a seat is woken once
+/// per post only if they are known as one. Edits and other non-messages
+/// are their own events.
+fn message_of(event_type: &str, wakes: &Wakes, payload: &serde_json::Value) -> Option<String> {
+    if !conversational(event_type) || matches!(wakes, Wakes::Nobody(_)) {
+        return None;
+    }
+    let channel = string_at(payload, &["event", "channel"])?;
+    let ts = string_at(payload, &["event", "ts"])?;
+    Some(format!("{channel}:{ts}"))
+}
+
 /// Parses an Events API body or a slash command.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let trimmed = input.body.iter().position(|b| !b.is_ascii_whitespace());
@@ -161,6 +176,7 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                 string_at(&payload, &["event", "subtype"]).as_deref(),
                 string_at(&payload, &["event", "channel_type"]).as_deref(),
             );
+            let message = message_of(&event_type, &wakes, &payload);
             let addressed = Addressed {
                 mentions: text.as_deref().map(user_mentions).unwrap_or_default(),
                 channel: string_at(&payload, &["event", "channel"]),
@@ -179,6 +195,7 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                     text,
                     payload: input.body.to_vec(),
                     sender: author(&payload),
+                    message,
                     wakes,
                 }],
                 reply: None,
@@ -198,6 +215,7 @@ fn parse_event(input: &Input<'_>) -> Result<Parsed, ParseError> {
                     owed: None,
                     sender: Vec::new(),
                     wakes: Wakes::Nobody(format!("a `{other}` notice is not a message")),
+                    message: None,
                 })
                 .into_iter()
                 .collect(),
@@ -238,6 +256,7 @@ fn parse_command(input: &Input<'_>) -> Result<Parsed, ParseError> {
             // A command is sent to the app whose route it is.
             sender: field("user_id").into_iter().collect(),
             wakes: Wakes::RouteAndNamed,
+            message: None,
         }],
         reply: None,
     })
@@ -335,6 +354,29 @@ mod tests {
         let mut parsed = parse(&input).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(parsed.deliveries.len(), 1);
         parsed.deliveries.remove(0)
+    }
+
+    #[test]
+    fn the_mention_and_the_message_of_one_post_are_one_message() {
+        let post = |kind: &str| {
+            event(serde_json::json!({"type": kind, "channel_type": "channel",
+            "user": "U07GRACE1", "text": "<@U04ADA> hi", "channel": "C1", "ts": "7.1"}))
+        };
+        let (mention, message) = (post("app_mention"), post("message"));
+        assert_eq!(mention.message.as_deref(), Some("C1:7.1"));
+        assert_eq!(mention.message, message.message);
+        let reply = event(serde_json::json!({"type": "message", "user": "U07GRACE1",
+            "text": "more", "channel": "C1", "ts": "7.2", "thread_ts": "7.1"}));
+        assert_eq!(
+            reply.message.as_deref(),
+            Some("C1:7.2"),
+            "a reply is its own message"
+        );
+        let edit = event(
+            serde_json::json!({"type": "message", "subtype": "message_changed",
+            "channel": "C1", "ts": "7.3", "message": {"text": "edited"}}),
+        );
+        assert_eq!(edit.message, None);
     }
 
     #[test]

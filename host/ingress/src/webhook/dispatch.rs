@@ -144,6 +144,7 @@ impl Edge {
                 Wakes::Named => crewlet_bus::Wakes::Named,
                 Wakes::Nobody(why) => crewlet_bus::Wakes::Nobody(why),
             },
+            message: d.message,
             received_by: self.cfg.node_id.clone(),
             received_at_ms: now_ms(),
         };

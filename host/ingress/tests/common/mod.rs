@@ -287,6 +287,7 @@ pub fn inbound(delivery: &str, mentions: &[&str]) -> Inbound {
         owed: None,
         sender: Vec::new(),
         wakes: Default::default(),
+        message: None,
         received_by: "ingress-test".into(),
         received_at_ms: 0,
     }

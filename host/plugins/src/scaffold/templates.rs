@@ -122,6 +122,7 @@ impl Guest for Plugin {
                 owed: None,
                 sender: vec![],
                 wakes: Wakes::RouteAndNamed,
+                message: None,
             }],
             reply: None,
         })

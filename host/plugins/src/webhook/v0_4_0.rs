@@ -89,5 +89,6 @@ fn delivery(d: old::Delivery) -> Delivery {
         }),
         sender: Vec::new(),
         wakes: Wakes::RouteAndNamed,
+        message: None,
     }
 }

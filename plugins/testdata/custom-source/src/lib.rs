@@ -92,6 +92,7 @@ impl Guest for Plugin {
                 owed,
                 sender: Vec::new(),
                 wakes: Wakes::RouteAndNamed,
+                message: None,
             }],
             reply: None,
         })

@@ -59,6 +59,7 @@ fn delivery(id: String, text: Option<String>) -> Delivery {
         owed: None,
         sender: Vec::new(),
         wakes: Wakes::RouteAndNamed,
+        message: None,
     }
 }
 
