@@ -109,7 +109,8 @@ impl World {
         self.restart(envs);
     }
 
-    /// Sends a signed Slack `app_mention` in `channel`/`ts` to `handle`.
+    /// Sends a signed Slack `app_mention` in `channel`, thread `ts`, to
+    /// `handle` (each event its own post: [`common::post_slack_mention`]).
     pub(crate) fn mention(
         &self,
         handle: &str,

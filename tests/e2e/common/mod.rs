@@ -389,22 +389,26 @@ pub async fn take_wake(client: &async_nats::Client, handle: &str) -> Option<serd
     Some(serde_json::from_slice(&msg.payload).expect("a wake is JSON"))
 }
 
-/// Posts a Slack `app_mention` signed with `secret`, in `channel`/`ts`, to
-/// seat `handle`'s route on the node at `api`; the node's answer.
+/// Posts a Slack `app_mention` signed with `secret`, in `channel`, thread
+/// `thread`, to seat `handle`'s route on the node at `api`; the node's
+/// answer. Each event is its own post, as on Slack: its `ts` is made from
+/// the event id (the same event sent again is the same post), its
+/// `thread_ts` is `thread`.
 pub fn post_slack_mention(
     api: &str,
     secret: &str,
     handle: &str,
     event_id: &str,
     channel: &str,
-    ts: &str,
+    thread: &str,
     text: &str,
 ) -> std::io::Result<http::Response> {
     let body = serde_json::json!({
         "type": "event_callback",
         "event_id": event_id,
         "team_id": "T1",
-        "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel, "ts": ts},
+        "event": {"type": "app_mention", "user": "U1", "text": text, "channel": channel,
+                  "ts": format!("{thread}.{event_id}"), "thread_ts": thread},
     })
     .to_string();
     post_slack_event(api, secret, handle, &body)
@@ -431,8 +435,9 @@ pub fn post_slack_event(
     )
 }
 
-/// Sends `node` a Slack `app_mention` signed with `secret`, in
-/// `channel`/`ts`, to seat `handle`; asserts it was accepted (202).
+/// Sends `node` a Slack `app_mention` signed with `secret`, in `channel`,
+/// thread `ts`, to seat `handle` ([`post_slack_mention`]); asserts it was
+/// accepted (202).
 pub fn slack_mention(
     node: &Node,
     secret: &str,
