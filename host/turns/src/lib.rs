@@ -20,7 +20,7 @@ pub use engine::{
     parked_on, turns_over_at, windows_at, windows_now,
 };
 pub use ports::{
-    Brain, Call, CallSite, Clock, EventSink, Msg, Phase, Prompt, Said, ServerInfo, SessionError,
-    Sessions, Speaker, SystemClock, Thought, ToolDef, ToolOutput, Toolbox, TurnEvent, Unavailable,
-    Unpublished,
+    Brain, Call, CallSite, Clock, EmbedError, EmbedSite, Embedded, Embedder, EventSink, Msg,
+    NoEmbedder, Phase, Prompt, Said, ServerInfo, SessionError, Sessions, Speaker, SystemClock,
+    Thought, ToolDef, ToolOutput, Toolbox, TurnEvent, Unavailable, Unpublished,
 };

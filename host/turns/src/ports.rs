@@ -271,3 +271,69 @@ impl Clock for SystemClock {
         SystemTime::now()
     }
 }
+
+/// Vectors for texts, from the company's embedding model (`[memory]`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Embedded {
+    /// `provider/model` the vectors came from: vectors of different models
+    /// (or dimensions) are never compared.
+    pub model: String,
+    /// One vector per input text, in order.
+    pub vectors: Vec<Vec<f32>>,
+    /// Tokens the provider charged (counted against the seat's budget).
+    pub tokens: u64,
+}
+
+/// Who an embedding is for: the seat whose budget pays, and the turn (none
+/// for a duty's pass, e.g. re-embedding by the learning duty).
+#[derive(Debug, Clone)]
+pub struct EmbedSite {
+    pub seat: String,
+    pub turn_id: Option<String>,
+}
+
+/// Why there are no vectors. Every case is a first-class state of recall
+/// (it falls back to recency), never a failed turn.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EmbedError {
+    /// The company names no embedding model: recall is by recency.
+    #[error("no embedding model is configured (`[memory] embedding`): recall is by recency")]
+    Off,
+    /// The provider did not answer, is rate-limited or cooling down, or
+    /// its key is not known yet; carries the provider's (redacted) line.
+    #[error("the embedding provider is unavailable: {0}")]
+    Unavailable(String),
+    /// The seat's budget window is full: the embedding is refused.
+    #[error("the seat's budget refused the embedding: {0}")]
+    Refused(String),
+    /// The provider answered, but not one vector per text.
+    #[error("the embedding provider answered badly: {0}")]
+    Malformed(String),
+}
+
+/// Embeds texts through the company's embedding model, with the same key
+/// pool, cooldowns and budgets as completions.
+pub trait Embedder: Send + Sync + 'static {
+    /// `provider/model` of the configured embedder; `None` when the company
+    /// decided none.
+    fn model(&self) -> Option<String>;
+    fn embed(
+        &self,
+        texts: Vec<String>,
+        site: &EmbedSite,
+    ) -> impl Future<Output = Result<Embedded, EmbedError>> + Send;
+}
+
+/// No embedding model: every call answers [`EmbedError::Off`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoEmbedder;
+
+impl Embedder for NoEmbedder {
+    fn model(&self) -> Option<String> {
+        None
+    }
+
+    async fn embed(&self, _texts: Vec<String>, _site: &EmbedSite) -> Result<Embedded, EmbedError> {
+        Err(EmbedError::Off)
+    }
+}
