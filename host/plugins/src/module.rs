@@ -15,9 +15,13 @@
 //!   writable for a write), which logs each refusal with its reason; then
 //!   key, size, credential. The first check that fails is the answer.
 //! - One instance serves all of a module's calls, one at a time. If a call
-//!   faults, the instance (and every watch it started) is dropped; the next
-//!   call instantiates afresh and runs `init` again. Watch steps queued for
-//!   the dropped instance are discarded, never delivered to the new one.
+//!   faults, the instance (and every watch it started) is dropped, and a
+//!   new one is started (`init` again, so its watches too) after a backoff
+//!   — one second, doubling to [`MAX_REVIVAL_WAIT`], or the breaker's own
+//!   wait while it is open — or sooner by the next call. Why: a module
+//!   driven only by its watches has no next call, and would otherwise stay
+//!   dead while `/plugins` said it ran. Watch steps queued for the dropped
+//!   instance are discarded, never delivered to the new one.
 //! - Watches are bounded: at most [`MAX_WATCHES`] per instance, and their
 //!   steps queue in a channel of [`WATCH_QUEUE`] per module. A full queue
 //!   stops the watch reading (the stream's flow control holds the rest on
@@ -37,7 +41,9 @@
 //!   docs).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker};
@@ -104,6 +110,11 @@ pub use watch::{WatchBoard, WatchState, WatchView};
 pub const WATCH_QUEUE: usize = 64;
 /// Watches one module instance may hold.
 pub const MAX_WATCHES: usize = 8;
+/// The first wait before a module whose instance a fault dropped is
+/// started again.
+pub const FIRST_REVIVAL_WAIT: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts to start it again.
+pub const MAX_REVIVAL_WAIT: Duration = Duration::from_secs(300);
 
 type ModuleStore = Store<Sandbox<ModuleCtx>>;
 
@@ -134,6 +145,11 @@ pub struct ModulePlugin {
     guard: Guard,
     watch_board: Arc<WatchBoard>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
+    /// Starts the instance again after a fault dropped it.
+    revival: Mutex<Option<AbortOnDrop>>,
+    /// Set by [`ModulePlugin::stop`]: no revival after it.
+    stopped: AtomicBool,
+    this: Weak<ModulePlugin>,
     bus: Arc<dyn ModuleBus>,
     publishes: Arc<[String]>,
     subscriptions: Vec<Subscription>,
@@ -208,7 +224,7 @@ impl ModulePlugin {
                 reason: format!("{e:#}"),
             })?;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(WATCH_QUEUE);
-        let plugin = Arc::new(ModulePlugin {
+        let plugin = Arc::new_cyclic(|this| ModulePlugin {
             guard: runtime.guard(&manifest),
             issued: Arc::new(issued_buckets(&manifest)),
             denied: Arc::new(denied_reads(&manifest)),
@@ -222,6 +238,9 @@ impl ModulePlugin {
             listing: Arc::new(tokio::sync::Semaphore::new(1)),
             watch_board: Arc::default(),
             dispatcher: Mutex::new(None),
+            revival: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+            this: this.clone(),
             bus,
             publishes: publishes.into(),
             subscriptions,
@@ -264,6 +283,13 @@ impl ModulePlugin {
     /// every clean shutdown. Steps still queued are dropped (their
     /// instance is gone); a later call would start a new instance.
     pub async fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let revival = self
+            .revival
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        drop(revival);
         let ended = self.live.lock().await.take();
         drop(ended);
     }
@@ -403,7 +429,8 @@ impl ModulePlugin {
                     (store, r.map(|v| (bindings, v)))
                 },
             )
-            .await?;
+            .await
+            .inspect_err(|_| self.revive_later())?;
         *live = Some(Live {
             store,
             bindings,
@@ -465,6 +492,51 @@ impl ModulePlugin {
         if let Ok(Err(reason)) = result {
             tracing::warn!(plugin = %self.manifest.name, "on-state refused a watch step: {reason}")
         }
+    }
+}
+
+impl ModulePlugin {
+    /// Starts a new instance once a backoff has passed, unless a call did
+    /// first or the module was stopped (one revival at a time; a later
+    /// fault replaces it).
+    fn revive_later(&self) {
+        if self.stopped.load(Ordering::SeqCst) {
+            return;
+        }
+        let this = self.this.clone();
+        let task = tokio::spawn(async move {
+            let mut wait = FIRST_REVIVAL_WAIT;
+            loop {
+                tokio::time::sleep(wait).await;
+                let Some(plugin) = this.upgrade() else { return };
+                if plugin.stopped.load(Ordering::SeqCst) {
+                    return;
+                }
+                let mut live = plugin.live.lock().await;
+                if live.is_some() {
+                    return;
+                }
+                let name = &plugin.manifest.name;
+                wait = match plugin.ensure_live(&mut live).await {
+                    Ok(()) => {
+                        tracing::info!(plugin = %name, "module started again after a fault dropped its instance");
+                        return;
+                    }
+                    Err(StartError::Call(CallError::Quarantined { retry_after, .. })) => {
+                        retry_after
+                    }
+                    Err(StartError::Call(e)) => {
+                        tracing::warn!(plugin = %name, "module could not be started again after a fault: {e}; next try in {:?}", wait * 2);
+                        (wait * 2).min(MAX_REVIVAL_WAIT)
+                    }
+                    Err(StartError::Refused(why)) => {
+                        tracing::warn!(plugin = %name, "module's init refused when started again after a fault: {why}; next try in {:?}", wait * 2);
+                        (wait * 2).min(MAX_REVIVAL_WAIT)
+                    }
+                };
+            }
+        });
+        *self.revival.lock().unwrap_or_else(|p| p.into_inner()) = Some(AbortOnDrop(task));
     }
 }
 

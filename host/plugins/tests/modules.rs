@@ -434,3 +434,79 @@ async fn a_bucket_that_does_not_answer_is_unavailable_to_the_module_within_its_d
         .count();
     assert_eq!(ready, 1, "one instance throughout: {:?}", presence.logs());
 }
+
+/// The keys of `bucket` with their values.
+async fn bucket_entries(backend: &dyn StateBackend, bucket: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for key in backend.keys(bucket).await.unwrap() {
+        if let Some(entry) = backend.get(bucket, &key).await.unwrap() {
+            out.insert(key, String::from_utf8_lossy(&entry.value).into_owned());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_whose_watch_step_trapped_is_started_again_and_watches() {
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let backend: Arc<dyn StateBackend> = Arc::new(KvState::nats(client.clone()));
+    let (catalogue, _) = Catalogue::load(&plugins_dir().join("testdata")).unwrap();
+    ensure_buckets(&catalogue, backend.as_ref()).await.unwrap();
+    let (rt, _data) = runtime();
+    let relay = ModulePlugin::start(
+        &rt,
+        manifest("testdata/state-relay"),
+        &catalogue,
+        backend.clone(),
+        nats_bus(&client),
+    )
+    .await
+    .unwrap();
+    let bucket = "mod_relay_seen";
+    let hellos = |entries: &BTreeMap<String, String>| {
+        entries
+            .keys()
+            .filter_map(|k| k.strip_prefix("hello.").map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let first = hellos(&bucket_entries(backend.as_ref(), bucket).await);
+    assert_eq!(first.len(), 1, "one instance said hello: {first:?}");
+
+    // Only the watch drives this module: nothing else will call it.
+    backend
+        .put(bucket, "trap.once", b"x".to_vec())
+        .await
+        .unwrap();
+    let started_again = Instant::now() + Duration::from_secs(15);
+    let second = loop {
+        let now = hellos(&bucket_entries(backend.as_ref(), bucket).await);
+        if let Some(id) = now.iter().find(|id| !first.contains(id)) {
+            break id.clone();
+        }
+        assert!(
+            Instant::now() < started_again,
+            "the instance the trap dropped was never started again: {:?}",
+            relay.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(relay.health().total_faults, 1, "{:?}", relay.health());
+
+    // The new instance's watch is live: a hello written now is seen as `put`.
+    backend
+        .put(bucket, "hello.late", b"{}".to_vec())
+        .await
+        .unwrap();
+    let seen = Instant::now() + Duration::from_secs(10);
+    let key = format!("saw.{second}.late");
+    loop {
+        let entries = bucket_entries(backend.as_ref(), bucket).await;
+        if let Some(how) = entries.get(&key) {
+            assert_eq!(how, "put");
+            break;
+        }
+        assert!(Instant::now() < seen, "{key} never written: {entries:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -6,6 +6,8 @@
 //! node), puts `hello.<id>`, then watches `seen`. For every `hello.<other>`
 //! its watch hands it, it puts `saw.<id>.<other>` = `current` (it was
 //! there when the watch started) or `put` (it was written afterwards).
+//! A `trap.<anything>` written while it watches makes its `on-state` trap
+//! (one listed as current does not), so a test can fault the instance.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -59,6 +61,9 @@ impl Guest for Module {
                 Some(other) => noted(other, "current"),
                 None => Ok(()),
             },
+            StateChange::Put(e) if e.key.starts_with("trap.") => {
+                unreachable!("told to trap by `{}`", e.key)
+            }
             StateChange::Put(e) => match e.key.strip_prefix("hello.") {
                 Some(other) => noted(other, "put"),
                 None => Ok(()),
