@@ -150,7 +150,7 @@ pub struct McpServer {
     /// through them at most once per turn and target.
     pub replies: Vec<String>,
     /// The thread read-back and working indicator this server offers the
-    /// turn (`read_thread`, `raise_working`, `clear_working`, `sources`).
+    /// turn (`read_thread`, `raise_working`, `clear_working`, `notice`, `sources`).
     pub surface: surface::SurfaceTools,
 }
 

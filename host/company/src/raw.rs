@@ -124,6 +124,7 @@ struct RawMcp {
     read_thread: Option<surface::RawSurfaceTool>,
     raise_working: Option<surface::RawSurfaceTool>,
     clear_working: Option<surface::RawSurfaceTool>,
+    notice: Option<surface::RawSurfaceTool>,
     #[serde(default)]
     sources: Vec<String>,
 }
@@ -353,6 +354,7 @@ impl RawMcp {
             self.read_thread,
             self.raise_working,
             self.clear_working,
+            self.notice,
             self.sources,
             errors,
         );

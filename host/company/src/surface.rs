@@ -9,7 +9,10 @@
 //! `{channel}` and `{thread}` (the wake's). Unset, a key means the server's
 //! tool of the key's own name (what `crewlet mcp chat` offers), with
 //! `{ channel = "{channel}", thread = "{thread}" }`; `false` turns it off.
-//! `docs/surfaces.md` says how a real server's tools are mapped.
+//! The turn's own notices (a budget park's "out of budget until …") are
+//! posted the same way (`notice`): unset, through the server's first reply
+//! tool with `{ channel, thread, text = "{text}" }`. `docs/surfaces.md` says
+//! how a real server's tools are mapped.
 
 use std::collections::BTreeMap;
 
@@ -21,11 +24,16 @@ pub const READ_THREAD: &str = "read_thread";
 pub const RAISE_WORKING: &str = "raise_working";
 /// The key, and the chat server's tool, that clears it.
 pub const CLEAR_WORKING: &str = "clear_working";
+/// The key of the call that posts the turn's own notices; unset, the
+/// server's first reply tool.
+pub const NOTICE: &str = "notice";
 
 /// The placeholder for the wake's channel in an arguments template.
 pub const CHANNEL_PLACEHOLDER: &str = "{channel}";
 /// The placeholder for the wake's thread in an arguments template.
 pub const THREAD_PLACEHOLDER: &str = "{thread}";
+/// The placeholder for a notice's text in the `notice` template.
+pub const TEXT_PLACEHOLDER: &str = "{text}";
 
 /// One of the turn's own calls, as a server maps it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -50,6 +58,8 @@ pub struct SurfaceTools {
     pub read_thread: SurfaceTool,
     pub raise_working: SurfaceTool,
     pub clear_working: SurfaceTool,
+    /// How the turn posts its own notices ([`NOTICE`]).
+    pub notice: SurfaceTool,
     /// The webhook sources whose wakes this server reads back and shows
     /// working for (`sources = ["slack"]`); empty: every source.
     pub sources: Vec<String>,
@@ -69,4 +79,12 @@ pub fn default_arguments() -> BTreeMap<String, serde_json::Value> {
         ("channel".to_owned(), CHANNEL_PLACEHOLDER.into()),
         ("thread".to_owned(), THREAD_PLACEHOLDER.into()),
     ])
+}
+
+/// The arguments of a notice mapped by a tool name alone (or not mapped):
+/// [`default_arguments`] and `text = "{text}"`.
+pub fn notice_arguments() -> BTreeMap<String, serde_json::Value> {
+    let mut args = default_arguments();
+    args.insert("text".to_owned(), TEXT_PLACEHOLDER.into());
+    args
 }

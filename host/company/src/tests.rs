@@ -651,6 +651,7 @@ fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
         r#"read_thread = { tool = "get_replies", arguments = { channel_id = "{channel}", ts = "{thread}", limit = 50 } }
         raise_working = "add_eyes"
         clear_working = false
+        notice = "send_note"
         sources = ["slack"]"#,
     );
     let c = Company::parse(&mapped).unwrap_or_else(|e| panic!("{e}"));
@@ -670,6 +671,14 @@ fn a_server_maps_the_turns_own_calls_by_name_by_template_or_not_at_all() {
         "a name alone takes channel and thread"
     );
     assert_eq!(s.clear_working, SurfaceTool::Off);
+    assert_eq!(
+        s.notice,
+        SurfaceTool::Tool {
+            tool: "send_note".into(),
+            arguments: crate::surface::notice_arguments()
+        },
+        "a notice's name alone takes channel, thread and the text"
+    );
     assert!(s.serves("slack") && !s.serves("github"));
 
     let bad = doc(r#"read_thread = true

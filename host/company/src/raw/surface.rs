@@ -1,4 +1,4 @@
-//! `read_thread`, `raise_working`, `clear_working` and `sources` of a role's
+//! `read_thread`, `raise_working`, `clear_working`, `notice` and `sources` of a role's
 //! MCP server, as written (see [`crate::surface`]).
 
 use std::collections::BTreeMap;
@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::{Errors, non_empty};
-use crate::surface::{SurfaceTool, SurfaceTools, default_arguments};
+use crate::surface::{SurfaceTool, SurfaceTools, default_arguments, notice_arguments};
 
 /// One mapping as written: `false`, a tool name, or `{ tool, arguments }`.
 #[derive(Debug, Deserialize)]
@@ -30,21 +30,26 @@ pub(super) fn validate(
     read_thread: Option<RawSurfaceTool>,
     raise_working: Option<RawSurfaceTool>,
     clear_working: Option<RawSurfaceTool>,
+    notice: Option<RawSurfaceTool>,
     sources: Vec<String>,
     errors: &mut Errors,
 ) -> SurfaceTools {
     let mut one = |key: &str, raw: Option<RawSurfaceTool>| {
+        let defaults = match key {
+            "notice" => notice_arguments,
+            _ => default_arguments,
+        };
         let at = format!("{path}.{key}");
         match raw {
             None => SurfaceTool::ByName,
             Some(RawSurfaceTool::Switch(false)) => SurfaceTool::Off,
             Some(RawSurfaceTool::Switch(true)) => {
-                errors.add(at, "expected a tool name, `{ tool = \"…\", arguments = { … } }` or `false`; `true` names no tool (leave the key out to use the server's own `read_thread` / `raise_working` / `clear_working`)");
+                errors.add(at, "expected a tool name, `{ tool = \"…\", arguments = { … } }` or `false`; `true` names no tool (leave the key out to use the server's own `read_thread` / `raise_working` / `clear_working`, or its first reply tool for `notice`)");
                 SurfaceTool::Off
             }
-            Some(RawSurfaceTool::Name(tool)) => call(&at, tool, None, errors),
+            Some(RawSurfaceTool::Name(tool)) => call(&at, tool, None, defaults, errors),
             Some(RawSurfaceTool::Call(RawCall { tool, arguments })) => {
-                call(&format!("{at}.tool"), tool, arguments, errors)
+                call(&format!("{at}.tool"), tool, arguments, defaults, errors)
             }
         }
     };
@@ -52,6 +57,7 @@ pub(super) fn validate(
         read_thread: one("read_thread", read_thread),
         raise_working: one("raise_working", raise_working),
         clear_working: one("clear_working", clear_working),
+        notice: one("notice", notice),
         sources,
     };
     for (i, source) in tools.sources.iter().enumerate() {
@@ -67,11 +73,12 @@ fn call(
     at: &str,
     tool: String,
     arguments: Option<BTreeMap<String, toml::Value>>,
+    defaults: fn() -> BTreeMap<String, serde_json::Value>,
     errors: &mut Errors,
 ) -> SurfaceTool {
     errors.check(at, non_empty(&tool, "a tool name"));
     let arguments = match arguments {
-        None => default_arguments(),
+        None => defaults(),
         Some(args) => args
             .into_iter()
             .map(|(k, v)| {

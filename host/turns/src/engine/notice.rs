@@ -33,9 +33,6 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         if !self.company.announce_park {
             return Vec::new();
         }
-        let Some((server, tool)) = self.reply_tools().first().cloned() else {
-            return Vec::new();
-        };
         // The targets still owed, each with its triggers.
         let mut owed: Vec<(Target, Vec<String>)> = Vec::new();
         for o in self
@@ -51,27 +48,28 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let text = prompts::out_of_budget(&park.reason(&self.company));
         let mut told = Vec::new();
         for (target, triggers) in owed {
-            if self
-                .notify(park, &server, &tool, &target, &triggers, &text)
-                .await
-            {
+            let Some(call) = super::surface::notice_call(self.tools, &self.role, &target, &text)
+            else {
+                continue;
+            };
+            if self.notify(park, call, &target, &triggers).await {
                 told.push(target.to_string());
             }
         }
         told
     }
 
-    /// Claims `triggers`' notice keys and, when one was won, posts `text`
-    /// to `target`; answers whether it posted.
+    /// Claims `triggers`' notice keys and, when one was won, makes `call`
+    /// (the server, tool and arguments posting the notice to `target`);
+    /// answers whether it posted.
     async fn notify(
         &self,
         park: &Park,
-        server: &str,
-        tool: &str,
+        (server, tool, mut args): (String, String, Value),
         target: &Target,
         triggers: &[String],
-        text: &str,
     ) -> bool {
+        let (server, tool) = (server.as_str(), tool.as_str());
         let engine = self.engine;
         let ledger = &engine.ledger;
         let mut won = Vec::new();
@@ -94,7 +92,6 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let Some(first) = won.first() else {
             return false;
         };
-        let mut args = json!({"channel": target.channel, "thread": target.thread, "text": text});
         if self.takes_idempotency_key(server, tool) {
             args[IDEMPOTENCY_ARG] = Value::String(first.id().to_owned());
         }

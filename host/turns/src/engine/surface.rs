@@ -26,7 +26,7 @@ use crewlet_bus::Wake;
 use crewlet_company::Role;
 use crewlet_company::surface::{
     CHANNEL_PLACEHOLDER, CLEAR_WORKING, RAISE_WORKING, READ_THREAD, SurfaceTool, SurfaceTools,
-    THREAD_PLACEHOLDER, default_arguments,
+    TEXT_PLACEHOLDER, THREAD_PLACEHOLDER, default_arguments, notice_arguments,
 };
 use serde_json::{Map, Value, json};
 use tracing::{info, warn};
@@ -93,6 +93,48 @@ fn resolve<T: Toolbox>(
             arguments: fill(&template, at, &def.parameters),
             tool,
         })
+    })
+}
+
+/// How the seat posts a notice of the turn's own (`text`) to `target`: the
+/// first server of `role` (by name) whose `notice` is mapped to a tool, or
+/// left unset on a server with a reply tool (its first); the arguments
+/// template filled with the target's channel and thread, then the text
+/// (last, so nothing in the text is taken for a placeholder).
+pub(super) fn notice_call<T: Toolbox>(
+    tools: &T,
+    role: &Role,
+    target: &crate::trigger::Target,
+    text: &str,
+) -> Option<(String, String, Value)> {
+    role.mcp.iter().find_map(|(server, spec)| {
+        let (tool, template) = match &spec.surface.notice {
+            SurfaceTool::Off => return None,
+            SurfaceTool::ByName => (spec.replies.first()?.clone(), notice_arguments()),
+            SurfaceTool::Tool { tool, arguments } => (tool.clone(), arguments.clone()),
+        };
+        let schema = tools
+            .tools(server)
+            .ok()
+            .and_then(|defs| defs.into_iter().find(|d| d.name == tool))
+            .map(|d| d.parameters)
+            .unwrap_or(Value::Null);
+        let at = Place {
+            source: "",
+            channel: &target.channel,
+            thread: target.thread.as_deref(),
+        };
+        let mut arguments = fill(&template, &at, &schema);
+        if let Value::Object(args) = &mut arguments {
+            for value in args.values_mut() {
+                if let Value::String(s) = value
+                    && s.contains(TEXT_PLACEHOLDER)
+                {
+                    *s = s.replace(TEXT_PLACEHOLDER, text);
+                }
+            }
+        }
+        Some((server.clone(), tool, arguments))
     })
 }
 

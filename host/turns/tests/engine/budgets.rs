@@ -354,6 +354,52 @@ async fn a_parks_notice_is_its_own_post_once_per_window_and_the_reply_is_still_o
 }
 
 #[tokio::test]
+async fn a_parks_notice_goes_through_the_servers_notice_mapping() {
+    // A vendor's server names its arguments its own way: the notice is
+    // posted with them, the text in the `{text}` slot.
+    let f = Fixture::new(Doc {
+        chat_mapping: r#"notice = { tool = "post_message", arguments = { channel_id = "{channel}", thread_ts = "{thread}", payload = "{text}", content_type = "text/plain" } }"#,
+        ..announcing(5_000)
+    });
+    fill_day(&f, 5_000).await;
+    let end = f.run(&[mention("d1")]).await;
+    assert!(matches!(end, TurnEnd::Parked { .. }), "{end:?}");
+    let posts = f.chat.posts();
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    let post = posts[0].as_object().unwrap();
+    let mut keys: Vec<&str> = post.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["channel_id", "content_type", "payload", "thread_ts"],
+        "{post:?}"
+    );
+    assert_eq!(post["channel_id"], "C1");
+    assert_eq!(post["thread_ts"], "17.1");
+    assert!(
+        post["payload"]
+            .as_str()
+            .unwrap()
+            .contains("out of token budget"),
+        "{post:?}"
+    );
+
+    // `notice = false`: the seat tells nobody; the work stays parked.
+    let f = Fixture::new(Doc {
+        chat_mapping: "notice = false",
+        ..announcing(5_000)
+    });
+    fill_day(&f, 5_000).await;
+    let end = f.run(&[mention("d1")]).await;
+    assert!(matches!(end, TurnEnd::Parked { .. }), "{end:?}");
+    assert!(f.chat.posts().is_empty(), "{:?}", f.chat.posts());
+    assert_eq!(
+        f.of_kind("budget_parked").await[0]["announced_to"],
+        serde_json::json!([])
+    );
+}
+
+#[tokio::test]
 async fn a_parks_notice_whose_key_cannot_be_recorded_is_not_posted() {
     let f = Fixture::new(announcing(5_000));
     fill_day(&f, 5_000).await;

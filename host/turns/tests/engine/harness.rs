@@ -36,6 +36,8 @@ pub struct Doc {
     pub announce_park: bool,
     /// How long the turn's own chat calls may take (`Limits::surface_timeout`).
     pub surface_timeout: Duration,
+    /// More keys of `[roles.dev.mcp.chat]` (its surface mapping).
+    pub chat_mapping: &'static str,
 }
 
 impl Default for Doc {
@@ -47,6 +49,7 @@ impl Default for Doc {
             seat_day_cap: None,
             announce_park: false,
             surface_timeout: Limits::default().surface_timeout,
+            chat_mapping: "",
         }
     }
 }
@@ -76,12 +79,16 @@ max_tool_rounds = {}
 [roles.dev.mcp.chat]
 command = "chat"
 replies = ["post_message"]
+{chat_mapping}
 {budget}
 {budgets}
 [seats]
 ada = {{ role = "dev" }}
 "#,
-            self.timezone, self.max_iterations, self.max_tool_rounds
+            self.timezone,
+            self.max_iterations,
+            self.max_tool_rounds,
+            chat_mapping = self.chat_mapping,
         );
         Company::parse(&text).unwrap_or_else(|e| panic!("{e}"))
     }
