@@ -9,6 +9,7 @@ mod blame;
 mod budget_park;
 mod clock_skew;
 mod config_plane;
+mod custody;
 mod dashboard;
 mod dashboard_views;
 mod doctor;
