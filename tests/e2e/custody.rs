@@ -81,7 +81,12 @@ fn a_stateless_nodes_turns_are_kept_by_a_data_node_and_read_from_both() {
         "{seen}"
     );
 
-    let keeper = node(&sb, "keeper", r#"["data", "ingress", "workers"]"#, &server.url());
+    let keeper = node(
+        &sb,
+        "keeper",
+        r#"["data", "ingress", "workers"]"#,
+        &server.url(),
+    );
     assert!(
         eventually(Duration::from_secs(15), || {
             seen = custody(&edge);
@@ -111,7 +116,9 @@ fn a_stateless_nodes_turns_are_kept_by_a_data_node_and_read_from_both() {
     for reader in [&edge, &keeper] {
         let ended = events(reader, "turn_ended");
         assert!(
-            ended.iter().any(|e| e["payload"]["turn_id"] == turn_id.as_str()),
+            ended
+                .iter()
+                .any(|e| e["payload"]["turn_id"] == turn_id.as_str()),
             "{ended:?}"
         );
         let turn = get(reader, &format!("/turns/{turn_id}"));
@@ -130,7 +137,11 @@ fn a_stateless_nodes_turns_are_kept_by_a_data_node_and_read_from_both() {
     }
     // Each node's own log: edge's is empty, keeper's holds edge's rows.
     let own = get(&edge, "/events?node=edge&limit=1000");
-    assert_eq!(own["coverage"]["answered"], serde_json::json!(["edge"]), "{own}");
+    assert_eq!(
+        own["coverage"]["answered"],
+        serde_json::json!(["edge"]),
+        "{own}"
+    );
     assert_eq!(own["events"], serde_json::json!([]), "{own}");
     let kept = get(&keeper, "/events?node=keeper&type=turn_started&limit=1000");
     assert!(

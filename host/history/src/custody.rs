@@ -228,8 +228,13 @@ impl Keeper {
             .unsettled
             .store(report.unknown as u64, Ordering::Relaxed);
         if report.kept + report.dropped > 0 {
-            info!(subsystem = "custody", kept = report.kept, dropped = report.dropped,
-                unknown = report.unknown, "settled custody batches written before");
+            info!(
+                subsystem = "custody",
+                kept = report.kept,
+                dropped = report.dropped,
+                unknown = report.unknown,
+                "settled custody batches written before"
+            );
         }
         report
     }
@@ -251,7 +256,9 @@ pub async fn ensure_durable(
                 durable_name: Some(CUSTODY_DURABLE.into()),
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: ACK_WAIT,
-                description: Some("custody: each stateless node's event batch, kept by one data node".into()),
+                description: Some(
+                    "custody: each stateless node's event batch, kept by one data node".into(),
+                ),
                 ..Default::default()
             },
         )

@@ -185,9 +185,9 @@ async fn a_stateless_nodes_events_reach_a_data_nodes_log_through_the_stream() {
     // nothing no durable covers.
     custody::ensure_durable(&js).await.unwrap();
     let edge = crewlet_observe::Publisher::stateless("edge", js.clone());
-    let published = futures::future::join_all((0..40).map(|i| {
-        edge.publish(edge.event("tool_call", serde_json::json!({ "i": i })))
-    }))
+    let published = futures::future::join_all(
+        (0..40).map(|i| edge.publish(edge.event("tool_call", serde_json::json!({ "i": i })))),
+    )
     .await;
     for p in &published {
         let p = p.as_ref().unwrap();
@@ -225,7 +225,10 @@ async fn a_stateless_nodes_events_reach_a_data_nodes_log_through_the_stream() {
     let mut s = js.get_stream(CUSTODY_STREAM).await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while s.info().await.unwrap().state.messages > 0 {
-        assert!(tokio::time::Instant::now() < deadline, "batches left on the stream");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "batches left on the stream"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -53,18 +53,16 @@ impl CustodyView {
 pub fn start(ctx: &EngineContext, started: &mut Started) -> CustodyView {
     let data = ctx.config.roles.contains(&crewlet_config::Role::Data);
     let keeper = data.then(|| {
-        let keeper = Keeper::new(
-            ctx.node_id.clone(),
-            ctx.store.clone(),
-            ctx.coord.custody(),
-        );
+        let keeper = Keeper::new(ctx.node_id.clone(), ctx.store.clone(), ctx.coord.custody());
         let stats = keeper.stats();
         let running =
             crewlet_history::custody::start(keeper, async_nats::jetstream::new(ctx.client.clone()));
         started.push("custody", move || Box::pin(running.stop()));
         stats
     });
-    let fleet = Arc::new(Mutex::new(json!({ "data_nodes": null, "state": "unknown" })));
+    let fleet = Arc::new(Mutex::new(
+        json!({ "data_nodes": null, "state": "unknown" }),
+    ));
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(
         watch_fleet(ctx.coord.survey(), data, fleet.clone(), stopped).in_current_span(),

@@ -96,7 +96,11 @@ fn sized(job: Job) -> (Job, usize) {
     (job, size)
 }
 
-async fn publish(js: &jetstream::Context, subject: &str, batch: &CustodyBatch) -> Result<(), String> {
+async fn publish(
+    js: &jetstream::Context,
+    subject: &str,
+    batch: &CustodyBatch,
+) -> Result<(), String> {
     let body = serde_json::to_vec(batch).expect("a batch serialises");
     let mut last = String::new();
     for _ in 0..ATTEMPTS {

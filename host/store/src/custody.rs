@@ -177,8 +177,14 @@ mod tests {
         assert!(unsettled.contains(&"b1".to_owned()) && unsettled.contains(&"b2".to_owned()));
 
         assert_eq!(store.settle_custody("b1", true).unwrap(), Settled::Kept);
-        assert_eq!(store.settle_custody("b2", false).unwrap(), Settled::Dropped(2));
-        assert_eq!(store.settle_custody("b2", false).unwrap(), Settled::Dropped(0));
+        assert_eq!(
+            store.settle_custody("b2", false).unwrap(),
+            Settled::Dropped(2)
+        );
+        assert_eq!(
+            store.settle_custody("b2", false).unwrap(),
+            Settled::Dropped(0)
+        );
         assert!(store.unsettled_custody().unwrap().is_empty());
         assert_eq!(store.custody_rows("b1").unwrap(), 3);
         assert_eq!(store.custody_rows("b2").unwrap(), 0);
