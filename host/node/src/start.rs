@@ -217,6 +217,11 @@ pub async fn start(
         pauses,
     };
     p.state.attach_custody(crate::custody::start(&ctx, started));
+    // A prepared restore: the company's buckets and streams back before
+    // the config plane and the seats read them.
+    crate::backup::adopt_pending(&ctx)
+        .await
+        .map_err(NodeError::Engine)?;
     start_config_plane(&ctx, started).await;
     let edge = crate::ingress::start(&ctx, started)
         .await

@@ -115,6 +115,14 @@ impl Store {
         Ok(n as usize)
     }
 
+    /// Writes a consistent copy of this whole store to `path` (which must not
+    /// exist): one read transaction, so a backup sees one instant of it.
+    pub fn snapshot_to(&self, path: &std::path::Path) -> Result<(), StoreError> {
+        self.conn()
+            .execute("VACUUM INTO ?1", [path.display().to_string()])?;
+        Ok(())
+    }
+
     /// Whether `batch` is written here and not settled yet.
     pub fn is_unsettled(&self, batch: &str) -> Result<bool, StoreError> {
         Ok(self

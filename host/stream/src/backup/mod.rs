@@ -170,6 +170,27 @@ impl Writer {
         Ok(())
     }
 
+    /// The artefact's directory, for a file written into it in place.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Adds `file`, already written into the artefact's directory.
+    pub fn add_written(&mut self, file: &str) -> Result<(), BackupError> {
+        let bytes = std::fs::read(self.dir.join(file)).map_err(|e| BackupError::Write {
+            dir: self.dir.clone(),
+            detail: format!("{file}: {e}"),
+        })?;
+        self.manifest.files.push(FileEntry {
+            file: file.to_owned(),
+            sha256: sha256_hex(&bytes),
+            bytes: bytes.len() as u64,
+            stream: None,
+            messages: 0,
+        });
+        Ok(())
+    }
+
     /// Writes the manifest last: an artefact without one is not an artefact.
     pub fn finish(self) -> Result<Manifest, BackupError> {
         let text = serde_json::to_vec_pretty(&self.manifest).expect("a manifest serialises");
