@@ -5,6 +5,7 @@
 
 mod common;
 
+mod backup;
 mod blame;
 mod budget_park;
 mod clock_skew;

@@ -828,7 +828,13 @@ fn backup(args: BackupArgs) -> i32 {
     };
     let body = serde_json::json!({ "dir": dir }).to_string();
     let headers = [("Content-Type", "application/json")];
-    match crate::client::request_to(args.node.node(), "POST", "/backup", &headers, body.as_bytes()) {
+    match crate::client::request_to(
+        args.node.node(),
+        "POST",
+        "/backup",
+        &headers,
+        body.as_bytes(),
+    ) {
         Ok((200, answer)) => {
             println!("{}", answer.trim_end());
             0
