@@ -21,14 +21,7 @@ fn start(sb: &Sandbox) -> Node {
         "[node]\nid = \"solo\"\n[secrets]\nkeyring = \"{}\"\n",
         sb.path("keyring").display()
     );
-    let mut node = sb
-        .node(&extra)
-        .arg("--company")
-        .arg(sb.path("company.toml"))
-        .arg("--plugins")
-        .arg(sb.path("plugins"))
-        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-        .spawn();
+    let mut node = sb.node(&extra).slack_company(sb).spawn();
     node.wait_ready(Duration::from_secs(60));
     node
 }

@@ -29,11 +29,7 @@ fn node(sb: &Sandbox, id: &str, roles: &str, nats: &str) -> Node {
         .arg(cfg)
         .arg("--data-dir")
         .arg(sb.path(&format!("data-{id}")))
-        .arg("--company")
-        .arg(sb.path("company.toml"))
-        .arg("--plugins")
-        .arg(sb.path("plugins"))
-        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .slack_company(sb)
         .spawn();
     node.wait_ready(Duration::from_secs(60));
     node
