@@ -85,11 +85,14 @@ pub const CUSTODY_STREAM: &str = "CREWLET_CUSTODY";
 pub const CUSTODY_SUBJECTS: &str = "crewlet.custody.>";
 /// The one fleet-wide durable every data node takes custody batches from.
 pub const CUSTODY_DURABLE: &str = "custody";
+/// What [`CUSTODY_DURABLE`] covers: the batches, and not the stream's
+/// reach probe (which a durable over the whole stream would keep).
+pub const CUSTODY_BATCHES: &str = "crewlet.custody.batch.>";
 
 /// The subject node `node_id` (a node without `data`) publishes its event
 /// batches on. A node id is one subject token (see [`history_subject`]).
 pub fn custody_subject(node_id: &str) -> String {
-    format!("{}.{node_id}", CUSTODY_SUBJECTS.trim_end_matches(".>"))
+    format!("{}.{node_id}", CUSTODY_BATCHES.trim_end_matches(".>"))
 }
 
 /// Stream of seat mailboxes (interest retention).
@@ -323,6 +326,8 @@ mod tests {
         assert!(!covered(EVENTS_SUBJECTS, NOTIFY_DLQ_SUBJECT));
         // Custody batches are never on the broadcast dashboards stream.
         assert!(covered(CUSTODY_SUBJECTS, &custody_subject("edge-1")));
+        assert!(covered(CUSTODY_BATCHES, &custody_subject("edge-1")));
+        assert!(covered(CUSTODY_SUBJECTS, CUSTODY_BATCHES));
         assert!(!covered(EVENTS_SUBJECTS, &custody_subject("edge-1")));
         // History reads are request/reply: no stream may hold them.
         for stream in [

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, AckKind, consumer};
-use crewlet_bus::{CUSTODY_DURABLE, CUSTODY_STREAM};
+use crewlet_bus::{CUSTODY_BATCHES, CUSTODY_DURABLE, CUSTODY_STREAM};
 use crewlet_coord::{Answer, CoordError, Custody};
 use crewlet_store::{CustodyBatch, Settled, Store, StoreError};
 use futures::StreamExt;
@@ -254,6 +254,7 @@ pub async fn ensure_durable(
             CUSTODY_DURABLE,
             consumer::pull::Config {
                 durable_name: Some(CUSTODY_DURABLE.into()),
+                filter_subject: CUSTODY_BATCHES.into(),
                 ack_policy: consumer::AckPolicy::Explicit,
                 ack_wait: ACK_WAIT,
                 description: Some(

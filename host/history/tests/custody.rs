@@ -184,6 +184,13 @@ async fn a_stateless_nodes_events_reach_a_data_nodes_log_through_the_stream() {
     // Every node makes the durable before it publishes: the stream keeps
     // nothing no durable covers.
     custody::ensure_durable(&js).await.unwrap();
+    // The stream's reach probe (every node's start sends one) is no batch:
+    // the durable does not cover it, so the stream keeps none.
+    js.publish("crewlet.custody._reach", "probe".into())
+        .await
+        .unwrap()
+        .await
+        .unwrap();
     let edge = crewlet_observe::Publisher::stateless("edge", js.clone());
     let published = futures::future::join_all(
         (0..40).map(|i| edge.publish(edge.event("tool_call", serde_json::json!({ "i": i })))),

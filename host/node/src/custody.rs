@@ -18,9 +18,8 @@ use crewlet_coord::Survey;
 use crewlet_history::custody::{Keeper, KeeperStats};
 use serde_json::{Value, json};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
-
-use crate::engine::{EngineContext, Started};
 
 /// How often the count of live data nodes is read.
 pub const VIEW_EVERY: Duration = Duration::from_secs(2);
@@ -48,36 +47,59 @@ impl CustodyView {
     }
 }
 
-/// Starts the keeper (on a data node) and the fleet count (on every
-/// node); both stop with the stack.
-pub fn start(ctx: &EngineContext, started: &mut Started) -> CustodyView {
-    let data = ctx.config.roles.contains(&crewlet_config::Role::Data);
-    let keeper = data.then(|| {
-        let keeper = Keeper::new(ctx.node_id.clone(), ctx.store.clone(), ctx.coord.custody());
+/// What the custody part is started with (plain parts: this module sits
+/// below the engine, which the node state it feeds also sits below).
+pub struct Parts {
+    pub node_id: String,
+    pub data: bool,
+    pub store: Arc<crewlet_store::Store>,
+    pub coord: crewlet_coord::Coord,
+    pub client: async_nats::Client,
+}
+
+/// The keeper (on a data node) and the fleet count, running.
+pub struct Running {
+    keeper: Option<crewlet_history::custody::Running>,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+        if let Some(keeper) = self.keeper {
+            keeper.stop().await;
+        }
+    }
+}
+
+/// Starts the keeper (on a data node) and the fleet count (on every node).
+pub fn start(p: Parts) -> (CustodyView, Running) {
+    let (keeper, stats) = if p.data {
+        let keeper = Keeper::new(p.node_id.clone(), p.store.clone(), p.coord.custody());
         let stats = keeper.stats();
-        let running =
-            crewlet_history::custody::start(keeper, async_nats::jetstream::new(ctx.client.clone()));
-        started.push("custody", move || Box::pin(running.stop()));
-        stats
-    });
+        let js = async_nats::jetstream::new(p.client.clone());
+        (
+            Some(crewlet_history::custody::start(keeper, js)),
+            Some(stats),
+        )
+    } else {
+        (None, None)
+    };
     let fleet = Arc::new(Mutex::new(
         json!({ "data_nodes": null, "state": "unknown" }),
     ));
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(
-        watch_fleet(ctx.coord.survey(), data, fleet.clone(), stopped).in_current_span(),
+        watch_fleet(p.coord.survey(), p.data, fleet.clone(), stopped).in_current_span(),
     );
-    started.push("custody-view", move || {
-        Box::pin(async move {
-            let _ = stop.send(true);
-            let _ = task.await;
-        })
-    });
-    CustodyView {
-        data,
+    let view = CustodyView {
+        data: p.data,
         fleet,
-        keeper,
-    }
+        keeper: stats,
+    };
+    (view, Running { keeper, stop, task })
 }
 
 async fn watch_fleet(

@@ -216,7 +216,15 @@ pub async fn start(
         secrets,
         pauses,
     };
-    p.state.attach_custody(crate::custody::start(&ctx, started));
+    let (custody, keeping) = crate::custody::start(crate::custody::Parts {
+        node_id: ctx.node_id.clone(),
+        data,
+        store: ctx.store.clone(),
+        coord: ctx.coord.clone(),
+        client: ctx.client.clone(),
+    });
+    p.state.attach_custody(custody);
+    started.push("custody", move || Box::pin(keeping.stop()));
     // A prepared restore: the company's buckets and streams back before
     // the config plane and the seats read them.
     crate::backup::adopt_pending(&ctx)
