@@ -1,9 +1,10 @@
 //! Backup and restore through the real binary: a one-node company (its
 //! embedded broker in the data dir) runs a turn, holds a sealed secret and
-//! spends budget; `crewlet backup` writes the artefact; the node stops and
+//! spends budget, and a module (the `relay` test module) holds state;
+//! `crewlet backup` writes the artefact; the node stops and
 //! its data dir — broker and store — is deleted; `crewlet restore` and a
-//! fresh start bring the same company back with its history, budget spend
-//! and secret, and it answers again. An altered artefact and one of a newer
+//! fresh start bring the same company back with its history, budget spend,
+//! secret and module state, and it answers again. An altered artefact and one of a newer
 //! format are refused with the reason, writing nothing.
 
 use crate::common;
@@ -37,6 +38,22 @@ fn company_day_spent(node: &Node) -> u64 {
         .unwrap_or_else(|| panic!("no company day window: {b}"))
 }
 
+/// Writes `key` into the relay module's bucket from outside, on the node's
+/// embedded broker (its login from `/health`).
+fn put_module_state(node: &Node, key: &str, value: &str) {
+    let health = node.health();
+    let url = health["stream"]["urls"][0].as_str().unwrap().to_owned();
+    let login = broker_login(&health);
+    let (key, value) = (key.to_owned(), value.to_owned());
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async move {
+            let js = async_nats::jetstream::new(login.connect(url).await.unwrap());
+            let kv = js.get_key_value("mod_relay_seen").await.unwrap();
+            kv.put(key, value.into_bytes().into()).await.unwrap();
+        });
+}
+
 fn mention(node: &Node, event: &str, thread: &str) {
     let r = post_slack_mention(
         &node.api,
@@ -65,11 +82,12 @@ fn restore(art: &Path, data_dir: &Path) -> (bool, String) {
 }
 
 #[test]
-fn a_company_backed_up_and_restored_answers_with_its_history_budgets_and_secrets() {
+fn a_company_backed_up_and_restored_answers_with_its_history_budgets_secrets_and_module_state() {
     let sb = Sandbox::new();
     PluginsDir::new(sb.path("plugins"))
         .add("slack", "plugins/webhooks/slack/plugin.toml")
-        .add("scripted", "plugins/providers/scripted/plugin.toml");
+        .add("scripted", "plugins/providers/scripted/plugin.toml")
+        .add("relay", "plugins/testdata/state-relay/plugin.toml");
     let doc = SCRIPTED_COMPANY
         .replace(
             "[org]\nname = \"Acme\"\n",
@@ -88,6 +106,7 @@ fn a_company_backed_up_and_restored_answers_with_its_history_budgets_and_secrets
     let ended = wait_events(&node, "turn_ended", 1);
     let turn_id = ended[0]["payload"]["turn_id"].as_str().unwrap().to_owned();
     let spent = company_day_spent(&node);
+    put_module_state(&node, "note", "before the backup");
     assert!(spent >= 150, "the turn's tokens are charged: {spent}");
 
     let art = sb.path("backup-1");
@@ -116,6 +135,15 @@ fn a_company_backed_up_and_restored_answers_with_its_history_budgets_and_secrets
     assert_eq!(secrets.status, 200, "{}", secrets.text());
     assert!(secrets.text().contains("TEAM_NOTE"), "{}", secrets.text());
     assert!(!sb.data_dir().join("restore-pending").exists());
+    let state = node
+        .get("/plugins/relay/state/seen")
+        .expect("GET the module's bucket");
+    assert_eq!(state.status, 200, "{}", state.text());
+    assert!(
+        state.text().contains("note") && state.text().contains("before the backup"),
+        "module state: {}",
+        state.text()
+    );
     // The same company answers again.
     mention(&node, "Ev2", "200.1");
     wait_events(&node, "turn_ended", 2);
