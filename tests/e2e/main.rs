@@ -5,10 +5,12 @@
 
 mod common;
 
+mod backup;
 mod blame;
 mod budget_park;
 mod clock_skew;
 mod config_plane;
+mod custody;
 mod dashboard;
 mod dashboard_views;
 mod doctor;

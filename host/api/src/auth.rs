@@ -93,7 +93,7 @@ pub trait Authority: Send + Sync + 'static {
 
 /// The scope a request needs.
 pub fn scope_needed(method: &Method, path: &str) -> Scope {
-    if path == "/tokens" || path.starts_with("/tokens/") {
+    if path == "/tokens" || path.starts_with("/tokens/") || path == "/backup" {
         Scope::Admin
     } else if matches!(*method, Method::GET | Method::HEAD) {
         Scope::Read

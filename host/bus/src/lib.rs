@@ -22,6 +22,7 @@
 //! | [`LOCAL_COORDINATION_SUBJECT`] (core request/reply, no stream) | — | a node with `coordination.type = "local"`, at start | every other such node on the broker, whose answer refuses the start |
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
 //! | [`memory_subject`] (one memory row, the table's own encoding) | [`MEMORY_STREAM`] | `crewlet-memory`, after the row is in the node's store | the node that acquires the seat, one pass over [`memory_filter`] before its mailbox is attached |
+//! | [`custody_subject`] (a batch of a stateless node's event rows, `crewlet_store::CustodyBatch`) | [`CUSTODY_STREAM`] | `crewlet-observe`'s publisher on a node without `data` | one data node per batch ([`CUSTODY_DURABLE`], `crewlet-history`'s keeper) |
 //! | [`CONFIG_ACTIVATED_SUBJECT`] (core publish, no stream; the new epoch) | — | a node that moved the config pointer (`PUT /config`) | every node's config reconciler, which polls the pointer at once |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
@@ -75,6 +76,24 @@ mod message;
 
 pub use history::EventFilter;
 pub use message::{DeadLetter, Inbound, ReplyTo, Sender, Wake, Wakes};
+
+/// Stream of the event batches of nodes without `data` (interest
+/// retention: a batch lives until a data node took it).
+pub const CUSTODY_STREAM: &str = "CREWLET_CUSTODY";
+/// The subjects [`CUSTODY_STREAM`] holds: outside `crewlet.events.>`,
+/// whose broadcast every dashboard streams.
+pub const CUSTODY_SUBJECTS: &str = "crewlet.custody.>";
+/// The one fleet-wide durable every data node takes custody batches from.
+pub const CUSTODY_DURABLE: &str = "custody";
+/// What [`CUSTODY_DURABLE`] covers: the batches, and not the stream's
+/// reach probe (which a durable over the whole stream would keep).
+pub const CUSTODY_BATCHES: &str = "crewlet.custody.batch.>";
+
+/// The subject node `node_id` (a node without `data`) publishes its event
+/// batches on. A node id is one subject token (see [`history_subject`]).
+pub fn custody_subject(node_id: &str) -> String {
+    format!("{}.{node_id}", CUSTODY_BATCHES.trim_end_matches(".>"))
+}
 
 /// Stream of seat mailboxes (interest retention).
 pub const AGENT_STREAM: &str = "CREWLET_AGENT";
@@ -305,12 +324,18 @@ mod tests {
             &event_subject("module.notebook.changed")
         ));
         assert!(!covered(EVENTS_SUBJECTS, NOTIFY_DLQ_SUBJECT));
+        // Custody batches are never on the broadcast dashboards stream.
+        assert!(covered(CUSTODY_SUBJECTS, &custody_subject("edge-1")));
+        assert!(covered(CUSTODY_BATCHES, &custody_subject("edge-1")));
+        assert!(covered(CUSTODY_SUBJECTS, CUSTODY_BATCHES));
+        assert!(!covered(EVENTS_SUBJECTS, &custody_subject("edge-1")));
         // History reads are request/reply: no stream may hold them.
         for stream in [
             AGENT_SUBJECTS,
             NOTIFICATIONS_SUBJECTS,
             EVENTS_SUBJECTS,
             DLQ_SUBJECTS,
+            CUSTODY_SUBJECTS,
         ] {
             assert!(!covered(stream, &history_subject("n1")), "{stream}");
             assert!(!covered(stream, SEAT_RELEASED_SUBJECT), "{stream}");

@@ -4,7 +4,7 @@
 //! created, never a per-write TTL. Why: on the embedded broker a per-key TTL
 //! is create-only — an update clears it — so a rate window incremented four
 //! times would never expire. Two kinds of records in one bucket silently
-//! give one of them the other's retention, hence sixteen buckets.
+//! give one of them the other's retention, hence seventeen buckets.
 //!
 //! Opening adopts a bucket that already exists and never rewrites its
 //! configuration (the first node to boot decides; a differing lease TTL is
@@ -21,6 +21,12 @@ pub const MAX_DUTY_TTL: Duration = Duration::from_secs(3 * 3600);
 /// bucket's age (the design's ninety days, where a chat thread stops being
 /// live on every backend that ships one).
 pub const FOLLOW_AGE: Duration = Duration::from_secs(90 * 24 * 3600);
+
+/// How long the fleet remembers which data node keeps a custody batch: the
+/// design's 32 days, past the event log's retention (30 days by default),
+/// so a node settling a batch it wrote before a crash always finds the
+/// answer while any row of it can be left.
+pub const CUSTODY_AGE: Duration = Duration::from_secs(32 * 24 * 3600);
 
 /// Removal markers younger than this are left by the sweep.
 pub const MARKER_RETENTION: Duration = Duration::from_secs(3 * 3600);
@@ -44,10 +50,11 @@ pub enum Bucket {
     Positions,
     Tokens,
     Follows,
+    Custody,
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 16] = [
+    pub const ALL: [Bucket; 17] = [
         Bucket::Leases,
         Bucket::Duties,
         Bucket::Epochs,
@@ -64,6 +71,7 @@ impl Bucket {
         Bucket::Positions,
         Bucket::Tokens,
         Bucket::Follows,
+        Bucket::Custody,
     ];
 
     /// The short name; the bucket is `{namespace}_{short}`.
@@ -85,6 +93,7 @@ impl Bucket {
             Bucket::Positions => "positions",
             Bucket::Tokens => "tokens",
             Bucket::Follows => "follows",
+            Bucket::Custody => "custody",
         }
     }
 
@@ -132,6 +141,8 @@ impl Retentions {
             Bucket::Fires => Some(Duration::from_secs(7 * D)),
             // Ninety days of a thread's last activity (crate::follows).
             Bucket::Follows => Some(FOLLOW_AGE),
+            // Past the event log's retention (crate::custody).
+            Bucket::Custody => Some(CUSTODY_AGE),
             Bucket::Epochs
             | Bucket::Config
             | Bucket::Secrets

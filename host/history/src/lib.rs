@@ -22,9 +22,13 @@
 //! - Rows are merged newest first by time (then event id), deduplicated by
 //!   event id; a `limit` that cut the answer is stated (`truncated`, and the
 //!   `limit` applied), never silent.
+//! - A node without `data` keeps no log: its events are in the log of the
+//!   data node that keeps each batch ([`custody`]), so the scatter finds
+//!   them there, carrying the stateless node's id.
 //! - `node=ID` reads one node's log; `before_seq` is a position in one
 //!   node's log, so it pages the node named (the serving node when none is).
 
+pub mod custody;
 pub mod local;
 pub mod responder;
 

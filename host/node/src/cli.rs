@@ -41,6 +41,15 @@ enum Command {
     /// and never printed.
     #[command(subcommand)]
     Secrets(SecretsCmd),
+    /// Back the company up (admin scope), through a running node's API: one
+    /// artefact directory DIR on the node's machine — the company's
+    /// coordination buckets (secrets still sealed), module buckets, memory,
+    /// dead letters and the node's own store, with a manifest and checksums.
+    Backup(BackupArgs),
+    /// Prepare a fresh or emptied data dir from a backup artefact: verified
+    /// whole first (a checksum that fails or a newer format is refused,
+    /// nothing written); the next `crewlet run` on it restores the rest.
+    Restore(RestoreArgs),
     /// The token budgets' live windows, through a running node's API.
     #[command(subcommand)]
     Budgets(BudgetsCmd),
@@ -217,6 +226,25 @@ enum SecretsCmd {
         #[arg(long, value_name = "URL", env = "CREWLET_API", default_value = crate::client::DEFAULT_API)]
         api: String,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct BackupArgs {
+    /// Where the node writes the artefact (a new directory).
+    #[arg(value_name = "DIR")]
+    dir: PathBuf,
+    #[command(flatten)]
+    node: ApiArgs,
+}
+
+#[derive(Debug, clap::Args)]
+struct RestoreArgs {
+    /// The artefact directory `crewlet backup` wrote.
+    #[arg(value_name = "ARTEFACT")]
+    artefact: PathBuf,
+    /// The data dir the restored node will run with (empty or absent).
+    #[arg(long, value_name = "DIR", env = "CREWLET_DATA_DIR")]
+    data_dir: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]
@@ -444,6 +472,17 @@ pub fn main() -> i32 {
             std::time::Duration::from_secs(wait),
         ),
         Command::Secrets(cmd) => secrets(cmd),
+        Command::Backup(args) => backup(args),
+        Command::Restore(args) => match crate::backup::prepare(&args.artefact, &args.data_dir) {
+            Ok(said) => {
+                println!("{said}");
+                0
+            }
+            Err(e) => {
+                eprintln!("crewlet: restore refused: {e}");
+                1
+            }
+        },
         Command::Budgets(BudgetsCmd::Show(show)) => crate::client::shown(
             show.node.node(),
             "/budgets",
@@ -774,6 +813,39 @@ fn plugins(cmd: PluginsCmd) -> i32 {
                     1
                 }
             }
+        }
+    }
+}
+
+/// `crewlet backup DIR`: the node writes the artefact; its manifest printed.
+fn backup(args: BackupArgs) -> i32 {
+    let dir = match std::path::absolute(&args.dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("crewlet: {}: {e}", args.dir.display());
+            return 1;
+        }
+    };
+    let body = serde_json::json!({ "dir": dir }).to_string();
+    let headers = [("Content-Type", "application/json")];
+    match crate::client::request_to(
+        args.node.node(),
+        "POST",
+        "/backup",
+        &headers,
+        body.as_bytes(),
+    ) {
+        Ok((200, answer)) => {
+            println!("{}", answer.trim_end());
+            0
+        }
+        Ok((status, answer)) => {
+            eprintln!("crewlet: the node answered {status}: {}", answer.trim());
+            1
+        }
+        Err(e) => {
+            eprintln!("crewlet: {e}");
+            1
         }
     }
 }

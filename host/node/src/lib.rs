@@ -11,10 +11,12 @@
 //! A feature lives in a crate of its own (`crewlet-configplane`,
 //! `crewlet-history`, …) and this crate wires it.
 
+pub(crate) mod backup;
 pub(crate) mod cli;
 pub(crate) mod client;
 pub(crate) mod company;
 pub(crate) mod config_import;
+pub(crate) mod custody;
 pub(crate) mod descriptors;
 pub(crate) mod doctor;
 pub(crate) mod duties;

@@ -111,6 +111,12 @@ pub async fn start(
     crewlet_stream::streams::ensure_streams_joining(&jetstream, p.config.stream.replicas, joining)
         .instrument(info_span!("streams", subsystem = "stream"))
         .await?;
+    // Before any event is published: the custody stream keeps a stateless
+    // node's batches only while the durable covers them.
+    crewlet_history::custody::ensure_durable(&jetstream)
+        .await
+        .map_err(|e| NodeError::Engine(e.to_string()))?;
+    let data = p.config.roles.contains(&crewlet_config::Role::Data);
 
     // The observability edge: rows written inline by this node's
     // publisher, the live view fed from the fleet's broadcast.
@@ -128,7 +134,12 @@ pub async fn start(
             warn!(subsystem = "observe", error = %e, "live feed unavailable; /ws/stream will push nothing")
         }
     }
-    let mut publisher = crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream);
+    // Without `data` the node keeps no event log: custody batches instead.
+    let mut publisher = if data {
+        crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream)
+    } else {
+        crewlet_observe::Publisher::stateless(p.node_id, jetstream)
+    };
     if let Some(endpoint) = &p.config.telemetry.otlp_endpoint {
         match crewlet_observe::Traces::start(endpoint, p.node_id) {
             Ok(traces) => {
@@ -205,6 +216,20 @@ pub async fn start(
         secrets,
         pauses,
     };
+    let (custody, keeping) = crate::custody::start(crate::custody::Parts {
+        node_id: ctx.node_id.clone(),
+        data,
+        store: ctx.store.clone(),
+        coord: ctx.coord.clone(),
+        client: ctx.client.clone(),
+    });
+    p.state.attach_custody(custody);
+    started.push("custody", move || Box::pin(keeping.stop()));
+    // A prepared restore: the company's buckets and streams back before
+    // the config plane and the seats read them.
+    crate::backup::adopt_pending(&ctx)
+        .await
+        .map_err(NodeError::Engine)?;
     start_config_plane(&ctx, started).await;
     let edge = crate::ingress::start(&ctx, started)
         .await

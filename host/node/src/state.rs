@@ -106,6 +106,9 @@ pub struct NodeState {
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
+    /// Where events are kept, and the fleet's live data nodes (`/health`
+    /// `custody`).
+    custody: OnceLock<crate::custody::CustodyView>,
     /// Whether this node knows the fleet's secrets (`/health` `secrets`).
     secrets: OnceLock<std::sync::Arc<crewlet_secrets::Secrets>>,
     /// The company served now; its epoch is the applied one.
@@ -148,6 +151,7 @@ impl NodeState {
             seats: OnceLock::new(),
             pauses: OnceLock::new(),
             secrets: OnceLock::new(),
+            custody: OnceLock::new(),
             active,
             posture: tokio::sync::watch::Sender::new(PostureReport {
                 posture: Posture::Wait,
@@ -216,6 +220,10 @@ impl NodeState {
 
     pub fn attach_secrets(&self, secrets: std::sync::Arc<crewlet_secrets::Secrets>) {
         let _ = self.secrets.set(secrets);
+    }
+
+    pub fn attach_custody(&self, custody: crate::custody::CustodyView) {
+        let _ = self.custody.set(custody);
     }
 
     pub fn attach_seats(&self, seats: std::sync::Arc<dyn SeatsView>) {
@@ -406,6 +414,7 @@ impl Probe for NodeState {
             "secrets": self.secrets.get().map(|s| s.standing()),
             "mcp": self.mcp_rows(),
             "duties": self.duties.health(),
+            "custody": self.custody.get().map(|c| c.health()),
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
             "plugins": self.plugins.get().map(|p| json!({

@@ -36,6 +36,7 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))
         .merge(crate::operator::routes(late.clone()))
+        .merge(crate::backup::routes(late.clone()))
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
         ))))

@@ -21,11 +21,16 @@
 //! already committed. What the wait bought was only the caller learning
 //! that a broadcast was lost; the log line keeps that visible.
 //!
+//! A node without the `data` role keeps no log: its publisher
+//! ([`Publisher::stateless`]) sends the rows in batches onto the custody
+//! stream instead (`custody.rs`), and one data node keeps each batch.
+//!
 //! A few event types are live-only ([`Publisher::publish_live`]): per-round
 //! progress and counter snapshots, whose rows would fill the log with
 //! intermediate states of things it already holds finished.
 
 mod ack;
+mod custody;
 mod meter;
 mod traces;
 
@@ -42,6 +47,7 @@ use tracing::{Instrument, debug, warn};
 /// Live events a slow reader may fall behind by before it is told it lagged.
 pub const LIVE_BUFFER: usize = 1024;
 pub use ack::{ACK_TIMEOUT, AckError, await_ack, publish_acked};
+pub use custody::{MAX_BATCH, MAX_BATCH_BYTES};
 pub use meter::{Meter, OPENMETRICS_CONTENT_TYPE, UNSERVED};
 pub use traces::{Traces, TracesError, span_of};
 
@@ -57,6 +63,10 @@ pub enum PublishError {
         #[source]
         source: Box<crewlet_store::StoreError>,
     },
+    #[error(
+        "event {event_id} was not stored on the custody stream ({detail}); this node keeps no event log (no `data` role), so check the broker"
+    )]
+    Custody { event_id: String, detail: String },
     #[error("event {event_id} is in the log but its broadcast failed: {detail}")]
     Broadcast { event_id: String, detail: String },
 }
@@ -66,8 +76,9 @@ pub enum PublishError {
 pub struct Publisher {
     node_id: Arc<str>,
     js: jetstream::Context,
-    /// This node's one event-log writer (see [`start_writer`]).
-    writer: std::sync::mpsc::Sender<RowJob>,
+    /// Where this node's rows go: its one event-log writer (see
+    /// [`start_writer`]), or the custody batcher of a node without `data`.
+    writer: Sink,
     /// Whether the last detached broadcast failed (one log line per outage).
     detached_failing: Arc<AtomicBool>,
     /// This node's metrics: every event published here is counted.
@@ -80,7 +91,21 @@ impl Publisher {
     pub fn new(node_id: &str, store: Arc<Store>, js: jetstream::Context) -> Publisher {
         Publisher {
             node_id: node_id.into(),
-            writer: start_writer(store),
+            writer: Sink::Log(start_writer(store)),
+            js,
+            detached_failing: Arc::default(),
+            meter: Meter::new(),
+            traces: None,
+        }
+    }
+
+    /// The publisher of a node without `data`: no log of its own, its rows
+    /// go in batches onto the custody stream (the module docs). A row's
+    /// `seq` stays 0: its position is in the log of the node that keeps it.
+    pub fn stateless(node_id: &str, js: jetstream::Context) -> Publisher {
+        Publisher {
+            node_id: node_id.into(),
+            writer: Sink::Custody(custody::start_batcher(node_id, js.clone())),
             js,
             detached_failing: Arc::default(),
             meter: Meter::new(),
@@ -145,9 +170,14 @@ impl Publisher {
     async fn write_row(&self, event: EventRecord) -> Result<EventRecord, PublishError> {
         check_type(&event.kind)?;
         let (reply, written) = oneshot::channel();
-        self.writer
-            .send((event, reply))
-            .expect("the event log writer outlives every publisher");
+        match &self.writer {
+            Sink::Log(writer) => writer
+                .send((event, reply))
+                .expect("the event log writer outlives every publisher"),
+            Sink::Custody(batcher) => batcher
+                .send((event, reply))
+                .unwrap_or_else(|_| panic!("the custody batcher outlives every publisher")),
+        }
         let event = written.await.expect("event log writer panicked")?;
         self.observe(&event);
         Ok(event)
@@ -207,6 +237,13 @@ impl Publisher {
                 detail: e.to_string(),
             })
     }
+}
+
+/// Where a publisher's rows go.
+#[derive(Clone)]
+enum Sink {
+    Log(std::sync::mpsc::Sender<RowJob>),
+    Custody(tokio::sync::mpsc::UnboundedSender<custody::Job>),
 }
 
 /// A row to write, and where to hand it back with its `seq`.

@@ -66,12 +66,19 @@ pub struct EventQuery {
     pub limit: usize,
 }
 
-fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64, StoreError> {
+/// Appends one row; `batch` names the custody batch it is kept from (none
+/// for this node's own events). Answers the row's `seq`, and whether this
+/// call wrote it.
+pub(crate) fn append_in(
+    tx: &rusqlite::Transaction<'_>,
+    event: &EventRecord,
+    batch: Option<&str>,
+) -> Result<(i64, bool), StoreError> {
     // Cached statements: the SQL is parsed once per connection, not per row.
     let inserted = tx
         .prepare_cached(
-            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload, parties)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+            "INSERT INTO events (event_id, type, at_ms, node_id, trace_id, seat, conversation, payload, parties, custody_batch)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
              ON CONFLICT (event_id) DO NOTHING",
         )?
         .execute(params![
@@ -84,12 +91,14 @@ fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64,
             event.conversation,
             event.payload.to_string(),
             serde_json::to_string(&event.parties)?,
+            batch,
         ])?;
     if inserted == 0 {
         // Already in the log (a retried append): its row stands as it was.
-        return Ok(tx
+        let seq = tx
             .prepare_cached("SELECT seq FROM events WHERE event_id = ?1")?
-            .query_row([&event.event_id], |r| r.get(0))?);
+            .query_row([&event.event_id], |r| r.get(0))?;
+        return Ok((seq, false));
     }
     let seq = tx.last_insert_rowid();
     let mut stmt = tx.prepare_cached(
@@ -98,7 +107,7 @@ fn append_in(tx: &rusqlite::Transaction<'_>, event: &EventRecord) -> Result<i64,
     for p in &event.parties {
         stmt.execute(params![p.party, p.role, seq])?;
     }
-    Ok(seq)
+    Ok((seq, true))
 }
 
 /// The `WHERE` clause of a read: only the filters asked for, so the planner
@@ -133,7 +142,7 @@ impl Store {
     pub fn append_event(&self, event: &EventRecord) -> Result<i64, StoreError> {
         let mut conn = self.conn();
         let tx = conn.transaction()?;
-        let seq = append_in(&tx, event)?;
+        let (seq, _) = append_in(&tx, event, None)?;
         tx.commit()?;
         Ok(seq)
     }
@@ -145,7 +154,7 @@ impl Store {
         let tx = conn.transaction()?;
         let seqs = events
             .iter()
-            .map(|e| append_in(&tx, e))
+            .map(|e| append_in(&tx, e, None).map(|(seq, _)| seq))
             .collect::<Result<Vec<_>, _>>()?;
         tx.commit()?;
         Ok(seqs)

@@ -3,7 +3,8 @@
 //! One file under the data dir, one process, exclusively owned (the data dir
 //! lock guarantees it): nothing in it has to be safe against a peer, and
 //! nothing the company must agree on belongs in it — that lives in the
-//! coordination store. It holds what one node did: the events it published,
+//! coordination store. It holds what one node did: the events it published
+//! (and, on a data node, the custody batches of stateless nodes it keeps),
 //! what its seats said per conversation, the company revisions it has seen,
 //! the scheduled runs it performed, and secrets set (sealed) while it was
 //! stopped.
@@ -14,6 +15,7 @@
 //! written by a newer schema than this build knows is refused, never
 //! "upgraded" backwards.
 
+mod custody;
 mod events;
 mod pending_secrets;
 mod retention;
@@ -27,6 +29,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
+pub use custody::{CustodyBatch, Settled, Unsettled};
 pub use events::{EventQuery, EventRecord, Party};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
@@ -304,6 +307,7 @@ mod tests {
         for expected in [
             "company_revisions",
             "conversation_sessions",
+            "custody_unsettled",
             "event_parties",
             "events",
             "pending_secrets",

@@ -7,6 +7,7 @@
 //! exactly one [`async_nats::Client`]: the streams and the coordination
 //! buckets ride that connection, never a second dial that could fail alone.
 
+pub mod backup;
 pub mod consumers;
 pub mod credential;
 pub mod embedded;

@@ -7,6 +7,7 @@
 //! | `CREWLET_NOTIFICATIONS` | `crewlet.notifications.>` | interest | inbound deliveries wait for the `notify-inbound` group |
 //! | `CREWLET_EVENTS` | `crewlet.events.>` | limits, 7 days | the broadcast every dashboard streams |
 //! | `CREWLET_DLQ` | `dlq.>` | limits, 30 days | dead letters, deliberately outside `crewlet.*` |
+//! | `CREWLET_CUSTODY` | `crewlet.custody.>` | interest, 30 days | the event batches of nodes without `data`, until one data node took each (its durable made by every node at start) |
 //! | `CREWLET_MEMORY` | `crewlet.memory.>` | limits, no age, one message per subject, rows ≤ [`MEMORY_MAX_ROW`] | every seat's memory rows, a keyed table the seat's next holder replays (`crewlet-memory`) |
 //!
 //! Interest retention has a sharp edge: a publish to a subject no durable
@@ -33,8 +34,9 @@ use std::time::Duration;
 use async_nats::jetstream::stream::{Config, DiscardPolicy, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self, context::GetStreamErrorKind};
 use crewlet_bus::{
-    AGENT_STREAM, AGENT_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS, EVENTS_STREAM, EVENTS_SUBJECTS,
-    MEMORY_STREAM, MEMORY_SUBJECTS, NOTIFICATIONS_STREAM, NOTIFICATIONS_SUBJECTS,
+    AGENT_STREAM, AGENT_SUBJECTS, CUSTODY_STREAM, CUSTODY_SUBJECTS, DLQ_STREAM, DLQ_SUBJECTS,
+    EVENTS_STREAM, EVENTS_SUBJECTS, MEMORY_STREAM, MEMORY_SUBJECTS, NOTIFICATIONS_STREAM,
+    NOTIFICATIONS_SUBJECTS,
 };
 use crewlet_coord::REACH_WITHIN;
 use tracing::{info, warn};
@@ -79,7 +81,7 @@ pub const MAX_MAILBOXES: i32 = 100_000;
 pub const MEMORY_MAX_ROW: i32 = 512 * 1024;
 
 /// Every stream a node creates or adopts at start.
-pub fn specs() -> [StreamSpec; 5] {
+pub fn specs() -> [StreamSpec; 6] {
     [
         StreamSpec {
             name: AGENT_STREAM,
@@ -134,6 +136,18 @@ pub fn specs() -> [StreamSpec; 5] {
             max_msgs_per_subject: 1,
             max_msg_size: MEMORY_MAX_ROW,
             description: "seat memory rows: crewlet.memory.HANDLE.TABLE.DIGEST, one per subject",
+        },
+        StreamSpec {
+            name: CUSTODY_STREAM,
+            subjects: &[CUSTODY_SUBJECTS],
+            retention: RetentionPolicy::Interest,
+            // The event log's own horizon: a batch nobody took by then has
+            // no row left it could join.
+            max_age: 30 * DAY,
+            max_consumers: 1_000,
+            max_msgs_per_subject: -1,
+            max_msg_size: -1,
+            description: "event batches of nodes without data, until one data node keeps each",
         },
     ]
 }

@@ -153,6 +153,17 @@ impl NodeBuilder {
         self
     }
 
+    /// Serving the sandbox's `company.toml` with the plugins in its
+    /// `plugins` dir, the Slack signing secret the test companies verify
+    /// with set.
+    pub fn slack_company(self, sb: &Sandbox) -> Self {
+        self.arg("--company")
+            .arg(sb.path("company.toml"))
+            .arg("--plugins")
+            .arg(sb.path("plugins"))
+            .env("SLACK_SIGNING_SECRET", company::SLACK_SECRET)
+    }
+
     pub fn spawn(self) -> Node {
         let log = std::fs::File::create(&self.log).expect("log file");
         let mut cmd = Command::new(crewlet_bin());

@@ -1,0 +1,3 @@
+-- Placeholder for branch `recall`'s 0007_memory.sql (issue 37's custody
+-- work needs 0009 and migrations are numbered without gaps). At the merge,
+-- recall's file replaces this one whole.

@@ -1,0 +1,3 @@
+-- Placeholder for branch `learning`'s 0008_skills.sql (issue 37's custody
+-- work needs 0009 and migrations are numbered without gaps). At the merge,
+-- learning's file replaces this one whole.
