@@ -42,9 +42,9 @@ fn try_it(
     (status.code().unwrap(), v, out)
 }
 
-#[test]
-fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment() {
-    let sb = Sandbox::new();
+/// A plugins dir whose `openai` calls a local server speaking its wire
+/// protocol.
+fn openai_at_a_local_vendor(sb: &Sandbox) -> (ScriptedOpenAi, PluginsDir) {
     let vendor = ScriptedOpenAi::start();
     let plugins = PluginsDir::new(sb.path("plugins"));
     plugins.add_provider_at(
@@ -53,6 +53,13 @@ fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment
         &vendor.base_url(),
         &vendor.origin(),
     );
+    (vendor, plugins)
+}
+
+#[test]
+fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment() {
+    let sb = Sandbox::new();
+    let (vendor, plugins) = openai_at_a_local_vendor(&sb);
     let dir = plugins.path().display().to_string();
     let ask = json!({
         "model": "gpt-try",
@@ -107,14 +114,7 @@ fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment
 #[test]
 fn an_embedding_request_embeds_through_the_provider() {
     let sb = Sandbox::new();
-    let vendor = ScriptedOpenAi::start();
-    let plugins = PluginsDir::new(sb.path("plugins"));
-    plugins.add_provider_at(
-        "openai",
-        "plugins/providers/openai/plugin.toml",
-        &vendor.base_url(),
-        &vendor.origin(),
-    );
+    let (vendor, plugins) = openai_at_a_local_vendor(&sb);
     plugins.add_with_deadline("scripted", "plugins/providers/scripted/plugin.toml", 10_000);
     let dir = plugins.path().display().to_string();
     let ask = json!({

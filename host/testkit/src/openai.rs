@@ -312,6 +312,40 @@ async fn take(
     (n, parsed, reply, billed)
 }
 
+/// The reply to give, or the answer already due: a 500 saying none was
+/// queued, or the scripted status.
+fn scripted(reply: Option<Reply>, model: &str, request_id: &str) -> Result<Reply, Box<Response>> {
+    match reply {
+        None => Err(Box::new(respond(
+            500,
+            None,
+            request_id,
+            error_body(
+                &format!(
+                    "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
+                ),
+                "no_scripted_reply",
+            ),
+        ))),
+        Some(Reply::Status {
+            code,
+            retry_after,
+            body,
+        }) => Err(Box::new(respond(code, retry_after, request_id, body))),
+        Some(reply) => Ok(reply),
+    }
+}
+
+/// A 500 for a reply queued for the other endpoint.
+fn wrong(request_id: &str, what: &str) -> Response {
+    respond(
+        500,
+        None,
+        request_id,
+        error_body(&format!("ScriptedOpenAi: {what}"), "wrong_scripted_reply"),
+    )
+}
+
 async fn completions(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -338,40 +372,20 @@ async fn completions(
                 .sum()
         })
         .unwrap_or(0);
+    let reply = match scripted(reply, &model, &request_id) {
+        Ok(reply) => reply,
+        Err(answer) => return *answer,
+    };
     let (message, finish, answer_chars) = match reply {
-        None => {
-            return respond(
-                500,
-                None,
-                &request_id,
-                error_body(
-                    &format!(
-                        "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
-                    ),
-                    "no_scripted_reply",
-                ),
-            );
+        Reply::Status { .. } | Reply::Delayed(..) | Reply::Billed { .. } => {
+            unreachable!("answered or unwrapped above")
         }
-        Some(Reply::Status {
-            code,
-            retry_after,
-            body,
-        }) => return respond(code, retry_after, &request_id, body),
-        Some(Reply::Delayed(..) | Reply::Billed { .. }) => unreachable!("unwrapped above"),
-        Some(Reply::Vectors(_)) => {
-            return respond(
-                500,
-                None,
-                &request_id,
-                error_body(
-                    "ScriptedOpenAi: vectors were queued for a chat completion",
-                    "wrong_scripted_reply",
-                ),
-            );
+        Reply::Vectors(_) => {
+            return wrong(&request_id, "vectors were queued for a chat completion");
         }
         // A text longer than the request's `max_tokens` is cut there, as a
         // vendor does (`finish_reason: length`).
-        Some(Reply::Text(text)) => match parsed["max_tokens"].as_u64() {
+        Reply::Text(text) => match parsed["max_tokens"].as_u64() {
             Some(max) if tokens(text.chars().count()) > max => {
                 let cut: String = text.chars().take(max as usize * 4).collect();
                 let chars = cut.chars().count();
@@ -386,7 +400,7 @@ async fn completions(
                 (json!({"role": "assistant", "content": text}), "stop", chars)
             }
         },
-        Some(Reply::ToolCalls(calls)) => {
+        Reply::ToolCalls(calls) => {
             let mut chars = 0;
             let calls: Vec<Value> = calls
                 .iter()
@@ -425,37 +439,10 @@ async fn embeddings(
     let (n, parsed, reply, billed) = take(&shared, "/v1/embeddings", peer, &headers, &body).await;
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let request_id = format!("req-{n}");
-    let vectors = match reply {
-        None => {
-            return respond(
-                500,
-                None,
-                &request_id,
-                error_body(
-                    &format!(
-                        "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
-                    ),
-                    "no_scripted_reply",
-                ),
-            );
-        }
-        Some(Reply::Status {
-            code,
-            retry_after,
-            body,
-        }) => return respond(code, retry_after, &request_id, body),
-        Some(Reply::Vectors(vectors)) => vectors,
-        Some(_) => {
-            return respond(
-                500,
-                None,
-                &request_id,
-                error_body(
-                    "ScriptedOpenAi: a chat reply was queued for an embedding",
-                    "wrong_scripted_reply",
-                ),
-            );
-        }
+    let vectors = match scripted(reply, &model, &request_id) {
+        Ok(Reply::Vectors(vectors)) => vectors,
+        Ok(_) => return wrong(&request_id, "a chat reply was queued for an embedding"),
+        Err(answer) => return *answer,
     };
     let input_chars: usize = parsed["input"]
         .as_array()

@@ -27,44 +27,46 @@ struct Plugin;
 
 impl Guest for Plugin {
     fn complete(req: Request) -> Result<Completion, ProviderError> {
-        let url = format!("{}/chat/completions", req.base_url.trim_end_matches('/'));
-        let body = request_body(&req).to_string();
-        let auth = format!("Bearer {}", req.credential.api_key);
-        let headers = [
-            ("content-type", "application/json"),
-            ("authorization", auth.as_str()),
-        ];
-        let response = http::send("POST", &url, &headers, body.as_bytes())
-            .map_err(|f| denied_or_network(f, &req.credential.api_key))?;
-        let request_id = response.header("x-request-id").map(str::to_string);
-        if response.status != 200 {
-            return Err(classify(&response, request_id, &req.credential.api_key));
-        }
-        parse_completion(&response.body, request_id)
+        let (body, request_id) = post(
+            &req.base_url,
+            "chat/completions",
+            &req.credential.api_key,
+            &request_body(&req),
+        )?;
+        parse_completion(&body, request_id)
     }
 }
 
 impl Embeddings for Plugin {
     fn embed(req: EmbedRequest) -> Result<Embedded, EmbedError> {
-        let url = format!("{}/embeddings", req.base_url.trim_end_matches('/'));
-        let body = json!({ "model": req.model, "input": req.inputs }).to_string();
-        let auth = format!("Bearer {}", req.credential.api_key);
-        let headers = [
-            ("content-type", "application/json"),
-            ("authorization", auth.as_str()),
-        ];
-        let response = http::send("POST", &url, &headers, body.as_bytes())
-            .map_err(|f| EmbedError::Failed(denied_or_network(f, &req.credential.api_key)))?;
-        let request_id = response.header("x-request-id").map(str::to_string);
-        if response.status != 200 {
-            return Err(EmbedError::Failed(classify(
-                &response,
-                request_id,
-                &req.credential.api_key,
-            )));
-        }
-        parse_embeddings(&response.body, request_id).map_err(EmbedError::Failed)
+        let body = json!({ "model": req.model, "input": req.inputs });
+        let (body, request_id) = post(&req.base_url, "embeddings", &req.credential.api_key, &body)
+            .map_err(EmbedError::Failed)?;
+        parse_embeddings(&body, request_id).map_err(EmbedError::Failed)
     }
+}
+
+/// POSTs `body` to `{base_url}/{path}` with the key as the bearer token:
+/// a 200's body and request id, or the failure classified.
+fn post(
+    base_url: &str,
+    path: &str,
+    key: &str,
+    body: &Value,
+) -> Result<(Vec<u8>, Option<String>), ProviderError> {
+    let url = format!("{}/{path}", base_url.trim_end_matches('/'));
+    let auth = format!("Bearer {key}");
+    let headers = [
+        ("content-type", "application/json"),
+        ("authorization", auth.as_str()),
+    ];
+    let response = http::send("POST", &url, &headers, body.to_string().as_bytes())
+        .map_err(|f| denied_or_network(f, key))?;
+    let request_id = response.header("x-request-id").map(str::to_string);
+    if response.status != 200 {
+        return Err(classify(&response, request_id, key));
+    }
+    Ok((response.body, request_id))
 }
 
 /// `data[].embedding` in `index` order, and `usage.prompt_tokens`.
