@@ -42,9 +42,9 @@ fn try_it(
     (status.code().unwrap(), v, out)
 }
 
-#[test]
-fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment() {
-    let sb = Sandbox::new();
+/// A plugins dir whose `openai` calls a local server speaking its wire
+/// protocol.
+fn openai_at_a_local_vendor(sb: &Sandbox) -> (ScriptedOpenAi, PluginsDir) {
     let vendor = ScriptedOpenAi::start();
     let plugins = PluginsDir::new(sb.path("plugins"));
     plugins.add_provider_at(
@@ -53,6 +53,13 @@ fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment
         &vendor.base_url(),
         &vendor.origin(),
     );
+    (vendor, plugins)
+}
+
+#[test]
+fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment() {
+    let sb = Sandbox::new();
+    let (vendor, plugins) = openai_at_a_local_vendor(&sb);
     let dir = plugins.path().display().to_string();
     let ask = json!({
         "model": "gpt-try",
@@ -97,6 +104,57 @@ fn a_provider_makes_one_call_through_its_grant_with_the_key_from_the_environment
     assert_eq!(status, 2, "{out}");
     assert!(out.contains("messages[0].role"), "{out}");
     assert_eq!(vendor.request_count(), 2, "no call for a wrong request");
+}
+
+/// A request with `input` is an embedding (WIT 0.4.2): the OpenAI plugin
+/// posts the batch to `/v1/embeddings` with the key from the environment,
+/// and the scripted provider answers its bag of words without a vendor.
+/// (Until recall calls the node's embedder, this is the binary's one path
+/// that runs a provider's `embed`.)
+#[test]
+fn an_embedding_request_embeds_through_the_provider() {
+    let sb = Sandbox::new();
+    let (vendor, plugins) = openai_at_a_local_vendor(&sb);
+    plugins.add_with_deadline("scripted", "plugins/providers/scripted/plugin.toml", 10_000);
+    let dir = plugins.path().display().to_string();
+    let ask = json!({
+        "model": "text-emb",
+        "input": ["deploy the billing service", "lunch"],
+        "api_key_env": "TRY_OPENAI_KEY",
+    });
+    vendor.reply(
+        "text-emb",
+        Reply::Vectors(vec![vec![0.5, 0.5], vec![1.0, 0.0]]),
+    );
+    let (status, v, out) = try_it(&sb, &dir, "openai", &ask, &[("TRY_OPENAI_KEY", KEY)]);
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(
+        v["embedded"]["vectors"],
+        json!([[0.5, 0.5], [1.0, 0.0]]),
+        "{out}"
+    );
+    let seen = vendor.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/v1/embeddings");
+    assert_eq!(seen[0].bearer.as_deref(), Some(KEY));
+    assert_eq!(
+        seen[0].body["input"],
+        json!(["deploy the billing service", "lunch"])
+    );
+    assert!(!out.contains(KEY), "the key is never printed: {out}");
+
+    let ask = json!({"model": "bag-of-words", "input": ["Deploy the billing service", "deploy THE billing service"]});
+    let (status, v, out) = try_it(&sb, &dir, "scripted", &ask, &[]);
+    assert_eq!(status, 0, "{out}");
+    assert_eq!(v["embedded"]["dimensions"], 256, "{out}");
+    let vectors = v["embedded"]["vectors"].as_array().unwrap();
+    assert_eq!(vectors[0], vectors[1], "case does not matter: {out}");
+
+    // Not a real model: another name is refused, exit 1.
+    let ask = json!({"model": "text-embedding-3-small", "input": ["x"]});
+    let (status, v, out) = try_it(&sb, &dir, "scripted", &ask, &[]);
+    assert_eq!(status, 1, "{out}");
+    assert_eq!(v["refused"]["kind"], "unsupported", "{out}");
 }
 
 #[test]

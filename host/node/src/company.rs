@@ -185,6 +185,15 @@ pub fn check_catalogue(
             ));
         }
     }
+    if let Some(entry) = &company.embedding {
+        let at = "memory.embedding";
+        errors.extend(check(
+            format!("{at}.provider"),
+            &entry.provider,
+            Kind::Provider,
+        ));
+        errors.extend(unknown_options(at, entry, catalogue));
+    }
     for (key, integration) in &company.integrations {
         errors.extend(check(
             format!("integrations.{key}.plugin"),

@@ -182,6 +182,11 @@ pub struct NodeSeats {
     pub memory: crewlet_memory::Memory,
     /// Seats held whose memory could not be read yet, with why.
     pub memory_unread: std::sync::Mutex<BTreeMap<String, String>>,
+    /// The company's embedding model (`[memory] embedding`), through the
+    /// same key pool, cooldowns and budgets as the turns' model calls: the
+    /// `Embedder` recall is handed (a concrete type, as the port's
+    /// `impl Future` rules out `dyn`).
+    pub embedder: crewlet_models::Embeddings,
 }
 
 impl NodeSeats {
@@ -558,6 +563,7 @@ pub async fn start(
             .unwrap_or_default(),
         memory,
         memory_unread: std::sync::Mutex::default(),
+        embedder: models.embedder(ctx.coord.budgets(), ctx.active.clone()),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(
         ctx.node_id.clone(),
@@ -588,6 +594,13 @@ pub async fn start(
         host: host.clone(),
     });
     ctx.state.attach_seats(running.clone());
+    match crewlet_turns::Embedder::model(&host.embedder) {
+        Some(model) => info!(subsystem = "memory", %model, "seats embed with the company's model"),
+        None => info!(
+            subsystem = "memory",
+            "the company names no embedding model: recall is by recency"
+        ),
+    }
     engine.push("seats", move || {
         Box::pin(async move {
             let seats = running

@@ -379,7 +379,8 @@ fn expect_ok(api: &str, (status, body): (u16, String)) -> Result<String, Secrets
 }
 
 /// Every secret the company names: integrations' signing secrets, model
-/// credentials, seats' own credentials; each once, sorted.
+/// credentials (the embedding model's too), seats' own credentials; each
+/// once, sorted.
 pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
     let mut names = std::collections::BTreeSet::new();
     for i in company.integrations.values() {
@@ -389,6 +390,9 @@ pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
         for m in role.executor.iter().chain(std::iter::once(&role.reviewer)) {
             names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
         }
+    }
+    if let Some(m) = &company.embedding {
+        names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
     }
     for seat in company.seats.values() {
         names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));

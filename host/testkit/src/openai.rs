@@ -1,5 +1,6 @@
 //! `ScriptedOpenAi`: a real local HTTP server speaking the OpenAI
-//! chat-completions wire format, answering what the test scripted.
+//! chat-completions and embeddings wire formats, answering what the test
+//! scripted.
 //!
 //! The only double in the model path, and it sits outside the boundary: the
 //! provider plugin under test sends real HTTP and parses real responses.
@@ -34,6 +35,10 @@ pub enum Reply {
     Text(String),
     /// `200` with these tool calls: `(tool name, arguments object)`.
     ToolCalls(Vec<(String, Value)>),
+    /// `200` from `/v1/embeddings` with these vectors as `data[]` (listed
+    /// last first, each item's `index` saying its place, as the wire
+    /// allows); usage counts a quarter of the inputs' characters.
+    Vectors(Vec<Vec<f32>>),
     /// Any status with this raw body, and a `Retry-After` (seconds) when given.
     Status {
         code: u16,
@@ -93,6 +98,8 @@ pub struct SeenRequest {
     pub messages: Value,
     /// The body's `tools` array (`null` when absent).
     pub tools: Value,
+    /// The path asked: `/v1/chat/completions` or `/v1/embeddings`.
+    pub path: &'static str,
     /// The whole body as JSON (`null` when it was not JSON).
     pub body: Value,
     /// The `x-request-id` the server answered with.
@@ -138,6 +145,7 @@ impl ScriptedOpenAi {
                     let _ = addr_tx.send(listener.local_addr().expect("local addr"));
                     let app = Router::new()
                         .route("/v1/chat/completions", post(completions))
+                        .route("/v1/embeddings", post(embeddings))
                         .with_state(state);
                     let app = app.into_make_service_with_connect_info::<SocketAddr>();
                     let _ = axum::serve(listener, app)
@@ -242,13 +250,17 @@ fn tokens(chars: usize) -> u64 {
     (chars as u64 / 4).max(1)
 }
 
-async fn completions(
-    State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+/// Records a request on `path` and takes the reply queued for its model,
+/// unwrapping any delay and billing: `(request number, parsed body, the
+/// reply, the billed counts)`.
+async fn take(
+    shared: &Shared,
+    path: &'static str,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (usize, Value, Option<Reply>, Option<(u64, u64)>) {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let bearer = headers
         .get("authorization")
@@ -264,6 +276,7 @@ async fn completions(
             bearer,
             messages: parsed["messages"].clone(),
             tools: parsed["tools"].clone(),
+            path,
             body: parsed.clone(),
             request_id,
             at: std::time::Instant::now(),
@@ -296,6 +309,52 @@ async fn completions(
             _ => break,
         }
     }
+    (n, parsed, reply, billed)
+}
+
+/// The reply to give, or the answer already due: a 500 saying none was
+/// queued, or the scripted status.
+fn scripted(reply: Option<Reply>, model: &str, request_id: &str) -> Result<Reply, Box<Response>> {
+    match reply {
+        None => Err(Box::new(respond(
+            500,
+            None,
+            request_id,
+            error_body(
+                &format!(
+                    "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
+                ),
+                "no_scripted_reply",
+            ),
+        ))),
+        Some(Reply::Status {
+            code,
+            retry_after,
+            body,
+        }) => Err(Box::new(respond(code, retry_after, request_id, body))),
+        Some(reply) => Ok(reply),
+    }
+}
+
+/// A 500 for a reply queued for the other endpoint.
+fn wrong(request_id: &str, what: &str) -> Response {
+    respond(
+        500,
+        None,
+        request_id,
+        error_body(&format!("ScriptedOpenAi: {what}"), "wrong_scripted_reply"),
+    )
+}
+
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (n, parsed, reply, billed) =
+        take(&shared, "/v1/chat/completions", peer, &headers, &body).await;
+    let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let request_id = format!("req-{n}");
     if parsed.is_null() {
         return respond(
@@ -313,29 +372,20 @@ async fn completions(
                 .sum()
         })
         .unwrap_or(0);
+    let reply = match scripted(reply, &model, &request_id) {
+        Ok(reply) => reply,
+        Err(answer) => return *answer,
+    };
     let (message, finish, answer_chars) = match reply {
-        None => {
-            return respond(
-                500,
-                None,
-                &request_id,
-                error_body(
-                    &format!(
-                        "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
-                    ),
-                    "no_scripted_reply",
-                ),
-            );
+        Reply::Status { .. } | Reply::Delayed(..) | Reply::Billed { .. } => {
+            unreachable!("answered or unwrapped above")
         }
-        Some(Reply::Status {
-            code,
-            retry_after,
-            body,
-        }) => return respond(code, retry_after, &request_id, body),
-        Some(Reply::Delayed(..) | Reply::Billed { .. }) => unreachable!("unwrapped above"),
+        Reply::Vectors(_) => {
+            return wrong(&request_id, "vectors were queued for a chat completion");
+        }
         // A text longer than the request's `max_tokens` is cut there, as a
         // vendor does (`finish_reason: length`).
-        Some(Reply::Text(text)) => match parsed["max_tokens"].as_u64() {
+        Reply::Text(text) => match parsed["max_tokens"].as_u64() {
             Some(max) if tokens(text.chars().count()) > max => {
                 let cut: String = text.chars().take(max as usize * 4).collect();
                 let chars = cut.chars().count();
@@ -350,7 +400,7 @@ async fn completions(
                 (json!({"role": "assistant", "content": text}), "stop", chars)
             }
         },
-        Some(Reply::ToolCalls(calls)) => {
+        Reply::ToolCalls(calls) => {
             let mut chars = 0;
             let calls: Vec<Value> = calls
                 .iter()
@@ -376,6 +426,44 @@ async fn completions(
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+    });
+    respond(200, None, &request_id, body.to_string())
+}
+
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (n, parsed, reply, billed) = take(&shared, "/v1/embeddings", peer, &headers, &body).await;
+    let model = parsed["model"].as_str().unwrap_or_default().to_owned();
+    let request_id = format!("req-{n}");
+    let vectors = match scripted(reply, &model, &request_id) {
+        Ok(Reply::Vectors(vectors)) => vectors,
+        Ok(_) => return wrong(&request_id, "a chat reply was queued for an embedding"),
+        Err(answer) => return *answer,
+    };
+    let input_chars: usize = parsed["input"]
+        .as_array()
+        .map(|xs| {
+            xs.iter()
+                .map(|x| x.as_str().map_or(0, |t| t.chars().count()))
+                .sum()
+        })
+        .unwrap_or(0);
+    let input = billed.map_or(tokens(input_chars), |(input, _)| input);
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+        .collect();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": input, "total_tokens": input},
     });
     respond(200, None, &request_id, body.to_string())
 }
