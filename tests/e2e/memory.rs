@@ -108,6 +108,17 @@ fn pair() -> Pair {
     }
 }
 
+/// Drains node A and waits for node B to take ada.
+fn moved(a: &mut Node, b: &Node) {
+    drain(a);
+    assert!(
+        eventually(Duration::from_secs(30), || holder(b, "ada").as_deref()
+            == Some("node-b")),
+        "node B never took ada: {}",
+        b.log_text()
+    );
+}
+
 /// Drains `node` (SIGTERM) and waits for it to exit cleanly.
 fn drain(node: &mut Node) {
     node.signal(libc::SIGTERM);
@@ -136,13 +147,7 @@ fn a_seat_moved_to_another_node_answers_a_follow_up_knowing_what_it_said() {
 
     // A drains: its seats are released and its queued memory reaches the
     // stream before it lets the connection go.
-    drain(&mut a);
-    assert!(
-        eventually(Duration::from_secs(30), || holder(&b, "ada").as_deref()
-            == Some("node-b")),
-        "node B never took ada: {}",
-        b.log_text()
-    );
+    moved(&mut a, &b);
     // The lease shows before the hydration ends: a wake sent meanwhile
     // waits in the mailbox, which is attached after it.
     assert!(
@@ -314,13 +319,7 @@ fn a_note_kept_on_one_node_is_recalled_quoted_on_another_and_onboarding_comes_on
     );
     let first = ai.requests().len();
 
-    drain(&mut a);
-    assert!(
-        eventually(Duration::from_secs(30), || holder(&b, "ada").as_deref()
-            == Some("node-b")),
-        "node B never took ada: {}",
-        b.log_text()
-    );
+    moved(&mut a, &b);
     script_reply(&ai, "21.1", "In vault/ci.");
     ask(&b, "Ev2", "21.1", "<@ada> where is the deploy key?");
     delivered(&b);

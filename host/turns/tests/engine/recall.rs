@@ -16,6 +16,8 @@ use crewlet_turns::{
 use futures::future::BoxFuture;
 use serde_json::Value;
 
+use crewlet_bus::Wake;
+
 use crate::harness::{Doc, Fixture, Step, mention, post, review, submit};
 
 const DIM: usize = 1024;
@@ -175,10 +177,8 @@ fn with_memory(doc: Doc, twin: Arc<Twin>, skills: Arc<dyn SkillSource>) -> Fixtu
     f
 }
 
-/// Runs one answered turn on a mention saying `text`; its first executor
-/// prompt.
-async fn turn(f: &Fixture, delivery: &str, text: &str) -> String {
-    let from = f.brain.asked().len();
+/// Runs one turn that posts and is accepted; asserts it was delivered.
+async fn delivered(f: &Fixture, wake: Wake) {
     f.script([
         Step::calls(vec![
             post("C1", "17.1", "on it"),
@@ -186,8 +186,6 @@ async fn turn(f: &Fixture, delivery: &str, text: &str) -> String {
         ]),
         Step::calls(vec![review("done", "ok")]),
     ]);
-    let mut wake = mention(delivery);
-    wake.text = Some(text.into());
     let end = f.run(&[wake]).await;
     assert!(
         matches!(
@@ -199,6 +197,15 @@ async fn turn(f: &Fixture, delivery: &str, text: &str) -> String {
         ),
         "{end:?}"
     );
+}
+
+/// Runs one delivered turn on a mention saying `text`; its first executor
+/// prompt.
+async fn turn(f: &Fixture, delivery: &str, text: &str) -> String {
+    let from = f.brain.asked().len();
+    let mut wake = mention(delivery);
+    wake.text = Some(text.into());
+    delivered(f, wake).await;
     f.brain.asked()[from].prompt.messages[0].content.clone()
 }
 
@@ -279,25 +286,8 @@ async fn a_block_that_fails_or_hangs_is_skipped_named_and_the_turn_runs() {
         ids: vec!["U1".into()],
         who: "Grace (person grace)".into(),
     });
-    f.script([
-        Step::calls(vec![
-            post("C1", "17.1", "green"),
-            submit("delivered", "answered"),
-        ]),
-        Step::calls(vec![review("done", "ok")]),
-    ]);
     let started = std::time::Instant::now();
-    let end = f.run(&[wake]).await;
-    assert!(
-        matches!(
-            &end,
-            TurnEnd::Ended {
-                outcome: Outcome::Delivered,
-                ..
-            }
-        ),
-        "{end:?}"
-    );
+    delivered(&f, wake).await;
     assert!(started.elapsed() < Duration::from_secs(10));
     let events = prefetches(&f).await;
     let blocks = &events[0]["blocks"];
