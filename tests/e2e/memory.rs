@@ -82,12 +82,17 @@ struct Pair {
 }
 
 fn pair() -> Pair {
+    pair_with(OPENAI_ONE_SEAT)
+}
+
+/// [`pair`] running `company`.
+fn pair_with(company: &str) -> Pair {
     let ai = ScriptedOpenAi::start();
     let server = NatsServer::start();
     let sb = Sandbox::new();
     std::fs::write(
         sb.path("company.toml"),
-        fill(OPENAI_ONE_SEAT, &sb.path("chat.jsonl")),
+        fill(company, &sb.path("chat.jsonl")),
     )
     .unwrap();
     plugins(&sb, Some(&ai));
@@ -354,8 +359,7 @@ const QUOTED_LINE: &str =
 #[test]
 fn with_embeddings_a_related_turn_recalls_the_note_and_the_episode_an_unrelated_one_neither() {
     let ai = ScriptedOpenAi::start();
-    let company = format!("{OPENAI_ONE_SEAT}[memory]\nembedding = \"scripted/bag-of-words\"\n");
-    let w = crate::turns::start(&company, Some(&ai), &[("MODEL_KEY", "sk-one-1111")]);
+    let w = crate::turns::start(&embedding(), Some(&ai), &[("MODEL_KEY", "sk-one-1111")]);
     let note = "The deploy key for staging lives in vault/ci.";
     ai.reply(
         "exec-a",
@@ -409,5 +413,60 @@ fn with_embeddings_a_related_turn_recalls_the_note_and_the_episode_an_unrelated_
             .iter()
             .all(|e| e["payload"]["recall"]["by"] == "meaning"),
         "{prefetch:?}"
+    );
+}
+
+/// The one-seat company recalling by meaning (the scripted bag of words).
+fn embedding() -> String {
+    format!("{OPENAI_ONE_SEAT}[memory]\nembedding = \"scripted/bag-of-words\"\n")
+}
+
+/// A seat moved from node A to node B recalls the same note and episode:
+/// by meaning, B's related turn has A's note nearest it and A's turn under
+/// similar prior work.
+#[test]
+fn a_seat_moved_to_another_node_recalls_the_same_note_and_episode() {
+    let Pair {
+        ai,
+        server: _server,
+        mut a,
+        b,
+        _sb,
+    } = pair_with(&embedding());
+    let note = "The deploy key for staging lives in vault/ci.";
+    ai.reply(
+        "exec-a",
+        Reply::ToolCalls(vec![("remember".into(), json!({"text": note}))]),
+    );
+    script_reply(&ai, "40.1", "Noted.");
+    ask(
+        &a,
+        "Ev1",
+        "40.1",
+        "<@ada> please remember: the deploy key for staging lives in vault/ci",
+    );
+    delivered(&a);
+    let first = ai.requests().len();
+    moved(&mut a, &b);
+    script_reply(&ai, "41.1", "In vault/ci.");
+    ask(
+        &b,
+        "Ev2",
+        "41.1",
+        "<@ada> where does the deploy key for staging live?",
+    );
+    delivered(&b);
+    let on_b = executor_prompts(&ai, first);
+    let prompt = on_b.first().expect("node B's executor asked the model");
+    let quoted = format!("- {}\n", serde_json::to_string(note).unwrap());
+    let similar = prompt
+        .split("similar prior work (your earlier turns):\n")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        prompt.contains(&format!("(your notes nearest this trigger):\n{quoted}"))
+            && similar.starts_with("- \"")
+            && similar.contains("please remember: the deploy key for staging lives in vault/ci"),
+        "node B's prompt lacks node A's note or episode: {prompt}"
     );
 }
