@@ -74,6 +74,9 @@ fn query_columns(query: Option<&Vector>) -> (Option<&str>, Option<i64>, Option<V
     }
 }
 
+/// Reads one row of a table from a result row.
+type RowOf<R> = fn(&Row<'_>) -> Result<R, rusqlite::Error>;
+
 impl Store {
     /// Runs a recall `sql` (parameters: seat, model, dimension, query blob,
     /// max distance, limit; the distance the column after the row's).
@@ -83,7 +86,7 @@ impl Store {
         (seat, query): (&str, Option<&Vector>),
         max_distance: f64,
         limit: usize,
-        (row_of, distance): (fn(&Row<'_>) -> Result<R, rusqlite::Error>, usize),
+        (row_of, distance): (RowOf<R>, usize),
     ) -> Result<Vec<Recalled<R>>, StoreError> {
         let (model, dim, blob) = query_columns(query);
         let conn = self.conn();
