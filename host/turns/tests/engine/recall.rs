@@ -313,3 +313,45 @@ async fn a_block_that_fails_or_hangs_is_skipped_named_and_the_turn_runs() {
         "{prompt}"
     );
 }
+
+/// An embedding provider that is down.
+struct Down;
+
+impl Embedder for Down {
+    fn model(&self) -> Option<String> {
+        Some("test/down".into())
+    }
+
+    async fn embed(&self, _texts: Vec<String>, _site: &EmbedSite) -> Result<Embedded, EmbedError> {
+        Err(EmbedError::Unavailable("429: rate limited".into()))
+    }
+}
+
+#[tokio::test]
+async fn an_embedding_provider_down_leaves_recall_to_recency_and_the_event_says_why() {
+    let twin = Arc::new(Twin::default());
+    let mut f = Fixture::new(Doc::default());
+    f.engine = f.engine.with_recall(Recall {
+        memory: twin.clone(),
+        embedder: Arc::new(Down),
+        skills: Arc::new(crewlet_turns::NoSkills),
+    });
+    let prompt = turn(&f, "d1", "where does the deploy key live?").await;
+    assert!(
+        prompt
+            .contains("personal memory (your newest notes; recall is by recency):\n(no notes yet)")
+            && prompt.contains("none: without embeddings there is no similar work to find"),
+        "{prompt}"
+    );
+    let events = prefetches(&f).await;
+    assert_eq!(events[0]["recall"]["by"], "recency", "{events:?}");
+    assert!(
+        events[0]["recall"]["why"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("429: rate limited"),
+        "{events:?}"
+    );
+    let kept = twin.ended.lock().unwrap()[0].clone();
+    assert_eq!(kept.episode.vector, None, "kept, unembedded");
+}
