@@ -522,7 +522,11 @@ pub async fn start(
     let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
         .await
         .map_err(|e| e.to_string())?
-        .with(crewlet_memory::Sessions(ctx.store.clone()));
+        .with(crewlet_memory::Sessions(ctx.store.clone()))
+        .with(crewlet_memory::Diary(ctx.store.clone()))
+        .with(crewlet_memory::Episodes(ctx.store.clone()))
+        .with(crewlet_memory::Profiles(ctx.store.clone()))
+        .with(crewlet_memory::Onboarding(ctx.store.clone()));
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let engine_turns = TurnEngine::new(
         models.clone(),
@@ -541,7 +545,17 @@ pub async fn start(
             crash_at: test_crash_point(),
             ..crewlet_turns::Limits::default()
         },
-    );
+    )
+    .with_recall(crewlet_turns::Recall {
+        memory: Arc::new(crate::seat_memory::NodeMemory {
+            store: ctx.store.clone(),
+            changelog: changelog.clone(),
+        }),
+        // The company's `[memory] embedding` (none: recall by recency).
+        embedder: Arc::new(models.embedder(ctx.coord.budgets(), ctx.active.clone())),
+        // The learning duty's skills plug in here.
+        skills: Arc::new(crewlet_turns::NoSkills),
+    });
     let mcp = McpOptions {
         policy: Arc::new(crate::company::policy(&ctx.config)),
         ..McpOptions::default()

@@ -38,6 +38,8 @@ pub struct Doc {
     pub surface_timeout: Duration,
     /// More keys of `[roles.dev.mcp.chat]` (its surface mapping).
     pub chat_mapping: &'static str,
+    /// How long the turn-start prefetch may take (`Limits::prefetch_timeout`).
+    pub prefetch_timeout: Duration,
 }
 
 impl Default for Doc {
@@ -50,6 +52,7 @@ impl Default for Doc {
             announce_park: false,
             surface_timeout: Limits::default().surface_timeout,
             chat_mapping: "",
+            prefetch_timeout: Limits::default().prefetch_timeout,
         }
     }
 }
@@ -405,6 +408,7 @@ impl Fixture {
         };
         let limits = Limits {
             surface_timeout: doc.surface_timeout,
+            prefetch_timeout: doc.prefetch_timeout,
             ..Limits::default()
         };
         let engine = TurnEngine::new(
