@@ -15,11 +15,13 @@
 //! "upgraded" backwards.
 
 mod events;
+mod learning;
 mod pending_secrets;
 mod retention;
 mod revisions;
 mod scheduled_runs;
 mod sessions;
+mod skills;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -28,11 +30,16 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
+pub use learning::{EpisodeBrief, Promotion, RETIRE_BELOW, strength};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
 pub use scheduled_runs::{RunStatus, ScheduledRun};
 pub use sessions::{Applied, SESSION_KEEP, Said, Session, SessionRow};
+pub use skills::{
+    Learned, Origin, SKILL_NAME_MAX, SKILL_PROCEDURE_MAX, SkillHistory, SkillRefused, SkillRow,
+    SkillVersionRow, skill_id,
+};
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";
@@ -309,6 +316,8 @@ mod tests {
             "pending_secrets",
             "scheduled_runs",
             "schema_version",
+            "synthesized_skill_versions",
+            "synthesized_skills",
         ] {
             assert!(t.contains(&expected.to_owned()), "{expected} in {t:?}");
         }
