@@ -24,6 +24,7 @@
 mod courier;
 mod hydrate;
 mod sessions;
+mod skills;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,6 +37,7 @@ use sha2::{Digest, Sha256};
 pub use courier::Changelog;
 pub use hydrate::Hydrated;
 pub use sessions::Sessions;
+pub use skills::{SkillVersions, Skills};
 
 /// What applying a replayed row did to this node's copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
