@@ -304,6 +304,7 @@ fn start_duties(ctx: &EngineContext, started: &mut Started) {
             config: ctx.config.duties.clone(),
             workers: ctx.config.roles.contains(&crewlet_config::Role::Workers),
             eligible,
+            engine: ctx.clone(),
         },
         &ctx.state.duties,
     );
