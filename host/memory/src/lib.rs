@@ -12,8 +12,10 @@
 //! Why here: seats decide *when* a seat may take work and turns write what
 //! a seat said; neither learns how rows ride the broker. A memory table
 //! registers how its rows are keyed, encoded and applied ([`Table`]);
-//! conversation sessions ([`Sessions`]) are the first, and the diary,
-//! episodes and profiles ride the same stream and the same pass.
+//! conversation sessions ([`Sessions`]) are the first; the diary
+//! ([`Diary`]), episodes ([`Episodes`]), counterparty profiles
+//! ([`Profiles`]) and onboarding markers ([`Onboarding`]) ride the same
+//! stream and the same pass.
 //!
 //! Three-valued: a hydration that cannot read the stream answers
 //! [`MemoryError::Unreadable`] — never "no rows", which would attach a seat
@@ -25,6 +27,7 @@ mod courier;
 mod hydrate;
 mod sessions;
 mod skills;
+mod tables;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,6 +41,7 @@ pub use courier::Changelog;
 pub use hydrate::Hydrated;
 pub use sessions::Sessions;
 pub use skills::{SkillVersions, Skills};
+pub use tables::{Diary, Episodes, Onboarding, Profiles};
 
 /// What applying a replayed row did to this node's copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -33,13 +33,6 @@ impl Table for Sessions {
     }
 
     fn apply(&self, rows: Vec<SessionRow>) -> Result<Vec<Applied>, String> {
-        let applied = self.0.apply_sessions(&rows).map_err(|e| e.to_string())?;
-        Ok(applied
-            .into_iter()
-            .map(|a| match a {
-                crewlet_store::Applied::Written => Applied::Written,
-                crewlet_store::Applied::KeptLocal => Applied::KeptLocal,
-            })
-            .collect())
+        crate::tables::applied(self.0.apply_sessions(&rows))
     }
 }

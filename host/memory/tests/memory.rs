@@ -8,8 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream;
-use crewlet_memory::{Changelog, Memory, MemoryError, Sessions};
-use crewlet_store::{Said, SessionRow, Store};
+use crewlet_memory::{
+    Changelog, Diary, Episodes, Memory, MemoryError, Onboarding, Profiles, Sessions,
+};
+use crewlet_store::{DiaryNote, Episode, Onboarded, Profile, Said, SessionRow, Store, Vector};
 use crewlet_testkit::NatsServer;
 
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
@@ -22,6 +24,10 @@ async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
         .await
         .unwrap()
         .with(Sessions(store.clone()))
+        .with(Diary(store.clone()))
+        .with(Episodes(store.clone()))
+        .with(Profiles(store.clone()))
+        .with(Onboarding(store.clone()))
 }
 
 fn store() -> (tempfile::TempDir, Arc<Store>) {
@@ -63,7 +69,7 @@ async fn a_seats_sessions_written_on_one_node_hydrate_anothers_store() {
     // A row of a table this build does not know (a newer peer's) is
     // skipped, not an outage.
     let raw = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    raw.publish("crewlet.memory.ada.diary.00ff", "{}".into())
+    raw.publish("crewlet.memory.ada.future.00ff", "{}".into())
         .await
         .unwrap()
         .await
@@ -186,4 +192,95 @@ async fn a_stream_that_cannot_be_read_is_unknown_not_empty() {
         "{err:?}"
     );
     assert!(err.to_string().contains("not given work"), "{err}");
+}
+
+#[tokio::test]
+async fn notes_episodes_profiles_and_the_onboarding_marker_follow_the_seat() {
+    let server = NatsServer::start();
+    let (_a_dir, a) = store();
+    let (log, task) = Changelog::start(memory(&server, &a).await);
+    let vector = Vector {
+        model: "scripted/bag".into(),
+        values: vec![0.6, 0.8],
+    };
+    let note = a
+        .put_note(&DiaryNote {
+            seat: "ada".into(),
+            note_id: "n1".into(),
+            text: "The deploy key lives in vault/ci.".into(),
+            turn_id: Some("t1".into()),
+            created_ms: 10,
+            updated_ms: 10,
+            vector: Some(vector.clone()),
+            change_seq: 0,
+        })
+        .unwrap();
+    log.offer::<Diary>(&note).unwrap();
+    let episode = a
+        .put_episode(&Episode {
+            seat: "ada".into(),
+            turn_id: "t1".into(),
+            conversation: Some("C1#1".into()),
+            trigger: "where is the deploy key?".into(),
+            asked_by: vec!["U1".into()],
+            tools: vec!["remember".into()],
+            reply: Some("in vault/ci".into()),
+            outcome: "delivered".into(),
+            input_tokens: 7,
+            output_tokens: 3,
+            summary: "told U1 where the deploy key is".into(),
+            ended_ms: 11,
+            updated_ms: 11,
+            vector: Some(vector.clone()),
+            change_seq: 0,
+        })
+        .unwrap();
+    log.offer::<Episodes>(&episode).unwrap();
+    let profile = a
+        .put_profile(&Profile {
+            seat: "ada".into(),
+            counterparty: "U1".into(),
+            known: "asked: where is the deploy key?".into(),
+            turns: 1,
+            first_ms: 11,
+            last_ms: 11,
+            updated_ms: 11,
+            change_seq: 0,
+        })
+        .unwrap();
+    log.offer::<Profiles>(&profile).unwrap();
+    let marker = a
+        .mark_onboarded(&Onboarded {
+            seat: "ada".into(),
+            turn_id: "t1".into(),
+            onboarded_ms: 11,
+            updated_ms: 11,
+            change_seq: 0,
+        })
+        .unwrap();
+    log.offer::<Onboarding>(&marker).unwrap();
+    log.close(Duration::from_secs(10)).await;
+    task.await.unwrap();
+
+    // Another node (or this one with its file lost) rebuilds it all.
+    let (_b_dir, b) = store();
+    let done = memory(&server, &b).await.hydrate("ada").await.unwrap();
+    assert_eq!(
+        (done.rows, done.written, done.skipped),
+        (4, 4, 0),
+        "{done:?}"
+    );
+    let recalled = b.recall_notes("ada", Some(&vector), 0.1, 5).unwrap();
+    assert_eq!(recalled.len(), 1);
+    assert_eq!(recalled[0].row.text, note.text);
+    assert_eq!(recalled[0].row.vector, note.vector);
+    let similar = b.recall_episodes("ada", &vector, 0.1, 5).unwrap();
+    assert_eq!(similar[0].row.summary, episode.summary);
+    assert_eq!(
+        b.profile("ada", "U1").unwrap().unwrap().known,
+        profile.known
+    );
+    assert_eq!(b.onboarded("ada").unwrap().unwrap().turn_id, "t1");
+    // Stamped from B's own sequence as they landed.
+    assert_eq!(b.memory_change_sequence().unwrap(), 4);
 }

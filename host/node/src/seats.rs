@@ -623,6 +623,10 @@ pub(crate) fn memory_tables(
 ) -> crewlet_memory::Memory {
     memory
         .with(crewlet_memory::Sessions(store.clone()))
+        .with(crewlet_memory::Diary(store.clone()))
+        .with(crewlet_memory::Episodes(store.clone()))
+        .with(crewlet_memory::Profiles(store.clone()))
+        .with(crewlet_memory::Onboarding(store.clone()))
         .with(crewlet_memory::Skills(store.clone()))
         .with(crewlet_memory::SkillVersions(store.clone()))
 }

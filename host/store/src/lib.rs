@@ -4,7 +4,8 @@
 //! lock guarantees it): nothing in it has to be safe against a peer, and
 //! nothing the company must agree on belongs in it — that lives in the
 //! coordination store. It holds what one node did: the events it published,
-//! what its seats said per conversation, the company revisions it has seen,
+//! what its seats said per conversation and remember (diary, episodes,
+//! profiles: `memory`), the company revisions it has seen,
 //! the scheduled runs it performed, and secrets set (sealed) while it was
 //! stopped.
 //!
@@ -16,6 +17,7 @@
 
 mod events;
 mod learning;
+mod memory;
 mod pending_secrets;
 mod retention;
 mod revisions;
@@ -31,6 +33,7 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
 pub use learning::{EpisodeBrief, Promotion, RETIRE_BELOW, strength};
+pub use memory::{COSINE_DISTANCE, DiaryNote, Episode, Onboarded, Profile, Recalled, Vector};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
@@ -196,6 +199,7 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(open_err)?;
         let version = migrate(&mut conn, &label, migrations)?;
+        memory::register(&conn).map_err(open_err)?;
         // Checkpoints run on a thread of their own (see [`Checkpointer`]);
         // the connection's own only past a WAL of `WAL_BACKSTOP_PAGES`.
         conn.pragma_update(None, "wal_autocheckpoint", WAL_BACKSTOP_PAGES)
@@ -309,10 +313,15 @@ mod tests {
         assert_eq!(store.schema_version(), MIGRATIONS.len() as u32);
         let t = tables(&store);
         for expected in [
+            "agent_diary",
+            "agent_onboarding_markers",
             "company_revisions",
             "conversation_sessions",
+            "counterparty_profiles",
+            "episodes",
             "event_parties",
             "events",
+            "memory_change_sequence",
             "pending_secrets",
             "scheduled_runs",
             "schema_version",

@@ -18,6 +18,7 @@
 use rusqlite::{OptionalExtension, Transaction, params};
 use serde::{Deserialize, Serialize};
 
+use crate::memory::next_change;
 use crate::{Applied, Store, StoreError};
 
 /// The longest skill name kept, in characters.
@@ -120,15 +121,6 @@ pub fn skill_id(name: &str) -> Option<String> {
         .map(str::to_lowercase)
         .collect();
     (!words.is_empty()).then(|| words.join("-"))
-}
-
-/// The next number of `memory_change_sequence`, inside `tx`.
-pub(crate) fn next_change(tx: &Transaction<'_>) -> Result<i64, StoreError> {
-    Ok(tx.query_row(
-        "UPDATE memory_change_sequence SET last = last + 1 WHERE id = 1 RETURNING last",
-        [],
-        |r| r.get(0),
-    )?)
 }
 
 const SKILL_COLUMNS: &str = "seat, skill_id, name, origin, promoted_from, state, version, uses,
