@@ -33,6 +33,7 @@ pub(crate) mod plugins;
 pub mod presence;
 pub(crate) mod run;
 pub(crate) mod sample;
+pub(crate) mod seat_memory;
 pub(crate) mod seat_tools;
 pub(crate) mod seats;
 pub(crate) mod secrets;

@@ -42,6 +42,17 @@ pub struct Promotion {
     pub to: Vec<String>,
 }
 
+/// A seat's memory as an operator reads it: the newest notes, episodes
+/// and profiles (each at most the limit asked), every skill with every
+/// version.
+#[derive(Debug, Clone)]
+pub struct MemoryView {
+    pub notes: Vec<crate::DiaryNote>,
+    pub episodes: Vec<crate::Episode>,
+    pub profiles: Vec<crate::Profile>,
+    pub skills: Vec<crate::SkillHistory>,
+}
+
 /// A skill's strength at `now_ms`: 1 when just used (or learned), halving
 /// every `half_life_ms` unused.
 pub fn strength(skill: &SkillRow, now_ms: i64, half_life_ms: i64) -> f64 {
@@ -51,6 +62,40 @@ pub fn strength(skill: &SkillRow, now_ms: i64, half_life_ms: i64) -> f64 {
 }
 
 impl Store {
+    /// `seat`'s memory in this node's store, newest first, `limit` rows of
+    /// each list.
+    pub fn memory_view(&self, seat: &str, limit: usize) -> Result<MemoryView, StoreError> {
+        let notes = self
+            .recall_notes(seat, None, 0.0, limit)?
+            .into_iter()
+            .map(|r| r.row)
+            .collect();
+        let keys = |sql: &str| -> Result<Vec<String>, StoreError> {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(sql)?;
+            let rows = stmt.query_map(params![seat, limit as i64], |r| r.get(0))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        };
+        let mut episodes = Vec::new();
+        for turn in keys(
+            "SELECT turn_id FROM episodes WHERE seat = ?1 ORDER BY ended_ms DESC, turn_id DESC LIMIT ?2",
+        )? {
+            episodes.extend(self.episode(seat, &turn)?);
+        }
+        let mut profiles = Vec::new();
+        for who in keys(
+            "SELECT counterparty FROM counterparty_profiles WHERE seat = ?1 ORDER BY last_ms DESC LIMIT ?2",
+        )? {
+            profiles.extend(self.profile(seat, &who)?);
+        }
+        Ok(MemoryView {
+            notes,
+            episodes,
+            profiles,
+            skills: self.skills(seat)?,
+        })
+    }
+
     /// The newest `limit` episodes of `seat` that ended `delivered` after
     /// `after_ms`, oldest first.
     pub fn successful_episodes(

@@ -32,7 +32,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use events::{EventQuery, EventRecord, Party};
-pub use learning::{EpisodeBrief, Promotion, RETIRE_BELOW, strength};
+pub use learning::{EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, strength};
 pub use memory::{COSINE_DISTANCE, DiaryNote, Episode, Onboarded, Profile, Recalled, Vector};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
