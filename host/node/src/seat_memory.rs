@@ -1,93 +1,253 @@
-//! `GET /agents/{handle}/memory` on this node: the seat's memory replayed
-//! from `CREWLET_MEMORY` into this node's store first (so any node answers
-//! with the seat's whole memory, not only what it wrote), then read back.
+//! The node store's memory tables as the turn engine's [`SeatMemory`]:
+//! every row written is offered to the memory changelog once it is in the
+//! store, so the seat's notes, episodes, profiles and onboarding marker
+//! follow it to whichever node holds it next. Store calls block, so each
+//! runs on the blocking pool.
 //!
-//! Rule: a memory that cannot be read is unavailable (503), never empty.
+//! Rule: what a seat learns of a counterparty is a bounded list of lines,
+//! newest kept ([`MAX_PROFILE_BYTES`]): a person talked to fifty times is
+//! known by the latest of it, and a profile never outgrows a prompt block.
 
-use crewlet_api::memory::MemoryFuture;
-use crewlet_api::{MemoryRefusal, SeatMemory};
-use crewlet_store::{MemoryView, SkillHistory};
-use serde_json::{Value, json};
+use std::sync::Arc;
 
-use crate::engine::Late;
+use crewlet_memory::{Changelog, Diary, Episodes, Onboarding, Profiles, Table};
+use crewlet_store::{DiaryNote, Episode, Onboarded, Profile, Store, StoreError};
+use crewlet_turns::{MemoryFault, Note, Recalled, SeatMemory, TurnMemory, Vector};
+use futures::future::BoxFuture;
+use tracing::warn;
 
-/// Rows of each list the view answers.
-const VIEW_ROWS: usize = 50;
+/// The most a profile's `known` holds, in bytes.
+pub const MAX_PROFILE_BYTES: usize = 1024;
 
-/// The route's adapter, once the engine is up.
-pub(crate) struct SeatMemoryRoutes(pub(crate) Late);
+/// The node's seat memory.
+#[derive(Clone)]
+pub struct NodeMemory {
+    pub store: Arc<Store>,
+    pub changelog: Changelog,
+}
 
-impl SeatMemory for SeatMemoryRoutes {
-    fn memory(&self, handle: String) -> MemoryFuture<'_> {
+fn fault(e: impl std::fmt::Display) -> MemoryFault {
+    MemoryFault(e.to_string())
+}
+
+fn to_store(v: Option<Vector>) -> Option<crewlet_store::Vector> {
+    v.map(|v| crewlet_store::Vector {
+        model: v.model,
+        values: v.values,
+    })
+}
+
+impl NodeMemory {
+    /// Runs `f` on the store, on the blocking pool.
+    fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Store) -> Result<R, StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<R, MemoryFault>> {
+        let store = self.store.clone();
         Box::pin(async move {
-            let ctx = self.0.get().ok_or_else(|| {
-                MemoryRefusal::Unavailable(
-                    "the node's engine is not up yet; retry in a few seconds".into(),
+            tokio::task::spawn_blocking(move || f(&store))
+                .await
+                .map_err(fault)?
+                .map_err(fault)
+        })
+    }
+
+    /// Offers a row already in the store to the stream; a row that cannot
+    /// follow the seat is said here, not as a row not kept.
+    fn offer<T: Table>(&self, row: &T::Row) {
+        if let Err(e) = self.changelog.offer::<T>(row) {
+            warn!(subsystem = "memory", table = T::NAME, error = %e, "memory row not published");
+        }
+    }
+}
+
+/// `known` with `line` added, the oldest lines dropped past the bound.
+fn learned(known: &str, line: &str) -> String {
+    let mut lines: Vec<&str> = known.lines().filter(|l| !l.is_empty()).collect();
+    lines.push(line);
+    while lines.len() > 1 && lines.iter().map(|l| l.len() + 1).sum::<usize>() > MAX_PROFILE_BYTES {
+        lines.remove(0);
+    }
+    let mut out = lines.join("\n");
+    if out.len() > MAX_PROFILE_BYTES {
+        let mut end = MAX_PROFILE_BYTES;
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+    }
+    out
+}
+
+impl SeatMemory for NodeMemory {
+    fn remember(&self, seat: &str, note: Note) -> BoxFuture<'_, Result<(), MemoryFault>> {
+        let row = DiaryNote {
+            seat: seat.to_owned(),
+            note_id: note.id,
+            text: note.text,
+            turn_id: Some(note.turn_id),
+            created_ms: note.at_ms,
+            updated_ms: note.at_ms,
+            vector: to_store(note.vector),
+            change_seq: 0,
+        };
+        let put = self.blocking(move |s| s.put_note(&row));
+        Box::pin(async move {
+            let row = put.await?;
+            self.offer::<Diary>(&row);
+            Ok(())
+        })
+    }
+
+    fn notes(
+        &self,
+        seat: &str,
+        query: Option<Vector>,
+        max_distance: f64,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
+        let seat = seat.to_owned();
+        let query = to_store(query);
+        let read =
+            self.blocking(move |s| s.recall_notes(&seat, query.as_ref(), max_distance, limit));
+        Box::pin(async move {
+            Ok(read
+                .await?
+                .into_iter()
+                .map(|r| Recalled {
+                    text: r.row.text,
+                    at_ms: r.row.created_ms,
+                    distance: r.distance,
+                })
+                .collect())
+        })
+    }
+
+    fn episodes(
+        &self,
+        seat: &str,
+        query: Vector,
+        max_distance: f64,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
+        let seat = seat.to_owned();
+        let query = to_store(Some(query));
+        let read = self.blocking(move |s| match &query {
+            Some(q) => s.recall_episodes(&seat, q, max_distance, limit),
+            None => Ok(Vec::new()),
+        });
+        Box::pin(async move {
+            Ok(read
+                .await?
+                .into_iter()
+                .map(|r| Recalled {
+                    text: r.row.summary,
+                    at_ms: r.row.ended_ms,
+                    distance: r.distance,
+                })
+                .collect())
+        })
+    }
+
+    fn profile(
+        &self,
+        seat: &str,
+        counterparty: &str,
+    ) -> BoxFuture<'_, Result<Option<String>, MemoryFault>> {
+        let (seat, who) = (seat.to_owned(), counterparty.to_owned());
+        let read = self.blocking(move |s| s.profile(&seat, &who));
+        Box::pin(async move {
+            Ok(read.await?.map(|p| {
+                format!(
+                    "{} turns with them; what you learned (oldest first): {}",
+                    p.turns, p.known
                 )
-            })?;
-            let known = ctx
-                .active
-                .current()
-                .is_some_and(|a| a.company.seat(&handle).is_some());
-            if !known {
-                return Err(MemoryRefusal::NoSeat(format!(
-                    "the company has no seat {handle:?} (see `crewlet agents`)"
-                )));
+            }))
+        })
+    }
+
+    fn onboarded(&self, seat: &str) -> BoxFuture<'_, Result<bool, MemoryFault>> {
+        let seat = seat.to_owned();
+        let read = self.blocking(move |s| s.onboarded(&seat));
+        Box::pin(async move { Ok(read.await?.is_some()) })
+    }
+
+    fn ended(&self, seat: &str, turn: TurnMemory) -> BoxFuture<'_, Result<(), MemoryFault>> {
+        let seat = seat.to_owned();
+        let e = turn.episode;
+        let at = e.ended_ms;
+        let episode = Episode {
+            seat: seat.clone(),
+            turn_id: e.turn_id.clone(),
+            conversation: e.conversation,
+            trigger: e.trigger,
+            asked_by: e.asked_by,
+            tools: e.tools,
+            reply: e.reply,
+            outcome: e.outcome,
+            input_tokens: e.input_tokens,
+            output_tokens: e.output_tokens,
+            summary: e.summary,
+            ended_ms: at,
+            updated_ms: at,
+            vector: to_store(e.vector),
+            change_seq: 0,
+        };
+        let met = turn.met;
+        let marker = turn.onboarded.then(|| Onboarded {
+            seat: seat.clone(),
+            turn_id: e.turn_id,
+            onboarded_ms: at,
+            updated_ms: at,
+            change_seq: 0,
+        });
+        let write = self.blocking(move |s| {
+            let episode = s.put_episode(&episode)?;
+            let mut profiles = Vec::new();
+            for (who, line) in met {
+                let old = s.profile(&seat, &who)?;
+                let profile = Profile {
+                    seat: seat.clone(),
+                    counterparty: who,
+                    known: learned(old.as_ref().map_or("", |p| p.known.as_str()), &line),
+                    turns: old.as_ref().map_or(0, |p| p.turns) + 1,
+                    first_ms: old.as_ref().map_or(at, |p| p.first_ms),
+                    last_ms: at,
+                    updated_ms: at,
+                    change_seq: 0,
+                };
+                profiles.push(s.put_profile(&profile)?);
             }
-            let memory =
-                crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
-                    .await
-                    .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;
-            crate::seats::memory_tables(memory, &ctx.store)
-                .hydrate(&handle)
-                .await
-                .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;
-            let store = ctx.store.clone();
-            let seat = handle.clone();
-            let view = tokio::task::spawn_blocking(move || store.memory_view(&seat, VIEW_ROWS))
-                .await
-                .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?
-                .map_err(|e| {
-                    MemoryRefusal::Unavailable(format!(
-                        "this node's store did not answer: {e} (check the data dir's disk)"
-                    ))
-                })?;
-            let half_life = ctx.config.duties.skill_half_life.as_millis() as i64;
-            Ok(render(&handle, &view, crewlet_os::now_ms(), half_life))
+            let marker = marker.map(|m| s.mark_onboarded(&m)).transpose()?;
+            Ok((episode, profiles, marker))
+        });
+        Box::pin(async move {
+            let (episode, profiles, marker) = write.await?;
+            self.offer::<Episodes>(&episode);
+            for p in &profiles {
+                self.offer::<Profiles>(p);
+            }
+            if let Some(m) = &marker {
+                self.offer::<Onboarding>(m);
+            }
+            Ok(())
         })
     }
 }
 
-/// The route's JSON (its shape is documented in `crewlet_api::memory`).
-fn render(handle: &str, v: &MemoryView, now_ms: i64, half_life_ms: i64) -> Value {
-    let skill = |h: &SkillHistory| {
-        let s = &h.skill;
-        json!({
-            "id": s.skill_id, "name": s.name, "state": s.state, "origin": s.origin,
-            "promoted_from": s.promoted_from, "version": s.version, "uses": s.uses,
-            "last_used_ms": s.last_used_ms, "created_ms": s.created_ms, "retired_ms": s.retired_ms,
-            "strength": (crewlet_store::strength(s, now_ms, half_life_ms) * 100.0).round() / 100.0,
-            "versions": h.versions.iter().map(|v| json!({
-                "version": v.version, "procedure": v.procedure, "episodes": v.episodes,
-                "model": v.model, "created_ms": v.created_ms,
-            })).collect::<Vec<_>>(),
-        })
-    };
-    json!({
-        "handle": handle,
-        "notes": v.notes.iter().map(|n| json!({
-            "id": n.note_id, "text": n.text, "turn_id": n.turn_id, "created_ms": n.created_ms,
-            "embedding_model": n.vector.as_ref().map(|x| x.model.clone()),
-        })).collect::<Vec<_>>(),
-        "episodes": v.episodes.iter().map(|e| json!({
-            "turn_id": e.turn_id, "conversation": e.conversation, "trigger": e.trigger,
-            "outcome": e.outcome, "summary": e.summary, "tools": e.tools, "reply": e.reply,
-            "tokens": e.input_tokens + e.output_tokens, "ended_ms": e.ended_ms,
-        })).collect::<Vec<_>>(),
-        "skills": v.skills.iter().map(skill).collect::<Vec<_>>(),
-        "profiles": v.profiles.iter().map(|p| json!({
-            "counterparty": p.counterparty, "known": p.known, "turns": p.turns,
-            "first_ms": p.first_ms, "last_ms": p.last_ms,
-        })).collect::<Vec<_>>(),
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_keeps_its_newest_lines_within_the_bound() {
+        let mut known = String::new();
+        for i in 0..100 {
+            known = learned(&known, &format!("asked: question {i} {}", "x".repeat(40)));
+        }
+        assert!(known.len() <= MAX_PROFILE_BYTES, "{}", known.len());
+        assert!(known.ends_with(&format!("question 99 {}", "x".repeat(40))));
+        assert!(!known.contains("question 0 "));
+        assert_eq!(learned("", "one"), "one");
+    }
 }

@@ -515,7 +515,17 @@ pub async fn start(
             crash_at: test_crash_point(),
             ..crewlet_turns::Limits::default()
         },
-    );
+    )
+    .with_recall(crewlet_turns::Recall {
+        memory: Arc::new(crate::seat_memory::NodeMemory {
+            store: ctx.store.clone(),
+            changelog: changelog.clone(),
+        }),
+        // Until the company names an embedding model: recall by recency.
+        embedder: Arc::new(crewlet_turns::NoEmbedder),
+        // The learning duty's skills plug in here.
+        skills: Arc::new(crewlet_turns::NoSkills),
+    });
     let mcp = McpOptions {
         policy: Arc::new(crate::company::policy(&ctx.config)),
         ..McpOptions::default()

@@ -34,7 +34,7 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         ))
         .merge(crewlet_api::pauses::routes(Arc::new(Pausing(late.clone()))))
         .merge(crewlet_api::memory::routes(Arc::new(
-            crate::seat_memory::SeatMemoryRoutes(late.clone()),
+            crate::memory_route::SeatMemoryRoutes(late.clone()),
         )))
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))

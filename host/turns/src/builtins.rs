@@ -15,6 +15,8 @@ pub const ACTIVATE: &str = "activate_tool";
 pub const SUBMIT_WORK: &str = "submit_work";
 pub const SUBMIT_REVIEW: &str = "submit_review";
 pub const LEAVE_THREAD: &str = "leave_thread";
+pub const REMEMBER: &str = "remember";
+pub const RECALL: &str = "recall";
 
 /// Separates a server from its tool in an offered name.
 pub const SEPARATOR: &str = "__";
@@ -74,6 +76,33 @@ pub fn executor_builtins() -> Vec<ToolDef> {
                     "summary": {"type": "string", "description": "What you did, or why not."},
                 },
                 "required": ["outcome", "summary"],
+            }),
+        },
+    ]
+}
+
+/// The seat's memory, offered when the node keeps one.
+pub fn memory_builtins() -> Vec<ToolDef> {
+    vec![
+        ToolDef {
+            name: REMEMBER.into(),
+            description: "Keep one short fact in your memory, for later turns (yours, on any node). One fact per note; at most 8 KiB.".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"text": {"type": "string", "description": "The fact to keep."}},
+                "required": ["text"],
+            }),
+        },
+        ToolDef {
+            name: RECALL.into(),
+            description: "Find notes you kept with remember: those nearest the query (the newest, when there are no embeddings).".into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What you want to remember."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 8},
+                },
+                "required": ["query"],
             }),
         },
     ]

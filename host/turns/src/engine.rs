@@ -40,6 +40,11 @@
 //!   the working indicator raised while the seat thinks, through the
 //!   seat's own chat server; neither is ever fatal, and the indicator is
 //!   cleared whatever the outcome (a guard).
+//! - [`prefetch`]: before the first call the seat's memory, the asker's
+//!   profile, its skills, onboarding and the roster are fetched
+//!   concurrently under one bound; a block that fails is skipped, named.
+//! - [`memory`]: `remember` / `recall`, and every ended turn kept as an
+//!   episode of the seat's memory.
 //! - [`prompts`]: everything a model reads is written there.
 
 mod admission;
@@ -47,9 +52,11 @@ mod budget;
 mod dispatch;
 mod events;
 mod follow;
+mod memory;
 mod notice;
 mod owed;
 mod park;
+mod prefetch;
 mod prompts;
 mod reply;
 mod rounds;
@@ -66,10 +73,12 @@ use serde_json::json;
 use tracing::{info, warn};
 
 pub use budget::estimate;
+pub use memory::{MAX_NOTE_BYTES, MAX_SUMMARY_BYTES};
 pub use park::{
     BudgetRoom, Park, budget_parked, budget_room, company_time, park_for, parked_on, turns_over_at,
 };
 pub use park::{windows_at, windows_now};
+pub use prefetch::{MAX_BLOCK_BYTES, QUOTED};
 pub use surface::{MAX_THREAD_BYTES, MAX_THREAD_MESSAGES};
 
 use crate::ports::{Brain, Clock, EventSink, Said, Sessions, Toolbox};
@@ -91,6 +100,9 @@ pub struct Limits {
     /// How long the turn's own calls on its chat server (the thread read
     /// back, the working indicator) may take each ([`surface`]).
     pub surface_timeout: std::time::Duration,
+    /// How long the turn-start prefetch may take, all blocks together
+    /// ([`prefetch`]).
+    pub prefetch_timeout: std::time::Duration,
 }
 
 /// Where in a reply a test may have the node die.
@@ -124,6 +136,7 @@ impl Default for Limits {
             record_clip: 600,
             crash_at: None,
             surface_timeout: std::time::Duration::from_secs(5),
+            prefetch_timeout: std::time::Duration::from_secs(3),
         }
     }
 }
@@ -147,6 +160,9 @@ pub struct TurnEngine<B> {
     sessions: Arc<dyn Sessions>,
     clock: Arc<dyn Clock>,
     limits: Limits,
+    /// The seat's long memory; without it no `remember` / `recall` is
+    /// offered and the prefetch renders the roster only.
+    recall: Option<crate::memory::Recall>,
 }
 
 /// One turn to run: a batch of wakes of one conversation for one seat.
@@ -278,7 +294,14 @@ impl<B: Brain> TurnEngine<B> {
             sessions: ports.sessions,
             clock: ports.clock,
             limits,
+            recall: None,
         }
+    }
+
+    /// The engine, remembering and recalling through `recall`.
+    pub fn with_recall(mut self, recall: crate::memory::Recall) -> TurnEngine<B> {
+        self.recall = Some(recall);
+        self
     }
 
     /// Dies here if a test asked for it (see [`Limits::crash_at`]).
@@ -329,6 +352,9 @@ impl<B: Brain> TurnEngine<B> {
             output_tokens: 0,
             model_calls: 0,
             iterations: 0,
+            prefetched: String::new(),
+            first_turn: false,
+            notes_kept: 0,
         };
         let started = Instant::now();
         run.emit(
@@ -371,6 +397,7 @@ impl<B: Brain> TurnEngine<B> {
         match end {
             Ok(outcome) => {
                 run.finish(&admission.keys).await;
+                run.keep_episode(&outcome).await;
                 TurnEnd::Ended {
                     turn_id: run.turn_id,
                     outcome,
@@ -434,6 +461,12 @@ struct Run<'a, B, T> {
     output_tokens: u64,
     model_calls: u32,
     iterations: u32,
+    /// The prefetch's blocks, for the executor's prompt ([`prefetch`]).
+    prefetched: String,
+    /// The prefetch found the seat never onboarded: this turn onboards it.
+    first_turn: bool,
+    /// Notes `remember` kept in this turn.
+    notes_kept: u32,
 }
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {

@@ -109,6 +109,12 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 }
             }
             builtins::LEAVE_THREAD => self.leave_thread(&call.arguments).await,
+            builtins::REMEMBER if self.engine.recall.is_some() => {
+                self.remember_note(&call.arguments).await
+            }
+            builtins::RECALL if self.engine.recall.is_some() => {
+                self.recall_notes(&call.arguments).await
+            }
             name => match builtins::split_offered(name) {
                 Some((server, tool)) => self
                     .call_mcp(server, tool, &call.arguments)

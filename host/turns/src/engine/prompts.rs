@@ -111,6 +111,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         if let Some(thread) = self.thread_prompt() {
             p.push_str(&thread);
         }
+        p.push_str(&self.prefetched);
         p
     }
 

@@ -39,6 +39,7 @@ enum Executed {
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     pub(super) async fn iterate(&mut self) -> Result<Outcome, Stop> {
         self.read_back().await;
+        self.prefetch().await;
         let mut conversation = vec![
             Msg::system(self.executor_prompt()),
             Msg::user(trigger::render(&self.wakes)),
@@ -110,6 +111,9 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let chain = self.role.executor.clone();
         for round in 1..=self.role.max_tool_rounds.max(1) {
             let mut tools = builtins::executor_builtins();
+            if self.engine.recall.is_some() {
+                tools.extend(builtins::memory_builtins());
+            }
             tools.extend(self.activated_defs());
             let thought = self
                 .think(
