@@ -523,8 +523,10 @@ pub async fn start(
         }),
         // Until the company names an embedding model: recall by recency.
         embedder: Arc::new(crewlet_turns::NoEmbedder),
-        // The learning duty's skills plug in here.
-        skills: Arc::new(crewlet_turns::NoSkills),
+        skills: Arc::new(crate::skills::NodeSkills {
+            store: ctx.store.clone(),
+            changelog: changelog.clone(),
+        }),
     });
     let mcp = McpOptions {
         policy: Arc::new(crate::company::policy(&ctx.config)),
