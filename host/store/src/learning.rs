@@ -13,6 +13,14 @@
 //!   other seat of the role, as a row of that seat (`origin = promoted`,
 //!   naming the seats it came from), carrying the newest inducer's
 //!   procedure. A seat that already has the skill keeps its own.
+//! - **Compaction**: a seat's episodes past its newest `keep` are folded
+//!   into one digest episode (`turn_id = digest`, outcome `compacted`,
+//!   their summaries newest first within [`DIGEST_MAX`], their tokens
+//!   summed), then deleted here, so recall scans a bounded table. The
+//!   digest is written before anything is deleted (nothing is lost on a
+//!   failure between), and its `ended_ms` is the newest turn it holds: a
+//!   folded row that comes back from the stream (deletes do not travel) is
+//!   older than that, so it is dropped again, never folded twice.
 
 use rusqlite::params;
 
@@ -41,6 +49,11 @@ pub struct Promotion {
     /// The seats of the role that lack it.
     pub to: Vec<String>,
 }
+
+/// The `turn_id` of a seat's digest of compacted episodes.
+pub const DIGEST: &str = "digest";
+/// The most bytes a digest's summary holds.
+pub const DIGEST_MAX: usize = 4096;
 
 /// A seat's memory as an operator reads it: the newest notes, episodes
 /// and profiles (each at most the limit asked), every skill with every
@@ -121,6 +134,89 @@ impl Store {
             .collect::<Result<Vec<_>, _>>()?;
         rows.reverse();
         Ok(rows)
+    }
+
+    /// Folds `seat`'s episodes past its newest `keep` into its digest
+    /// (see the module docs); answers the digest when it changed.
+    pub fn compact_episodes(
+        &self,
+        seat: &str,
+        keep: usize,
+        now_ms: i64,
+    ) -> Result<Option<crate::Episode>, StoreError> {
+        let old: Vec<(String, String, i64, i64, i64)> = {
+            let conn = self.conn();
+            let mut stmt = conn.prepare_cached(
+                "SELECT turn_id, summary, ended_ms, input_tokens, output_tokens FROM episodes
+                 WHERE seat = ?1 AND turn_id != ?2
+                 ORDER BY ended_ms DESC, turn_id DESC LIMIT -1 OFFSET ?3",
+            )?;
+            let rows = stmt.query_map(params![seat, DIGEST, keep as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        if old.is_empty() {
+            return Ok(None);
+        }
+        let had = self.episode(seat, DIGEST)?;
+        let mark = had.as_ref().map_or(i64::MIN, |d| d.ended_ms);
+        let fold: Vec<_> = old.iter().filter(|o| o.2 > mark).collect();
+        let mut digest = None;
+        if !fold.is_empty() {
+            let mut summary = String::from("Earlier turns, folded (newest first):");
+            let lines = fold
+                .iter()
+                .map(|(_, s, ..)| s.lines().next().unwrap_or_default().to_owned())
+                .chain(had.iter().flat_map(|d| {
+                    d.summary
+                        .lines()
+                        .skip(1)
+                        .map(|l| l.trim_start_matches("- ").to_owned())
+                        .collect::<Vec<_>>()
+                }));
+            for line in lines {
+                let line = format!("\n- {}", crate::skills::cut(&line, 200));
+                if summary.len() + line.len() > DIGEST_MAX {
+                    break;
+                }
+                summary.push_str(&line);
+            }
+            let (input, output) = fold.iter().fold((0u64, 0u64), |(i, o), f| {
+                (i + f.3.max(0) as u64, o + f.4.max(0) as u64)
+            });
+            let (base_in, base_out) = had
+                .as_ref()
+                .map_or((0, 0), |d| (d.input_tokens, d.output_tokens));
+            digest = Some(self.put_episode(&crate::Episode {
+                seat: seat.to_owned(),
+                turn_id: DIGEST.to_owned(),
+                conversation: None,
+                trigger: "earlier turns, compacted".into(),
+                asked_by: Vec::new(),
+                tools: Vec::new(),
+                reply: None,
+                outcome: "compacted".into(),
+                input_tokens: base_in + input,
+                output_tokens: base_out + output,
+                summary,
+                ended_ms: mark.max(fold.iter().map(|f| f.2).max().unwrap_or(mark)),
+                updated_ms: now_ms.max(had.as_ref().map_or(0, |d| d.updated_ms + 1)),
+                vector: None,
+                change_seq: 0,
+            })?);
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        {
+            let mut del =
+                tx.prepare_cached("DELETE FROM episodes WHERE seat = ?1 AND turn_id = ?2")?;
+            for (turn, ..) in &old {
+                del.execute(params![seat, turn])?;
+            }
+        }
+        tx.commit()?;
+        Ok(digest)
     }
 
     /// When `seat` last learned a version of a skill of its own (its

@@ -280,3 +280,96 @@ fn a_reflection_reads_the_newest_delivered_episodes_after_its_watermark() {
     learn(&store, "ada", "Deploy check", "steps", 77);
     assert_eq!(store.last_induced_ms("ada").unwrap(), Some(77));
 }
+
+fn episode(turn: &str, ended_ms: i64) -> crate::Episode {
+    crate::Episode {
+        seat: "ada".into(),
+        turn_id: turn.into(),
+        conversation: Some("C1#1".into()),
+        trigger: format!("asked in {turn}"),
+        asked_by: vec!["U1".into()],
+        tools: vec!["chat__post_message".into()],
+        reply: Some("done".into()),
+        outcome: "delivered".into(),
+        input_tokens: 10,
+        output_tokens: 1,
+        summary: format!("Asked: {turn}\nDid: chat__post_message"),
+        ended_ms,
+        updated_ms: ended_ms,
+        vector: None,
+        change_seq: 0,
+    }
+}
+
+fn turn_ids(store: &Store) -> Vec<String> {
+    let conn = store.conn();
+    let mut stmt = conn
+        .prepare("SELECT turn_id FROM episodes WHERE seat = 'ada' ORDER BY turn_id")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+#[test]
+fn old_episodes_fold_into_one_digest_once_and_recall_stays_bounded() {
+    let (_dir, store) = store();
+    for i in 1..=5 {
+        store
+            .put_episode(&episode(&format!("t{i}"), i * 10))
+            .unwrap();
+    }
+    let digest = store
+        .compact_episodes("ada", 2, 1000)
+        .unwrap()
+        .expect("a digest");
+    assert_eq!(turn_ids(&store), ["digest", "t4", "t5"]);
+    assert_eq!(
+        (digest.outcome.as_str(), digest.ended_ms),
+        ("compacted", 30)
+    );
+    assert_eq!((digest.input_tokens, digest.output_tokens), (30, 3));
+    assert_eq!(
+        digest.summary,
+        "Earlier turns, folded (newest first):\n- Asked: t3\n- Asked: t2\n- Asked: t1"
+    );
+    let ids: Vec<String> = store
+        .successful_episodes("ada", 0, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.turn_id)
+        .collect();
+    assert_eq!(ids, ["t4", "t5"], "a digest is not a turn to reflect on");
+
+    // A folded row replayed from the stream (deletes do not travel) is
+    // dropped again, not folded twice.
+    store.apply_episodes(&[episode("t2", 20)]).unwrap();
+    assert_eq!(store.compact_episodes("ada", 2, 2000).unwrap(), None);
+    assert_eq!(turn_ids(&store), ["digest", "t4", "t5"]);
+    assert_eq!(
+        store.episode("ada", "digest").unwrap().unwrap().summary,
+        digest.summary
+    );
+
+    // A newer turn pushes t4 out: it joins the digest, newest first.
+    store.put_episode(&episode("t6", 60)).unwrap();
+    let again = store
+        .compact_episodes("ada", 2, 3000)
+        .unwrap()
+        .expect("a new digest");
+    assert_eq!(turn_ids(&store), ["digest", "t5", "t6"]);
+    assert!(
+        again
+            .summary
+            .starts_with("Earlier turns, folded (newest first):\n- Asked: t4\n- Asked: t3"),
+        "{}",
+        again.summary
+    );
+    assert_eq!((again.ended_ms, again.input_tokens), (40, 40));
+    assert_eq!(
+        store.compact_episodes("ada", 2, 4000).unwrap(),
+        None,
+        "nothing past the newest two"
+    );
+}

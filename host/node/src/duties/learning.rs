@@ -4,6 +4,8 @@
 //! Each pass, for every seat of the company (its memory first replayed from
 //! `CREWLET_MEMORY` into this node's store, so the holder sees the rows of
 //! seats other nodes serve):
+//! - **compaction**: episodes past the newest [`KEEP_EPISODES`] are folded
+//!   into the seat's digest episode, so recall scans a bounded table;
 //! - **ageing**: skills unused for long lose strength and retire
 //!   (`crewlet_store`'s half-life rule, `duties.skill_half_life_days`);
 //! - **induction**: once a seat has [`MIN_EPISODES`] successful episodes
@@ -14,8 +16,8 @@
 //!   is written to every other seat of the role.
 //!
 //! Rules, and why:
-//! - Every write asks the tenure's fence first and the pass stops when it
-//!   does not admit: a holder frozen past its TTL must not write what a
+//! - The tenure's fence is asked before each seat's writes (and before
+//!   promotion) and the pass stops when it does not admit: a holder frozen past its TTL must not write what a
 //!   newer holder is writing too. Every row written goes to the memory
 //!   changelog, so what a seat learned follows it.
 //! - Every pass is one `learning_pass` event: what it did per seat, and
@@ -34,7 +36,7 @@ use std::time::{Duration, Instant};
 use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
-use crewlet_memory::{Changelog, Memory, SkillVersions, Skills};
+use crewlet_memory::{Changelog, Episodes, Memory, SkillVersions, Skills};
 use crewlet_models::Models;
 use crewlet_store::{Learned, Origin, SkillRow, SkillVersionRow, Store};
 use serde_json::{Value, json};
@@ -47,6 +49,8 @@ use super::reflection::{self, Reflected};
 pub const MIN_EPISODES: usize = 3;
 /// The most episodes one reflection reads.
 pub const MAX_EPISODES: usize = 10;
+/// A seat's newest episodes kept whole; older ones are folded.
+pub const KEEP_EPISODES: usize = 200;
 /// Seats of one role that must have induced a skill for it to be
 /// promoted to the whole role.
 pub const PROMOTE_AT: usize = 2;
@@ -198,6 +202,19 @@ impl Learning {
             }
         }
         let now = crewlet_os::now_ms();
+        match self.store.compact_episodes(seat, KEEP_EPISODES, now) {
+            Ok(Some(digest)) => {
+                out.report.insert("compacted".into(), json!(true));
+                if let Err(e) = self.changelog.offer::<Episodes>(&digest) {
+                    warn!(subsystem = "learning", seat, error = %e, "episode digest not published");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                out.report
+                    .insert("compaction_error".into(), json!(e.to_string()));
+            }
+        }
         let half_life = self.config.skill_half_life.as_millis() as i64;
         match self.store.age_skills(seat, now, half_life) {
             Ok(retired) => {
