@@ -38,7 +38,7 @@ impl SeatMemory for SeatMemoryRoutes {
                 crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
                     .await
                     .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;
-            crate::seats::memory_tables(memory, &ctx.store)
+            crate::memory_tables::memory_tables(memory, &ctx.store)
                 .hydrate(&handle)
                 .await
                 .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;

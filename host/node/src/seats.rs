@@ -496,7 +496,7 @@ pub async fn start(
     let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    let memory = memory_tables(memory, &ctx.store);
+    let memory = crate::memory_tables::memory_tables(memory, &ctx.store);
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let engine_turns = TurnEngine::new(
         models.clone(),
@@ -626,21 +626,6 @@ pub(crate) async fn models(ctx: &crate::engine::EngineContext) -> Arc<Models> {
         )
         .await,
     )
-}
-
-/// `memory` with every table a seat's memory is replayed into.
-pub(crate) fn memory_tables(
-    memory: crewlet_memory::Memory,
-    store: &Arc<crewlet_store::Store>,
-) -> crewlet_memory::Memory {
-    memory
-        .with(crewlet_memory::Sessions(store.clone()))
-        .with(crewlet_memory::Diary(store.clone()))
-        .with(crewlet_memory::Episodes(store.clone()))
-        .with(crewlet_memory::Profiles(store.clone()))
-        .with(crewlet_memory::Onboarding(store.clone()))
-        .with(crewlet_memory::Skills(store.clone()))
-        .with(crewlet_memory::SkillVersions(store.clone()))
 }
 
 /// The variable a crash test names its point in (`reply.after_intent`,

@@ -57,6 +57,19 @@ pub const PROMOTE_AT: usize = 2;
 /// How long a stopping duty waits for its queued rows to reach the stream.
 const FLUSH: Duration = Duration::from_secs(5);
 
+/// What the learning duty is started with: its own model layer (so it
+/// runs on a `workers` node without `seats`), the node's connection for
+/// the memory stream.
+pub struct Inputs {
+    pub client: async_nats::Client,
+    pub store: Arc<Store>,
+    pub publisher: crewlet_observe::Publisher,
+    pub active: crewlet_company::ActiveCompany,
+    pub config: DutiesConfig,
+    pub budgets: Budgets,
+    pub models: Arc<Models>,
+}
+
 /// The learning duty's work loop and what it writes with.
 pub struct Learning {
     pub store: Arc<Store>,
@@ -107,22 +120,21 @@ impl Learning {
         self.models.shutdown().await;
     }
 
-    /// The duty's model layer and memory stream, made from the node's
-    /// engine context (its own, so the duty runs on a `workers` node
-    /// without `seats`).
-    pub async fn equip(ctx: &crate::engine::EngineContext) -> Result<Learning, String> {
-        let memory = Memory::open(async_nats::jetstream::new(ctx.client.clone()))
+    /// The duty's memory stream and changelog, opened on the node's
+    /// connection; the rest comes from `inputs`.
+    pub async fn equip(inputs: Inputs) -> Result<Learning, String> {
+        let memory = Memory::open(async_nats::jetstream::new(inputs.client))
             .await
             .map_err(|e| e.to_string())?;
-        let memory = crate::seats::memory_tables(memory, &ctx.store);
+        let memory = crate::memory_tables::memory_tables(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {
-            store: ctx.store.clone(),
-            publisher: ctx.publisher.clone(),
-            active: ctx.active.clone(),
-            config: ctx.config.duties.clone(),
-            budgets: ctx.coord.budgets(),
-            models: crate::seats::models(ctx).await,
+            store: inputs.store,
+            publisher: inputs.publisher,
+            active: inputs.active,
+            config: inputs.config,
+            budgets: inputs.budgets,
+            models: inputs.models,
             memory,
             changelog,
             carrier,
@@ -386,16 +398,4 @@ impl Learning {
 
 fn admitted(tenure: &watch::Receiver<Option<Fence>>) -> Option<FenceEpoch> {
     tenure.borrow().as_ref().and_then(Fence::admitted)
-}
-
-/// `s` cut to at most `max` bytes, on a character boundary.
-pub fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }

@@ -20,7 +20,7 @@
 
 pub mod learning;
 pub mod maintenance;
-mod reflection;
+pub mod reflection;
 pub mod scheduler;
 pub mod tenure;
 
@@ -102,9 +102,8 @@ pub struct Parts {
     pub workers: bool,
     /// Whether the node admits triggers now (it does not while it sheds).
     pub eligible: watch::Receiver<bool>,
-    /// What the learning duty equips itself from (its model layer, the
-    /// memory stream).
-    pub engine: crate::engine::EngineContext,
+    /// What the learning duty runs with (`None` without `workers`).
+    pub learning: Option<learning::Inputs>,
 }
 
 /// The started duties; [`Running::stop`] ends their work, then releases
@@ -163,10 +162,11 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
         let maintenance = lease(Duty::Maintenance);
         maintenance_tenure = Some(maintenance.fence());
         let learning = lease(Duty::Learning);
-        let (fence, engine, stop) = (learning.fence(), p.engine.clone(), stop.clone());
+        let (fence, inputs, stop) = (learning.fence(), p.learning, stop.clone());
         tasks.push(tokio::spawn(
             async move {
-                match learning::Learning::equip(&engine).await {
+                let Some(inputs) = inputs else { return };
+                match learning::Learning::equip(inputs).await {
                     Ok(work) => work.run(fence, stop).await,
                     Err(e) => warn!(subsystem = "learning", error = %e,
                         "the learning duty cannot open the memory stream; it runs no pass on this node"),
