@@ -294,6 +294,9 @@ pub struct Company {
     /// posts, once, to the reply its trigger is owed that it is out of
     /// budget until the window turns over. Default false: silence.
     pub announce_park: bool,
+    /// `[memory] embedding`: the model recall compares meanings with;
+    /// `None` when the company decided none (recall is by recency).
+    pub embedding: Option<ModelRef>,
     /// SHA-256 of the document text, hex: names a revision's content.
     pub digest: String,
 }

@@ -1,6 +1,7 @@
 //! The document as written, and its validation into a [`Company`].
 
 mod identities;
+mod memory;
 mod placement;
 mod schedules;
 mod surface;
@@ -39,6 +40,8 @@ pub struct Document {
     placement: placement::RawPlacement,
     #[serde(default)]
     budgets: RawBudgets,
+    #[serde(default)]
+    memory: memory::RawMemory,
 }
 
 /// `[budgets]`: how the company's budgets behave (the ceilings are under
@@ -543,6 +546,7 @@ impl Document {
         );
 
         let placement = placement::validate(self.placement, &mut errors);
+        let embedding = memory::validate(self.memory, &mut errors);
 
         if errors.0.is_empty() {
             Ok(Company {
@@ -557,6 +561,7 @@ impl Document {
                 schedules,
                 placement,
                 announce_park: self.budgets.announce_park,
+                embedding,
                 digest,
             })
         } else {

@@ -29,7 +29,12 @@
 //! world's WIT types are converted in one private module (`wire.rs`) and
 //! are not this crate's API. A model entry's `options` go to the plugin as
 //! `options-json`.
+//!
+//! [`Embeddings`] (`embed.rs`) is the turn engine's `Embedder`: the
+//! company's one embedding model through the same key pool, cooldowns and
+//! budgets.
 
+mod embed;
 pub mod failure;
 pub mod pool;
 mod wire;
@@ -49,6 +54,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+pub use embed::Embeddings;
 pub use failure::{CooldownPolicy, DEFAULT_COOLDOWN_FLOOR, Decision, Failure};
 pub use pool::{
     Credential, CredentialPool, PoolLease, ProviderKey, Resolve, Secret, Unresolved, resolve_all,
@@ -276,12 +282,50 @@ impl Drop for Models {
     }
 }
 
+/// Why an attempt on one key failed, before it is classed.
+pub(crate) enum Miss {
+    /// The plugin classified the vendor's failure.
+    Provider(crewlet_plugins::provider::ProviderError),
+    /// The plugin faulted.
+    Fault(crewlet_plugins::CallError),
+    /// The plugin cannot do what was asked (a provider that does not
+    /// embed); carries why.
+    Unsupported(String),
+}
+
+/// Whom a call's events are addressed to: a turn's model call, or an
+/// embedding (which may belong to no turn).
+pub(crate) struct Whom {
+    seat: String,
+    turn_id: Option<String>,
+    phase: &'static str,
+    iteration: Option<u32>,
+    trace_id: Option<String>,
+}
+
+impl Whom {
+    fn call(site: &CallSite) -> Whom {
+        Whom {
+            seat: site.seat.clone(),
+            turn_id: Some(site.turn_id.clone()),
+            phase: site.phase.as_str(),
+            iteration: Some(site.iteration),
+            trace_id: site.trace_id.clone(),
+        }
+    }
+}
+
+/// A model entry's `options`, as the plugin reads them.
+fn options_json(entry: &ModelRef) -> String {
+    serde_json::to_string(&entry.options).unwrap_or_else(|_| "{}".to_owned())
+}
+
 /// Why the chain left a model.
-struct Leave {
-    failure: Failure,
-    line: String,
+pub(crate) struct Leave {
+    pub(crate) failure: Failure,
+    pub(crate) line: String,
     /// No usable key while one is not known yet: the chain stops here.
-    unknown: bool,
+    pub(crate) unknown: bool,
 }
 
 impl Inner {
@@ -325,7 +369,7 @@ impl Inner {
                 );
                 self.emit(
                     "provider_fallback",
-                    Some(site),
+                    Some(&Whom::call(site)),
                     json!({
                         "from": label(entry),
                         "to": label(next),
@@ -340,7 +384,7 @@ impl Inner {
         warn!(chain = ?chain_labels, last_error = %last_error, turn_id = %site.turn_id, "no model answered");
         self.emit(
             "llm_unavailable",
-            Some(site),
+            Some(&Whom::call(site)),
             json!({ "chain": chain_labels, "last_error": last_error }),
         )
         .await;
@@ -361,6 +405,37 @@ impl Inner {
         site: &CallSite,
         attempts: &mut Vec<Attempt>,
     ) -> Result<(Thought, wire::Receipt, Option<KeyHint>), Leave> {
+        let options_json = options_json(entry);
+        let (completion, hint) = self
+            .with_keys(entry, &Whom::call(site), attempts, |plugin, key| {
+                let request = req.request(&entry.model, key, &options_json);
+                async move {
+                    match plugin.complete(request).await {
+                        Ok(Ok(completion)) => Ok(completion),
+                        Ok(Err(e)) => Err(Miss::Provider(e)),
+                        Err(fault) => Err(Miss::Fault(fault)),
+                    }
+                }
+            })
+            .await?;
+        let (thought, receipt) = wire::thought(completion, entry);
+        Ok((thought, receipt, hint))
+    }
+
+    /// Runs `attempt` on one model with each usable key in turn, the least
+    /// busy first: a key's fault (rate-limited, refused) benches it and the
+    /// next is tried; any other failure leaves the model. `Err` says why.
+    pub(crate) async fn with_keys<T, F, Fut>(
+        &self,
+        entry: &ModelRef,
+        whom: &Whom,
+        attempts: &mut Vec<Attempt>,
+        mut attempt: F,
+    ) -> Result<(T, Option<KeyHint>), Leave>
+    where
+        F: FnMut(Arc<ProviderPlugin>, &str) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Miss>>,
+    {
         let record = |attempts: &mut Vec<Attempt>, hint, failure: Failure, line: &str, t| {
             attempts.push(Attempt {
                 provider: entry.provider.clone(),
@@ -388,8 +463,6 @@ impl Inner {
         let pkey = &ProviderKey::new(&entry.provider, &entry.model, &base_url(&plugin));
         let (mut keys, mut unresolved) = resolve_all(&entry.credentials, &self.resolve);
         let mut all_keys = keys.clone();
-        let options_json =
-            serde_json::to_string(&entry.options).unwrap_or_else(|_| "{}".to_owned());
         loop {
             let Some(lease) = self.pool.lease(pkey, &keys) else {
                 let line = self.no_key_line(pkey, &all_keys, &unresolved);
@@ -404,13 +477,12 @@ impl Inner {
             // A key is tried once per model per call, whatever its bench.
             keys.retain(|k| k.hint != cred.hint);
             let hint = (!cred.is_keyless()).then(|| cred.hint.clone());
-            let request = req.request(&entry.model, cred.secret.expose(), &options_json);
             let started = Instant::now();
-            let outcome = plugin.complete(request).await;
+            let outcome = attempt(plugin.clone(), cred.secret.expose()).await;
             let elapsed = started.elapsed();
             drop(lease);
             let (failure, line) = match outcome {
-                Ok(Ok(completion)) => {
+                Ok(answer) => {
                     attempts.push(Attempt {
                         provider: entry.provider.clone(),
                         model: entry.model.clone(),
@@ -418,16 +490,23 @@ impl Inner {
                         outcome: Outcome::Answered,
                         elapsed,
                     });
-                    let (thought, receipt) = wire::thought(completion, entry);
-                    return Ok((thought, receipt, hint));
+                    return Ok((answer, hint));
                 }
-                Ok(Err(e)) => (Failure::of(&e.kind), failure::provider_line(&e, &all_keys)),
-                Err(fault) => (Failure::PluginFault, failure::fault_line(&fault, &all_keys)),
+                Err(Miss::Provider(e)) => {
+                    (Failure::of(&e.kind), failure::provider_line(&e, &all_keys))
+                }
+                Err(Miss::Fault(fault)) => {
+                    (Failure::PluginFault, failure::fault_line(&fault, &all_keys))
+                }
+                Err(Miss::Unsupported(why)) => (
+                    Failure::BadRequest,
+                    failure::redact(&format!("unsupported: {why}"), &all_keys),
+                ),
             };
             record(attempts, hint, failure.clone(), &line, elapsed);
             match failure.decide(&self.opts.cooldowns) {
                 Decision::BenchKey(d) => {
-                    self.bench(pkey, &cred, d, &line, site).await;
+                    self.bench(pkey, &cred, d, &line, whom).await;
                     // Looked up again: a key rotated since this call began
                     // (or one that became known) is tried before leaving.
                     let (fresh, still) = resolve_all(&entry.credentials, &self.resolve);
@@ -482,7 +561,7 @@ impl Inner {
         cred: &Credential,
         d: Duration,
         line: &str,
-        site: &CallSite,
+        whom: &Whom,
     ) {
         let until = self.pool.bench(pkey, &cred.hint, SystemTime::now() + d);
         let write = tokio::spawn({
@@ -504,7 +583,7 @@ impl Inner {
         info!(provider = %pkey, key_hint = cred.hint.as_str(), until_ms = epoch_ms(until), reason = %line, "credential benched");
         self.emit(
             "credential_benched",
-            Some(site),
+            Some(whom),
             json!({
                 "provider": pkey.as_str(),
                 "key_hint": cred.hint.as_str(),
@@ -550,15 +629,17 @@ impl Inner {
 
     /// Publishes an event addressed to `site`; a failure is logged, never
     /// fails the call.
-    async fn emit(&self, kind: &str, site: Option<&CallSite>, mut payload: Value) {
+    pub(crate) async fn emit(&self, kind: &str, site: Option<&Whom>, mut payload: Value) {
         let Some(p) = &self.publisher else {
             return;
         };
         if let (Some(s), Value::Object(map)) = (site, &mut payload) {
             map.insert("turn_id".into(), json!(s.turn_id));
             map.insert("seat".into(), json!(s.seat));
-            map.insert("phase".into(), json!(s.phase.as_str()));
-            map.insert("iteration".into(), json!(s.iteration));
+            map.insert("phase".into(), json!(s.phase));
+            if let Some(i) = s.iteration {
+                map.insert("iteration".into(), json!(i));
+            }
             map.insert("trace_id".into(), json!(s.trace_id));
         }
         let mut event = p.event(kind, payload);

@@ -521,8 +521,8 @@ pub async fn start(
             store: ctx.store.clone(),
             changelog: changelog.clone(),
         }),
-        // Until the company names an embedding model: recall by recency.
-        embedder: Arc::new(crewlet_turns::NoEmbedder),
+        // The company's `[memory] embedding` (none: recall by recency).
+        embedder: Arc::new(models.embedder(ctx.coord.budgets(), ctx.active.clone())),
         skills: Arc::new(crate::skills::NodeSkills {
             store: ctx.store.clone(),
             changelog: changelog.clone(),

@@ -27,7 +27,8 @@ pub mod provider {
         world: "crewlet:plugin/provider",
         imports: { default: async | trappable },
         exports: { default: async },
-        additional_derives: [PartialEq, Eq],
+        // Not `Eq`: embeddings carry `f32`s.
+        additional_derives: [PartialEq],
         with: {
             "wasi:http": wasmtime_wasi_http::p2::bindings::http,
             "wasi:io": wasmtime_wasi::p2::bindings::io,

@@ -12,16 +12,21 @@
 //!   call that leased it. The plugin's connections to the vendor are kept
 //!   between calls ([`crate::pool`]): they carry no key of their own.
 //! - The plugin classifies failures and never retries (Architecture §2).
+//! - Embeddings are the world's second export (WIT 0.4.2). A component of
+//!   0.4.1 or 0.4.0 has none: it loads and completes as before, and every
+//!   embedding it is asked for answers [`EmbedError::Unsupported`] without
+//!   running it. So the exports are looked up one by one (semver-matched,
+//!   as wasmtime matches `@0.4.1` to `@0.4.2`), not as the whole world.
 
 use std::sync::{Arc, Mutex};
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::HealthReport;
 use crate::bindings::module::crewlet::plugin::log;
-use crate::bindings::provider::ProviderPre;
+use crate::bindings::provider::exports::crewlet::plugin::{completions, embeddings};
 use crate::call::Guard;
 use crate::manifest::{Granted, Manifest, Origin, Permissions};
 use crate::outbound::OutboundPolicy;
@@ -34,12 +39,42 @@ pub use crate::bindings::provider::exports::crewlet::plugin::completions::{
     Completion, Credential, ErrorKind, Message, ProviderError, Request, Role, Tool, ToolCall,
     ToolChoice, Usage,
 };
+pub use crate::bindings::provider::exports::crewlet::plugin::embeddings::{
+    EmbedError, EmbedRequest, Embedded,
+};
+
+/// The WIT version that gave providers `embeddings`.
+const EMBEDDINGS_SINCE: &str = "crewlet:plugin@0.4.2";
+
+/// A component linked for calls: its `completions` export, and its
+/// `embeddings` export when it has one.
+#[derive(Clone)]
+struct Exports {
+    pre: InstancePre<Sandbox<ProviderCtx>>,
+    completions: completions::GuestIndices,
+    embeddings: Option<embeddings::GuestIndices>,
+}
+
+/// What one call asks of the guest.
+enum Ask {
+    Complete(Request),
+    Embed(EmbedRequest),
+}
+
+/// What the guest answered.
+enum Answer {
+    Completion(Result<Completion, ProviderError>),
+    Embedded(Result<Embedded, EmbedError>),
+}
 
 /// A loaded provider plugin.
 pub struct ProviderPlugin {
     manifest: Manifest,
     runtime: Arc<Runtime>,
-    pre: ProviderPre<Sandbox<ProviderCtx>>,
+    exports: Exports,
+    /// The WIT package its `completions` export came from, e.g.
+    /// `crewlet:plugin@0.4.1` (named when it cannot embed).
+    package: String,
     guard: Guard,
     cache: CacheOutcome,
     denied: Arc<Mutex<Vec<String>>>,
@@ -62,9 +97,23 @@ impl ProviderPlugin {
             |s| s,
         )
         .map_err(engine_error)?;
-        let pre = linker
+        let package = component
+            .component_type()
+            .exports(runtime.engine())
+            .find_map(|(name, _)| {
+                let version = name.strip_prefix("crewlet:plugin/completions@")?;
+                Some(format!("crewlet:plugin@{version}"))
+            })
+            .unwrap_or_else(|| "crewlet:plugin@?".to_string());
+        let exports = linker
             .instantiate_pre(&component)
-            .and_then(ProviderPre::new)
+            .and_then(|pre| {
+                Ok(Exports {
+                    completions: completions::GuestIndices::new(&pre)?,
+                    embeddings: embeddings::GuestIndices::new(&pre).ok(),
+                    pre,
+                })
+            })
             .map_err(|e| LoadError::Link {
                 component: manifest.component.clone(),
                 reason: format!("{e:#}"),
@@ -74,7 +123,8 @@ impl ProviderPlugin {
             granted: Arc::new(manifest.granted.clone()),
             manifest,
             runtime: runtime.clone(),
-            pre,
+            exports,
+            package,
             cache,
             denied: Arc::default(),
             connections: Connections::new(),
@@ -109,6 +159,12 @@ impl ProviderPlugin {
             .clone()
     }
 
+    /// Whether the component exports `embeddings` (WIT 0.4.2 on); one that
+    /// does may still answer [`EmbedError::Unsupported`].
+    pub fn embeds(&self) -> bool {
+        self.exports.embeddings.is_some()
+    }
+
     /// Performs one model call. `Ok(Err(_))` is a classified vendor
     /// failure; `Err(_)` is a fault of the plugin.
     pub async fn complete(
@@ -124,6 +180,58 @@ impl ProviderPlugin {
         &self,
         mut req: Request,
     ) -> Result<(Result<Completion, ProviderError>, String), CallError> {
+        req.base_url = self.base_url().to_string();
+        let key = req.credential.api_key.clone();
+        match self.invoke(&key, Ask::Complete(req)).await? {
+            (Answer::Completion(answer), said) => Ok((answer, said)),
+            (Answer::Embedded(_), _) => unreachable!("a completion is answered as one"),
+        }
+    }
+
+    /// Embeds one batch of texts. `Ok(Err(_))` is the plugin's answer (a
+    /// classified vendor failure, or [`EmbedError::Unsupported`] — also
+    /// what a component older than 0.4.2 answers, without running);
+    /// `Err(_)` is a fault of the plugin.
+    pub async fn embed(
+        &self,
+        req: EmbedRequest,
+    ) -> Result<Result<Embedded, EmbedError>, CallError> {
+        self.embed_said(req).await.map(|(answer, _)| answer)
+    }
+
+    /// [`ProviderPlugin::embed`], with what the plugin wrote to stderr.
+    pub(crate) async fn embed_said(
+        &self,
+        mut req: EmbedRequest,
+    ) -> Result<(Result<Embedded, EmbedError>, String), CallError> {
+        if self.exports.embeddings.is_none() {
+            return Ok((
+                Err(EmbedError::Unsupported(format!(
+                    "this provider does not embed: plugin `{}` targets {}, and embeddings came with {EMBEDDINGS_SINCE}; rebuild it against this release's wit/, or name another provider's model in `[memory] embedding`",
+                    self.manifest.name, self.package
+                ))),
+                String::new(),
+            ));
+        }
+        req.base_url = self.base_url().to_string();
+        let key = req.credential.api_key.clone();
+        match self.invoke(&key, Ask::Embed(req)).await? {
+            (Answer::Embedded(answer), said) => Ok((answer, said)),
+            (Answer::Completion(_), _) => unreachable!("an embedding is answered as one"),
+        }
+    }
+
+    /// The manifest's base URL: set on every request by the host.
+    fn base_url(&self) -> &str {
+        let Permissions::Provider { base_url, .. } = &self.manifest.permissions else {
+            unreachable!("a ProviderPlugin is only loaded from a provider manifest");
+        };
+        base_url
+    }
+
+    /// Runs one export on a fresh instance; a vendor failure's message
+    /// names where the call went (and the host's refusal, when it refused).
+    async fn invoke(&self, key: &str, ask: Ask) -> Result<(Answer, String), CallError> {
         let Permissions::Provider {
             base_url,
             allowed_outbound_hosts,
@@ -132,7 +240,6 @@ impl ProviderPlugin {
         else {
             unreachable!("a ProviderPlugin is only loaded from a provider manifest");
         };
-        req.base_url = base_url.clone();
         // A failure names where it went: the one thing the plugin's
         // redacted message never says, and the first an operator asks.
         let tried = Origin::parse(base_url)
@@ -159,18 +266,32 @@ impl ProviderPlugin {
                 reason: e.to_string(),
             })?;
         // A provider's fault text may quote what it was given: the key.
-        let scrub = Scrub::of(req.credentials_for_scrub());
-        let pre = self.pre.clone();
+        let scrub = Scrub::of(vec![key.as_bytes()]);
+        let exports = self.exports.clone();
         let deadline = self.manifest.limits.deadline;
         let (_store, result) = self
             .guard
             .call(store, deadline, &scrub, move |mut store| async move {
                 let r = async {
-                    let bindings = pre.instantiate_async(&mut store).await?;
-                    bindings
-                        .crewlet_plugin_completions()
-                        .call_complete(&mut store, &req)
-                        .await
+                    let instance = exports.pre.instantiate_async(&mut store).await?;
+                    match ask {
+                        Ask::Complete(req) => exports
+                            .completions
+                            .load(&mut store, &instance)?
+                            .call_complete(&mut store, &req)
+                            .await
+                            .map(Answer::Completion),
+                        Ask::Embed(req) => {
+                            let Some(indices) = &exports.embeddings else {
+                                wasmtime::bail!("the component exports no embeddings");
+                            };
+                            indices
+                                .load(&mut store, &instance)?
+                                .call_embed(&mut store, &req)
+                                .await
+                                .map(Answer::Embedded)
+                        }
+                    }
                 }
                 .await;
                 let said = store.data().said();
@@ -179,24 +300,23 @@ impl ProviderPlugin {
             .await?;
         let (answer, said) = result;
         let refusal = refused.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let answer = answer.map_err(|mut e| {
-            // The host knows why it refused a request; the guest only
-            // that it was.
-            e.message = match refusal {
+        // The host knows why it refused a request; the guest only that it was.
+        let place = |mut e: ProviderError| {
+            e.message = match &refusal {
                 Some(why) if e.kind == ErrorKind::RequestDenied => {
                     format!("{why} (calling {tried})")
                 }
                 _ => format!("{} (calling {tried})", e.message),
             };
             e
-        });
+        };
+        let answer = match answer {
+            Answer::Completion(a) => Answer::Completion(a.map_err(place)),
+            Answer::Embedded(a) => Answer::Embedded(a.map_err(|e| match e {
+                EmbedError::Failed(e) => EmbedError::Failed(place(e)),
+                unsupported => unsupported,
+            })),
+        };
         Ok((answer, said))
-    }
-}
-
-impl Request {
-    /// The secret material this request carries, for scrubbing.
-    fn credentials_for_scrub(&self) -> Vec<&[u8]> {
-        vec![self.credential.api_key.as_bytes()]
     }
 }

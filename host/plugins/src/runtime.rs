@@ -40,12 +40,14 @@ use crate::voice::{Speaker, Voice};
 /// The wasmtime this host embeds; part of every artifact's key.
 pub const WASMTIME_VERSION: &str = "48.0.8";
 /// The WIT package this host implements, and the versions it loads: any
-/// 0.4.x (a 0.4.0 webhook through its own bindings, `webhook/v0_4_0.rs`);
-/// a component of any other minor version (0.3.x included: its webhook
+/// 0.4.x (a 0.4.0 webhook through its own bindings, `webhook/v0_4_0.rs`; a
+/// 0.4.1 or 0.4.0 provider without `embeddings`, `provider.rs`); a
+/// component of any other minor version (0.3.x included: its webhook
 /// `delivery` had no `owed`) is refused naming them.
-pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.4.1";
+pub const SUPPORTED_PACKAGE: &str = "crewlet:plugin@0.4.2";
 /// Every version this host loads, as a refusal names them.
-pub const SUPPORTED_VERSIONS: &str = "crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0";
+pub const SUPPORTED_VERSIONS: &str =
+    "crewlet:plugin@0.4.2, crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0";
 /// The version prefix of [`SUPPORTED_PACKAGE`] a component must carry.
 const SUPPORTED_PREFIX: &str = "0.4.";
 

@@ -33,7 +33,9 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
     assert_eq!(failing, vec!["wrong-world".to_string()], "{text}");
     assert_eq!(report.plugins.len(), 9, "{text}");
     assert!(
-        text.contains("supports crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0"),
+        text.contains(
+            "supports crewlet:plugin@0.4.2, crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0"
+        ),
         "{text}"
     );
 }

@@ -354,7 +354,9 @@ fn a_component_of_an_unknown_major_version_is_refused_by_name() {
     let text = err.to_string();
     assert!(text.contains("crewlet:plugin@1.0.0"), "{text}");
     assert!(
-        text.contains("supports crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0"),
+        text.contains(
+            "supports crewlet:plugin@0.4.2, crewlet:plugin@0.4.1 and crewlet:plugin@0.4.0"
+        ),
         "{text}"
     );
 }

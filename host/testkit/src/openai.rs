@@ -1,5 +1,6 @@
 //! `ScriptedOpenAi`: a real local HTTP server speaking the OpenAI
-//! chat-completions wire format, answering what the test scripted.
+//! chat-completions and embeddings wire formats, answering what the test
+//! scripted.
 //!
 //! The only double in the model path, and it sits outside the boundary: the
 //! provider plugin under test sends real HTTP and parses real responses.
@@ -34,6 +35,10 @@ pub enum Reply {
     Text(String),
     /// `200` with these tool calls: `(tool name, arguments object)`.
     ToolCalls(Vec<(String, Value)>),
+    /// `200` from `/v1/embeddings` with these vectors as `data[]` (listed
+    /// last first, each item's `index` saying its place, as the wire
+    /// allows); usage counts a quarter of the inputs' characters.
+    Vectors(Vec<Vec<f32>>),
     /// Any status with this raw body, and a `Retry-After` (seconds) when given.
     Status {
         code: u16,
@@ -93,6 +98,8 @@ pub struct SeenRequest {
     pub messages: Value,
     /// The body's `tools` array (`null` when absent).
     pub tools: Value,
+    /// The path asked: `/v1/chat/completions` or `/v1/embeddings`.
+    pub path: &'static str,
     /// The whole body as JSON (`null` when it was not JSON).
     pub body: Value,
     /// The `x-request-id` the server answered with.
@@ -138,6 +145,7 @@ impl ScriptedOpenAi {
                     let _ = addr_tx.send(listener.local_addr().expect("local addr"));
                     let app = Router::new()
                         .route("/v1/chat/completions", post(completions))
+                        .route("/v1/embeddings", post(embeddings))
                         .with_state(state);
                     let app = app.into_make_service_with_connect_info::<SocketAddr>();
                     let _ = axum::serve(listener, app)
@@ -242,13 +250,17 @@ fn tokens(chars: usize) -> u64 {
     (chars as u64 / 4).max(1)
 }
 
-async fn completions(
-    State(shared): State<Arc<Shared>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
-    body: axum::body::Bytes,
-) -> Response {
-    let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+/// Records a request on `path` and takes the reply queued for its model,
+/// unwrapping any delay and billing: `(request number, parsed body, the
+/// reply, the billed counts)`.
+async fn take(
+    shared: &Shared,
+    path: &'static str,
+    peer: SocketAddr,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (usize, Value, Option<Reply>, Option<(u64, u64)>) {
+    let parsed: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let bearer = headers
         .get("authorization")
@@ -264,6 +276,7 @@ async fn completions(
             bearer,
             messages: parsed["messages"].clone(),
             tools: parsed["tools"].clone(),
+            path,
             body: parsed.clone(),
             request_id,
             at: std::time::Instant::now(),
@@ -296,6 +309,18 @@ async fn completions(
             _ => break,
         }
     }
+    (n, parsed, reply, billed)
+}
+
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (n, parsed, reply, billed) =
+        take(&shared, "/v1/chat/completions", peer, &headers, &body).await;
+    let model = parsed["model"].as_str().unwrap_or_default().to_owned();
     let request_id = format!("req-{n}");
     if parsed.is_null() {
         return respond(
@@ -333,6 +358,17 @@ async fn completions(
             body,
         }) => return respond(code, retry_after, &request_id, body),
         Some(Reply::Delayed(..) | Reply::Billed { .. }) => unreachable!("unwrapped above"),
+        Some(Reply::Vectors(_)) => {
+            return respond(
+                500,
+                None,
+                &request_id,
+                error_body(
+                    "ScriptedOpenAi: vectors were queued for a chat completion",
+                    "wrong_scripted_reply",
+                ),
+            );
+        }
         // A text longer than the request's `max_tokens` is cut there, as a
         // vendor does (`finish_reason: length`).
         Some(Reply::Text(text)) => match parsed["max_tokens"].as_u64() {
@@ -376,6 +412,71 @@ async fn completions(
         "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+    });
+    respond(200, None, &request_id, body.to_string())
+}
+
+async fn embeddings(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    let (n, parsed, reply, billed) = take(&shared, "/v1/embeddings", peer, &headers, &body).await;
+    let model = parsed["model"].as_str().unwrap_or_default().to_owned();
+    let request_id = format!("req-{n}");
+    let vectors = match reply {
+        None => {
+            return respond(
+                500,
+                None,
+                &request_id,
+                error_body(
+                    &format!(
+                        "ScriptedOpenAi has no reply queued for model {model:?}: push one with reply()"
+                    ),
+                    "no_scripted_reply",
+                ),
+            );
+        }
+        Some(Reply::Status {
+            code,
+            retry_after,
+            body,
+        }) => return respond(code, retry_after, &request_id, body),
+        Some(Reply::Vectors(vectors)) => vectors,
+        Some(_) => {
+            return respond(
+                500,
+                None,
+                &request_id,
+                error_body(
+                    "ScriptedOpenAi: a chat reply was queued for an embedding",
+                    "wrong_scripted_reply",
+                ),
+            );
+        }
+    };
+    let input_chars: usize = parsed["input"]
+        .as_array()
+        .map(|xs| {
+            xs.iter()
+                .map(|x| x.as_str().map_or(0, |t| t.chars().count()))
+                .sum()
+        })
+        .unwrap_or(0);
+    let input = billed.map_or(tokens(input_chars), |(input, _)| input);
+    let data: Vec<Value> = vectors
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+        .collect();
+    let body = json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": input, "total_tokens": input},
     });
     respond(200, None, &request_id, body.to_string())
 }

@@ -19,6 +19,13 @@ pub use exports::crewlet::plugin::completions::{
     ToolCall, ToolChoice, Usage,
 };
 
+/// The world's second export (WIT 0.4.2): vectors for texts. Every
+/// provider implements [`Embeddings`]; one whose vendor has no embeddings
+/// API answers [`EmbedError::Unsupported`] saying so.
+pub use exports::crewlet::plugin::embeddings::{
+    EmbedError, EmbedRequest, Embedded, Guest as Embeddings,
+};
+
 pub mod http {
     //! A blocking HTTP client for one model call.
     //!

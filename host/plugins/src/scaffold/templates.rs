@@ -155,10 +155,14 @@ pub(super) const PROVIDER_LIB: &str = r##"//! The `{{name}}` provider plugin: on
 //!   provider reports for it (rate-limited, auth, overloaded,
 //!   context-too-long, bad-request, transient), with the vendor's message
 //!   redacted. Never retry here: the host benches the key and falls back.
+//!
+//! Embeddings (`Embeddings::embed`) answer `unsupported` until the vendor's
+//! embeddings endpoint is wired (the repo's openai plugin shows one).
 
 use crewlet_plugin_sdk::provider::classify::{classify, denied_or_network};
 use crewlet_plugin_sdk::provider::{
-    Completion, ErrorKind, Guest, ProviderError, Request, Role, Usage, http,
+    Completion, EmbedError, EmbedRequest, Embedded, Embeddings, ErrorKind, Guest, ProviderError,
+    Request, Role, Usage, http,
 };
 use crewlet_plugin_sdk::serde_json::{self, Value, json};
 
@@ -223,6 +227,12 @@ impl Guest for Plugin {
             return Err(classify(&response, request_id, key));
         }
         parse_completion(&response.body, request_id)
+    }
+}
+
+impl Embeddings for Plugin {
+    fn embed(_req: EmbedRequest) -> Result<Embedded, EmbedError> {
+        Err(EmbedError::Unsupported("this provider does not embed yet".to_string()))
     }
 }
 

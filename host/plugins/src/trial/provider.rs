@@ -1,5 +1,6 @@
 //! One model call through a provider plugin, from a request written by
-//! hand: what `crewlet plugins try` runs for a provider.
+//! hand: what `crewlet plugins try` runs for a provider — a completion, or
+//! an embedding when the request carries `input`.
 //!
 //! The call is the node's own ([`ProviderPlugin::complete`]): the base URL
 //! and the outbound hosts are the manifest's, so a try reaches exactly what
@@ -10,8 +11,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::provider::{
-    Completion, Credential, Message, ProviderError, ProviderPlugin, Request, Role, Tool, ToolCall,
-    ToolChoice,
+    Completion, Credential, EmbedError, EmbedRequest, Embedded, Message, ProviderError,
+    ProviderPlugin, Request, Role, Tool, ToolCall, ToolChoice,
 };
 use crate::runtime::CallError;
 use crate::trial::TrialInputError;
@@ -36,6 +37,35 @@ pub struct CompletionRequest {
     /// The environment variable holding the API key (none: an empty key).
     #[serde(default)]
     pub api_key_env: Option<String>,
+}
+
+/// An embedding request as `plugins try` reads it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbeddingRequest {
+    pub model: String,
+    /// The texts, one vector each.
+    pub input: Vec<String>,
+    /// The embedding entry's `options`, as the company document would
+    /// give them.
+    #[serde(default)]
+    pub options: Map<String, Value>,
+    /// The environment variable holding the API key (none: an empty key).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+}
+
+impl EmbeddingRequest {
+    /// The request the plugin gets, with `api_key`.
+    pub fn request(&self, api_key: String) -> EmbedRequest {
+        EmbedRequest {
+            base_url: String::new(),
+            model: self.model.clone(),
+            inputs: self.input.clone(),
+            credential: Credential { api_key },
+            options_json: Value::Object(self.options.clone()).to_string(),
+        }
+    }
 }
 
 fn default_max_tokens() -> u32 {
@@ -154,7 +184,28 @@ pub struct ProviderTrial {
     pub logged: Vec<String>,
 }
 
+/// What the provider answered an embedding, and what it said.
+#[derive(Debug)]
+pub struct EmbeddingTrial {
+    pub answer: Result<Embedded, EmbedError>,
+    pub said: String,
+    pub logged: Vec<String>,
+}
+
 impl ProviderPlugin {
+    /// One embedding, as the node's embedder would ask it, with the
+    /// plugin's stderr and `log` lines.
+    pub async fn trial_embed(&self, req: EmbedRequest) -> Result<EmbeddingTrial, CallError> {
+        let speaker = self.speaker();
+        let mark = speaker.mark();
+        let (answer, said) = self.embed_said(req).await?;
+        Ok(EmbeddingTrial {
+            answer,
+            said,
+            logged: speaker.logged_since(mark),
+        })
+    }
+
     /// One call, as a turn would make it, with the plugin's stderr and
     /// `log` lines.
     pub async fn trial(&self, req: Request) -> Result<ProviderTrial, CallError> {

@@ -9,7 +9,7 @@
 
 use rusqlite::functions::{Context, FunctionFlags};
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, Row, params};
 
 use super::{DiaryNote, EPISODE_COLUMNS, Episode, NOTE_COLUMNS, Vector, episode_of, note_of};
 use crate::{Store, StoreError};
@@ -44,7 +44,7 @@ pub(crate) fn register(conn: &Connection) -> Result<(), rusqlite::Error> {
 
 /// 1 − cos(a, b) over little-endian f32 bytes.
 fn cosine_distance(a: &[u8], b: &[u8]) -> Option<f64> {
-    if a.len() != b.len() || a.is_empty() || a.len() % 4 != 0 {
+    if a.len() != b.len() || a.is_empty() || !a.len().is_multiple_of(4) {
         return None;
     }
     let f = |c: &[u8]| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]));
@@ -75,6 +75,31 @@ fn query_columns(query: Option<&Vector>) -> (Option<&str>, Option<i64>, Option<V
 }
 
 impl Store {
+    /// Runs a recall `sql` (parameters: seat, model, dimension, query blob,
+    /// max distance, limit; the distance the column after the row's).
+    fn recall<R>(
+        &self,
+        sql: &str,
+        (seat, query): (&str, Option<&Vector>),
+        max_distance: f64,
+        limit: usize,
+        (row_of, distance): (fn(&Row<'_>) -> Result<R, rusqlite::Error>, usize),
+    ) -> Result<Vec<Recalled<R>>, StoreError> {
+        let (model, dim, blob) = query_columns(query);
+        let conn = self.conn();
+        let mut stmt = conn.prepare_cached(sql)?;
+        let rows = stmt.query_map(
+            params![seat, model, dim, blob, max_distance, limit as i64],
+            |r| {
+                Ok(Recalled {
+                    row: row_of(r)?,
+                    distance: r.get(distance)?,
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// Up to `limit` notes of `seat`: those embedded like `query` within
     /// `max_distance`, nearest first, then every other uncompared note,
     /// newest first. Without `query`, the newest notes.
@@ -85,27 +110,21 @@ impl Store {
         max_distance: f64,
         limit: usize,
     ) -> Result<Vec<Recalled<DiaryNote>>, StoreError> {
-        let (model, dim, blob) = query_columns(query);
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {NOTE_COLUMNS}, d FROM (
-                 SELECT *, CASE WHEN embedding_model = ?2 AND embedding_dim = ?3
-                                THEN {COSINE_DISTANCE}(embedding, ?4) END AS d
-                 FROM agent_diary WHERE seat = ?1)
-             WHERE d IS NULL OR d <= ?5
-             ORDER BY d IS NULL, d, created_ms DESC
-             LIMIT ?6"
-        ))?;
-        let rows = stmt.query_map(
-            params![seat, model, dim, blob, max_distance, limit as i64],
-            |r| {
-                Ok(Recalled {
-                    row: note_of(r)?,
-                    distance: r.get(9)?,
-                })
-            },
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.recall(
+            &format!(
+                "SELECT {NOTE_COLUMNS}, d FROM (
+                     SELECT *, CASE WHEN embedding_model = ?2 AND embedding_dim = ?3
+                                    THEN {COSINE_DISTANCE}(embedding, ?4) END AS d
+                     FROM agent_diary WHERE seat = ?1)
+                 WHERE d IS NULL OR d <= ?5
+                 ORDER BY d IS NULL, d, created_ms DESC
+                 LIMIT ?6"
+            ),
+            (seat, query),
+            max_distance,
+            limit,
+            (note_of, 9),
+        )
     }
 
     /// Up to `limit` episodes of `seat` embedded like `query` within
@@ -118,26 +137,20 @@ impl Store {
         max_distance: f64,
         limit: usize,
     ) -> Result<Vec<Recalled<Episode>>, StoreError> {
-        let (model, dim, blob) = query_columns(Some(query));
-        let conn = self.conn();
-        let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {EPISODE_COLUMNS}, d FROM (
-                 SELECT *, {COSINE_DISTANCE}(embedding, ?4) AS d FROM episodes
-                 WHERE seat = ?1 AND embedding_model = ?2 AND embedding_dim = ?3)
-             WHERE d IS NOT NULL AND d <= ?5
-             ORDER BY d, ended_ms DESC
-             LIMIT ?6"
-        ))?;
-        let rows = stmt.query_map(
-            params![seat, model, dim, blob, max_distance, limit as i64],
-            |r| {
-                Ok(Recalled {
-                    row: episode_of(r)?,
-                    distance: r.get(16)?,
-                })
-            },
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.recall(
+            &format!(
+                "SELECT {EPISODE_COLUMNS}, d FROM (
+                     SELECT *, {COSINE_DISTANCE}(embedding, ?4) AS d FROM episodes
+                     WHERE seat = ?1 AND embedding_model = ?2 AND embedding_dim = ?3)
+                 WHERE d IS NOT NULL AND d <= ?5
+                 ORDER BY d, ended_ms DESC
+                 LIMIT ?6"
+            ),
+            (seat, Some(query)),
+            max_distance,
+            limit,
+            (episode_of, 16),
+        )
     }
 }
 

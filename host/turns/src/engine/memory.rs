@@ -9,8 +9,10 @@
 //! - A note's id is the turn and its place in the turn, so a turn run again
 //!   rewrites its notes rather than adding copies.
 //! - Every ended turn becomes one episode, its summary bounded
-//!   ([`MAX_SUMMARY_BYTES`]) and embedded when an embedder is on; a store or
-//!   embedder that fails is logged, never the turn's outcome.
+//!   ([`MAX_SUMMARY_BYTES`]) and its trigger embedded when an embedder is
+//!   on (what a later trigger resembles is what was asked, not the
+//!   bookkeeping); a store or embedder that fails is logged, never the
+//!   turn's outcome.
 
 use std::time::Duration;
 
@@ -164,7 +166,8 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         );
         let vector = match tokio::time::timeout(
             EPISODE_EMBED,
-            embed_query(&recall, &self.handle, &self.turn_id, &summary),
+            // What the turn was about is what a later trigger resembles.
+            embed_query(&recall, &self.handle, &self.turn_id, &trigger),
         )
         .await
         {

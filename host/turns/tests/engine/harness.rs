@@ -36,6 +36,8 @@ pub struct Doc {
     pub announce_park: bool,
     /// How long the turn's own chat calls may take (`Limits::surface_timeout`).
     pub surface_timeout: Duration,
+    /// How long the turn-start prefetch may take (`Limits::prefetch_timeout`).
+    pub prefetch_timeout: Duration,
 }
 
 impl Default for Doc {
@@ -47,6 +49,7 @@ impl Default for Doc {
             seat_day_cap: None,
             announce_park: false,
             surface_timeout: Limits::default().surface_timeout,
+            prefetch_timeout: Limits::default().prefetch_timeout,
         }
     }
 }
@@ -398,6 +401,7 @@ impl Fixture {
         };
         let limits = Limits {
             surface_timeout: doc.surface_timeout,
+            prefetch_timeout: doc.prefetch_timeout,
             ..Limits::default()
         };
         let engine = TurnEngine::new(

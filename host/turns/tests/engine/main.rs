@@ -7,6 +7,7 @@ mod events;
 mod follows;
 mod harness;
 mod ledger;
+mod recall;
 mod replies;
 mod script;
 mod surface;

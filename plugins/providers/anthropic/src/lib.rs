@@ -8,11 +8,15 @@
 //! (`crewlet_plugin_sdk::provider::classify`), the same way as every other
 //! provider's: this plugin never retries and keeps no table of its own. The
 //! request id is the `request-id` header.
+//!
+//! Anthropic has no embeddings API: `embed` answers `unsupported`, naming
+//! what to configure instead.
 
 use crewlet_plugin_sdk::provider::classify::{classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
-    Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
+    Completion, EmbedError, EmbedRequest, Embedded, Embeddings, ErrorKind, Guest, ProviderError,
+    Request, Role, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
@@ -20,6 +24,14 @@ use serde_json::{Value, json};
 pub const API_VERSION: &str = "2023-06-01";
 
 struct Plugin;
+
+impl Embeddings for Plugin {
+    fn embed(_req: EmbedRequest) -> Result<Embedded, EmbedError> {
+        Err(EmbedError::Unsupported(
+            "Anthropic offers no embeddings API: name an OpenAI-compatible embedding model in the company's `[memory] embedding`".to_string(),
+        ))
+    }
+}
 
 impl Guest for Plugin {
     fn complete(req: Request) -> Result<Completion, ProviderError> {

@@ -8,11 +8,18 @@
 //! (`crewlet_plugin_sdk::provider::classify`), the same way as every other
 //! provider's: this plugin never retries and keeps no table of its own. The
 //! request id is the `x-request-id` header.
+//!
+//! Embeddings: `POST {base_url}/embeddings` with the model and the texts as
+//! `input` (a list); the vectors are `data[].embedding`, put back in the
+//! inputs' order by each item's `index`, and the tokens billed are
+//! `usage.prompt_tokens`. Whether there is one vector per text is the
+//! host's to judge, not this plugin's.
 
 use crewlet_plugin_sdk::provider::classify::{classify, denied_or_network};
 use crewlet_plugin_sdk::provider::http;
 use crewlet_plugin_sdk::provider::{
-    Completion, ErrorKind, Guest, ProviderError, Request, Role, ToolCall, ToolChoice, Usage,
+    Completion, EmbedError, EmbedRequest, Embedded, Embeddings, ErrorKind, Guest, ProviderError,
+    Request, Role, ToolCall, ToolChoice, Usage,
 };
 use serde_json::{Value, json};
 
@@ -35,6 +42,62 @@ impl Guest for Plugin {
         }
         parse_completion(&response.body, request_id)
     }
+}
+
+impl Embeddings for Plugin {
+    fn embed(req: EmbedRequest) -> Result<Embedded, EmbedError> {
+        let url = format!("{}/embeddings", req.base_url.trim_end_matches('/'));
+        let body = json!({ "model": req.model, "input": req.inputs }).to_string();
+        let auth = format!("Bearer {}", req.credential.api_key);
+        let headers = [
+            ("content-type", "application/json"),
+            ("authorization", auth.as_str()),
+        ];
+        let response = http::send("POST", &url, &headers, body.as_bytes())
+            .map_err(|f| EmbedError::Failed(denied_or_network(f, &req.credential.api_key)))?;
+        let request_id = response.header("x-request-id").map(str::to_string);
+        if response.status != 200 {
+            return Err(EmbedError::Failed(classify(
+                &response,
+                request_id,
+                &req.credential.api_key,
+            )));
+        }
+        parse_embeddings(&response.body, request_id).map_err(EmbedError::Failed)
+    }
+}
+
+/// `data[].embedding` in `index` order, and `usage.prompt_tokens`.
+fn parse_embeddings(body: &[u8], request_id: Option<String>) -> Result<Embedded, ProviderError> {
+    let undocumented = |what: &str| ProviderError {
+        kind: ErrorKind::Transient,
+        status: Some(200),
+        request_id: request_id.clone(),
+        message: format!("the response is not an embeddings list ({what})"),
+    };
+    let value: Value = serde_json::from_slice(body).map_err(|_| undocumented("not JSON"))?;
+    let data = value["data"]
+        .as_array()
+        .ok_or_else(|| undocumented("no `data` list"))?;
+    let mut items = data
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let vector = item["embedding"]
+                .as_array()?
+                .iter()
+                .map(|x| x.as_f64().map(|x| x as f32))
+                .collect::<Option<Vec<f32>>>()?;
+            Some((item["index"].as_u64().unwrap_or(i as u64), vector))
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| undocumented("an item without a list of numbers as `embedding`"))?;
+    items.sort_by_key(|(index, _)| *index);
+    Ok(Embedded {
+        vectors: items.into_iter().map(|(_, v)| v).collect(),
+        input_tokens: value["usage"]["prompt_tokens"].as_u64().unwrap_or(0) as u32,
+        request_id: request_id.or_else(|| value["id"].as_str().map(str::to_string)),
+    })
 }
 
 /// The chat-completions request body.

@@ -24,9 +24,14 @@
 //!   channel the tool refuses the call, and its event says so.
 //! - Malformed options answer `bad-request` naming the problem, never a trap:
 //!   a typo in a company document must read as a message, not a fault.
+//! - Embeddings (`embed`) are a hashed bag of words, not a model: see
+//!   [`embed`].
+
+mod embed;
 
 use crewlet_plugin_sdk::provider::{
-    Completion, ErrorKind, Guest, Message, ProviderError, Request, Role, ToolCall, Usage,
+    Completion, EmbedError, EmbedRequest, Embedded, Embeddings, ErrorKind, Guest, Message,
+    ProviderError, Request, Role, ToolCall, Usage,
 };
 use serde_json::{Map, Value};
 
@@ -42,6 +47,12 @@ impl Guest for Plugin {
             .count();
         let step = &steps[index.min(steps.len() - 1)];
         answer(step, index, &req.messages)
+    }
+}
+
+impl Embeddings for Plugin {
+    fn embed(req: EmbedRequest) -> Result<Embedded, EmbedError> {
+        embed::embed(&req)
     }
 }
 
