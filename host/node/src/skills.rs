@@ -51,7 +51,7 @@ impl SkillSource for NodeSkills {
             Ok(carried
                 .into_iter()
                 .map(|(s, procedure)| {
-                    let procedure = crate::duties::reflection::cut(&procedure, PROCEDURE_CARRIED);
+                    let procedure = crewlet_store::cut(&procedure, PROCEDURE_CARRIED);
                     format!("{} (v{}): {procedure}", s.name, s.version)
                 })
                 .collect())

@@ -50,6 +50,21 @@ pub struct Promotion {
     pub to: Vec<String>,
 }
 
+impl Promotion {
+    /// The skill as `seat` of the role is given it.
+    pub fn for_seat<'a>(&'a self, seat: &'a str) -> crate::Learned<'a> {
+        crate::Learned {
+            seat,
+            name: &self.name,
+            origin: Origin::Promoted,
+            promoted_from: &self.from,
+            procedure: &self.procedure,
+            episodes: &[],
+            model: "promotion",
+        }
+    }
+}
+
 /// The `turn_id` of a seat's digest of compacted episodes.
 pub const DIGEST: &str = "digest";
 /// The most bytes a digest's summary holds.

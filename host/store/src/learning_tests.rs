@@ -31,17 +31,10 @@ fn learn(store: &Store, seat: &str, name: &str, procedure: &str, at: i64) -> Ski
 }
 
 fn change_seqs(store: &Store) -> Vec<i64> {
-    let conn = store.conn();
-    let mut stmt = conn
-        .prepare(
-            "SELECT change_seq FROM synthesized_skills
-             UNION ALL SELECT change_seq FROM synthesized_skill_versions ORDER BY 1",
-        )
-        .unwrap();
-    stmt.query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    store.column(
+        "SELECT change_seq FROM synthesized_skills
+         UNION ALL SELECT change_seq FROM synthesized_skill_versions ORDER BY 1",
+    )
 }
 
 #[test]
@@ -218,20 +211,7 @@ fn a_skill_two_seats_induced_is_offered_to_the_rest_of_the_role() {
     assert_eq!(p.from, ["dee", "ada", "bob"]);
     assert_eq!(p.to, ["cy"]);
     // A promoted copy does not count as a seat that induced it.
-    store
-        .learn_skill(
-            &Learned {
-                seat: "cy",
-                name: &p.name,
-                origin: Origin::Promoted,
-                promoted_from: &p.from,
-                procedure: &p.procedure,
-                episodes: &[],
-                model: "promotion",
-            },
-            30,
-        )
-        .unwrap();
+    store.learn_skill(&p.for_seat("cy"), 30).unwrap();
     assert!(store.promotions(&role, 2).unwrap().is_empty());
     let cy = &store.skills("cy").unwrap()[0].skill;
     assert_eq!((cy.origin, cy.promoted_from.len()), (Origin::Promoted, 3));
@@ -302,14 +282,7 @@ fn episode(turn: &str, ended_ms: i64) -> crate::Episode {
 }
 
 fn turn_ids(store: &Store) -> Vec<String> {
-    let conn = store.conn();
-    let mut stmt = conn
-        .prepare("SELECT turn_id FROM episodes WHERE seat = 'ada' ORDER BY turn_id")
-        .unwrap();
-    stmt.query_map([], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap()
+    store.column("SELECT turn_id FROM episodes WHERE seat = 'ada' ORDER BY turn_id")
 }
 
 #[test]

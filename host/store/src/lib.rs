@@ -41,7 +41,7 @@ pub use scheduled_runs::{RunStatus, ScheduledRun};
 pub use sessions::{Applied, SESSION_KEEP, Said, Session, SessionRow};
 pub use skills::{
     Learned, Origin, SKILL_NAME_MAX, SKILL_PROCEDURE_MAX, SkillHistory, SkillRefused, SkillRow,
-    SkillVersionRow, skill_id,
+    SkillVersionRow, cut, skill_id,
 };
 
 /// The file name of the store inside the data dir.
@@ -222,6 +222,17 @@ impl Store {
         self.version
     }
 
+    /// The first column of every row `sql` answers (tests read with it).
+    #[cfg(test)]
+    pub(crate) fn column<T: rusqlite::types::FromSql>(&self, sql: &str) -> Vec<T> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(sql).unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite half-written
         // (every write is one statement or one transaction), so go on.
@@ -295,14 +306,7 @@ mod tests {
     use super::*;
 
     fn tables(store: &Store) -> Vec<String> {
-        let conn = store.conn();
-        let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .unwrap();
-        stmt.query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+        store.column("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     }
 
     #[test]

@@ -480,7 +480,7 @@ fn applied(changed: bool) -> Applied {
 }
 
 /// `s` cut to at most `max` bytes, on a character boundary.
-pub(crate) fn cut(s: &str, max: usize) -> &str {
+pub fn cut(s: &str, max: usize) -> &str {
     if s.len() <= max {
         return s;
     }

@@ -72,17 +72,12 @@ pub struct Inputs {
 
 /// The learning duty's work loop and what it writes with.
 pub struct Learning {
-    pub store: Arc<Store>,
-    pub publisher: crewlet_observe::Publisher,
-    pub active: crewlet_company::ActiveCompany,
-    pub config: DutiesConfig,
-    pub budgets: Budgets,
-    pub models: Arc<Models>,
+    with: Inputs,
     /// The memory stream with every table a seat's memory has.
-    pub memory: Memory,
-    pub changelog: Changelog,
+    memory: Memory,
+    changelog: Changelog,
     /// The changelog's publishing task, ended after its last rows.
-    pub carrier: tokio::task::JoinHandle<()>,
+    carrier: tokio::task::JoinHandle<()>,
 }
 
 /// What one pass did to one seat.
@@ -100,13 +95,13 @@ impl Learning {
         mut stop: watch::Receiver<bool>,
     ) {
         let mut marks: BTreeMap<String, i64> = BTreeMap::new();
-        let mut next = Instant::now() + self.config.learning_tick;
+        let mut next = Instant::now() + self.with.config.learning_tick;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next.into()) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
-            next = Instant::now() + self.config.learning_tick;
+            next = Instant::now() + self.with.config.learning_tick;
             if admitted(&tenure).is_none() {
                 continue;
             }
@@ -117,24 +112,19 @@ impl Learning {
         }
         self.changelog.close(FLUSH).await;
         self.carrier.abort();
-        self.models.shutdown().await;
+        self.with.models.shutdown().await;
     }
 
     /// The duty's memory stream and changelog, opened on the node's
     /// connection; the rest comes from `inputs`.
     pub async fn equip(inputs: Inputs) -> Result<Learning, String> {
-        let memory = Memory::open(async_nats::jetstream::new(inputs.client))
+        let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone()))
             .await
             .map_err(|e| e.to_string())?;
         let memory = crate::memory_tables::memory_tables(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {
-            store: inputs.store,
-            publisher: inputs.publisher,
-            active: inputs.active,
-            config: inputs.config,
-            budgets: inputs.budgets,
-            models: inputs.models,
+            with: inputs,
             memory,
             changelog,
             carrier,
@@ -150,7 +140,7 @@ impl Learning {
         let Some(epoch) = admitted(tenure) else {
             return;
         };
-        let Some(active) = self.active.current() else {
+        let Some(active) = self.with.active.current() else {
             self.event(json!({ "epoch": epoch, "outcome": "skipped", "why": "this node serves no company yet" }))
                 .await;
             return;
@@ -214,7 +204,7 @@ impl Learning {
             }
         }
         let now = crewlet_os::now_ms();
-        match self.store.compact_episodes(seat, KEEP_EPISODES, now) {
+        match self.with.store.compact_episodes(seat, KEEP_EPISODES, now) {
             Ok(Some(digest)) => {
                 out.report.insert("compacted".into(), json!(true));
                 if let Err(e) = self.changelog.offer::<Episodes>(&digest) {
@@ -227,8 +217,8 @@ impl Learning {
                     .insert("compaction_error".into(), json!(e.to_string()));
             }
         }
-        let half_life = self.config.skill_half_life.as_millis() as i64;
-        match self.store.age_skills(seat, now, half_life) {
+        let half_life = self.with.config.skill_half_life.as_millis() as i64;
+        match self.with.store.age_skills(seat, now, half_life) {
             Ok(retired) => {
                 let ids: Vec<&str> = retired.iter().map(|s| s.skill_id.as_str()).collect();
                 out.report.insert("retired".into(), json!(ids));
@@ -261,27 +251,31 @@ impl Learning {
         let role = active.company.role_of(seat_def);
         let mark = match marks.get(seat) {
             Some(m) => *m,
-            None => match self.store.last_induced_ms(seat) {
+            None => match self.with.store.last_induced_ms(seat) {
                 Ok(m) => m.unwrap_or(0),
                 Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
             },
         };
-        let episodes = match self.store.successful_episodes(seat, mark, MAX_EPISODES) {
+        let episodes = match self
+            .with
+            .store
+            .successful_episodes(seat, mark, MAX_EPISODES)
+        {
             Ok(e) => e,
             Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
         };
         if episodes.len() < MIN_EPISODES {
             return json!({ "state": "waiting", "episodes": episodes.len(), "needs": MIN_EPISODES });
         }
-        let known: Vec<String> = match self.store.active_skills(seat, 20) {
+        let known: Vec<String> = match self.with.store.active_skills(seat, 20) {
             Ok(s) => s.into_iter().map(|(s, _)| s.name).collect(),
             Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
         };
         let pass = format!("learning-{seat}-{}", crewlet_os::now_ms());
         let messages = reflection::prompt(seat, &episodes, &known);
         let answer = reflection::reflect(
-            self.models.as_ref(),
-            &self.budgets,
+            self.with.models.as_ref(),
+            &self.with.budgets,
             &active.company,
             role,
             seat,
@@ -308,7 +302,7 @@ impl Learning {
                     episodes: &ids,
                     model,
                 };
-                match self.store.learn_skill(&learned, crewlet_os::now_ms()) {
+                match self.with.store.learn_skill(&learned, crewlet_os::now_ms()) {
                     Ok((skill, version)) => {
                         report["skill"] = json!(skill.skill_id);
                         report["version"] = json!(version.version);
@@ -347,7 +341,7 @@ impl Learning {
         }
         let mut out = Vec::new();
         for (role, seats) in by_role {
-            let offers = match self.store.promotions(&seats, PROMOTE_AT) {
+            let offers = match self.with.store.promotions(&seats, PROMOTE_AT) {
                 Ok(o) => o,
                 Err(e) => {
                     warn!(subsystem = "learning", role, error = %e, "promotions not read");
@@ -356,16 +350,11 @@ impl Learning {
             };
             for p in offers {
                 for to in &p.to {
-                    let learned = Learned {
-                        seat: to,
-                        name: &p.name,
-                        origin: Origin::Promoted,
-                        promoted_from: &p.from,
-                        procedure: &p.procedure,
-                        episodes: &[],
-                        model: "promotion",
-                    };
-                    match self.store.learn_skill(&learned, crewlet_os::now_ms()) {
+                    match self
+                        .with
+                        .store
+                        .learn_skill(&p.for_seat(to), crewlet_os::now_ms())
+                    {
                         Ok((skill, version)) => self.offer_skill(&skill, Some(&version)),
                         Err(e) => {
                             warn!(subsystem = "learning", seat = %to, error = %e, "promotion not written");
@@ -391,8 +380,8 @@ impl Learning {
     }
 
     async fn event(&self, payload: Value) {
-        let ev = self.publisher.event("learning_pass", payload);
-        let _ = self.publisher.record(ev).await;
+        let ev = self.with.publisher.event("learning_pass", payload);
+        let _ = self.with.publisher.record(ev).await;
     }
 }
 

@@ -80,7 +80,7 @@ pub fn prompt(seat: &str, episodes: &[EpisodeBrief], known: &[String]) -> Vec<Ms
     );
     let mut records = String::new();
     for e in episodes {
-        let quoted = cut(&e.summary, EPISODE_QUOTE).replace('\n', " ");
+        let quoted = crewlet_store::cut(&e.summary, EPISODE_QUOTE).replace('\n', " ");
         records.push_str(&format!("- [turn {}] \"{quoted}\"\n", e.turn_id));
     }
     vec![
@@ -221,18 +221,6 @@ fn period(p: crewlet_coord::Period) -> &'static str {
         crewlet_coord::Period::Week => "week",
         crewlet_coord::Period::Month => "month",
     }
-}
-
-/// `s` cut to at most `max` bytes, on a character boundary.
-pub fn cut(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 #[cfg(test)]
