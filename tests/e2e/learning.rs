@@ -44,13 +44,18 @@ fn script_turn(ai: &ScriptedOpenAi, thread: &str, text: &str, review: Reply) {
 /// Mentions ada in a thread of its own and waits for the turn to end
 /// delivered (the `n`th turn of the node).
 fn turn(w: &World, n: usize, text: &str) {
+    turn_of(w, "ada", n, text);
+}
+
+/// [`turn`] for `seat`.
+fn turn_of(w: &World, seat: &str, n: usize, text: &str) {
     let thread = format!("{n}.1");
     w.mention(
-        "ada",
+        seat,
         &format!("Ev{n}"),
         "C1",
         &thread,
-        &format!("<@ada> {text}"),
+        &format!("<@{seat}> {text}"),
     );
     let mut ended = Vec::new();
     assert!(
@@ -66,6 +71,11 @@ fn turn(w: &World, n: usize, text: &str) {
 
 /// ada's reflection in the newest pass whose reflection is in `state`.
 fn pass_with(w: &World, state: &str) -> Value {
+    pass_of(w, "ada", state)
+}
+
+/// [`pass_with`] for `seat`.
+fn pass_of(w: &World, seat: &str, state: &str) -> Value {
     let mut found = Value::Null;
     let ok = eventually(Duration::from_secs(30), || {
         found = w
@@ -76,7 +86,7 @@ fn pass_with(w: &World, state: &str) -> Value {
                     .as_array()
                     .into_iter()
                     .flatten()
-                    .any(|s| s["seat"] == "ada" && s["reflection"]["state"] == state)
+                    .any(|s| s["seat"] == seat && s["reflection"]["state"] == state)
             })
             .map(|e| e["payload"].clone())
             .unwrap_or(Value::Null);
@@ -84,7 +94,7 @@ fn pass_with(w: &World, state: &str) -> Value {
     });
     assert!(
         ok,
-        "no learning pass with ada's reflection {state}: {:?}\n{}",
+        "no learning pass with {seat}'s reflection {state}: {:?}\n{}",
         w.events("learning_pass").first(),
         w.node.log_text()
     );
@@ -100,7 +110,15 @@ fn reflections(ai: &ScriptedOpenAi) -> Vec<String> {
 }
 
 fn skills(w: &World) -> Vec<Value> {
-    let memory = w.node.get("/agents/ada/memory").expect("GET memory").json();
+    skills_of(w, "ada")
+}
+
+fn skills_of(w: &World, seat: &str) -> Vec<Value> {
+    let memory = w
+        .node
+        .get(&format!("/agents/{seat}/memory"))
+        .expect("GET memory")
+        .json();
     memory["skills"].as_array().cloned().unwrap_or_default()
 }
 
@@ -236,4 +254,57 @@ fn garbage_writes_no_skill_and_a_full_window_declines_the_next_reflection() {
         "a declined reflection reached the model server"
     );
     assert!(skills(&w).is_empty());
+}
+
+/// Two seats of one role learn the same skill on their own: the next pass
+/// gives it to the third seat of the role, naming where it came from.
+#[test]
+fn a_skill_two_seats_of_a_role_learned_is_given_to_the_third() {
+    let ai = ScriptedOpenAi::start();
+    let company = OPENAI_ONE_SEAT.replace(
+        "ada = { role = \"support\" }",
+        "ada = { role = \"support\" }\nbob = { role = \"support\" }\ncy = { role = \"support\" }",
+    );
+    let w = world(&ai, &company);
+    let mut n = 0;
+    for seat in ["ada", "bob"] {
+        for i in 1..=3 {
+            n += 1;
+            script_turn(&ai, &format!("{n}.1"), "Green.", verdict("done"));
+            if i == 3 {
+                ai.reply(
+                    "exec-a",
+                    Reply::Text(format!(
+                        r#"{{"skill": {{"name": "Build status check", "procedure": "{seat}'s steps: 1. find the build 2. reply"}}}}"#
+                    )),
+                );
+            }
+            turn_of(&w, seat, n, &format!("is build {n} green?"));
+        }
+        // The reflection took its answer before the next seat's turns ask.
+        pass_of(&w, seat, "learned");
+    }
+    let mut given = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            given = skills_of(&w, "cy");
+            !given.is_empty()
+        }),
+        "cy was never given the skill: {}",
+        w.node.log_text()
+    );
+    assert_eq!(given[0]["id"], "build-status-check");
+    assert_eq!(given[0]["origin"], "promoted");
+    assert_eq!(given[0]["promoted_from"], serde_json::json!(["ada", "bob"]));
+    assert_eq!(
+        given[0]["versions"][0]["procedure"], "bob's steps: 1. find the build 2. reply",
+        "the newest inducer's procedure"
+    );
+    for seat in ["ada", "bob"] {
+        assert_eq!(
+            skills_of(&w, seat)[0]["origin"],
+            "induced",
+            "{seat} keeps its own"
+        );
+    }
 }
