@@ -14,7 +14,7 @@ export const KINDS = [
   "turn_started", "turn_ended", "model_call", "tool_call", "review", "review_overturned",
   "budget_exhausted", "budget_parked", "reply_posted", "reply_uncertain", "provider_fallback",
   "llm_unavailable", "credential_benched", "credential_cooled_by_peer", "schedule_fired",
-  "schedule_missed", "maintenance_pass", "config_activated", "config_applied", "node_started",
+  "schedule_missed", "maintenance_pass", "learning_pass", "config_activated", "config_applied", "node_started",
 ];
 
 const who = (ev) => (ev.seat ? "@" + ev.seat : `node ${ev.node_id}`);
@@ -49,6 +49,7 @@ export function sentence(ev) {
     case "schedule_fired": return `schedule ${p.schedule} woke @${p.seat ?? ev.seat}${p.late_ms ? ` (${p.late_ms} ms late)` : ""}`;
     case "schedule_missed": return `schedule ${p.schedule} missed a fire${p.reason ? ": " + p.reason : ""}`;
     case "maintenance_pass": return `maintenance pass on ${ev.node_id} (${p.took_ms ?? "?"} ms)`;
+    case "learning_pass": return `learning pass on ${ev.node_id}: ${p.outcome ?? "?"}${p.why ? " — " + trim(p.why, 120) : ""}`;
     case "config_activated": return `company revision ${p.epoch} activated (${p.org}, ${plural(p.seats ?? 0, "seat")})`;
     case "config_applied": return `node ${ev.node_id} applied revision ${p.epoch}`;
     case "node_started": return `node ${ev.node_id} started (${(p.roles ?? []).join(", ")})`;

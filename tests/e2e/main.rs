@@ -26,6 +26,7 @@ mod hot_reload;
 mod identities;
 mod ingress;
 mod layout;
+mod learning;
 mod limits;
 mod litellm;
 mod live_view;

@@ -64,6 +64,7 @@
 //! | `schedule_fired` | `worker:scheduler` | a schedule's fire woke its seat |
 //! | `schedule_missed` | `worker:scheduler` | fires were skipped (catch-up policy, or past its ceiling) |
 //! | `maintenance_pass` | `worker:maintenance` | a maintenance pass finished |
+//! | `learning_pass` | `worker:learning` | a learning pass finished: skills induced, declined, failed, aged, promoted |
 //! | `config_activated` | the config plane | a company revision was activated (the pointer moved) |
 //! | `config_applied` | the config plane | this node applied a company revision |
 //! | `node_started` | the node | the node finished its start |
@@ -254,6 +255,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "schedule_fired",
     "schedule_missed",
     "maintenance_pass",
+    "learning_pass",
     "config_activated",
     "config_applied",
     "node_started",

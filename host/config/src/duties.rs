@@ -5,10 +5,11 @@
 //! TTL (`coordination.lease_ttl_seconds` changes seats and presence only):
 //! the scheduler holds `worker:scheduler` for `scheduler_lease_seconds`
 //! (renewed every sixth of it, admitting while its last renew is younger
-//! than a third), and maintenance holds `worker:maintenance` for three of
-//! its ticks. Both stay within the coordination store's ceiling for any
-//! duty (three hours): the longest tick allowed is an hour, so three of
-//! them is the ceiling itself.
+//! than a third), maintenance holds `worker:maintenance` for three of
+//! its ticks, and learning `worker:learning` for three of its own. All
+//! stay within the coordination store's ceiling for any duty (three
+//! hours): the longest tick allowed is an hour, so three of them is the
+//! ceiling itself.
 
 use std::time::Duration;
 
@@ -26,6 +27,10 @@ pub const DEFAULT_EVENT_RETENTION_DAYS: u64 = 30;
 pub const DEFAULT_SCHEDULED_RUNS_RETENTION_DAYS: u64 = 30;
 /// How long a seat is out of the company before its mailbox is retired.
 pub const DEFAULT_MAILBOX_GRACE_SECONDS: u64 = 24 * 3600;
+/// The learning duty's tick by default: an hour.
+pub const DEFAULT_LEARNING_TICK_SECONDS: u64 = 3600;
+/// How long an unused skill takes to lose half its strength, by default.
+pub const DEFAULT_SKILL_HALF_LIFE_DAYS: u64 = 7;
 
 const DAY: u64 = 24 * 3600;
 
@@ -42,6 +47,10 @@ pub struct DutiesConfig {
     pub scheduled_runs_retention: Duration,
     /// A seat out of the active company this long has its mailbox retired.
     pub mailbox_grace: Duration,
+    /// The learning duty's tick; its lease TTL is three ticks.
+    pub learning_tick: Duration,
+    /// An unused skill loses half its strength in this long.
+    pub skill_half_life: Duration,
 }
 
 impl Default for DutiesConfig {
@@ -54,6 +63,8 @@ impl Default for DutiesConfig {
                 DEFAULT_SCHEDULED_RUNS_RETENTION_DAYS * DAY,
             ),
             mailbox_grace: Duration::from_secs(DEFAULT_MAILBOX_GRACE_SECONDS),
+            learning_tick: Duration::from_secs(DEFAULT_LEARNING_TICK_SECONDS),
+            skill_half_life: Duration::from_secs(DEFAULT_SKILL_HALF_LIFE_DAYS * DAY),
         }
     }
 }
@@ -69,6 +80,8 @@ pub(crate) mod raw {
         pub event_retention_days: Option<f64>,
         pub scheduled_runs_retention_days: Option<f64>,
         pub mailbox_grace_seconds: Option<f64>,
+        pub learning_tick_seconds: Option<f64>,
+        pub skill_half_life_days: Option<f64>,
     }
 }
 
@@ -129,6 +142,22 @@ impl raw::Duties {
                 1.0,
                 (1.0, 30.0 * DAY as f64),
                 "a seat out of the company this long has its mailbox retired; a seat put back within it keeps its queued wakes",
+            )?,
+            learning_tick: within(
+                "duties.learning_tick_seconds",
+                self.learning_tick_seconds,
+                d.learning_tick,
+                1.0,
+                (1.0, MAX_MAINTENANCE_TICK_SECONDS as f64),
+                "its lease is three ticks, and no duty may hold one longer than three hours",
+            )?,
+            skill_half_life: within(
+                "duties.skill_half_life_days",
+                self.skill_half_life_days,
+                d.skill_half_life,
+                DAY as f64,
+                (0.0001, 3650.0),
+                "an unused skill loses half its strength in this long and retires below a tenth",
             )?,
         })
     }

@@ -20,6 +20,7 @@
 
 pub mod agents;
 pub mod budgets;
+pub mod memory;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ use crewlet_history::BUDGET;
 
 pub use agents::render_agents;
 pub use budgets::render as render_budgets;
+pub use memory::render_memory;
 
 /// Why a fleet view could not be given; the text says what to do.
 #[derive(Debug, thiserror::Error)]

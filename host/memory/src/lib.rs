@@ -26,6 +26,7 @@
 mod courier;
 mod hydrate;
 mod sessions;
+mod skills;
 mod tables;
 
 use std::collections::BTreeMap;
@@ -39,6 +40,7 @@ use sha2::{Digest, Sha256};
 pub use courier::Changelog;
 pub use hydrate::Hydrated;
 pub use sessions::Sessions;
+pub use skills::{SkillVersions, Skills};
 pub use tables::{Diary, Episodes, Onboarding, Profiles};
 
 /// What applying a replayed row did to this node's copy.

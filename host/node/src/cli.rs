@@ -314,6 +314,14 @@ enum AgentsCmd {
         #[command(flatten)]
         node: ApiArgs,
     },
+    /// What HANDLE remembers and learned: skills with every version,
+    /// notes, episodes, the people it knows.
+    Memory {
+        #[arg(value_name = "HANDLE")]
+        handle: String,
+        #[command(flatten)]
+        show: ShowArgs,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -587,6 +595,14 @@ fn agents(cmd: AgentsCmd) -> i32 {
         }
         AgentsCmd::Resume { handle, node } => {
             api_request(&node, "POST", &format!("/agents/{handle}/resume"), b"")
+        }
+        AgentsCmd::Memory { handle, show } => {
+            return crate::client::shown(
+                show.node.node(),
+                &format!("/agents/{handle}/memory"),
+                show.json,
+                crewlet_fleet::render_memory,
+            );
         }
     };
     printed(done)

@@ -496,37 +496,12 @@ pub async fn start(
         );
         return Ok(());
     }
-    let providers = ctx
-        .plugins
-        .as_ref()
-        .map(|p| p.installed.clone())
-        .unwrap_or_default();
+    let models = models(ctx).await;
     let resolve = ctx.secrets.resolver();
-    let models = Arc::new(
-        Models::new(
-            providers,
-            ctx.coord.model_cooldowns(),
-            Some(ctx.publisher.clone()),
-            resolve.clone(),
-            crewlet_models::ModelsOptions {
-                // The pull interval the floor was validated against.
-                pull_every: Duration::from_secs(crewlet_config::COOLDOWN_PULL_SECONDS),
-                cooldowns: crewlet_models::CooldownPolicy::with_floor(
-                    ctx.config.models.cooldown_floor,
-                ),
-                ..crewlet_models::ModelsOptions::default()
-            },
-        )
-        .await,
-    );
     let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
         .await
-        .map_err(|e| e.to_string())?
-        .with(crewlet_memory::Sessions(ctx.store.clone()))
-        .with(crewlet_memory::Diary(ctx.store.clone()))
-        .with(crewlet_memory::Episodes(ctx.store.clone()))
-        .with(crewlet_memory::Profiles(ctx.store.clone()))
-        .with(crewlet_memory::Onboarding(ctx.store.clone()));
+        .map_err(|e| e.to_string())?;
+    let memory = crate::memory_tables::memory_tables(memory, &ctx.store);
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let engine_turns = TurnEngine::new(
         models.clone(),
@@ -553,8 +528,10 @@ pub async fn start(
         }),
         // The company's `[memory] embedding` (none: recall by recency).
         embedder: Arc::new(models.embedder(ctx.coord.budgets(), ctx.active.clone())),
-        // The learning duty's skills plug in here.
-        skills: Arc::new(crewlet_turns::NoSkills),
+        skills: Arc::new(crate::skills::NodeSkills {
+            store: ctx.store.clone(),
+            changelog: changelog.clone(),
+        }),
     });
     let mcp = McpOptions {
         policy: Arc::new(crate::company::policy(&ctx.config)),
@@ -635,6 +612,33 @@ pub async fn start(
         })
     });
     Ok(())
+}
+
+/// The model layer of this node (the turn engine's brain, and the
+/// learning duty's): the plugins' providers, the fleet's cooldowns.
+pub(crate) async fn models(ctx: &crate::engine::EngineContext) -> Arc<Models> {
+    let providers = ctx
+        .plugins
+        .as_ref()
+        .map(|p| p.installed.clone())
+        .unwrap_or_default();
+    Arc::new(
+        Models::new(
+            providers,
+            ctx.coord.model_cooldowns(),
+            Some(ctx.publisher.clone()),
+            ctx.secrets.resolver(),
+            crewlet_models::ModelsOptions {
+                // The pull interval the floor was validated against.
+                pull_every: Duration::from_secs(crewlet_config::COOLDOWN_PULL_SECONDS),
+                cooldowns: crewlet_models::CooldownPolicy::with_floor(
+                    ctx.config.models.cooldown_floor,
+                ),
+                ..crewlet_models::ModelsOptions::default()
+            },
+        )
+        .await,
+    )
 }
 
 /// The variable a crash test names its point in (`reply.after_intent`,

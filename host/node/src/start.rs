@@ -239,7 +239,7 @@ pub async fn start(
     crate::seats::start(&ctx, started)
         .await
         .map_err(NodeError::Engine)?;
-    start_duties(&ctx, started);
+    start_duties(&ctx, started).await;
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);
@@ -316,8 +316,21 @@ async fn start_modules(ctx: &EngineContext, started: &mut Started) {
 
 /// The company's duties (with `workers`), this node's retention and the
 /// fleet's duty view.
-fn start_duties(ctx: &EngineContext, started: &mut Started) {
+async fn start_duties(ctx: &EngineContext, started: &mut Started) {
     let (eligible, follower) = ctx.state.watch_admission();
+    let workers = ctx.config.roles.contains(&crewlet_config::Role::Workers);
+    let learning = match workers {
+        true => Some(crate::duties::learning::Inputs {
+            client: ctx.client.clone(),
+            store: ctx.store.clone(),
+            publisher: ctx.publisher.clone(),
+            active: ctx.active.clone(),
+            config: ctx.config.duties.clone(),
+            budgets: ctx.coord.budgets(),
+            models: crate::seats::models(ctx).await,
+        }),
+        false => None,
+    };
     let running = crate::duties::start(
         crate::duties::Parts {
             node_id: ctx.node_id.clone(),
@@ -327,8 +340,9 @@ fn start_duties(ctx: &EngineContext, started: &mut Started) {
             publisher: ctx.publisher.clone(),
             active: ctx.active.clone(),
             config: ctx.config.duties.clone(),
-            workers: ctx.config.roles.contains(&crewlet_config::Role::Workers),
+            workers,
             eligible,
+            learning,
         },
         &ctx.state.duties,
     );

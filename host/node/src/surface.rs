@@ -33,6 +33,9 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
             crewlet_secrets::MAX_SECRET_BYTES,
         ))
         .merge(crewlet_api::pauses::routes(Arc::new(Pausing(late.clone()))))
+        .merge(crewlet_api::memory::routes(Arc::new(
+            crate::memory_route::SeatMemoryRoutes(late.clone()),
+        )))
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))
         .merge(crate::operator::routes(late.clone()))

@@ -18,12 +18,14 @@
 
 mod custody;
 mod events;
+mod learning;
 mod memory;
 mod pending_secrets;
 mod retention;
 mod revisions;
 mod scheduled_runs;
 mod sessions;
+mod skills;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -33,12 +35,17 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use custody::{CustodyBatch, Settled, Unsettled};
 pub use events::{EventQuery, EventRecord, Party};
+pub use learning::{EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, strength};
 pub use memory::{COSINE_DISTANCE, DiaryNote, Episode, Onboarded, Profile, Recalled, Vector};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
 pub use scheduled_runs::{RunStatus, ScheduledRun};
 pub use sessions::{Applied, SESSION_KEEP, Said, Session, SessionRow};
+pub use skills::{
+    Learned, Origin, SKILL_NAME_MAX, SKILL_PROCEDURE_MAX, SkillHistory, SkillRefused, SkillRow,
+    SkillVersionRow, cut, skill_id,
+};
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";
@@ -218,6 +225,17 @@ impl Store {
         self.version
     }
 
+    /// The first column of every row `sql` answers (tests read with it).
+    #[cfg(test)]
+    pub(crate) fn column<T: rusqlite::types::FromSql>(&self, sql: &str) -> Vec<T> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(sql).unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite half-written
         // (every write is one statement or one transaction), so go on.
@@ -291,14 +309,7 @@ mod tests {
     use super::*;
 
     fn tables(store: &Store) -> Vec<String> {
-        let conn = store.conn();
-        let mut stmt = conn
-            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .unwrap();
-        stmt.query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap()
+        store.column("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
     }
 
     #[test]
@@ -322,6 +333,8 @@ mod tests {
             "pending_secrets",
             "scheduled_runs",
             "schema_version",
+            "synthesized_skill_versions",
+            "synthesized_skills",
         ] {
             assert!(t.contains(&expected.to_owned()), "{expected} in {t:?}");
         }

@@ -108,6 +108,8 @@ pub struct Thought {
 pub enum Phase {
     Executor,
     Reviewer,
+    /// The learning duty's reflection over a seat's episodes.
+    Reflection,
 }
 
 impl Phase {
@@ -115,6 +117,7 @@ impl Phase {
         match self {
             Phase::Executor => "executor",
             Phase::Reviewer => "reviewer",
+            Phase::Reflection => "reflection",
         }
     }
 }

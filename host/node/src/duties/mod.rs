@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `scheduler` | `duties.scheduler_lease_seconds` (30 s) | [`scheduler`]: the company's schedules |
 //! | `maintenance` | three ticks (45 min) | [`maintenance`]: markers, mailboxes |
+//! | `learning` | three ticks (3 h) | [`learning`]: skills induced, aged, promoted |
 //!
 //! Rules:
 //! - Only a node with the `workers` role competes for a duty; every node,
@@ -17,7 +18,9 @@
 //! - Every node trims its own event log and dispatch history on the
 //!   maintenance tick (they are node-local), holder or not.
 
+pub mod learning;
 pub mod maintenance;
+pub mod reflection;
 pub mod scheduler;
 pub mod tenure;
 
@@ -38,15 +41,17 @@ use tenure::{DutyLease, Spec};
 pub enum Duty {
     Scheduler,
     Maintenance,
+    Learning,
 }
 
 impl Duty {
-    pub const ALL: [Duty; 2] = [Duty::Scheduler, Duty::Maintenance];
+    pub const ALL: [Duty; 3] = [Duty::Scheduler, Duty::Maintenance, Duty::Learning];
 
     pub fn name(self) -> &'static str {
         match self {
             Duty::Scheduler => "scheduler",
             Duty::Maintenance => "maintenance",
+            Duty::Learning => "learning",
         }
     }
 
@@ -55,6 +60,7 @@ impl Duty {
         match self {
             Duty::Scheduler => config.scheduler_lease,
             Duty::Maintenance => config.maintenance_tick * 3,
+            Duty::Learning => config.learning_tick * 3,
         }
     }
 }
@@ -96,6 +102,8 @@ pub struct Parts {
     pub workers: bool,
     /// Whether the node admits triggers now (it does not while it sheds).
     pub eligible: watch::Receiver<bool>,
+    /// What the learning duty runs with (`None` without `workers`).
+    pub learning: Option<learning::Inputs>,
 }
 
 /// The started duties; [`Running::stop`] ends their work, then releases
@@ -153,8 +161,22 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
         ));
         let maintenance = lease(Duty::Maintenance);
         maintenance_tenure = Some(maintenance.fence());
+        let learning = lease(Duty::Learning);
+        let (fence, inputs, stop) = (learning.fence(), p.learning, stop.clone());
+        tasks.push(tokio::spawn(
+            async move {
+                let Some(inputs) = inputs else { return };
+                match learning::Learning::equip(inputs).await {
+                    Ok(work) => work.run(fence, stop).await,
+                    Err(e) => warn!(subsystem = "learning", error = %e,
+                        "the learning duty cannot open the memory stream; it runs no pass on this node"),
+                }
+            }
+            .instrument(info_span!("learning", subsystem = "learning")),
+        ));
         leases.push(scheduler);
         leases.push(maintenance);
+        leases.push(learning);
     } else {
         info!(
             subsystem = "duties",
@@ -279,6 +301,9 @@ mod tests {
                 crewlet_config::duties::MAX_MAINTENANCE_TICK_SECONDS,
             ),
             scheduler_lease: Duration::from_secs(600),
+            learning_tick: Duration::from_secs(
+                crewlet_config::duties::MAX_MAINTENANCE_TICK_SECONDS,
+            ),
             ..DutiesConfig::default()
         };
         let max = Duty::ALL.iter().map(|d| d.ttl(&longest)).max().unwrap();

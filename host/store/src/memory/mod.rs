@@ -138,7 +138,7 @@ pub struct Onboarded {
 }
 
 /// The next number of `memory_change_sequence`, inside `tx`.
-fn next_change(tx: &Transaction<'_>) -> Result<i64, rusqlite::Error> {
+pub(crate) fn next_change(tx: &Transaction<'_>) -> Result<i64, rusqlite::Error> {
     tx.query_row(
         "UPDATE memory_change_sequence SET last = last + 1 WHERE id = 1 RETURNING last",
         [],
