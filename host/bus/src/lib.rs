@@ -23,6 +23,9 @@
 //! | [`SEAT_RELEASED_SUBJECT`] (core publish, no stream; the seat's handle) | — | a node that gave a seat lease back (`crewlet-seats`) | every node's placement, which claims at once if it has room |
 //! | [`memory_subject`] (one memory row, the table's own encoding) | [`MEMORY_STREAM`] | `crewlet-memory`, after the row is in the node's store | the node that acquires the seat, one pass over [`memory_filter`] before its mailbox is attached |
 //! | [`CONFIG_ACTIVATED_SUBJECT`] (core publish, no stream; the new epoch) | — | a node that moved the config pointer (`PUT /config`) | every node's config reconciler, which polls the pointer at once |
+//! | [`usage_subject`] (one usage object's whole cumulative value, a state-log record) | [`USAGE_LOG_STREAM`] | every node, for its own days (`crewlet-statelog`) | every data node's applier, into the replicated estate |
+//! | [`barrier_subject`] (a state-log barrier record) | the domain's stream | a linearizable read | the reader's own applier, which it waits on |
+//! | [`snapshot_subject`] (core request/reply) | — | a data node behind the log's trim | the peer it asked, answering with a snapshot in [`SNAPSHOT_BUCKET`] |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -72,9 +75,14 @@
 
 mod history;
 mod message;
+mod statelog;
 
 pub use history::EventFilter;
 pub use message::{DeadLetter, Inbound, ReplyTo, Sender, Wake, Wakes};
+pub use statelog::{
+    SNAPSHOT_BUCKET, USAGE_LOG_PREFIX, USAGE_LOG_STREAM, USAGE_LOG_SUBJECTS, barrier_subject,
+    snapshot_subject, usage_subject,
+};
 
 /// Stream of seat mailboxes (interest retention).
 pub const AGENT_STREAM: &str = "CREWLET_AGENT";
