@@ -215,6 +215,7 @@ pub async fn start(
         .await
         .map_err(NodeError::Engine)?;
     start_duties(&ctx, started);
+    crate::estate::start(&ctx, started).await;
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);

@@ -118,7 +118,7 @@ pub enum BarrierError {
 pub struct Applier {
     status: watch::Receiver<DomainStatus>,
     stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
     js: jetstream::Context,
     prefix: &'static str,
 }
@@ -145,7 +145,7 @@ impl Applier {
         Applier {
             status: rx,
             stop,
-            task,
+            task: std::sync::Mutex::new(Some(task)),
             js,
             prefix,
         }
@@ -189,9 +189,16 @@ impl Applier {
 
     /// Stops the applier and waits for it (a batch being committed
     /// finishes: it is one transaction either way).
-    pub async fn stop(self) {
+    pub async fn stop(&self) {
         let _ = self.stop.send(true);
-        let _ = self.task.await;
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
     }
 }
 

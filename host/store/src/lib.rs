@@ -20,6 +20,7 @@ mod retention;
 mod revisions;
 mod scheduled_runs;
 mod sessions;
+mod usage_reads;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -33,6 +34,7 @@ pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;
 pub use scheduled_runs::{RunStatus, ScheduledRun};
 pub use sessions::{Applied, SESSION_KEEP, Said, Session, SessionRow};
+pub use usage_reads::UsageRead;
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";

@@ -24,7 +24,7 @@ use crate::record::{Record, Undecodable};
 
 pub use publish::UsagePublisher;
 pub use query::{By, Period, UsageQuery, UsageRow};
-pub use tally::{USAGE_EVENT_KINDS, UsageEvent, company_day, tally};
+pub use tally::{Tally, USAGE_EVENT_KINDS, UsageEvent, company_day, tally};
 
 /// How long usage is kept: the stream's age and the applier's horizon.
 pub const USAGE_DAYS: i64 = 181;

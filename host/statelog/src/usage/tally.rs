@@ -40,23 +40,27 @@ pub fn company_day(at_ms: i64, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
-/// Every object `events` add up to, for `node`; `role_of` names a seat's
-/// role (an empty string for a seat the company no longer has).
-pub fn tally(
-    events: impl IntoIterator<Item = UsageEvent>,
-    zone: &jiff::tz::TimeZone,
-    node: &str,
-    role_of: impl Fn(&str) -> String,
-) -> Vec<UsageObject> {
-    let mut tokens: BTreeMap<(String, String, String, String), (u64, u64, u64)> = BTreeMap::new();
-    let mut turns: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-    let mut fires: BTreeMap<(String, String, String), u64> = BTreeMap::new();
-    for e in events {
+type TokenKey = (String, String, String, String);
+
+/// A node's running usage: every event added once, the objects read off
+/// whole. Seeded at start from the node's log for the days it still owns,
+/// so a restarted node publishes each day's whole value again.
+#[derive(Debug, Default)]
+pub struct Tally {
+    tokens: BTreeMap<TokenKey, (u64, u64, u64)>,
+    turns: BTreeMap<(String, String, String), u64>,
+    fires: BTreeMap<(String, String, String), u64>,
+}
+
+impl Tally {
+    /// Counts one event (a kind usage does not read is ignored).
+    pub fn add(&mut self, e: &UsageEvent, zone: &jiff::tz::TimeZone) {
         let day = company_day(e.at_ms, zone);
         let seat = e.seat.clone().unwrap_or_default();
         match e.kind.as_str() {
             "model_call" => {
-                let t = tokens
+                let t = self
+                    .tokens
                     .entry((
                         day,
                         seat,
@@ -69,7 +73,8 @@ pub fn tally(
                 t.2 += count(&e.payload, "output_tokens");
             }
             "turn_ended" => {
-                *turns
+                *self
+                    .turns
                     .entry((day, seat, text(&e.payload, "outcome")))
                     .or_default() += 1;
             }
@@ -78,47 +83,75 @@ pub fn tally(
                     s if s.is_empty() => seat,
                     s => s,
                 };
-                *fires
+                *self
+                    .fires
                     .entry((day, text(&e.payload, "schedule"), seat))
                     .or_default() += 1;
             }
             _ => {}
         }
     }
-    let mut out = Vec::new();
-    for ((day, seat, phase, model), (calls, input_tokens, output_tokens)) in tokens {
-        out.push(UsageObject::Tokens(TokensObject {
-            node: node.to_owned(),
-            role: role_of(&seat),
-            day,
-            seat,
-            phase,
-            model,
-            calls,
-            input_tokens,
-            output_tokens,
-        }));
+
+    /// Forgets the days before `day` (published already; no event of this
+    /// node moves them any more).
+    pub fn forget_before(&mut self, day: &str) {
+        self.tokens.retain(|k, _| k.0.as_str() >= day);
+        self.turns.retain(|k, _| k.0.as_str() >= day);
+        self.fires.retain(|k, _| k.0.as_str() >= day);
     }
-    for ((day, seat, outcome), n) in turns {
-        out.push(UsageObject::Turns(TurnsObject {
-            node: node.to_owned(),
-            role: role_of(&seat),
-            day,
-            seat,
-            outcome,
-            turns: n,
-        }));
+
+    /// Every object, each its whole value, for `node`; `role_of` names a
+    /// seat's role (empty for a seat the company no longer has).
+    pub fn objects(&self, node: &str, role_of: impl Fn(&str) -> String) -> Vec<UsageObject> {
+        let mut out = Vec::new();
+        for ((day, seat, phase, model), (calls, input_tokens, output_tokens)) in &self.tokens {
+            out.push(UsageObject::Tokens(TokensObject {
+                node: node.to_owned(),
+                role: role_of(seat),
+                day: day.clone(),
+                seat: seat.clone(),
+                phase: phase.clone(),
+                model: model.clone(),
+                calls: *calls,
+                input_tokens: *input_tokens,
+                output_tokens: *output_tokens,
+            }));
+        }
+        for ((day, seat, outcome), n) in &self.turns {
+            out.push(UsageObject::Turns(TurnsObject {
+                node: node.to_owned(),
+                role: role_of(seat),
+                day: day.clone(),
+                seat: seat.clone(),
+                outcome: outcome.clone(),
+                turns: *n,
+            }));
+        }
+        for ((day, schedule, seat), n) in &self.fires {
+            out.push(UsageObject::Schedule(ScheduleObject {
+                node: node.to_owned(),
+                day: day.clone(),
+                schedule: schedule.clone(),
+                seat: seat.clone(),
+                fires: *n,
+            }));
+        }
+        out
     }
-    for ((day, schedule, seat), n) in fires {
-        out.push(UsageObject::Schedule(ScheduleObject {
-            node: node.to_owned(),
-            day,
-            schedule,
-            seat,
-            fires: n,
-        }));
+}
+
+/// Every object `events` add up to, for `node` (a [`Tally`] of them).
+pub fn tally(
+    events: impl IntoIterator<Item = UsageEvent>,
+    zone: &jiff::tz::TimeZone,
+    node: &str,
+    role_of: impl Fn(&str) -> String,
+) -> Vec<UsageObject> {
+    let mut t = Tally::default();
+    for e in events {
+        t.add(&e, zone);
     }
-    out
+    t.objects(node, role_of)
 }
 
 #[cfg(test)]
