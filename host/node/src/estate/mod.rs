@@ -7,106 +7,108 @@
 //! answers `GET /usage` from its own file. `/health` `estate` shows where
 //! each domain's applier stands, and a stopped (diverged) one with its fix.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crewlet_statelog::snapshot::{self, Adopter};
-use crewlet_statelog::usage::{
-    Tally, USAGE_EVENT_KINDS, Usage, UsageEvent, UsagePublisher, UsageQuery,
-};
+use crewlet_statelog::usage::{Tally, USAGE_EVENT_KINDS, Usage, UsageEvent, UsagePublisher};
 use crewlet_statelog::{Applier, ApplierParts, Estate, Local, PositionBook};
-use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
-use crate::engine::{EngineContext, Started};
+mod slot;
+
+pub use slot::{EstateSlot, NodeEstate, usage};
 
 /// How often a node publishes the usage objects that moved.
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 /// Events read per page while tallying.
 const PAGE: usize = 2_000;
 
-/// This node's estate, when it holds one.
-pub struct NodeEstate {
-    pub estate: Arc<Estate>,
-    pub applier: Applier,
+/// What the estate is started with (from the engine's context).
+pub struct Parts<'a> {
+    pub node_id: &'a str,
+    pub client: &'a async_nats::Client,
+    pub coord: &'a crewlet_coord::Coord,
+    pub store: &'a Arc<crewlet_store::Store>,
+    pub active: &'a crewlet_company::ActiveCompany,
+    pub config: &'a crewlet_config::NodeConfig,
 }
 
-/// Where `/health` and `GET /usage` find the estate (set once, at start).
-#[derive(Default)]
-pub struct EstateSlot(OnceLock<Arc<NodeEstate>>);
+/// The started estate; [`Running::stop`] stops the applier, the snapshot
+/// donor and the usage publisher.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    publisher: tokio::task::JoinHandle<()>,
+    donor: Option<tokio::task::JoinHandle<()>>,
+    held: Option<Arc<NodeEstate>>,
+}
 
-impl EstateSlot {
-    pub fn get(&self) -> Option<&Arc<NodeEstate>> {
-        self.0.get()
-    }
-
-    /// `/health` `estate`: null on a node without `data`.
-    pub fn health(&self) -> Value {
-        match self.0.get() {
-            None => Value::Null,
-            Some(e) => json!({
-                "path": e.estate.path().display().to_string(),
-                "domains": [e.applier.status()],
-            }),
+impl Running {
+    pub async fn stop(self) {
+        if let Some(held) = &self.held {
+            held.applier.stop().await;
         }
+        if let Some(donor) = self.donor {
+            donor.abort();
+        }
+        let _ = self.stop.send(true);
+        let _ = self.publisher.await;
     }
 }
 
-/// Starts the usage publisher, and with `data` the estate, its applier and
-/// the snapshot responder; each pushed on the teardown stack.
-pub async fn start(ctx: &EngineContext, started: &mut Started) {
-    let js = async_nats::jetstream::new(ctx.client.clone());
-    let replicas = ctx.config.stream.replicas;
+/// Starts the usage publisher, and with `data` the estate (set in `slot`),
+/// its applier and the snapshot donor.
+pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
+    let js = async_nats::jetstream::new(p.client.clone());
+    let replicas = p.config.stream.replicas;
     if let Err(e) = crewlet_statelog::ensure_stream(&js, &Usage, replicas).await {
         warn!(subsystem = "statelog", error = %e, "usage log not opened; the publisher and applier retry");
     }
     let (stop_tx, stop) = watch::channel(false);
-    let task = tokio::spawn(
+    let publisher = tokio::spawn(
         publish_usage(
-            ctx.node_id.clone(),
+            p.node_id.to_owned(),
             js.clone(),
-            ctx.store.clone(),
-            ctx.active.clone(),
+            p.store.clone(),
+            p.active.clone(),
             stop,
         )
         .instrument(info_span!("usage", subsystem = "statelog")),
     );
-    started.push("usage-publisher", move || {
-        Box::pin(async move {
-            let _ = stop_tx.send(true);
-            let _ = task.await;
-        })
-    });
-    if !ctx.config.roles.contains(&crewlet_config::Role::Data) {
+    let mut running = Running {
+        stop: stop_tx,
+        publisher,
+        donor: None,
+        held: None,
+    };
+    if !p.config.roles.contains(&crewlet_config::Role::Data) {
         info!(
             subsystem = "statelog",
             "this node has no `data` role: it holds no replicated estate"
         );
-        return;
+        return running;
     }
-    let dir = ctx.config.data_dir.clone();
+    let dir = p.config.data_dir.clone();
     let opened = Estate::open_in(&dir).and_then(|e| Ok((e, Local::open_in(&dir)?)));
     let (estate, local) = match opened {
         Ok((e, l)) => (Arc::new(e), Arc::new(l)),
         Err(e) => {
             warn!(subsystem = "statelog", error = %e, "the replicated estate cannot be opened; this node answers no usage");
-            return;
+            return running;
         }
     };
-    let book = PositionBook::new(ctx.coord.clone());
+    let book = PositionBook::new(p.coord.clone());
     match snapshot::serve(
-        ctx.client.clone(),
+        p.client.clone(),
         js.clone(),
         estate.clone(),
-        ctx.node_id.clone(),
+        p.node_id.to_owned(),
         dir.clone(),
     )
     .await
     {
-        Ok(serving) => started.push("snapshot-donor", move || {
-            Box::pin(async move { serving.abort() })
-        }),
+        Ok(serving) => running.donor = Some(serving),
         Err(e) => {
             warn!(subsystem = "statelog", error = %e, "peers cannot adopt this node's estate")
         }
@@ -118,27 +120,23 @@ pub async fn start(ctx: &EngineContext, started: &mut Started) {
         domain: Arc::new(Usage),
         book: Some(book.clone()),
         adopter: Some(Adopter {
-            client: ctx.client.clone(),
+            client: p.client.clone(),
             js,
             book,
-            node: ctx.node_id.clone(),
+            node: p.node_id.to_owned(),
             staging: dir,
         }),
-        node: ctx.node_id.clone(),
+        node: p.node_id.to_owned(),
         replicas,
     });
     let held = Arc::new(NodeEstate { estate, applier });
-    let _ = ctx.state.estate.0.set(held.clone());
+    slot.set(held.clone());
+    running.held = Some(held);
     info!(
         subsystem = "statelog",
         "replicated estate open; applying the usage log"
     );
-    started.push("estate", move || {
-        Box::pin(async move {
-            // The slot keeps a handle for /health; the applier stops here.
-            held.applier.stop().await;
-        })
-    });
+    running
 }
 
 /// Tallies this node's own usage events and publishes what moved, until
@@ -213,35 +211,4 @@ async fn publish_usage(
             _ = stop.wait_for(|s| *s) => return,
         }
     }
-}
-
-/// Answers `GET /usage` from this node's estate.
-pub fn usage(
-    slot: &EstateSlot,
-    ask: crewlet_api::usage::UsageAsk,
-) -> Result<Value, crewlet_api::usage::UsageRefusal> {
-    use crewlet_api::usage::UsageRefusal;
-    let query = UsageQuery::parse(
-        ask.period.as_deref(),
-        ask.by.as_deref(),
-        ask.from.as_deref(),
-        ask.to.as_deref(),
-    )
-    .map_err(|e| UsageRefusal::BadQuery(e.to_string()))?;
-    let Some(held) = slot.get() else {
-        return Err(UsageRefusal::NotHeld(
-            "this node has no `data` role, so it holds no usage history: ask a node whose node.roles include `data`".into(),
-        ));
-    };
-    let conn = held
-        .estate
-        .reader()
-        .map_err(|e| UsageRefusal::Unavailable(e.to_string()))?;
-    let rows = query
-        .run(&conn)
-        .map_err(|e| UsageRefusal::Unavailable(e.to_string()))?;
-    Ok(json!({
-        "rows": rows,
-        "estate": held.applier.status(),
-    }))
 }
