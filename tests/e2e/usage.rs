@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::common::company::{SCRIPTED_COMPANY, SLACK_SECRET, fill};
 use crate::common::fleet::holders;
-use crate::common::{Node, Sandbox, eventually, slack_mention};
+use crate::common::{Node, Sandbox, eventually, run_to_exit, slack_mention};
 use crate::turns::plugins;
 
 fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
@@ -119,4 +119,44 @@ fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
     b.signal(libc::SIGKILL);
     b.wait_exit(Duration::from_secs(30));
     assert_eq!(turns_by(&a, "node"), both);
+    let api = format!("http://{}", a.api);
+    let (status, out) = run_to_exit(
+        &["usage", "--by", "node", "--period", "month", "--api", &api],
+        &[],
+    );
+    assert!(
+        status.success() && out.contains("node-a") && out.contains("node-b"),
+        "{out}"
+    );
+
+    // B is gone for good: an operator evicts it, audited; a node the
+    // state log never knew is refused, naming the ones it knows.
+    let (status, out) = run_to_exit(
+        &[
+            "estate", "evict", "node-z", "--reason", "typo", "--api", &api,
+        ],
+        &[],
+    );
+    assert!(!status.success() && out.contains("node-a"), "{out}");
+    let (status, out) = run_to_exit(
+        &[
+            "estate",
+            "evict",
+            "node-b",
+            "--reason",
+            "disk lost",
+            "--api",
+            &api,
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    assert!(
+        eventually(Duration::from_secs(10), || !crate::common::events(
+            &a,
+            "node_evicted"
+        )
+        .is_empty()),
+        "no node_evicted event"
+    );
 }

@@ -13,7 +13,7 @@ use axum::Router;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -36,6 +36,17 @@ pub enum UsageRefusal {
     NotHeld(String),
     /// Not now (the engine is starting, the estate cannot be read).
     Unavailable(String),
+    /// No such node in the state log's positions.
+    UnknownNode(String),
+}
+
+/// The eviction's body.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvictAsk {
+    pub node: String,
+    #[serde(default)]
+    pub reason: String,
 }
 
 pub type UsageFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, UsageRefusal>> + Send + 'a>>;
@@ -43,11 +54,16 @@ pub type UsageFuture<'a> = Pin<Box<dyn Future<Output = Result<Value, UsageRefusa
 /// Usage history as the HTTP surface reaches it. Implemented by the node.
 pub trait UsageSource: Send + Sync + 'static {
     fn usage(&self, ask: UsageAsk) -> UsageFuture<'_>;
+    /// Records an operator's eviction of a node gone for good.
+    fn evict(&self, ask: EvictAsk) -> UsageFuture<'_>;
 }
 
 /// `GET /usage`.
 pub fn routes(source: Arc<dyn UsageSource>) -> Router {
-    Router::new().route("/usage", get(usage)).with_state(source)
+    Router::new()
+        .route("/usage", get(usage))
+        .route("/estate/evict", post(evict))
+        .with_state(source)
 }
 
 async fn usage(
@@ -64,7 +80,11 @@ async fn usage(
                 .into_response();
         }
     };
-    match source.usage(ask).await {
+    answer(source.usage(ask).await)
+}
+
+fn answer(r: Result<Value, UsageRefusal>) -> Response {
+    match r {
         Ok(v) => Json(v).into_response(),
         Err(UsageRefusal::BadQuery(detail)) => (
             StatusCode::BAD_REQUEST,
@@ -76,8 +96,30 @@ async fn usage(
             Json(json!({"error": "no_estate", "detail": detail})),
         )
             .into_response(),
+        Err(UsageRefusal::UnknownNode(detail)) => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "unknown_node", "detail": detail})),
+        )
+            .into_response(),
         Err(UsageRefusal::Unavailable(detail)) => {
             crate::retry_later(crate::OPERATOR_RETRY_SECONDS, "usage", detail)
         }
     }
+}
+
+async fn evict(State(source): State<Arc<dyn UsageSource>>, body: axum::body::Bytes) -> Response {
+    let ask: EvictAsk = match serde_json::from_slice(&body) {
+        Ok(a) => a,
+        Err(e) => {
+            return answer(Err(UsageRefusal::BadQuery(format!(
+                "the body must be {{\"node\": \"ID\", \"reason\": \"why\"}}: {e}"
+            ))));
+        }
+    };
+    if ask.reason.trim().is_empty() {
+        return answer(Err(UsageRefusal::BadQuery(
+            "say why the node is evicted (`reason`): the eviction is audited".into(),
+        )));
+    }
+    answer(source.evict(ask).await)
 }

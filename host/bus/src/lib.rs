@@ -69,6 +69,7 @@
 //! | `config_activated` | the config plane | a company revision was activated (the pointer moved) |
 //! | `config_applied` | the config plane | this node applied a company revision |
 //! | `node_started` | the node | the node finished its start |
+//! | `node_evicted` | the node (`POST /estate/evict`) | an operator evicted a data node gone for good from the state log's trim |
 //!
 //! A module's own topics are kinds too, built by [`module_topic_kind`]:
 //! `module.<module>.<topic>`, never in [`EVENT_KINDS`].
@@ -246,6 +247,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "config_activated",
     "config_applied",
     "node_started",
+    "node_evicted",
 ];
 
 /// The first part of a module topic's kind ([`module_topic_kind`]).

@@ -44,7 +44,8 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         ))))
 }
 
-/// `GET /usage`: this node's estate, once the engine is up.
+/// `GET /usage` (this node's estate) and `POST /estate/evict`, once the
+/// engine is up.
 pub(crate) struct UsageRoutes(pub(crate) Late);
 
 impl crewlet_api::usage::UsageSource for UsageRoutes {
@@ -61,6 +62,17 @@ impl crewlet_api::usage::UsageSource for UsageRoutes {
                 .unwrap_or_else(|e| {
                     Err(crewlet_api::usage::UsageRefusal::Unavailable(e.to_string()))
                 })
+        })
+    }
+
+    fn evict(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
+        Box::pin(async move {
+            let Some(ctx) = self.0.get() else {
+                return Err(crewlet_api::usage::UsageRefusal::Unavailable(
+                    "the node's engine is not up yet; retry in a few seconds".into(),
+                ));
+            };
+            crate::estate::evict(&ctx.coord, &ctx.publisher, ask).await
         })
     }
 }

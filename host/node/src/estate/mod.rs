@@ -12,13 +12,13 @@ use std::time::Duration;
 
 use crewlet_statelog::snapshot::{self, Adopter};
 use crewlet_statelog::usage::{Tally, USAGE_EVENT_KINDS, Usage, UsageEvent, UsagePublisher};
-use crewlet_statelog::{Applier, ApplierParts, Estate, Local, PositionBook};
+use crewlet_statelog::{Applier, ApplierParts, Domain, Estate, Local, PositionBook};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
 mod slot;
 
-pub use slot::{EstateSlot, NodeEstate, usage};
+pub use slot::{EstateSlot, NodeEstate, render_usage, usage};
 
 /// How often a node publishes the usage objects that moved.
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
@@ -211,4 +211,41 @@ async fn publish_usage(
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// An operator's audited eviction of a data node gone for good: recorded in
+/// the positions bucket (the trim stops counting the node; its position row
+/// stays, a readmission is judged by it) and as a `node_evicted` event.
+pub async fn evict(
+    coord: &crewlet_coord::Coord,
+    publisher: &crewlet_observe::Publisher,
+    ask: crewlet_api::usage::EvictAsk,
+) -> Result<serde_json::Value, crewlet_api::usage::UsageRefusal> {
+    use crewlet_api::usage::UsageRefusal;
+    let book = PositionBook::new(coord.clone());
+    let unknown = |e: crewlet_coord::CoordError| {
+        UsageRefusal::Unavailable(format!(
+            "the positions bucket did not answer: {e}; nothing was evicted, retry"
+        ))
+    };
+    let positions = book.positions(Usage.name()).await.map_err(unknown)?;
+    let Some(position) = positions.get(&ask.node).copied() else {
+        return Err(UsageRefusal::UnknownNode(format!(
+            "no data node `{}` has a position on the state log (known: {}); nothing was evicted",
+            ask.node,
+            positions.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    };
+    let eviction = crewlet_statelog::Eviction {
+        node: ask.node.clone(),
+        by: "operator".into(),
+        reason: ask.reason.clone(),
+        at_ms: crewlet_os::now_ms(),
+    };
+    book.evict(&eviction).await.map_err(unknown)?;
+    let payload = serde_json::json!({"node": ask.node, "reason": ask.reason, "position": position});
+    let ev = publisher.event("node_evicted", payload.clone());
+    let _ = publisher.record(ev).await;
+    warn!(subsystem = "statelog", node = %ask.node, reason = %ask.reason, "node evicted from the state log's trim");
+    Ok(serde_json::json!({"evicted": payload}))
 }

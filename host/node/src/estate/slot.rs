@@ -68,3 +68,25 @@ pub fn usage(
         "estate": held.applier.status(),
     }))
 }
+
+/// `crewlet usage`'s table: one line per period and key.
+pub fn render_usage(v: &Value) -> String {
+    let mut out = format!(
+        "{:<12} {:<24} {:>7} {:>12} {:>12} {:>7} {:>7}\n",
+        "PERIOD", "KEY", "CALLS", "INPUT", "OUTPUT", "TURNS", "FIRES"
+    );
+    let dash = |x: &Value| x.as_u64().map_or("-".to_owned(), |n| n.to_string());
+    for row in v["rows"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "{:<12} {:<24} {:>7} {:>12} {:>12} {:>7} {:>7}\n",
+            row["period"].as_str().unwrap_or(""),
+            row["key"].as_str().unwrap_or(""),
+            dash(&row["calls"]),
+            dash(&row["input_tokens"]),
+            dash(&row["output_tokens"]),
+            dash(&row["turns"]),
+            dash(&row["fires"]),
+        ));
+    }
+    out
+}
