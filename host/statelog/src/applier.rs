@@ -405,6 +405,10 @@ async fn pass_inner(
     let mut published: Option<(u64, Instant)> = None;
     let mut tick = tokio::time::interval(CHECK_EVERY);
     let mut last_age_out: Option<Instant> = None;
+    // The reader's own delivery count: it restarts at 1 whenever the
+    // ordered reader is made again (a gap, a lost heartbeat, a stream
+    // deleted underneath).
+    let mut delivered = 0u64;
     loop {
         publish_position(parts, cursor.position, &mut published).await;
         let chunk = tokio::select! {
@@ -421,11 +425,14 @@ async fn pass_inner(
             return Err(PassEnd::Unavailable("the log's reader ended".into()));
         };
         let mut batch = Vec::with_capacity(chunk.len());
+        let mut reset = false;
         for m in chunk {
             let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
             let info = m.info().map_err(|e| {
                 PassEnd::Unavailable(format!("a message without its position: {e}"))
             })?;
+            reset |= info.consumer_sequence != delivered + 1;
+            delivered = info.consumer_sequence;
             batch.push(Arrived {
                 seq: info.stream_sequence,
                 ns: info.published.unix_timestamp_nanos() as i64,
@@ -433,14 +440,18 @@ async fn pass_inner(
                 payload: m.payload.clone(),
             });
         }
-        // Read after the batch arrived: a record of a recreated stream was
-        // delivered after that stream was made, so its identity shows here.
-        let info = stream
-            .info()
-            .await
-            .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
-            .clone();
-        judge(parts, &info, cursor)?;
+        // The reader was made again (its delivery count restarted): the
+        // stream may be another one now. Its identity is read after the
+        // batch arrived, so a record of a recreated stream — delivered
+        // after that stream was made — shows the new identity here.
+        if reset {
+            let info = stream
+                .info()
+                .await
+                .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
+                .clone();
+            judge(parts, &info, cursor)?;
+        }
         let age_out = last_age_out.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
         let estate = parts.estate.clone();
         let domain = parts.domain.clone();
@@ -517,24 +528,24 @@ fn apply(
                 Ok(r) if r.kind == BARRIER_KIND => {}
                 Ok(r) => {
                     let seen: Option<i64> = tx
-                        .query_row(
+                        .prepare_cached(
                             "SELECT position FROM statelog_ops WHERE domain = ?1 AND op_id = ?2",
-                            params![name, r.op],
-                            |row| row.get(0),
-                        )
+                        )?
+                        .query_row(params![name, r.op], |row| row.get(0))
                         .optional()?;
                     if seen.is_none() {
-                        tx.execute_batch("SAVEPOINT record")?;
+                        tx.prepare_cached("SAVEPOINT record")?.execute([])?;
                         match domain.apply(tx, &r) {
                             Ok(()) => {
-                                tx.execute_batch("RELEASE record")?;
-                                tx.execute(
+                                tx.prepare_cached("RELEASE record")?.execute([])?;
+                                tx.prepare_cached(
                                     "INSERT INTO statelog_ops (domain, op_id, position, applied_ms) VALUES (?1, ?2, ?3, ?4)",
-                                    params![name, r.op, a.seq as i64, now],
-                                )?;
+                                )?
+                                .execute(params![name, r.op, a.seq as i64, now])?;
                             }
                             Err(ApplyError::Undecodable(u)) => {
-                                tx.execute_batch("ROLLBACK TO record; RELEASE record")?;
+                                tx.prepare_cached("ROLLBACK TO record")?.execute([])?;
+                                tx.prepare_cached("RELEASE record")?.execute([])?;
                                 kept(tx, &u.0)?;
                                 lost += 1;
                             }

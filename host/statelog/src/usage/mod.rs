@@ -114,7 +114,7 @@ impl UsageObject {
 pub struct Usage;
 
 fn body<T: serde::de::DeserializeOwned>(record: &Record) -> Result<T, Undecodable> {
-    serde_json::from_value(record.body.clone()).map_err(|e| {
+    T::deserialize(&record.body).map_err(|e| {
         Undecodable(format!(
             "a `{}` usage record of another shape: {e}",
             record.kind
