@@ -13,20 +13,8 @@ use serde_json::Value;
 use crate::common::company::{SCRIPTED_COMPANY, SLACK_SECRET, fill};
 use crate::common::fleet::holders;
 use crate::common::{Node, Sandbox, eventually, run_to_exit, slack_mention};
+use crate::memory::spawn;
 use crate::turns::plugins;
-
-fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
-    let mut node = sb
-        .fleet_node(
-            id,
-            &[server.url()],
-            "[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n",
-        )
-        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
-        .spawn();
-    node.wait_ready(Duration::from_secs(60));
-    node
-}
 
 /// `GET /usage` on `node` with `query` (null unless it answered 200).
 fn usage(node: &Node, query: &str) -> Value {
