@@ -5,7 +5,9 @@
 mod common;
 
 use common::{Node, js, until};
-use crewlet_statelog::usage::{UsageEvent, UsagePublisher, UsageQuery, tally};
+use crewlet_statelog::usage::{
+    USAGE_DAYS, UsageEvent, UsageObject, UsagePublisher, UsageQuery, tally,
+};
 use crewlet_testkit::NatsServer;
 use serde_json::json;
 
@@ -78,6 +80,45 @@ async fn a_day_published_again_after_a_restart_replaces_and_never_adds() {
     );
     let s = until(&applier, "applied", |s| s.position >= 2).await;
     assert_eq!(s.ops_lost, 0);
+    applier.stop().await;
+}
+
+#[tokio::test]
+async fn the_applier_ages_out_days_past_the_horizon() {
+    let server = NatsServer::start();
+    let (_c, js) = js(&server.url()).await;
+    let node = Node::new();
+    let applier = node.applier(&js, "n0", None, None);
+    let now = crewlet_os::now_ms();
+    let day = |days_ago: i64| {
+        let at = now - days_ago * 24 * 3600 * 1000;
+        crewlet_statelog::usage::company_day(at, &jiff::tz::TimeZone::UTC)
+    };
+    let mut publisher = UsagePublisher::new(js.clone());
+    for (seat, ago) in [
+        ("old", USAGE_DAYS + 2),
+        ("kept", USAGE_DAYS - 2),
+        ("today", 0),
+    ] {
+        let mut objects = tally([call(now, seat, 1)], &jiff::tz::TimeZone::UTC, "n1", |_| {
+            String::new()
+        });
+        if let UsageObject::Tokens(t) = &mut objects[0] {
+            t.day = day(ago);
+        }
+        publisher.publish(objects).await.unwrap();
+    }
+    applier
+        .barrier(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        node.input_tokens("n1", "old"),
+        None,
+        "a day past 181 was kept"
+    );
+    assert_eq!(node.input_tokens("n1", "kept"), Some(1));
+    assert_eq!(node.input_tokens("n1", "today"), Some(1));
     applier.stop().await;
 }
 
