@@ -2,7 +2,9 @@
 //! nats-server, each holding one seat, each running a turn; `GET /usage`
 //! on either node answers both nodes' usage from its own replicated
 //! estate (no scatter); one node is killed and its usage still counts on
-//! the other; a query with a wrong word is 400 naming it.
+//! the other; a query with a wrong word is 400 naming it; the killed node
+//! restarts, resumes at its committed position and its republished day
+//! replaces rather than adds.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
