@@ -18,7 +18,6 @@ use async_nats::jetstream::object_store;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncReadExt;
 use tokio::task::JoinHandle;
 
 use crate::{Estate, EstateError, Local, PositionBook, Positions};
@@ -71,15 +70,15 @@ pub enum SnapshotError {
 }
 
 fn sha256_file(path: &Path) -> Result<(String, u64), SnapshotError> {
-    let bytes = std::fs::read(path).map_err(|source| SnapshotError::Stage {
+    let stage = |source| SnapshotError::Stage {
         path: path.display().to_string(),
         source,
-    })?;
-    let digest = Sha256::digest(&bytes);
-    Ok((
-        digest.iter().map(|b| format!("{b:02x}")).collect(),
-        bytes.len() as u64,
-    ))
+    };
+    let mut file = std::fs::File::open(path).map_err(stage)?;
+    let mut hasher = Sha256::new();
+    let bytes = std::io::copy(&mut file, &mut hasher).map_err(stage)?;
+    let digest = hasher.finalize();
+    Ok((digest.iter().map(|b| format!("{b:02x}")).collect(), bytes))
 }
 
 async fn bucket(js: &jetstream::Context) -> Result<object_store::ObjectStore, SnapshotError> {
@@ -194,15 +193,17 @@ impl Adopter {
             .get(&offer.object)
             .await
             .map_err(|e| SnapshotError::Broker(format!("fetching {}: {e}", offer.object)))?;
-        let mut bytes = Vec::with_capacity(offer.bytes as usize);
-        object
-            .read_to_end(&mut bytes)
-            .await
-            .map_err(|e| SnapshotError::Broker(format!("fetching {}: {e}", offer.object)))?;
-        std::fs::write(&staged, &bytes).map_err(|source| SnapshotError::Stage {
+        let stage = |source| SnapshotError::Stage {
             path: staged.display().to_string(),
             source,
-        })?;
+        };
+        // Streamed to the file: an estate of gigabytes never sits in memory.
+        let mut file = tokio::fs::File::create(&staged).await.map_err(stage)?;
+        tokio::io::copy(&mut object, &mut file)
+            .await
+            .map_err(|e| SnapshotError::Broker(format!("fetching {}: {e}", offer.object)))?;
+        file.sync_all().await.map_err(stage)?;
+        drop(file);
         let _ = store.delete(&offer.object).await;
         let installed = install(estate, local, &staged, &offer.donor, &offer.sha256)?;
         tracing::info!(subsystem = "statelog", donor = %offer.donor, bytes = offer.bytes,
