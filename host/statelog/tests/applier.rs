@@ -197,3 +197,94 @@ async fn a_barrier_makes_the_read_after_it_see_every_acknowledged_write() {
     assert_eq!(node.input_tokens("n2", "bob"), Some(42));
     applier.stop().await;
 }
+
+/// A broker restored from an older copy, seen by a node that lost its
+/// own record of the stream's identity: a log ending below the node's
+/// position, or another record at its checkpoint, stops the domain.
+#[tokio::test]
+async fn a_log_restored_from_an_older_copy_stops_the_domain_even_unrecognised() {
+    let server = NatsServer::start();
+    let (_c, js) = js(&server.url()).await;
+    let node = Node::new();
+    let applier = node.applier(&js, "n1", None, None);
+    let mut last = 0;
+    for i in 0..4 {
+        let o = tokens("n1", &format!("s{i}"), i);
+        last = crewlet_statelog::append(&js, &o.subject(), &o.record())
+            .await
+            .unwrap();
+    }
+    until(&applier, "applied", |s| s.position >= last).await;
+    applier.stop().await;
+    let forget_identity = |node: &Node| {
+        let c = rusqlite::Connection::open(node.path().join(crewlet_statelog::LOCAL_FILE)).unwrap();
+        c.execute("DELETE FROM stream_identity", []).unwrap();
+    };
+
+    // The older copy holds two records: it ends below the position.
+    js.delete_stream(Usage.stream()).await.unwrap();
+    ensure_stream(&js, &Usage, 1).await.unwrap();
+    for i in 0..2 {
+        let o = tokens("n1", &format!("old{i}"), 9);
+        crewlet_statelog::append(&js, &o.subject(), &o.record())
+            .await
+            .unwrap();
+    }
+    forget_identity(&node);
+    let applier = node.applier(&js, "n1", None, None);
+    let s = until(&applier, "diverged", |s| {
+        matches!(s.state, DomainState::Diverged { .. })
+    })
+    .await;
+    let DomainState::Diverged { finding, .. } = s.state else {
+        unreachable!()
+    };
+    assert!(
+        finding.found.contains("below this node's position"),
+        "{}",
+        finding.found
+    );
+    applier.stop().await;
+
+    // Another node, same story but the copy reaches past its position:
+    // another record sits at the checkpoint.
+    let other = Node::new();
+    js.delete_stream(Usage.stream()).await.unwrap();
+    ensure_stream(&js, &Usage, 1).await.unwrap();
+    let first = other.applier(&js, "n2", None, None);
+    for i in 0..3 {
+        let o = tokens("n2", &format!("a{i}"), 1);
+        last = crewlet_statelog::append(&js, &o.subject(), &o.record())
+            .await
+            .unwrap();
+    }
+    until(&first, "applied", |s| s.position >= last).await;
+    first.stop().await;
+    js.delete_stream(Usage.stream()).await.unwrap();
+    ensure_stream(&js, &Usage, 1).await.unwrap();
+    for i in 0..5 {
+        let o = tokens("n2", &format!("b{i}"), 2);
+        crewlet_statelog::append(&js, &o.subject(), &o.record())
+            .await
+            .unwrap();
+    }
+    forget_identity(&other);
+    let again = other.applier(&js, "n2", None, None);
+    let s = until(&again, "diverged", |s| {
+        matches!(s.state, DomainState::Diverged { .. })
+    })
+    .await;
+    let DomainState::Diverged { finding, .. } = s.state else {
+        unreachable!()
+    };
+    assert!(
+        finding.found.contains("another record sits at position 3"),
+        "{}",
+        finding.found
+    );
+    assert_eq!(
+        other.count("SELECT COUNT(*) FROM usage_tokens WHERE seat LIKE 'b%'"),
+        0
+    );
+    again.stop().await;
+}
