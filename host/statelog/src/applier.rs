@@ -18,7 +18,7 @@ use async_nats::jetstream;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
 use futures::StreamExt;
-use rusqlite::{OptionalExtension, params};
+use rusqlite::params;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -527,25 +527,34 @@ fn apply(
                 }
                 Ok(r) if r.kind == BARRIER_KIND => {}
                 Ok(r) => {
-                    let seen: Option<i64> = tx
+                    // The ledger row first: a retried operation's insert
+                    // is ignored, and the record is stepped over.
+                    let fresh = tx
                         .prepare_cached(
-                            "SELECT position FROM statelog_ops WHERE domain = ?1 AND op_id = ?2",
+                            "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
+                             VALUES (?1, ?2, ?3, ?4)",
                         )?
-                        .query_row(params![name, r.op], |row| row.get(0))
-                        .optional()?;
-                    if seen.is_none() {
-                        tx.prepare_cached("SAVEPOINT record")?.execute([])?;
+                        .execute(params![name, r.op, a.seq as i64, now])?
+                        == 1;
+                    if fresh {
+                        let guarded = !domain.apply_is_atomic();
+                        if guarded {
+                            tx.prepare_cached("SAVEPOINT record")?.execute([])?;
+                        }
                         match domain.apply(tx, &r) {
-                            Ok(()) => {
+                            Ok(()) if guarded => {
                                 tx.prepare_cached("RELEASE record")?.execute([])?;
-                                tx.prepare_cached(
-                                    "INSERT INTO statelog_ops (domain, op_id, position, applied_ms) VALUES (?1, ?2, ?3, ?4)",
-                                )?
-                                .execute(params![name, r.op, a.seq as i64, now])?;
                             }
+                            Ok(()) => {}
                             Err(ApplyError::Undecodable(u)) => {
-                                tx.prepare_cached("ROLLBACK TO record")?.execute([])?;
-                                tx.prepare_cached("RELEASE record")?.execute([])?;
+                                if guarded {
+                                    tx.prepare_cached("ROLLBACK TO record")?.execute([])?;
+                                    tx.prepare_cached("RELEASE record")?.execute([])?;
+                                }
+                                tx.prepare_cached(
+                                    "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id = ?2",
+                                )?
+                                .execute(params![name, r.op])?;
                                 kept(tx, &u.0)?;
                                 lost += 1;
                             }

@@ -26,6 +26,12 @@ pub trait Domain: Send + Sync + 'static {
     /// applier rolls the record back and keeps it); a database error is
     /// the caller's to retry.
     fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError>;
+    /// True when [`Domain::apply`] writes with one statement and refuses
+    /// an undecodable body before writing anything, so the applier needs
+    /// no savepoint around it to never apply a record half.
+    fn apply_is_atomic(&self) -> bool {
+        false
+    }
     /// Removes rows past the domain's horizon (`now_ms` on the wall clock);
     /// run by the applier, inside its transaction.
     fn age_out(&self, tx: &Connection, now_ms: i64) -> rusqlite::Result<()>;

@@ -143,6 +143,11 @@ impl Domain for Usage {
         Some(Duration::from_secs(USAGE_DAYS as u64 * 24 * 3600))
     }
 
+    fn apply_is_atomic(&self) -> bool {
+        // Each kind decodes its body, then writes one row.
+        true
+    }
+
     fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError> {
         match record.kind.as_str() {
             "tokens" => {
