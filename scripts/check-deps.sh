@@ -10,9 +10,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # crate, then what it must never reach.
 rules=(
     "crewlet-bus wasmtime axum rusqlite rmcp async-nats tokio"
-    "crewlet-coord wasmtime axum rusqlite"
-    "crewlet-seats wasmtime axum rusqlite rmcp"
-    "crewlet-turns wasmtime axum rusqlite rmcp"
+    "crewlet-coord wasmtime axum rusqlite crewlet-statelog"
+    "crewlet-seats wasmtime axum rusqlite rmcp crewlet-statelog"
+    "crewlet-turns wasmtime axum rusqlite rmcp crewlet-statelog"
     "crewlet-schedule wasmtime axum rusqlite rmcp async-nats tokio"
     # The feature crates the node wires: no HTTP (their routes are
     # crewlet-api's), no plugin runtime, never the node itself.
@@ -23,6 +23,9 @@ rules=(
     # Memory rides the broker into the store: no HTTP, no plugins, never
     # the seats or the turns it serves.
     "crewlet-memory wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns"
+    # The state log and its estate: no HTTP, no plugins, never the node,
+    # the seats or the turns (they stay free of it, the rows above).
+    "crewlet-statelog wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns crewlet-store"
     # The HTTP surface reads the node through traits: no NATS, no SQLite.
     "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
     # The webhook edge answers in the HTTP crate's terms: no axum, no api.
@@ -44,4 +47,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, the feature crates and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the feature crates and the HTTP surface stay free of what they must not reach"

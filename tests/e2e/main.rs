@@ -60,3 +60,4 @@ mod stall;
 mod telemetry;
 mod tool_failures;
 mod turns;
+mod usage;

@@ -21,7 +21,7 @@ use crate::common::company::{OPENAI_ONE_SEAT, SLACK_SECRET, fill};
 use crate::common::{Node, Sandbox, eventually, slack_mention, wait_events};
 use crate::turns::{plugins, post, submit, verdict};
 
-fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
+pub(crate) fn spawn(sb: &Sandbox, id: &str, server: &NatsServer) -> Node {
     let mut node = sb
         .fleet_node(
             id,

@@ -33,6 +33,7 @@ mod retry;
 pub mod secrets;
 pub mod stream;
 pub mod tokens;
+pub mod usage;
 pub mod webhooks;
 
 use std::future::Future;

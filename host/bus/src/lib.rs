@@ -24,6 +24,9 @@
 //! | [`memory_subject`] (one memory row, the table's own encoding) | [`MEMORY_STREAM`] | `crewlet-memory`, after the row is in the node's store | the node that acquires the seat, one pass over [`memory_filter`] before its mailbox is attached |
 //! | [`custody_subject`] (a batch of a stateless node's event rows, `crewlet_store::CustodyBatch`) | [`CUSTODY_STREAM`] | `crewlet-observe`'s publisher on a node without `data` | one data node per batch ([`CUSTODY_DURABLE`], `crewlet-history`'s keeper) |
 //! | [`CONFIG_ACTIVATED_SUBJECT`] (core publish, no stream; the new epoch) | — | a node that moved the config pointer (`PUT /config`) | every node's config reconciler, which polls the pointer at once |
+//! | [`usage_subject`] (one usage object's whole cumulative value, a state-log record) | [`USAGE_LOG_STREAM`] | every node, for its own days (`crewlet-statelog`) | every data node's applier, into the replicated estate |
+//! | [`barrier_subject`] (a state-log barrier record) | the domain's stream | a linearizable read | the reader's own applier, which it waits on |
+//! | [`snapshot_subject`] (core request/reply) | — | a data node behind the log's trim | the peer it asked, answering with a snapshot in [`SNAPSHOT_BUCKET`] |
 //!
 //! Every message the ingress publishes carries [`TRACE_HEADER`] and a
 //! [`MSG_ID_HEADER`] the stream deduplicates on; a delivery `notify-inbound`
@@ -68,15 +71,21 @@
 //! | `config_activated` | the config plane | a company revision was activated (the pointer moved) |
 //! | `config_applied` | the config plane | this node applied a company revision |
 //! | `node_started` | the node | the node finished its start |
+//! | `node_evicted` | the node (`POST /estate/evict`) | an operator evicted a data node gone for good from the state log's trim |
 //!
 //! A module's own topics are kinds too, built by [`module_topic_kind`]:
 //! `module.<module>.<topic>`, never in [`EVENT_KINDS`].
 
 mod history;
 mod message;
+mod statelog;
 
 pub use history::EventFilter;
 pub use message::{DeadLetter, Inbound, ReplyTo, Sender, Wake, Wakes};
+pub use statelog::{
+    SNAPSHOT_BUCKET, USAGE_LOG_PREFIX, USAGE_LOG_STREAM, USAGE_LOG_SUBJECTS, barrier_subject,
+    snapshot_subject, usage_subject,
+};
 
 /// Stream of the event batches of nodes without `data` (interest
 /// retention: a batch lives until a data node took it).
@@ -259,6 +268,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "config_activated",
     "config_applied",
     "node_started",
+    "node_evicted",
 ];
 
 /// The first part of a module topic's kind ([`module_topic_kind`]).

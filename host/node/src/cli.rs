@@ -66,6 +66,12 @@ enum Command {
     /// Every live node of the fleet: roles, posture, applied epoch, seats
     /// and duties held, MCP servers, last beat and broker (read scope).
     Fleet(ShowArgs),
+    /// The fleet's usage history (tokens, turns, schedule fires) from a
+    /// running data node's replicated estate (read scope).
+    Usage(UsageArgs),
+    /// The replicated estate's state log (write scope).
+    #[command(subcommand)]
+    Estate(EstateCmd),
     /// Send a signed sample delivery to a running node.
     #[command(subcommand)]
     Webhook(WebhookCmd),
@@ -252,6 +258,40 @@ enum BudgetsCmd {
     /// Print the company's and every seat's day, week and month windows:
     /// spent, ceiling, remaining, and whether a window refused work.
     Show(ShowArgs),
+}
+
+/// `crewlet usage`: sums by period and key.
+#[derive(Debug, clap::Args)]
+struct UsageArgs {
+    /// day, week (named by its Monday) or month.
+    #[arg(long, default_value = "day")]
+    period: String,
+    /// seat, role, model or node.
+    #[arg(long, default_value = "seat")]
+    by: String,
+    /// First company day included (YYYY-MM-DD).
+    #[arg(long)]
+    from: Option<String>,
+    /// Last company day included (YYYY-MM-DD).
+    #[arg(long)]
+    to: Option<String>,
+    #[command(flatten)]
+    show: ShowArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum EstateCmd {
+    /// Evict a data node gone for good: the state log's trim stops waiting
+    /// for its position (audited: a `node_evicted` event with the reason).
+    Evict {
+        /// The node's id.
+        node: String,
+        /// Why it is gone for good.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        node_api: ApiArgs,
+    },
 }
 
 /// The running node a command talks to, and whose token it sends.
@@ -505,6 +545,33 @@ pub fn main() -> i32 {
             show.json,
             crewlet_fleet::render_agents,
         ),
+        Command::Usage(u) => {
+            let mut query = format!("/usage?period={}&by={}", u.period, u.by);
+            for (k, v) in [("from", &u.from), ("to", &u.to)] {
+                if let Some(v) = v {
+                    query.push_str(&format!("&{k}={v}"));
+                }
+            }
+            crate::client::shown(
+                u.show.node.node(),
+                &query,
+                u.show.json,
+                crate::estate::render_usage,
+            )
+        }
+        Command::Estate(EstateCmd::Evict {
+            node,
+            reason,
+            node_api,
+        }) => {
+            let body = serde_json::json!({ "node": node, "reason": reason });
+            printed(api_request(
+                &node_api,
+                "POST",
+                "/estate/evict",
+                body.to_string().as_bytes(),
+            ))
+        }
         Command::Fleet(show) => crate::client::shown(
             show.node.node(),
             "/fleet",

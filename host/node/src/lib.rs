@@ -21,6 +21,7 @@ pub(crate) mod descriptors;
 pub(crate) mod doctor;
 pub(crate) mod duties;
 pub(crate) mod engine;
+pub(crate) mod estate;
 pub(crate) mod identity;
 pub(crate) mod ingress;
 pub(crate) mod local_guard;

@@ -240,11 +240,26 @@ pub async fn start(
         .await
         .map_err(NodeError::Engine)?;
     start_duties(&ctx, started).await;
+    start_estate(&ctx, started).await;
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);
     info!(subsystem = "node", stream = %urls, "node running");
     Ok(Some(publisher))
+}
+
+/// The usage publisher, and with `data` the replicated estate.
+async fn start_estate(ctx: &EngineContext, started: &mut Started) {
+    let parts = crate::estate::Parts {
+        node_id: &ctx.node_id,
+        client: &ctx.client,
+        coord: &ctx.coord,
+        store: &ctx.store,
+        active: &ctx.active,
+        config: &ctx.config,
+    };
+    let running = crate::estate::start(parts, &ctx.state.estate).await;
+    started.push("estate", move || Box::pin(running.stop()));
 }
 
 /// The config reconciler: it accepts a document as `--company` is, and

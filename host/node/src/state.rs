@@ -95,6 +95,8 @@ pub struct NodeState {
     pub store: std::sync::Arc<crewlet_store::Store>,
     /// Who holds the duties, here and in the fleet.
     pub duties: crate::duties::DutiesView,
+    /// The replicated estate, on a node with `data`.
+    pub estate: crate::estate::EstateSlot,
     started_at: OffsetDateTime,
     started: Instant,
     phase: AtomicU8,
@@ -140,6 +142,7 @@ impl NodeState {
                 workers: config.roles.contains(&Role::Workers),
                 ..crate::duties::DutiesView::default()
             },
+            estate: crate::estate::EstateSlot::default(),
             started_at: OffsetDateTime::now_utc(),
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),
@@ -415,6 +418,7 @@ impl Probe for NodeState {
             "mcp": self.mcp_rows(),
             "duties": self.duties.health(),
             "custody": self.custody.get().map(|c| c.health()),
+            "estate": self.estate.health(),
             "stream": stream,
             "presence": self.presence.get().map(|v| v.lock().expect("presence view").clone()),
             "plugins": self.plugins.get().map(|p| json!({

@@ -43,6 +43,42 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
         ))))
+        .merge(crewlet_api::usage::routes(Arc::new(UsageRoutes(
+            late.clone(),
+        ))))
+}
+
+/// `GET /usage` (this node's estate) and `POST /estate/evict`, once the
+/// engine is up.
+pub(crate) struct UsageRoutes(pub(crate) Late);
+
+impl crewlet_api::usage::UsageSource for UsageRoutes {
+    fn usage(&self, ask: crewlet_api::usage::UsageAsk) -> crewlet_api::usage::UsageFuture<'_> {
+        Box::pin(async move {
+            let Some(ctx) = self.0.get() else {
+                return Err(crewlet_api::usage::UsageRefusal::Unavailable(
+                    "the node's engine is not up yet; retry in a few seconds".into(),
+                ));
+            };
+            let state = ctx.state.clone();
+            tokio::task::spawn_blocking(move || crate::estate::usage(&state.estate, ask))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(crewlet_api::usage::UsageRefusal::Unavailable(e.to_string()))
+                })
+        })
+    }
+
+    fn evict(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
+        Box::pin(async move {
+            let Some(ctx) = self.0.get() else {
+                return Err(crewlet_api::usage::UsageRefusal::Unavailable(
+                    "the node's engine is not up yet; retry in a few seconds".into(),
+                ));
+            };
+            crate::estate::evict(&ctx.coord, &ctx.publisher, ask).await
+        })
+    }
 }
 
 /// `GET /events` and the socket's queries: the live broadcast from the

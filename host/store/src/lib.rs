@@ -26,6 +26,7 @@ mod revisions;
 mod scheduled_runs;
 mod sessions;
 mod skills;
+mod usage_reads;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
@@ -46,6 +47,7 @@ pub use skills::{
     Learned, Origin, SKILL_NAME_MAX, SKILL_PROCEDURE_MAX, SkillHistory, SkillRefused, SkillRow,
     SkillVersionRow, cut, skill_id,
 };
+pub use usage_reads::UsageRead;
 
 /// The file name of the store inside the data dir.
 pub const FILE_NAME: &str = "node.sqlite3";

@@ -1,7 +1,8 @@
 //! `worker:maintenance`, and this node's own retention, on one tick.
 //!
 //! Rules:
-//! - **Fleet-wide work runs on the duty's holder only**: the removal-marker
+//! - **Fleet-wide work runs on the duty's holder only**: the state log's
+//!   trim (`crewlet_statelog::trim`), the removal-marker
 //!   sweep (`coordination_markers`: markers older than three hours, from
 //!   every ageless bucket; a bucket that fails is retried next tick) and the
 //!   retirement of removed seats' mailboxes (a seat out of the active
@@ -140,8 +141,27 @@ impl Maintenance {
                 }
             }
         };
+        // The state log's trim: the usage log down to the lowest position
+        // every counted data node and pin holds (never by a clock).
+        let book = crewlet_statelog::PositionBook::new(self.coord.clone());
+        let by = self.coord.options().owner.as_str().to_owned();
+        let statelog_trim = match crewlet_statelog::trim::trim(
+            &self.js,
+            &book,
+            &crewlet_statelog::usage::Usage,
+            &by,
+        )
+        .await
+        {
+            Ok(t) => json!(t),
+            Err(e) => {
+                warn!(subsystem = "maintenance", error = %e, "state log not trimmed this tick");
+                json!({ "error": e.to_string() })
+            }
+        };
         let report = json!({
             "epoch": epoch,
+            "statelog_trim": statelog_trim,
             "markers_swept": sweep.swept.iter().map(|(b, n)| (b.short(), *n)).collect::<std::collections::BTreeMap<_, _>>(),
             "markers_failed": sweep.failed.iter().map(|(b, e)| (b.short(), e.clone())).collect::<std::collections::BTreeMap<_, _>>(),
             "mailboxes": retire,

@@ -4,7 +4,7 @@
 //! | duty | lease TTL | work |
 //! |---|---|---|
 //! | `scheduler` | `duties.scheduler_lease_seconds` (30 s) | [`scheduler`]: the company's schedules |
-//! | `maintenance` | three ticks (45 min) | [`maintenance`]: markers, mailboxes |
+//! | `maintenance` | three ticks (45 min) | [`maintenance`]: the state log's trim, markers, mailboxes |
 //! | `learning` | three ticks (3 h) | [`learning`]: skills induced, aged, promoted |
 //!
 //! Rules:

@@ -1,0 +1,251 @@
+//! The node's side of the replicated estate (`crewlet-statelog`).
+//!
+//! Every node publishes its own usage (the usage domain's objects, tallied
+//! from its event log) whatever its roles: a node that keeps no estate
+//! still counts in history. A node with `data` also holds the estate: it
+//! runs the usage domain's applier, answers peers' snapshot requests, and
+//! answers `GET /usage` from its own file. `/health` `estate` shows where
+//! each domain's applier stands, and a stopped (diverged) one with its fix.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewlet_statelog::snapshot::{self, Adopter};
+use crewlet_statelog::usage::{Tally, USAGE_EVENT_KINDS, Usage, UsageEvent, UsagePublisher};
+use crewlet_statelog::{Applier, ApplierParts, Domain, Estate, Local, PositionBook};
+use tokio::sync::watch;
+use tracing::{Instrument, info, info_span, warn};
+
+mod slot;
+
+pub use slot::{EstateSlot, NodeEstate, render_usage, usage};
+
+/// How often a node publishes the usage objects that moved.
+const PUBLISH_EVERY: Duration = Duration::from_secs(2);
+/// Events read per page while tallying.
+const PAGE: usize = 2_000;
+
+/// What the estate is started with (from the engine's context).
+pub struct Parts<'a> {
+    pub node_id: &'a str,
+    pub client: &'a async_nats::Client,
+    pub coord: &'a crewlet_coord::Coord,
+    pub store: &'a Arc<crewlet_store::Store>,
+    pub active: &'a crewlet_company::ActiveCompany,
+    pub config: &'a crewlet_config::NodeConfig,
+}
+
+/// The started estate; [`Running::stop`] stops the applier, the snapshot
+/// donor and the usage publisher.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    publisher: tokio::task::JoinHandle<()>,
+    donor: Option<tokio::task::JoinHandle<()>>,
+    held: Option<Arc<NodeEstate>>,
+}
+
+impl Running {
+    pub async fn stop(self) {
+        if let Some(held) = &self.held {
+            held.applier.stop().await;
+        }
+        if let Some(donor) = self.donor {
+            donor.abort();
+        }
+        let _ = self.stop.send(true);
+        let _ = self.publisher.await;
+    }
+}
+
+/// Starts the usage publisher, and with `data` the estate (set in `slot`),
+/// its applier and the snapshot donor.
+pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
+    let js = async_nats::jetstream::new(p.client.clone());
+    let replicas = p.config.stream.replicas;
+    if let Err(e) = crewlet_statelog::ensure_stream(&js, &Usage, replicas).await {
+        warn!(subsystem = "statelog", error = %e, "usage log not opened; the publisher and applier retry");
+    }
+    let (stop_tx, stop) = watch::channel(false);
+    let publisher = tokio::spawn(
+        publish_usage(
+            p.node_id.to_owned(),
+            js.clone(),
+            p.store.clone(),
+            p.active.clone(),
+            stop,
+        )
+        .instrument(info_span!("usage", subsystem = "statelog")),
+    );
+    let mut running = Running {
+        stop: stop_tx,
+        publisher,
+        donor: None,
+        held: None,
+    };
+    if !p.config.roles.contains(&crewlet_config::Role::Data) {
+        info!(
+            subsystem = "statelog",
+            "this node has no `data` role: it holds no replicated estate"
+        );
+        return running;
+    }
+    let dir = p.config.data_dir.clone();
+    let opened = Estate::open_in(&dir).and_then(|e| Ok((e, Local::open_in(&dir)?)));
+    let (estate, local) = match opened {
+        Ok((e, l)) => (Arc::new(e), Arc::new(l)),
+        Err(e) => {
+            warn!(subsystem = "statelog", error = %e, "the replicated estate cannot be opened; this node answers no usage");
+            return running;
+        }
+    };
+    let book = PositionBook::new(p.coord.clone());
+    match snapshot::serve(
+        p.client.clone(),
+        js.clone(),
+        estate.clone(),
+        p.node_id.to_owned(),
+        dir.clone(),
+    )
+    .await
+    {
+        Ok(serving) => running.donor = Some(serving),
+        Err(e) => {
+            warn!(subsystem = "statelog", error = %e, "peers cannot adopt this node's estate")
+        }
+    }
+    let applier = Applier::start(ApplierParts {
+        js: js.clone(),
+        estate: estate.clone(),
+        local,
+        domain: Arc::new(Usage),
+        book: Some(book.clone()),
+        adopter: Some(Adopter {
+            client: p.client.clone(),
+            js,
+            book,
+            node: p.node_id.to_owned(),
+            staging: dir,
+        }),
+        node: p.node_id.to_owned(),
+        replicas,
+    });
+    let held = Arc::new(NodeEstate { estate, applier });
+    slot.set(held.clone());
+    running.held = Some(held);
+    info!(
+        subsystem = "statelog",
+        "replicated estate open; applying the usage log"
+    );
+    running
+}
+
+/// Tallies this node's own usage events and publishes what moved, until
+/// `stop`. Starts from the start of yesterday (company days a zone away
+/// included), so a restarted node publishes its open days whole again.
+async fn publish_usage(
+    node: String,
+    js: async_nats::jetstream::Context,
+    store: Arc<crewlet_store::Store>,
+    active: crewlet_company::ActiveCompany,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut publisher = UsagePublisher::new(js);
+    let mut tally = Tally::default();
+    let mut after = 0i64;
+    let since = crewlet_os::now_ms() - 2 * 24 * 3600 * 1000;
+    loop {
+        if let Some(company) = active.current().map(|a| a.company) {
+            let zone =
+                jiff::tz::TimeZone::get(&company.timezone).unwrap_or(jiff::tz::TimeZone::UTC);
+            loop {
+                let s = store.clone();
+                let page = tokio::task::spawn_blocking(move || {
+                    s.usage_events(&USAGE_EVENT_KINDS, after, since, PAGE)
+                })
+                .await;
+                let page = match page {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(e)) => {
+                        warn!(error = %e, "usage not tallied this pass; the event log could not be read");
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "usage not tallied this pass");
+                        break;
+                    }
+                };
+                let full = page.len() == PAGE;
+                for e in page {
+                    after = e.seq;
+                    tally.add(
+                        &UsageEvent {
+                            kind: e.kind,
+                            at_ms: e.at_ms,
+                            seat: e.seat,
+                            payload: e.payload,
+                        },
+                        &zone,
+                    );
+                }
+                if !full {
+                    break;
+                }
+            }
+            let role_of = |seat: &str| {
+                company
+                    .seat(seat)
+                    .map(|s| s.role.clone())
+                    .unwrap_or_default()
+            };
+            if let Err(e) = publisher.publish(tally.objects(&node, role_of)).await {
+                warn!(error = %e, "usage not published this pass; published next pass");
+            }
+            let yesterday = crewlet_statelog::usage::company_day(
+                crewlet_os::now_ms() - 24 * 3600 * 1000,
+                &zone,
+            );
+            tally.forget_before(&yesterday);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(PUBLISH_EVERY) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// An operator's audited eviction of a data node gone for good: recorded in
+/// the positions bucket (the trim stops counting the node; its position row
+/// stays, a readmission is judged by it) and as a `node_evicted` event.
+pub async fn evict(
+    coord: &crewlet_coord::Coord,
+    publisher: &crewlet_observe::Publisher,
+    ask: crewlet_api::usage::EvictAsk,
+) -> Result<serde_json::Value, crewlet_api::usage::UsageRefusal> {
+    use crewlet_api::usage::UsageRefusal;
+    let book = PositionBook::new(coord.clone());
+    let unknown = |e: crewlet_coord::CoordError| {
+        UsageRefusal::Unavailable(format!(
+            "the positions bucket did not answer: {e}; nothing was evicted, retry"
+        ))
+    };
+    let positions = book.positions(Usage.name()).await.map_err(unknown)?;
+    let Some(position) = positions.get(&ask.node).copied() else {
+        return Err(UsageRefusal::UnknownNode(format!(
+            "no data node `{}` has a position on the state log (known: {}); nothing was evicted",
+            ask.node,
+            positions.keys().cloned().collect::<Vec<_>>().join(", ")
+        )));
+    };
+    let eviction = crewlet_statelog::Eviction {
+        node: ask.node.clone(),
+        by: "operator".into(),
+        reason: ask.reason.clone(),
+        at_ms: crewlet_os::now_ms(),
+    };
+    book.evict(&eviction).await.map_err(unknown)?;
+    let payload = serde_json::json!({"node": ask.node, "reason": ask.reason, "position": position});
+    let ev = publisher.event("node_evicted", payload.clone());
+    let _ = publisher.record(ev).await;
+    warn!(subsystem = "statelog", node = %ask.node, reason = %ask.reason, "node evicted from the state log's trim");
+    Ok(serde_json::json!({"evicted": payload}))
+}

@@ -1,0 +1,359 @@
+//! The state log's figures (BENCHMARKS.md, "The replicated estate"):
+//! applier throughput against a raw ordered consumer reading the same
+//! stream in the same run; replication lag from publish to applied on every
+//! node of a 3-node cluster; snapshot adoption time and size; `/usage`'s
+//! read over DAYS × SEATS.
+//!
+//! `cargo bench -p crewlet-statelog --bench statelog` (sizes from the
+//! environment: RECORDS, LAG_RECORDS, SNAPSHOT_ROWS, DAYS, SEATS).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use crewlet_coord::{Coord, CoordOptions, Owner};
+use crewlet_statelog::snapshot::{self, Adopter};
+use crewlet_statelog::usage::{TokensObject, TurnsObject, Usage, UsageObject, UsageQuery};
+use crewlet_statelog::{
+    Applier, ApplierParts, DomainState, Estate, Local, PositionBook, append, ensure_stream,
+};
+use crewlet_testkit::{Cluster, NatsServer};
+use futures::StreamExt;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn tokens(node: &str, day: &str, seat: &str, n: u64) -> UsageObject {
+    UsageObject::Tokens(TokensObject {
+        node: node.into(),
+        day: day.into(),
+        seat: seat.into(),
+        role: format!("role{}", seat.len() % 7),
+        phase: "executor".into(),
+        model: format!("model{}", n % 3),
+        calls: 1,
+        input_tokens: n,
+        output_tokens: n / 10,
+    })
+}
+
+struct Held {
+    _dir: tempfile::TempDir,
+    estate: Arc<Estate>,
+    applier: Applier,
+}
+
+fn applier(
+    js: &jetstream::Context,
+    node: &str,
+    book: Option<PositionBook>,
+    adopter: Option<Adopter>,
+) -> Held {
+    let dir = tempfile::tempdir().unwrap();
+    applier_in(dir, js, node, book, adopter, 1)
+}
+
+fn applier_in(
+    dir: tempfile::TempDir,
+    js: &jetstream::Context,
+    node: &str,
+    book: Option<PositionBook>,
+    adopter: Option<Adopter>,
+    replicas: usize,
+) -> Held {
+    let estate = Arc::new(Estate::open_in(dir.path()).unwrap());
+    let local = Arc::new(Local::open_in(dir.path()).unwrap());
+    let applier = Applier::start(ApplierParts {
+        js: js.clone(),
+        estate: estate.clone(),
+        local,
+        domain: Arc::new(Usage),
+        book,
+        adopter,
+        node: node.into(),
+        replicas,
+    });
+    Held {
+        _dir: dir,
+        estate,
+        applier,
+    }
+}
+
+async fn until(applier: &Applier, position: u64) {
+    let mut rx = applier.watch();
+    tokio::time::timeout(
+        Duration::from_secs(600),
+        rx.wait_for(|s| s.position >= position && s.state == DomainState::Applying),
+    )
+    .await
+    .expect("applied within 10 min")
+    .unwrap();
+}
+
+/// Publishes `objects` pipelined (256 acks in flight); answers the last position.
+async fn publish_all(js: &jetstream::Context, objects: impl Iterator<Item = UsageObject>) -> u64 {
+    let mut last = 0;
+    let mut pending = Vec::new();
+    for o in objects {
+        pending.push(
+            js.publish(o.subject(), o.record().to_bytes().into())
+                .await
+                .unwrap(),
+        );
+        if pending.len() == 256 {
+            for ack in pending.drain(..) {
+                last = last.max(ack.await.unwrap().sequence);
+            }
+        }
+    }
+    for ack in pending {
+        last = last.max(ack.await.unwrap().sequence);
+    }
+    last
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+async fn throughput() {
+    let n = env("RECORDS", 50_000);
+    let server = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    let stream = ensure_stream(&js, &Usage, 1).await.unwrap();
+    let last = publish_all(
+        &js,
+        (0..n).map(|i| tokens("n1", "2026-12-06", &format!("s{i}"), i as u64)),
+    )
+    .await;
+    let raw = {
+        let began = Instant::now();
+        let consumer = stream
+            .create_consumer(jetstream::consumer::pull::OrderedConfig::default())
+            .await
+            .unwrap();
+        let mut messages = consumer.messages().await.unwrap();
+        let mut seen = 0;
+        while seen < n {
+            let m = messages.next().await.unwrap().unwrap();
+            std::hint::black_box(&m.payload);
+            seen += 1;
+        }
+        n as f64 / began.elapsed().as_secs_f64()
+    };
+    let applied = {
+        let began = Instant::now();
+        let held = applier(&js, "n1", None, None);
+        until(&held.applier, last).await;
+        held.applier.stop().await;
+        n as f64 / began.elapsed().as_secs_f64()
+    };
+    println!(
+        "throughput: {n} records; raw ordered consumer {raw:.0}/s, applier {applied:.0}/s = {:.0} %",
+        100.0 * applied / raw
+    );
+}
+
+async fn lag() {
+    let n = env("LAG_RECORDS", 2_000);
+    let cluster = Cluster::start();
+    cluster.wait_ready(Duration::from_secs(60));
+    let mut nodes = Vec::new();
+    let first = jetstream::new(async_nats::connect(cluster.url(0)).await.unwrap());
+    ensure_stream(&first, &Usage, 3).await.unwrap();
+    for i in 0..3 {
+        let js = jetstream::new(async_nats::connect(cluster.url(i)).await.unwrap());
+        while js.get_stream(crewlet_bus::USAGE_LOG_STREAM).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        nodes.push((
+            js.clone(),
+            applier_in(dir, &js, &format!("n{i}"), None, None, 3),
+        ));
+    }
+    for (_, held) in &nodes {
+        let mut rx = held.applier.watch();
+        rx.wait_for(|s| s.state == DomainState::Applying)
+            .await
+            .unwrap();
+    }
+    let watchers: Vec<_> = nodes
+        .iter()
+        .map(|(_, held)| {
+            let mut rx = held.applier.watch();
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    if rx.changed().await.is_err() {
+                        return seen;
+                    }
+                    let p = rx.borrow().position;
+                    seen.push((p, Instant::now()));
+                    if p >= n as u64 {
+                        return seen;
+                    }
+                }
+            })
+        })
+        .collect();
+    let js = &nodes[0].0;
+    let mut sent = Vec::with_capacity(n);
+    for i in 0..n {
+        let o = tokens("n0", "2026-12-06", &format!("lag{i}"), i as u64);
+        let at = Instant::now();
+        let seq = append(js, &o.subject(), &o.record()).await.unwrap();
+        sent.push((seq, at));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let mut lags = Vec::new();
+    for w in watchers {
+        let seen = w.await.unwrap();
+        for (seq, at) in &sent {
+            if let Some((_, when)) = seen.iter().find(|(p, _)| p >= seq) {
+                lags.push(when.saturating_duration_since(*at));
+            }
+        }
+    }
+    lags.sort();
+    println!(
+        "replication lag, 3-node R3 cluster, {n} records x 3 appliers: p50 {:?}, p99 {:?}, max {:?}",
+        pct(&lags, 0.50),
+        pct(&lags, 0.99),
+        lags.last().unwrap()
+    );
+    for (_, held) in &nodes {
+        held.applier.stop().await;
+    }
+}
+
+async fn adoption() {
+    let rows = env("SNAPSHOT_ROWS", 200_000);
+    let server = NatsServer::start();
+    let client = async_nats::connect(server.url()).await.unwrap();
+    let js = jetstream::new(client.clone());
+    ensure_stream(&js, &Usage, 1).await.unwrap();
+    let book = PositionBook::new(
+        Coord::open(
+            client.clone(),
+            CoordOptions::new(Owner::incarnation("bench")),
+        )
+        .await
+        .unwrap(),
+    );
+    let donor = applier(&js, "n1", Some(book.clone()), None);
+    let last = publish_all(
+        &js,
+        (0..rows).map(|i| {
+            tokens(
+                "n1",
+                &format!("2026-{:02}-{:02}", 1 + i % 12, 1 + i % 28),
+                &format!("seat{i}"),
+                i as u64,
+            )
+        }),
+    )
+    .await;
+    until(&donor.applier, last).await;
+    let serving = snapshot::serve(
+        client.clone(),
+        js.clone(),
+        donor.estate.clone(),
+        "n1".into(),
+        donor._dir.path().to_path_buf(),
+    )
+    .await
+    .unwrap();
+    while book.positions("usage").await.unwrap().get("n1") != Some(&last) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    crewlet_statelog::trim::trim(&js, &book, &Usage, "bench")
+        .await
+        .unwrap();
+    let size = std::fs::metadata(donor.estate.path()).unwrap().len();
+    let dir = tempfile::tempdir().unwrap();
+    let adopter = Adopter {
+        client: client.clone(),
+        js: js.clone(),
+        book: book.clone(),
+        node: "n2".into(),
+        staging: dir.path().to_path_buf(),
+    };
+    let began = Instant::now();
+    let joiner = applier_in(dir, &js, "n2", Some(book), Some(adopter), 1);
+    until(&joiner.applier, last).await;
+    println!(
+        "snapshot adoption: {rows} rows, estate file {:.1} MiB: asked → installed → applying in {:?}",
+        size as f64 / 1048576.0,
+        began.elapsed()
+    );
+    serving.abort();
+    donor.applier.stop().await;
+    joiner.applier.stop().await;
+}
+
+async fn usage_read() {
+    let (days, seats) = (env("DAYS", 181), env("SEATS", 1_000));
+    let server = NatsServer::start();
+    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
+    ensure_stream(&js, &Usage, 1).await.unwrap();
+    let held = applier(&js, "n1", None, None);
+    let start = jiff::civil::date(2026, 6, 9);
+    let objects = (0..days).flat_map(move |d| {
+        let day = start
+            .checked_add(jiff::Span::new().days(d as i64))
+            .unwrap()
+            .to_string();
+        (0..seats).flat_map(move |s| {
+            let seat = format!("seat{s}");
+            [
+                tokens("n1", &day, &seat, (d * s) as u64),
+                UsageObject::Turns(TurnsObject {
+                    node: "n1".into(),
+                    day: day.clone(),
+                    seat: seat.clone(),
+                    role: "eng".into(),
+                    outcome: "delivered".into(),
+                    turns: 3,
+                }),
+            ]
+        })
+    });
+    let last = publish_all(&js, objects).await;
+    until(&held.applier, last).await;
+    for (period, by) in [("day", "seat"), ("month", "role"), ("week", "model")] {
+        let q = UsageQuery::parse(Some(period), Some(by), None, None).unwrap();
+        let mut times = Vec::new();
+        let mut rows = 0;
+        for _ in 0..20 {
+            let began = Instant::now();
+            rows = q.run(&held.estate.reader().unwrap()).unwrap().len();
+            times.push(began.elapsed());
+        }
+        times.sort();
+        println!(
+            "/usage read over {days} days x {seats} seats, period={period} by={by}: {rows} rows, p50 {:?}, p99 {:?}",
+            pct(&times, 0.5),
+            pct(&times, 0.99)
+        );
+    }
+    held.applier.stop().await;
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        throughput().await;
+        lag().await;
+        adoption().await;
+        usage_read().await;
+    });
+}

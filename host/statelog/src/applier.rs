@@ -1,0 +1,586 @@
+//! The applier: one per domain on every data node, applying the log in its
+//! one order into the estate.
+//!
+//! Rule: a batch of records, the operation ledger's new ids and this node's
+//! position commit in one transaction, so a node killed at any instant
+//! restarts at a position whose rows are all there and none twice. Before
+//! a batch is applied the stream's identity and end are read again: a log
+//! recreated or restored underneath the node stops the domain for good
+//! (recorded in `statelog_diverged`, so a restart stays stopped), because
+//! applying another history on top of these rows is a fork nobody sees.
+//! A record this build cannot decode is kept in `statelog_ops_lost` and
+//! stepped over, never applied half (a savepoint per record).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use async_nats::jetstream::consumer::DeliverPolicy;
+use async_nats::jetstream::consumer::pull::OrderedConfig;
+use futures::StreamExt;
+use rusqlite::params;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::domain::{ApplyError, Domain};
+use crate::estate::{Cursor, Estate};
+use crate::local::{Diverged, Local};
+use crate::positions::PositionBook;
+use crate::record::{BARRIER_KIND, Record};
+use crate::snapshot::Adopter;
+use crate::{EstateError, ensure_stream};
+
+/// How often a running applier reads the stream's identity and the record
+/// at its checkpoint while the log is quiet, and at most how often it
+/// publishes its position.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+/// The most records one transaction applies.
+const BATCH: usize = 1024;
+
+/// What the node needs to run one domain's applier.
+pub struct ApplierParts {
+    pub js: jetstream::Context,
+    pub estate: Arc<Estate>,
+    pub local: Arc<Local>,
+    pub domain: Arc<dyn Domain>,
+    /// Where this node's position is published and the trim's floor read
+    /// (`None` in a test of the applier alone).
+    pub book: Option<PositionBook>,
+    /// Fetches a peer's snapshot when this node is behind the trim.
+    pub adopter: Option<Adopter>,
+    pub node: String,
+    pub replicas: usize,
+}
+
+/// Where one domain's applier stands, for `/health`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct DomainStatus {
+    pub domain: String,
+    pub position: u64,
+    /// Records this build could not decode, kept in `statelog_ops_lost`.
+    pub ops_lost: u64,
+    #[serde(flatten)]
+    pub state: DomainState,
+}
+
+/// The applier's state.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum DomainState {
+    Starting,
+    Applying,
+    /// Below the trim: waiting for (or refused) a peer's snapshot.
+    Behind {
+        floor: u64,
+        detail: String,
+    },
+    /// Stopped for good until an operator acts (`fix` says how).
+    Diverged {
+        finding: Diverged,
+        fix: String,
+    },
+    /// The broker or the estate did not answer; retried.
+    Unavailable {
+        reason: String,
+    },
+}
+
+enum PassEnd {
+    Diverged(Diverged),
+    Behind { floor: u64 },
+    Unavailable(String),
+}
+
+impl From<EstateError> for PassEnd {
+    fn from(e: EstateError) -> PassEnd {
+        PassEnd::Unavailable(e.to_string())
+    }
+}
+
+/// Why a linearizable read could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum BarrierError {
+    #[error(transparent)]
+    Publish(#[from] crate::PublishError),
+    #[error(
+        "the applier did not pass position {wanted} within {within:?} (it is at {at}, {state}); retry, or see /health"
+    )]
+    Late {
+        wanted: u64,
+        at: u64,
+        within: Duration,
+        state: String,
+    },
+}
+
+/// A running applier.
+pub struct Applier {
+    status: watch::Receiver<DomainStatus>,
+    stop: watch::Sender<bool>,
+    task: std::sync::Mutex<Option<JoinHandle<()>>>,
+    js: jetstream::Context,
+    prefix: &'static str,
+}
+
+impl Applier {
+    /// Starts applying `parts.domain`'s log.
+    pub fn start(parts: ApplierParts) -> Applier {
+        let position = parts
+            .estate
+            .cursor(parts.domain.name())
+            .map(|c| c.position)
+            .unwrap_or(0);
+        let ops_lost = parts.estate.ops_lost(parts.domain.name()).unwrap_or(0);
+        let (tx, rx) = watch::channel(DomainStatus {
+            domain: parts.domain.name().to_owned(),
+            position,
+            ops_lost,
+            state: DomainState::Starting,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let js = parts.js.clone();
+        let prefix = parts.domain.prefix();
+        let task = tokio::spawn(run(parts, tx, stopped));
+        Applier {
+            status: rx,
+            stop,
+            task: std::sync::Mutex::new(Some(task)),
+            js,
+            prefix,
+        }
+    }
+
+    pub fn status(&self) -> DomainStatus {
+        self.status.borrow().clone()
+    }
+
+    pub fn watch(&self) -> watch::Receiver<DomainStatus> {
+        self.status.clone()
+    }
+
+    /// A linearizable read's first half: appends a barrier record to the
+    /// domain's barrier subject and waits until this node's applier has
+    /// passed it, so a read of the estate after it sees every write the
+    /// log acknowledged before it. Answers the barrier's position.
+    pub async fn barrier(&self, within: Duration) -> Result<u64, BarrierError> {
+        let subject = crewlet_bus::barrier_subject(self.prefix);
+        let wanted = crate::append(
+            &self.js,
+            &subject,
+            &Record::new(BARRIER_KIND, serde_json::Value::Null),
+        )
+        .await?;
+        let mut rx = self.status.clone();
+        let waited = tokio::time::timeout(within, rx.wait_for(|s| s.position >= wanted)).await;
+        match waited {
+            Ok(Ok(_)) => Ok(wanted),
+            _ => {
+                let s = self.status();
+                Err(BarrierError::Late {
+                    wanted,
+                    at: s.position,
+                    within,
+                    state: serde_json::to_string(&s.state).unwrap_or_default(),
+                })
+            }
+        }
+    }
+
+    /// Stops the applier and waits for it (a batch being committed
+    /// finishes: it is one transaction either way).
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        let task = self
+            .task
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+fn fix_for(d: &Diverged) -> String {
+    format!(
+        "the log {} no longer matches this node's estate, so nothing more is applied to domain `{}`. \
+         If the broker was restored by mistake, restore the copy these rows came from and restart this node. \
+         To take the log as it now stands instead: stop this node, delete replicated.sqlite3 and \
+         statelog-local.sqlite3 from its data dir, and start it — it rebuilds from the log or a peer's snapshot",
+        d.stream, d.domain
+    )
+}
+
+async fn run(
+    parts: ApplierParts,
+    status: watch::Sender<DomainStatus>,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let end = tokio::select! {
+            end = pass(&parts, &status) => end,
+            _ = stopped.changed() => return,
+        };
+        let name = parts.domain.name();
+        match end {
+            PassEnd::Diverged(finding) => {
+                if let Err(e) = parts.local.record_diverged(&finding) {
+                    tracing::error!(subsystem = "statelog", domain = name, error = %e, "cannot record the divergence; it is found again at the next start");
+                }
+                tracing::error!(subsystem = "statelog", domain = name, found = %finding.found, "log diverged from the estate; applier stopped");
+                let fix = fix_for(&finding);
+                status.send_modify(|s| s.state = DomainState::Diverged { finding, fix });
+                let _ = stopped.wait_for(|s| *s).await;
+                return;
+            }
+            PassEnd::Behind { floor } => {
+                let detail = match &parts.adopter {
+                    None => "no snapshot source on this node".to_owned(),
+                    Some(adopter) => match adopter.adopt(&parts.estate, &parts.local, name).await {
+                        Ok(positions) => {
+                            status.send_modify(|s| s.position = positions.of(name));
+                            backoff = Duration::from_millis(200);
+                            continue;
+                        }
+                        Err(e) => e.to_string(),
+                    },
+                };
+                tracing::warn!(subsystem = "statelog", domain = name, floor, %detail, "behind the log's trim");
+                status.send_modify(|s| s.state = DomainState::Behind { floor, detail });
+            }
+            PassEnd::Unavailable(reason) => {
+                tracing::warn!(subsystem = "statelog", domain = name, %reason, "applier waiting");
+                status.send_modify(|s| s.state = DomainState::Unavailable { reason });
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = stopped.changed() => return,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn identity(info: &jetstream::stream::Info) -> String {
+    info.created.unix_timestamp_nanos().to_string()
+}
+
+/// Judges the stream against this node's cursor: answers a divergence, if
+/// any, and records the identity seen.
+fn judge(
+    parts: &ApplierParts,
+    info: &jetstream::stream::Info,
+    cursor: Cursor,
+) -> Result<(), PassEnd> {
+    let stream = parts.domain.stream();
+    let now = identity(info);
+    let finding = |found: String| {
+        PassEnd::Diverged(Diverged {
+            domain: parts.domain.name().to_owned(),
+            stream: stream.to_owned(),
+            position: cursor.position,
+            found,
+            found_ms: crewlet_os::now_ms(),
+        })
+    };
+    match parts.local.identity(stream)? {
+        Some(seen) if seen != now && cursor.position > 0 => {
+            return Err(finding(format!(
+                "stream {stream} was recreated underneath this node (created {seen} then, {now} now)"
+            )));
+        }
+        Some(seen) if seen == now => {}
+        _ => parts.local.see_identity(stream, &now)?,
+    }
+    if info.state.last_sequence < cursor.position {
+        return Err(finding(format!(
+            "stream {stream} ends at {}, below this node's position {} (restored from an older copy?)",
+            info.state.last_sequence, cursor.position
+        )));
+    }
+    Ok(())
+}
+
+/// Reads the record at the cursor: another record there is a divergence.
+async fn judge_checkpoint(
+    parts: &ApplierParts,
+    stream: &jetstream::stream::Stream,
+    cursor: Cursor,
+) -> Result<(), PassEnd> {
+    if cursor.position == 0 || cursor.record_ns == 0 {
+        return Ok(());
+    }
+    // A record compacted or trimmed away cannot be compared; one there
+    // must be the one applied.
+    if let Ok(m) = stream.get_raw_message(cursor.position).await {
+        let ns = m.time.unix_timestamp_nanos() as i64;
+        if ns != cursor.record_ns {
+            return Err(PassEnd::Diverged(Diverged {
+                domain: parts.domain.name().to_owned(),
+                stream: parts.domain.stream().to_owned(),
+                position: cursor.position,
+                found: format!(
+                    "another record sits at position {} (broker instant {ns} ns, this node applied one of {} ns)",
+                    cursor.position, cursor.record_ns
+                ),
+                found_ms: crewlet_os::now_ms(),
+            }));
+        }
+    }
+    Ok(())
+}
+
+struct Arrived {
+    seq: u64,
+    ns: i64,
+    subject: String,
+    payload: bytes::Bytes,
+}
+
+async fn pass(parts: &ApplierParts, status: &watch::Sender<DomainStatus>) -> PassEnd {
+    match pass_inner(parts, status).await {
+        Ok(never) => match never {},
+        Err(end) => end,
+    }
+}
+
+enum Never {}
+
+async fn pass_inner(
+    parts: &ApplierParts,
+    status: &watch::Sender<DomainStatus>,
+) -> Result<Never, PassEnd> {
+    let name = parts.domain.name();
+    if let Some(d) = parts.local.diverged(name)? {
+        return Err(PassEnd::Diverged(d));
+    }
+    let mut stream = ensure_stream(&parts.js, parts.domain.as_ref(), parts.replicas)
+        .await
+        .map_err(|e| PassEnd::Unavailable(e.to_string()))?;
+    let info = stream
+        .info()
+        .await
+        .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
+        .clone();
+    let mut cursor = parts.estate.cursor(name)?;
+    judge(parts, &info, cursor)?;
+    judge_checkpoint(parts, &stream, cursor).await?;
+    if let Some(book) = &parts.book {
+        let floor = book
+            .floor(name)
+            .await
+            .map_err(|e| PassEnd::Unavailable(format!("the trim's floor is unknown: {e}")))?;
+        if cursor.position < floor {
+            return Err(PassEnd::Behind { floor });
+        }
+    }
+    let first = info.state.first_sequence;
+    if !parts.domain.compacted() && first > cursor.position + 1 && info.state.last_sequence >= first
+    {
+        return Err(PassEnd::Behind { floor: first - 1 });
+    }
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            deliver_policy: DeliverPolicy::ByStartSequence {
+                start_sequence: cursor.position + 1,
+            },
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| PassEnd::Unavailable(format!("cannot read the log: {e}")))?;
+    let messages = consumer
+        .messages()
+        .await
+        .map_err(|e| PassEnd::Unavailable(format!("cannot read the log: {e}")))?;
+    let mut chunks = messages.ready_chunks(BATCH);
+    status.send_modify(|s| {
+        s.position = cursor.position;
+        s.state = DomainState::Applying;
+    });
+    let mut published: Option<(u64, Instant)> = None;
+    let mut tick = tokio::time::interval(CHECK_EVERY);
+    let mut last_age_out: Option<Instant> = None;
+    // The reader's own delivery count: it restarts at 1 whenever the
+    // ordered reader is made again (a gap, a lost heartbeat, a stream
+    // deleted underneath).
+    let mut delivered = 0u64;
+    loop {
+        publish_position(parts, cursor.position, &mut published).await;
+        let chunk = tokio::select! {
+            c = chunks.next() => c,
+            _ = tick.tick() => {
+                let info = stream.info().await
+                    .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?.clone();
+                judge(parts, &info, cursor)?;
+                judge_checkpoint(parts, &stream, cursor).await?;
+                continue;
+            }
+        };
+        let Some(chunk) = chunk else {
+            return Err(PassEnd::Unavailable("the log's reader ended".into()));
+        };
+        let mut batch = Vec::with_capacity(chunk.len());
+        let mut reset = false;
+        for m in chunk {
+            let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
+            let info = m.info().map_err(|e| {
+                PassEnd::Unavailable(format!("a message without its position: {e}"))
+            })?;
+            reset |= info.consumer_sequence != delivered + 1;
+            delivered = info.consumer_sequence;
+            batch.push(Arrived {
+                seq: info.stream_sequence,
+                ns: info.published.unix_timestamp_nanos() as i64,
+                subject: m.subject.to_string(),
+                payload: m.payload.clone(),
+            });
+        }
+        // The reader was made again (its delivery count restarted): the
+        // stream may be another one now. Its identity is read after the
+        // batch arrived, so a record of a recreated stream — delivered
+        // after that stream was made — shows the new identity here.
+        if reset {
+            let info = stream
+                .info()
+                .await
+                .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
+                .clone();
+            judge(parts, &info, cursor)?;
+        }
+        let age_out = last_age_out.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+        let estate = parts.estate.clone();
+        let domain = parts.domain.clone();
+        let (next, lost) = tokio::task::spawn_blocking(move || {
+            apply(&estate, domain.as_ref(), cursor, &batch, age_out)
+        })
+        .await
+        .map_err(|e| PassEnd::Unavailable(format!("the apply task failed: {e}")))??;
+        if age_out {
+            last_age_out = Some(Instant::now());
+        }
+        cursor = next;
+        status.send_modify(|s| {
+            s.position = cursor.position;
+            s.ops_lost += lost;
+        });
+    }
+}
+
+async fn publish_position(
+    parts: &ApplierParts,
+    position: u64,
+    published: &mut Option<(u64, Instant)>,
+) {
+    let Some(book) = &parts.book else { return };
+    let due = match published {
+        None => true,
+        Some((p, at)) => *p != position && at.elapsed() >= CHECK_EVERY / 2,
+    };
+    if !due {
+        return;
+    }
+    match book
+        .publish(parts.domain.name(), &parts.node, position)
+        .await
+    {
+        Ok(()) => *published = Some((position, Instant::now())),
+        Err(e) => {
+            tracing::warn!(subsystem = "statelog", domain = parts.domain.name(), error = %e, "position not published; retried")
+        }
+    }
+}
+
+/// Applies one batch in one transaction; answers the new cursor and how
+/// many records were kept undecoded.
+fn apply(
+    estate: &Estate,
+    domain: &dyn Domain,
+    cursor: Cursor,
+    batch: &[Arrived],
+    age_out: bool,
+) -> Result<(Cursor, u64), EstateError> {
+    let name = domain.name();
+    let now = crewlet_os::now_ms();
+    estate.write(|tx| {
+        let mut at = cursor;
+        let mut lost = 0;
+        for a in batch {
+            if a.seq <= at.position {
+                continue;
+            }
+            let kept = |tx: &rusqlite::Connection, reason: &str| {
+                tx.execute(
+                    "INSERT OR IGNORE INTO statelog_ops_lost (domain, position, subject, reason, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![name, a.seq as i64, a.subject, reason, &a.payload[..]],
+                )
+            };
+            match Record::decode(&a.payload) {
+                Err(u) => {
+                    kept(tx, &u.0)?;
+                    lost += 1;
+                }
+                Ok(r) if r.kind == BARRIER_KIND => {}
+                Ok(r) => {
+                    // The ledger row first: a retried operation's insert
+                    // is ignored, and the record is stepped over.
+                    let fresh = tx
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
+                             VALUES (?1, ?2, ?3, ?4)",
+                        )?
+                        .execute(params![name, r.op, a.seq as i64, now])?
+                        == 1;
+                    if fresh {
+                        let guarded = !domain.apply_is_atomic();
+                        if guarded {
+                            tx.prepare_cached("SAVEPOINT record")?.execute([])?;
+                        }
+                        match domain.apply(tx, &r) {
+                            Ok(()) if guarded => {
+                                tx.prepare_cached("RELEASE record")?.execute([])?;
+                            }
+                            Ok(()) => {}
+                            Err(ApplyError::Undecodable(u)) => {
+                                if guarded {
+                                    tx.prepare_cached("ROLLBACK TO record")?.execute([])?;
+                                    tx.prepare_cached("RELEASE record")?.execute([])?;
+                                }
+                                tx.prepare_cached(
+                                    "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id = ?2",
+                                )?
+                                .execute(params![name, r.op])?;
+                                kept(tx, &u.0)?;
+                                lost += 1;
+                            }
+                            Err(ApplyError::Sqlite(e)) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
+            at = Cursor {
+                position: a.seq,
+                record_ns: a.ns,
+            };
+        }
+        tx.execute(
+            "INSERT OR REPLACE INTO statelog_cursor (domain, position, record_ns) VALUES (?1, ?2, ?3)",
+            params![name, at.position as i64, at.record_ns],
+        )?;
+        if age_out {
+            domain.age_out(tx, now)?;
+            if let Some(age) = domain.max_age() {
+                tx.execute(
+                    "DELETE FROM statelog_ops WHERE domain = ?1 AND applied_ms < ?2",
+                    params![name, now - age.as_millis() as i64],
+                )?;
+            }
+        }
+        Ok((at, lost))
+    })
+}

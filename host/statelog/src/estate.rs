@@ -1,0 +1,177 @@
+//! The replicated estate: `replicated.sqlite3` beside the node's own file.
+//!
+//! Rule: nothing but the applier writes it. The write half (`write`,
+//! `install`) is crate-private and reached only from the applier and the
+//! adoption it runs; every other reader gets a read-only connection SQLite
+//! itself enforces. Why: every data node must reach the same rows by the
+//! same route, so a row written any other way is a fork nobody can see.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+
+use crate::EstateError;
+use crate::db;
+
+/// The estate's file name, in the node's data dir.
+pub const ESTATE_FILE: &str = "replicated.sqlite3";
+const SCHEMA: &str = include_str!("../migrations/estate.sql");
+
+/// Where the estate stands on each domain's log: domain → position.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Positions(pub BTreeMap<String, u64>);
+
+impl Positions {
+    /// The position on `domain` (0: nothing applied).
+    pub fn of(&self, domain: &str) -> u64 {
+        self.0.get(domain).copied().unwrap_or(0)
+    }
+}
+
+/// A domain's cursor: the position and the broker instant of the record
+/// there (0 when nothing was applied).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub position: u64,
+    pub record_ns: i64,
+}
+
+/// The replicated estate of one node.
+pub struct Estate {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+}
+
+impl Estate {
+    /// Opens (creating and migrating) `<data_dir>/replicated.sqlite3`.
+    pub fn open_in(data_dir: &Path) -> Result<Estate, EstateError> {
+        Estate::open(&data_dir.join(ESTATE_FILE))
+    }
+
+    /// Opens the estate at `path`.
+    pub fn open(path: &Path) -> Result<Estate, EstateError> {
+        let conn = db::open_rw(path, SCHEMA)?;
+        Ok(Estate {
+            path: path.to_path_buf(),
+            writer: Mutex::new(conn),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // Every write is one transaction: a panic mid-way rolls it back.
+        self.writer.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A read-only connection to the estate (SQLite refuses writes on it).
+    pub fn reader(&self) -> Result<Connection, EstateError> {
+        db::open_ro(&self.path)
+    }
+
+    /// The cursor on `domain`.
+    pub fn cursor(&self, domain: &str) -> Result<Cursor, EstateError> {
+        cursor_in(&self.lock(), domain)
+    }
+
+    /// Every domain's position.
+    pub fn positions(&self) -> Result<Positions, EstateError> {
+        positions_in(&self.lock())
+    }
+
+    /// How many records of `domain` this build could not decode.
+    pub fn ops_lost(&self, domain: &str) -> Result<u64, EstateError> {
+        let n: i64 = self.lock().query_row(
+            "SELECT COUNT(*) FROM statelog_ops_lost WHERE domain = ?1",
+            [domain],
+            |r| r.get(0),
+        )?;
+        Ok(n as u64)
+    }
+
+    /// Writes a consistent copy of the whole estate to `path` (which must
+    /// not exist) and answers the positions the copy stands at: taken under
+    /// the writer's lock, so no apply lands between the copy and its
+    /// positions. A backup keeps both together.
+    pub fn snapshot_to(&self, path: &Path) -> Result<Positions, EstateError> {
+        let conn = self.lock();
+        let positions = positions_in(&conn)?;
+        conn.execute("VACUUM INTO ?1", [path.display().to_string()])
+            .map_err(|source| EstateError::Snapshot {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(positions)
+    }
+
+    /// Runs `f` in one immediate transaction of the writer (the applier's).
+    pub(crate) fn write<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, EstateError>,
+    ) -> Result<T, EstateError> {
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// Replaces the whole estate with the file at `from` (an adopted,
+    /// integrity-checked snapshot): the writer is closed, the file and its
+    /// WAL moved aside, `from` renamed in, the writer opened again.
+    pub(crate) fn install(&self, from: &Path) -> Result<Positions, EstateError> {
+        let mut conn = self.lock();
+        let placeholder = Connection::open_in_memory()?;
+        let old = std::mem::replace(&mut *conn, placeholder);
+        old.close().map_err(|(_, e)| e)?;
+        for ext in ["-wal", "-shm"] {
+            let side = PathBuf::from(format!("{}{ext}", self.path.display()));
+            if side.exists() {
+                std::fs::remove_file(&side).map_err(|e| EstateError::Install {
+                    path: side.display().to_string(),
+                    source: e,
+                })?;
+            }
+        }
+        std::fs::rename(from, &self.path).map_err(|e| EstateError::Install {
+            path: self.path.display().to_string(),
+            source: e,
+        })?;
+        *conn = db::open_rw(&self.path, SCHEMA)?;
+        positions_in(&conn)
+    }
+}
+
+pub(crate) fn cursor_in(conn: &Connection, domain: &str) -> Result<Cursor, EstateError> {
+    Ok(conn
+        .query_row(
+            "SELECT position, record_ns FROM statelog_cursor WHERE domain = ?1",
+            [domain],
+            |r| {
+                Ok(Cursor {
+                    position: r.get::<_, i64>(0)? as u64,
+                    record_ns: r.get(1)?,
+                })
+            },
+        )
+        .optional()?
+        .unwrap_or_default())
+}
+
+fn positions_in(conn: &Connection) -> Result<Positions, EstateError> {
+    let mut stmt = conn.prepare("SELECT domain, position FROM statelog_cursor")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64))
+    })?;
+    let mut out = BTreeMap::new();
+    for row in rows {
+        let (d, p) = row?;
+        out.insert(d, p);
+    }
+    Ok(Positions(out))
+}

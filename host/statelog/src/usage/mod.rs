@@ -1,0 +1,228 @@
+//! The usage domain (`CREWLET_USAGE_LOG`): what each node's seats and
+//! schedules did each company day.
+//!
+//! Rule: one message per (kind, node, day, seat or schedule), each the
+//! object's whole cumulative value, republished by the node that owns the
+//! day whenever it moves. Why: the node is in the subject, so each object
+//! has one writer and nothing is arbitrated; a node that restarts and
+//! publishes the same day again replaces its value rather than adding to
+//! it, so nothing is counted twice. Rows are kept 181 days, aged out by
+//! the applier.
+
+mod publish;
+mod query;
+mod tally;
+
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::domain::{ApplyError, Domain};
+use crate::record::{Record, Undecodable};
+
+pub use publish::UsagePublisher;
+pub use query::{By, Period, UsageQuery, UsageRow};
+pub use tally::{Tally, USAGE_EVENT_KINDS, UsageEvent, company_day, tally};
+
+/// How long usage is kept: the stream's age and the applier's horizon.
+pub const USAGE_DAYS: i64 = 181;
+
+/// Tokens one seat spent on one day, by phase and model.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TokensObject {
+    pub node: String,
+    pub day: String,
+    pub seat: String,
+    pub role: String,
+    pub phase: String,
+    pub model: String,
+    pub calls: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+/// Turns one seat ended on one day with one outcome.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TurnsObject {
+    pub node: String,
+    pub day: String,
+    pub seat: String,
+    pub role: String,
+    pub outcome: String,
+    pub turns: u64,
+}
+
+/// Fires of one schedule for one seat on one day.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ScheduleObject {
+    pub node: String,
+    pub day: String,
+    pub schedule: String,
+    pub seat: String,
+    pub fires: u64,
+}
+
+/// One usage object: a kind and its whole cumulative value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UsageObject {
+    Tokens(TokensObject),
+    Turns(TurnsObject),
+    Schedule(ScheduleObject),
+}
+
+impl UsageObject {
+    fn kind(&self) -> &'static str {
+        match self {
+            UsageObject::Tokens(_) => "tokens",
+            UsageObject::Turns(_) => "turns",
+            UsageObject::Schedule(_) => "schedule_runs",
+        }
+    }
+
+    /// The subject this object rides: its writer, its day, and a digest of
+    /// the rest of its identity.
+    pub fn subject(&self) -> String {
+        let (node, day, identity) = match self {
+            UsageObject::Tokens(o) => (
+                &o.node,
+                &o.day,
+                format!("{}\0{}\0{}", o.seat, o.phase, o.model),
+            ),
+            UsageObject::Turns(o) => (&o.node, &o.day, format!("{}\0{}", o.seat, o.outcome)),
+            UsageObject::Schedule(o) => (&o.node, &o.day, format!("{}\0{}", o.schedule, o.seat)),
+        };
+        let digest = Sha256::digest(identity.as_bytes());
+        let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+        crewlet_bus::usage_subject(self.kind(), node, day, &key)
+    }
+
+    /// The record carrying this object's whole value.
+    pub fn record(&self) -> Record {
+        let body = match self {
+            UsageObject::Tokens(o) => serde_json::to_value(o),
+            UsageObject::Turns(o) => serde_json::to_value(o),
+            UsageObject::Schedule(o) => serde_json::to_value(o),
+        }
+        .unwrap_or_default();
+        Record::new(self.kind(), body)
+    }
+}
+
+/// The usage domain, as the applier sees it.
+pub struct Usage;
+
+fn body<T: serde::de::DeserializeOwned>(record: &Record) -> Result<T, Undecodable> {
+    T::deserialize(&record.body).map_err(|e| {
+        Undecodable(format!(
+            "a `{}` usage record of another shape: {e}",
+            record.kind
+        ))
+    })
+}
+
+impl Domain for Usage {
+    fn name(&self) -> &'static str {
+        "usage"
+    }
+
+    fn stream(&self) -> &'static str {
+        crewlet_bus::USAGE_LOG_STREAM
+    }
+
+    fn prefix(&self) -> &'static str {
+        crewlet_bus::USAGE_LOG_PREFIX
+    }
+
+    fn compacted(&self) -> bool {
+        true
+    }
+
+    fn max_age(&self) -> Option<Duration> {
+        Some(Duration::from_secs(USAGE_DAYS as u64 * 24 * 3600))
+    }
+
+    fn apply_is_atomic(&self) -> bool {
+        // Each kind decodes its body, then writes one row.
+        true
+    }
+
+    fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError> {
+        match record.kind.as_str() {
+            "tokens" => {
+                let o: TokensObject = body(record)?;
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_tokens
+                       (node, day, seat, role, phase, model, calls, input_tokens, output_tokens)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.seat,
+                    o.role,
+                    o.phase,
+                    o.model,
+                    o.calls as i64,
+                    o.input_tokens as i64,
+                    o.output_tokens as i64
+                ])?;
+            }
+            "turns" => {
+                let o: TurnsObject = body(record)?;
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_turns (node, day, seat, role, outcome, turns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.seat,
+                    o.role,
+                    o.outcome,
+                    o.turns as i64
+                ])?;
+            }
+            "schedule_runs" => {
+                let o: ScheduleObject = body(record)?;
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_schedule_runs (node, day, schedule, seat, fires)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.schedule,
+                    o.seat,
+                    o.fires as i64
+                ])?;
+            }
+            other => {
+                return Err(Undecodable(format!(
+                    "usage record kind `{other}` is unknown to this build: upgrade this node"
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    fn age_out(&self, tx: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+        let cutoff = horizon_day(now_ms);
+        for table in ["usage_tokens", "usage_turns", "usage_schedule_runs"] {
+            tx.execute(&format!("DELETE FROM {table} WHERE day < ?1"), [&cutoff])?;
+        }
+        Ok(())
+    }
+}
+
+/// The oldest day kept at `now_ms` (UTC; a company day a zone away is
+/// kept or dropped a day apart, well inside the horizon's purpose).
+pub fn horizon_day(now_ms: i64) -> String {
+    let now = jiff::Timestamp::from_millisecond(now_ms).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let day = now.to_zoned(jiff::tz::TimeZone::UTC).date();
+    day.checked_sub(jiff::Span::new().days(USAGE_DAYS))
+        .unwrap_or(day)
+        .to_string()
+}

