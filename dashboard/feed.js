@@ -11,10 +11,11 @@ const PAGE = 100;
 const MAX_ROWS = 2000;
 export const KINDS = [
   "webhook_received", "delivery_refused", "wake_published", "delivery_unrouted", "delivery_dead_lettered",
-  "turn_started", "turn_ended", "model_call", "tool_call", "review", "review_overturned",
+  "turn_started", "prefetch", "turn_ended", "model_call", "tool_call", "review", "review_overturned",
   "budget_exhausted", "budget_parked", "reply_posted", "reply_uncertain", "provider_fallback",
   "llm_unavailable", "credential_benched", "credential_cooled_by_peer", "schedule_fired",
   "schedule_missed", "maintenance_pass", "learning_pass", "config_activated", "config_applied", "node_started",
+  "node_evicted",
 ];
 
 const who = (ev) => (ev.seat ? "@" + ev.seat : `node ${ev.node_id}`);
@@ -31,6 +32,11 @@ export function sentence(ev) {
     case "delivery_unrouted": return `${p.source ?? "a"} delivery reached no seat${p.reason ? ": " + p.reason : ""}`;
     case "delivery_dead_lettered": return `a delivery for ${who(ev)} was dead-lettered${p.reason ? ": " + p.reason : ""}`;
     case "turn_started": return `${who(ev)} started a turn (${plural(p.triggers?.length ?? 1, "trigger")})`;
+    case "prefetch": {
+      const skipped = Object.entries(p.blocks ?? {}).filter(([, b]) => b?.state === "failed" || b?.state === "timed_out").map(([k]) => k);
+      const how = p.recall?.by;
+      return `${who(ev)} recalled what it knows (${p.bytes ?? 0} bytes in ${p.ms ?? "?"} ms${how ? ", by " + how : ""})${skipped.length ? " — skipped: " + skipped.join(", ") : ""}`;
+    }
     case "turn_ended":
       return `${who(ev)}'s turn ended ${p.outcome}: ${plural(p.model_calls ?? 0, "model call")}, ${plural(p.tool_calls ?? 0, "tool call")}, ${tokens((p.input_tokens ?? 0) + (p.output_tokens ?? 0))} tokens in ${p.ms} ms${p.detail ? " — " + p.detail : ""}`;
     case "model_call":
@@ -52,6 +58,7 @@ export function sentence(ev) {
     case "learning_pass": return `learning pass on ${ev.node_id}: ${p.outcome ?? "?"}${p.why ? " — " + trim(p.why, 120) : ""}`;
     case "config_activated": return `company revision ${p.epoch} activated (${p.org}, ${plural(p.seats ?? 0, "seat")})`;
     case "config_applied": return `node ${ev.node_id} applied revision ${p.epoch}`;
+    case "node_evicted": return `node ${p.node} evicted from the state log's trim${p.reason ? ": " + trim(p.reason, 120) : ""}`;
     case "node_started": return `node ${ev.node_id} started (${(p.roles ?? []).join(", ")})`;
     default: return `${ev.type} on ${ev.node_id}`;
   }

@@ -49,6 +49,7 @@
 //! | `delivery_quiet` | `notify-inbound` | a delivery woke a seat it reached no turn for: not a conversation (an edit, a join, a reaction), or the seat's own message; `reason` says which |
 //! | `delivery_dead_lettered` | `notify-inbound` | a delivery failed too often and went to the dead letters |
 //! | `turn_started` | the turn | a seat's turn began |
+//! | `prefetch` | the turn | the turn-start prefetch rendered its blocks (each block's bytes, or why it was skipped; recall by meaning or by recency, and why; `us`) |
 //! | `turn_ended` | the turn | a seat's turn ended (its outcome in the payload) |
 //! | `model_call` | the turn | one model call of a turn answered (tokens, model) |
 //! | `tool_call` | the turn | one tool call of a turn was answered (`ok`; a failed one's reason in `error`) |
@@ -246,6 +247,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "delivery_quiet",
     "delivery_dead_lettered",
     "turn_started",
+    "prefetch",
     "turn_ended",
     "model_call",
     "tool_call",
