@@ -89,7 +89,9 @@ pub enum Verdict {
     Unknown(String),
     /// A seat's chat credential: good on the `/chat/` routes only, as
     /// that seat.
-    Seat { handle: String },
+    Seat {
+        handle: String,
+    },
 }
 
 /// Who a guarded request comes from, put on the request by the guard for

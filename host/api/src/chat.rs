@@ -199,10 +199,7 @@ async fn post(
     }
 }
 
-async fn working(
-    State(room): State<Arc<dyn ChatRoom>>,
-    Path(channel): Path<String>,
-) -> Response {
+async fn working(State(room): State<Arc<dyn ChatRoom>>, Path(channel): Path<String>) -> Response {
     answer(room.working(channel).await)
 }
 

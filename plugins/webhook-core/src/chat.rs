@@ -78,7 +78,11 @@ struct Message {
 /// Parses one stored message into its delivery.
 pub fn parse(input: &Input<'_>) -> Result<Parsed, ParseError> {
     let m: Message = crate::parse_json_as(input.body)?;
-    for (field, value) in [("id", &m.id), ("channel", &m.channel), ("author", &m.author)] {
+    for (field, value) in [
+        ("id", &m.id),
+        ("channel", &m.channel),
+        ("author", &m.author),
+    ] {
         if value.is_empty() {
             return Err(ParseError::MissingField(field.to_string()));
         }
@@ -134,7 +138,10 @@ mod tests {
         let right: [(&str, &[u8]); 1] = [(SECRET, b"s3cret")];
         let wrong: [(&str, &[u8]); 1] = [(SECRET, b"other")];
         assert_eq!(verify(&input(&headers, &right, 1_010)), Ok(()));
-        assert_eq!(verify(&input(&headers, &wrong, 1_010)), Err(VerifyError::Mismatch));
+        assert_eq!(
+            verify(&input(&headers, &wrong, 1_010)),
+            Err(VerifyError::Mismatch)
+        );
         assert_eq!(
             verify(&input(&headers, &right, 1_000 + WINDOW_SECONDS + 1)),
             Err(VerifyError::StaleTimestamp(1_000))
@@ -151,7 +158,10 @@ mod tests {
         let parsed = parse(&input(&[], &[], 0)).unwrap();
         let d = &parsed.deliveries[0];
         assert_eq!(d.addressed.mentions, vec!["grace", "ada"]);
-        assert_eq!(d.addressed.thread.as_deref(), Some("0001733490000123-ana-1a2b3c4d"));
+        assert_eq!(
+            d.addressed.thread.as_deref(),
+            Some("0001733490000123-ana-1a2b3c4d")
+        );
         assert_eq!(d.sender, vec!["ana"]);
         assert_eq!(d.message.as_deref(), Some(d.delivery_id.as_str()));
         assert_eq!(d.wakes, Wakes::Named);

@@ -22,7 +22,9 @@
 //! - **Stored, then told.** A message is kept whether or not `posted`
 //!   reaches the bus; the log says when it did not.
 
-use crewlet_plugin_sdk::module::{Event, Guest, StateEvent, ToolCall, describe, info, publish, state};
+use crewlet_plugin_sdk::module::{
+    Event, Guest, StateEvent, ToolCall, describe, info, publish, state,
+};
 use serde_json::{Value, json};
 
 struct Chat;
@@ -42,15 +44,16 @@ fn args(call: &ToolCall) -> Result<Value, String> {
 }
 
 fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
-    v[field].as_str().ok_or_else(|| format!("`{field}` is required"))
+    v[field]
+        .as_str()
+        .ok_or_else(|| format!("`{field}` is required"))
 }
 
 /// A name a key may hold as one token: what ids, channels and handles are.
 fn token(field: &str, s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 128
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
     if ok {
         Ok(())
@@ -88,7 +91,10 @@ fn split(key: &str) -> Option<Key> {
 }
 
 fn at_ms_of(id: &str) -> u64 {
-    id.split('-').next().and_then(|t| t.parse().ok()).unwrap_or(0)
+    id.split('-')
+        .next()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
 }
 
 fn get_json(bucket: &str, key: &str) -> Result<Option<Value>, String> {
@@ -139,7 +145,13 @@ fn post(call: &ToolCall) -> Result<String, String> {
         }
         None => None,
     };
-    let nonce = digest(&[channel, author, body, &at_ms.to_string(), a["idempotency_key"].as_str().unwrap_or("")]);
+    let nonce = digest(&[
+        channel,
+        author,
+        body,
+        &at_ms.to_string(),
+        a["idempotency_key"].as_str().unwrap_or(""),
+    ]);
     let id = format!("{at_ms:013}-{author}-{}", &nonce[..8]);
     let root = thread.clone().unwrap_or_else(|| id.clone());
     let message = json!({
@@ -155,7 +167,10 @@ fn post(call: &ToolCall) -> Result<String, String> {
     if let Some(remembered) = remembered {
         // The message stands; a key not kept means a retry may post again.
         if let Err(e) = state::put(POSTED, &remembered, key.as_bytes()) {
-            info(&format!("message {id} posted; its idempotency key not kept: {}", describe(&e)));
+            info(&format!(
+                "message {id} posted; its idempotency key not kept: {}",
+                describe(&e)
+            ));
         }
     }
     if let Err(e) = publish("posted", &message) {
@@ -206,7 +221,10 @@ fn read(call: &ToolCall) -> Result<String, String> {
             continue;
         };
         if thread.is_none() {
-            let replies = keys.iter().filter(|r| r.thread == k.id && r.id != k.id).count();
+            let replies = keys
+                .iter()
+                .filter(|r| r.thread == k.id && r.id != k.id)
+                .count();
             m["replies"] = json!(replies);
         }
         messages.push(m);
@@ -286,7 +304,9 @@ fn indicate(call: &ToolCall) -> Result<String, String> {
     }
     let change = json!({ "channel": channel, "thread": thread, "seat": seat, "working": on });
     if let Err(e) = publish("working", &change) {
-        info(&format!("{seat}'s indicator in #{channel} set; `working` not published: {e}"));
+        info(&format!(
+            "{seat}'s indicator in #{channel} set; `working` not published: {e}"
+        ));
     }
     Ok(change.to_string())
 }
@@ -298,7 +318,10 @@ impl Guest for Chat {
     }
 
     fn on_event(event: Event) -> Result<(), String> {
-        Err(format!("chat subscribes to nothing, yet was sent `{}`", event.topic))
+        Err(format!(
+            "chat subscribes to nothing, yet was sent `{}`",
+            event.topic
+        ))
     }
 
     fn on_state(_event: StateEvent) -> Result<(), String> {
