@@ -65,7 +65,8 @@ async fn node_call(c: &Chat, tool: &str, arguments: Value) -> Result<Value, Stri
 }
 
 async fn post(c: &Chat, author: &str, at_ms: u64, extra: Value) -> Result<Value, String> {
-    let mut args = json!({ "channel": "general", "text": "hello @grace", "author": author, "at_ms": at_ms });
+    let mut args =
+        json!({ "channel": "general", "text": "hello @grace", "author": author, "at_ms": at_ms });
     for (k, v) in extra.as_object().into_iter().flatten() {
         args[k] = v.clone();
     }
@@ -87,7 +88,10 @@ async fn a_post_is_one_entry_read_back_by_channel_and_by_thread_and_told_on_the_
     let top = &top["message"];
     let id = top["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("0000000001000-ana-"), "{id}");
-    assert_eq!((&top["thread"], &top["author"]), (&Value::Null, &json!("ana")));
+    assert_eq!(
+        (&top["thread"], &top["author"]),
+        (&Value::Null, &json!("ana"))
+    );
     let kept = c
         .backend
         .get("mod_chat_messages", &format!("general.{id}.{id}"))
@@ -96,16 +100,26 @@ async fn a_post_is_one_entry_read_back_by_channel_and_by_thread_and_told_on_the_
         .expect("the message is an entry of the messages bucket");
     assert_eq!(serde_json::from_slice::<Value>(&kept.value).unwrap(), *top);
 
-    let reply = post(&c, "grace", 2_000, json!({ "thread": id, "text": "hi ana" }))
-        .await
-        .unwrap();
+    let reply = post(
+        &c,
+        "grace",
+        2_000,
+        json!({ "thread": id, "text": "hi ana" }),
+    )
+    .await
+    .unwrap();
     let reply_id = reply["message"]["id"].as_str().unwrap().to_owned();
     assert!(reply_id > id, "ids order by time: {reply_id} after {id}");
 
-    let channel = node_call(&c, "read", json!({ "channel": "general" })).await.unwrap();
+    let channel = node_call(&c, "read", json!({ "channel": "general" }))
+        .await
+        .unwrap();
     let listed = channel["messages"].as_array().unwrap();
     assert_eq!(listed.len(), 1, "{channel}");
-    assert_eq!((&listed[0]["id"], &listed[0]["replies"]), (&json!(id), &json!(1)));
+    assert_eq!(
+        (&listed[0]["id"], &listed[0]["replies"]),
+        (&json!(id), &json!(1))
+    );
     let thread = node_call(&c, "read", json!({ "channel": "general", "thread": id }))
         .await
         .unwrap();
@@ -141,7 +155,13 @@ async fn a_post_is_one_entry_read_back_by_channel_and_by_thread_and_told_on_the_
 
     // A thread that does not exist is refused, not made; a seat's turn
     // posts through its chat server, never this tool.
-    let orphan = post(&c, "ana", 3_000, json!({ "thread": "0000000000009-nobody-00000000" })).await;
+    let orphan = post(
+        &c,
+        "ana",
+        3_000,
+        json!({ "thread": "0000000000009-nobody-00000000" }),
+    )
+    .await;
     assert!(orphan.unwrap_err().contains("not-found"));
     let seat = ToolCaller {
         seat: "grace".into(),
@@ -169,7 +189,9 @@ async fn a_retried_post_posts_once_and_the_indicator_is_kept_then_cleared() {
     let thread = first["message"]["id"].as_str().unwrap();
     let raise = json!({ "channel": "general", "thread": thread, "seat": "grace", "working": true, "at_ms": 1_700 });
     node_call(&c, "indicate", raise.clone()).await.unwrap();
-    let working = node_call(&c, "working", json!({ "channel": "general" })).await.unwrap();
+    let working = node_call(&c, "working", json!({ "channel": "general" }))
+        .await
+        .unwrap();
     assert_eq!(
         working,
         json!({ "working": [{ "seat": "grace", "thread": thread, "since_ms": 1_700 }] })
@@ -177,6 +199,8 @@ async fn a_retried_post_posts_once_and_the_indicator_is_kept_then_cleared() {
     let mut clear = raise;
     clear["working"] = json!(false);
     node_call(&c, "indicate", clear).await.unwrap();
-    let working = node_call(&c, "working", json!({ "channel": "general" })).await.unwrap();
+    let working = node_call(&c, "working", json!({ "channel": "general" }))
+        .await
+        .unwrap();
     assert_eq!(working, json!({ "working": [] }));
 }

@@ -205,7 +205,9 @@ fn post(call: &ToolCall) -> Result<String, String> {
         a["idempotency_key"].as_str().unwrap_or(""),
     ]);
     let id = format!("{at_ms:013}-{author}-{}", &nonce[..8]);
-    let root = thread.as_ref().map_or_else(|| id.clone(), |(_, th)| th.clone());
+    let root = thread
+        .as_ref()
+        .map_or_else(|| id.clone(), |(_, th)| th.clone());
     let message = json!({
         "id": id,
         "channel": channel,
