@@ -12,33 +12,32 @@ use crate::common;
 
 use std::time::Duration;
 
+use common::company::SCRIPTED_COMPANY;
 use common::*;
 use crewlet_testkit::{NatsServer, PluginsDir, http};
 use serde_json::{Value, json};
 
-/// `grace` answers in the thread that woke her, through the company chat.
-const COMPANY: &str = r#"
-[org]
-name = "Acme"
-[roles.support]
-system_prompt = "You answer questions in chat."
-executor = [{ provider = "scripted", model = "demo", options = { steps = [
-  { call = "chat__post_message", args = { channel = "{{wake.channel}}", thread = "{{wake.thread}}", text = "Hello from {{wake.handle}}!" } },
-  { call = "submit_work", args = { outcome = "delivered", summary = "replied" } },
-] } }]
-reviewer = { provider = "scripted", model = "demo-review", options = { steps = [
-  { call = "submit_review", args = { verdict = "done" } },
-] } }
+/// The scripted company's seat as `grace`, answering in the thread that
+/// woke her through her chat child in company-chat mode.
+fn company() -> String {
+    let doc = SCRIPTED_COMPANY.replace("{chat}", COMPANY_CHAT).replace(
+        "ada = { role = \"support\" }",
+        "grace = { role = \"support\" }",
+    );
+    assert!(
+        doc.contains("grace = "),
+        "the scripted company's seats moved"
+    );
+    doc + "[integrations.chat]\nplugin = \"chat-webhook\"\nsecret = \"chat_signing_secret\"\n"
+}
+
+/// The chat server of `support` in company-chat mode (`docs/chat.md`).
+const COMPANY_CHAT: &str = r#"
 [roles.support.mcp.chat]
 command = "crewlet"
 args = ["mcp", "chat"]
 env = { CHAT_URL = "${CREWLET_CHAT_URL}", CHAT_TOKEN = "${CREWLET_CHAT_TOKEN}" }
 replies = ["post_message"]
-[seats]
-grace = { role = "support" }
-[integrations.chat]
-plugin = "chat-webhook"
-secret = "chat_signing_secret"
 "#;
 
 const MESSAGES: &str = "/chat/channels/general/messages";
@@ -122,7 +121,7 @@ fn a_mention_posted_over_the_api_is_answered_in_its_thread_by_the_seat_fleet_wid
         .add("chat", "plugins/modules/chat/plugin.toml")
         .add("chat-webhook", "plugins/webhooks/chat/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
-    std::fs::write(sb.path("company.toml"), COMPANY).unwrap();
+    std::fs::write(sb.path("company.toml"), company()).unwrap();
     let spawn = |id: &str| {
         let mut n = sb.fleet_node(id, &[server.url()], "").spawn();
         n.wait_ready(Duration::from_secs(60));

@@ -127,21 +127,25 @@ fn answer(r: Result<Value, ChatRefusal>) -> Response {
     }
 }
 
-fn bad_body(e: impl std::fmt::Display) -> Response {
-    refused(ChatRefusal::Bad(format!(
-        "the body is not what this route takes ({e}); see docs/chat.md"
-    )))
-}
-
-/// The guard puts a caller on every guarded request; a route mounted
-/// without it refuses rather than guess an author.
-fn who(caller: Option<Extension<Caller>>) -> Result<Caller, Response> {
-    caller.map(|Extension(c)| c).ok_or_else(|| {
-        refused(ChatRefusal::Forbidden(
+/// The caller the guard put on the request (a route mounted without the
+/// guard refuses rather than guess an author) and the body as `T`.
+fn caller_and<T: serde::de::DeserializeOwned>(
+    caller: Option<Extension<Caller>>,
+    body: &[u8],
+) -> Result<(Caller, T), Response> {
+    let Some(Extension(caller)) = caller else {
+        return Err(refused(ChatRefusal::Forbidden(
             "the request carries no caller: the chat routes must sit behind the operator guard"
                 .into(),
-        ))
-    })
+        )));
+    };
+    serde_json::from_slice(body)
+        .map(|b| (caller, b))
+        .map_err(|e| {
+            refused(ChatRefusal::Bad(format!(
+                "the body is not what this route takes ({e}); see docs/chat.md"
+            )))
+        })
 }
 
 async fn channels(State(room): State<Arc<dyn ChatRoom>>) -> Response {
@@ -175,13 +179,9 @@ async fn post(
     Path(channel): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = match who(caller) {
-        Ok(c) => c,
+    let (caller, body): (Caller, PostBody) = match caller_and(caller, &body) {
+        Ok(got) => got,
         Err(r) => return r,
-    };
-    let body: PostBody = match serde_json::from_slice(&body) {
-        Ok(b) => b,
-        Err(e) => return bad_body(e),
     };
     match room.post(caller, channel, body).await {
         Ok(Posted {
@@ -209,12 +209,8 @@ async fn indicate(
     Path(channel): Path<String>,
     body: axum::body::Bytes,
 ) -> Response {
-    let caller = match who(caller) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
-    match serde_json::from_slice::<WorkingBody>(&body) {
-        Ok(b) => answer(room.indicate(caller, channel, b).await),
-        Err(e) => bad_body(e),
+    match caller_and::<WorkingBody>(caller, &body) {
+        Ok((caller, b)) => answer(room.indicate(caller, channel, b).await),
+        Err(r) => r,
     }
 }

@@ -392,33 +392,27 @@ impl Secrets {
 
     /// Sets `name` in the bucket (and in this node's snapshot at once).
     pub async fn set(&self, name: &str, value: &str) -> Result<u64, SecretsError> {
-        check_value(name, value)?;
-        let record = {
-            let keyring = self
-                .keyring
-                .as_ref()
-                .ok_or_else(|| SecretsError::NoKeyring(name.to_owned()))?
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            Record::seal(&keyring, name, value)?
-        };
+        let record = self.seal(name, value)?;
         self.put_record(name, &record, Expect::Any).await
+    }
+
+    /// `value` sealed under this node's keyring as `name`.
+    fn seal(&self, name: &str, value: &str) -> Result<Record, SecretsError> {
+        check_value(name, value)?;
+        let keyring = self
+            .keyring
+            .as_ref()
+            .ok_or_else(|| SecretsError::NoKeyring(name.to_owned()))?
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        Record::seal(&keyring, name, value)
     }
 
     /// Sets `name` only if the bucket holds no value for it (create-only,
     /// so two nodes making one value at once agree on the first). Answers
     /// whether this call made it.
     pub async fn create(&self, name: &str, value: &str) -> Result<bool, SecretsError> {
-        check_value(name, value)?;
-        let record = {
-            let keyring = self
-                .keyring
-                .as_ref()
-                .ok_or_else(|| SecretsError::NoKeyring(name.to_owned()))?
-                .read()
-                .unwrap_or_else(|p| p.into_inner());
-            Record::seal(&keyring, name, value)?
-        };
+        let record = self.seal(name, value)?;
         let kv = self.kv()?;
         let expect = match kv
             .get(Bucket::Secrets, &key_of(name))

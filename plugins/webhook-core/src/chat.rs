@@ -17,7 +17,7 @@
 
 use serde::Deserialize;
 
-use crate::{Addressed, Delivery, Input, ParseError, Parsed, VerifyError, Wakes, decode_hex};
+use crate::{Addressed, Delivery, Input, ParseError, Parsed, VerifyError, Wakes};
 
 /// The signing secret's name.
 pub const SECRET: &str = "chat_signing_secret";
@@ -30,27 +30,14 @@ pub const WINDOW_SECONDS: i64 = 5 * 60;
 
 /// Checks the v1 signature and the timestamp window.
 pub fn verify(input: &Input<'_>) -> Result<(), VerifyError> {
-    let secret = input.require_secret(SECRET)?;
-    let timestamp_text = input.require_header(TIMESTAMP_HEADER)?;
-    let header = input.require_header(SIGNATURE_HEADER)?;
-    let timestamp: i64 = timestamp_text
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedHeader(TIMESTAMP_HEADER.to_string()))?;
-    let signature = header
-        .strip_prefix("v1=")
-        .and_then(decode_hex)
-        .filter(|s| s.len() == 32)
-        .ok_or_else(|| VerifyError::MalformedHeader(SIGNATURE_HEADER.to_string()))?;
-    if (input.now_unix_seconds - timestamp).abs() > WINDOW_SECONDS {
-        return Err(VerifyError::StaleTimestamp(timestamp));
+    crate::Versioned {
+        secret: SECRET,
+        version: "v1",
+        signature_header: SIGNATURE_HEADER,
+        timestamp_header: TIMESTAMP_HEADER,
+        window_seconds: WINDOW_SECONDS,
     }
-    let parts: [&[u8]; 4] = [b"v1:", timestamp_text.as_bytes(), b":", input.body];
-    if crate::hmac_sha256_verify(secret, &parts, &signature) {
-        Ok(())
-    } else {
-        Err(VerifyError::Mismatch)
-    }
+    .verify(input)
 }
 
 /// The signature header's value for `body` at `timestamp`, under `secret`.
