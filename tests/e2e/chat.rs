@@ -120,6 +120,7 @@ fn a_mention_posted_over_the_api_is_answered_in_its_thread_by_the_seat_fleet_wid
     PluginsDir::new(sb.path("plugins"))
         .add("chat", "plugins/modules/chat/plugin.toml")
         .add("chat-webhook", "plugins/webhooks/chat/plugin.toml")
+        .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml");
     std::fs::write(sb.path("company.toml"), company()).unwrap();
     let spawn = |id: &str| {

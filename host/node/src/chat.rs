@@ -34,7 +34,6 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::engine::{EngineContext, Late};
-use crate::surface::Operators;
 
 /// The module and the webhook source of the chat.
 pub const CHAT: &str = "chat";
@@ -83,7 +82,8 @@ pub fn api_url(config: &crewlet_config::NodeConfig) -> String {
 
 /// The guard's judge: a seat's chat credential, else an operator token.
 pub(crate) struct Callers {
-    pub(crate) operators: Arc<Operators>,
+    /// The operator tokens' judge.
+    pub(crate) operators: Arc<dyn Authority>,
     pub(crate) late: Late,
 }
 
