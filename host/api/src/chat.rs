@@ -132,19 +132,19 @@ fn answer(r: Result<Value, ChatRefusal>) -> Response {
 fn caller_and<T: serde::de::DeserializeOwned>(
     caller: Option<Extension<Caller>>,
     body: &[u8],
-) -> Result<(Caller, T), Response> {
+) -> Result<(Caller, T), Box<Response>> {
     let Some(Extension(caller)) = caller else {
-        return Err(refused(ChatRefusal::Forbidden(
+        return Err(Box::new(refused(ChatRefusal::Forbidden(
             "the request carries no caller: the chat routes must sit behind the operator guard"
                 .into(),
-        )));
+        ))));
     };
     serde_json::from_slice(body)
         .map(|b| (caller, b))
         .map_err(|e| {
-            refused(ChatRefusal::Bad(format!(
+            Box::new(refused(ChatRefusal::Bad(format!(
                 "the body is not what this route takes ({e}); see docs/chat.md"
-            )))
+            ))))
         })
 }
 
@@ -181,7 +181,7 @@ async fn post(
 ) -> Response {
     let (caller, body): (Caller, PostBody) = match caller_and(caller, &body) {
         Ok(got) => got,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match room.post(caller, channel, body).await {
         Ok(Posted {
@@ -211,6 +211,6 @@ async fn indicate(
 ) -> Response {
     match caller_and::<WorkingBody>(caller, &body) {
         Ok((caller, b)) => answer(room.indicate(caller, channel, b).await),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }
