@@ -8,6 +8,7 @@ mod common;
 mod backup;
 mod blame;
 mod budget_park;
+mod chat;
 mod clock_skew;
 mod config_plane;
 mod custody;

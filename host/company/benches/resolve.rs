@@ -102,7 +102,8 @@ fn main() {
     let text = document(true);
     let plain = document(false);
     let company = Company::parse(&text).expect("bench company");
-    assert_eq!(company.registry.len(), 2 * SEATS);
+    // Two ids a seat, and its handle on the company chat.
+    assert_eq!(company.registry.len(), 3 * SEATS);
 
     let spread = |f: &dyn Fn(usize) -> String| -> Vec<String> {
         (0..IDS).map(|k| f(k * (SEATS / IDS) + 7)).collect()

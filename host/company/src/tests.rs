@@ -519,7 +519,14 @@ fn seats_and_people_claim_their_ids_and_the_registry_names_them() {
     assert_eq!(c.claimant("jira", "557058:f58131cb"), Some(&grace));
     assert_eq!(c.claimant("slack", "U04ABCDEG"), None);
     assert_eq!(c.claimant("jira", "U04ABCDEF"), None, "ids are per surface");
-    assert_eq!(c.registry.len(), 7);
+    // Seven ids, and each seat's handle on the company chat.
+    assert_eq!(c.registry.len(), 9);
+    assert_eq!(c.claimant("chat", "ada"), Some(&ada));
+    assert_eq!(
+        c.claimant("chat", "grace"),
+        None,
+        "a person is no seat there"
+    );
     assert_eq!(c.people["grace"].name, "Grace Hopper");
     assert_eq!(
         c.seats[&Handle::parse("ada").unwrap()].identities["slack"],

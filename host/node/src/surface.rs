@@ -46,6 +46,12 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         .merge(crewlet_api::usage::routes(Arc::new(UsageRoutes(
             late.clone(),
         ))))
+        .merge(crewlet_api::chat::routes(Arc::new(
+            crate::chat::ChatRoutes {
+                late: late.clone(),
+                tokens: operators.0.clone(),
+            },
+        )))
 }
 
 /// `GET /usage` (this node's estate) and `POST /estate/evict`, once the

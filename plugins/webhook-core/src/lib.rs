@@ -21,6 +21,7 @@
 //!   only saw; an event that is no conversation wakes nobody.
 
 pub mod atlassian;
+pub mod chat;
 pub mod datadog;
 pub mod github;
 pub mod gitlab;
@@ -72,6 +73,52 @@ impl<'a> Input<'a> {
     pub fn require_secret(&self, name: &str) -> Result<&'a [u8], VerifyError> {
         self.secret(name)
             .ok_or_else(|| VerifyError::MissingSecret(name.to_string()))
+    }
+}
+
+/// A `VERSION=HEX` signature of `VERSION:TIMESTAMP:BODY` with its Unix
+/// timestamp in a header of its own, as Slack (`v0`) and the company chat
+/// (`v1`) sign.
+pub struct Versioned<'a> {
+    pub secret: &'a str,
+    pub version: &'a str,
+    pub signature_header: &'a str,
+    pub timestamp_header: &'a str,
+    /// How far the timestamp may be from now, in seconds, either way.
+    pub window_seconds: i64,
+}
+
+impl Versioned<'_> {
+    /// Checks the signature and the timestamp window.
+    pub fn verify(&self, input: &Input<'_>) -> Result<(), VerifyError> {
+        let secret = input.require_secret(self.secret)?;
+        let timestamp_text = input.require_header(self.timestamp_header)?;
+        let header = input.require_header(self.signature_header)?;
+        let timestamp: i64 = timestamp_text
+            .trim()
+            .parse()
+            .map_err(|_| VerifyError::MalformedHeader(self.timestamp_header.to_string()))?;
+        let signature = header
+            .strip_prefix(self.version)
+            .and_then(|rest| rest.strip_prefix('='))
+            .and_then(decode_hex)
+            .filter(|s| s.len() == 32)
+            .ok_or_else(|| VerifyError::MalformedHeader(self.signature_header.to_string()))?;
+        if (input.now_unix_seconds - timestamp).abs() > self.window_seconds {
+            return Err(VerifyError::StaleTimestamp(timestamp));
+        }
+        let parts: [&[u8]; 5] = [
+            self.version.as_bytes(),
+            b":",
+            timestamp_text.as_bytes(),
+            b":",
+            input.body,
+        ];
+        if hmac_sha256_verify(secret, &parts, &signature) {
+            Ok(())
+        } else {
+            Err(VerifyError::Mismatch)
+        }
     }
 }
 

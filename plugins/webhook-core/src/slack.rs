@@ -19,9 +19,7 @@
 //! heard back, never wakes it.
 
 use crate::json::{first_string, string_at};
-use crate::{
-    Addressed, Delivery, Input, ParseError, Parsed, Reply, VerifyError, Wakes, decode_hex,
-};
+use crate::{Addressed, Delivery, Input, ParseError, Parsed, Reply, VerifyError, Wakes};
 
 /// The signing secret's name.
 pub const SECRET: &str = "slack_signing_secret";
@@ -33,27 +31,14 @@ const TIMESTAMP_HEADER: &str = "x-slack-request-timestamp";
 
 /// Checks the v0 signature and the timestamp window.
 pub fn verify(input: &Input<'_>) -> Result<(), VerifyError> {
-    let secret = input.require_secret(SECRET)?;
-    let timestamp_text = input.require_header(TIMESTAMP_HEADER)?;
-    let header = input.require_header(SIGNATURE_HEADER)?;
-    let timestamp: i64 = timestamp_text
-        .trim()
-        .parse()
-        .map_err(|_| VerifyError::MalformedHeader(TIMESTAMP_HEADER.to_string()))?;
-    let signature = header
-        .strip_prefix("v0=")
-        .and_then(decode_hex)
-        .filter(|s| s.len() == 32)
-        .ok_or_else(|| VerifyError::MalformedHeader(SIGNATURE_HEADER.to_string()))?;
-    if (input.now_unix_seconds - timestamp).abs() > WINDOW_SECONDS {
-        return Err(VerifyError::StaleTimestamp(timestamp));
+    crate::Versioned {
+        secret: SECRET,
+        version: "v0",
+        signature_header: SIGNATURE_HEADER,
+        timestamp_header: TIMESTAMP_HEADER,
+        window_seconds: WINDOW_SECONDS,
     }
-    let parts: [&[u8]; 4] = [b"v0:", timestamp_text.as_bytes(), b":", input.body];
-    if crate::hmac_sha256_verify(secret, &parts, &signature) {
-        Ok(())
-    } else {
-        Err(VerifyError::Mismatch)
-    }
+    .verify(input)
 }
 
 /// Whether the sender of an event of this type waits for an answer in the

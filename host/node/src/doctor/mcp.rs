@@ -165,7 +165,8 @@ fn credentials(
 }
 
 /// The names a server's launch values reference, but the node's own
-/// (`${CREWLET_SEAT}`, `${CREWLET_DATA_DIR}`), each once.
+/// (`${CREWLET_SEAT}`, `${CREWLET_DATA_DIR}`, `${CREWLET_CHAT_URL}`,
+/// `${CREWLET_CHAT_TOKEN}`), each once.
 fn references(transport: &McpTransport) -> BTreeSet<String> {
     let values: Vec<&String> = match transport {
         McpTransport::Stdio { args, env, .. } => args.iter().chain(env.values()).collect(),
@@ -178,7 +179,15 @@ fn references(transport: &McpTransport) -> BTreeSet<String> {
             Ok(Segment::Reference(name)) => Some(name.to_owned()),
             _ => None,
         })
-        .filter(|n| n != SEAT_VARIABLE && n != DATA_DIR_VARIABLE)
+        .filter(|n| {
+            ![
+                SEAT_VARIABLE,
+                DATA_DIR_VARIABLE,
+                crate::chat::URL_VARIABLE,
+                crate::chat::TOKEN_VARIABLE,
+            ]
+            .contains(&n.as_str())
+        })
         .collect()
 }
 
@@ -210,7 +219,7 @@ mod tests {
         let c = company(
             r#"command = "/bin/sh"
             args = ["${CREWLET_DATA_DIR}/x"]
-            env = { SLACK_BOT_TOKEN = "${SLACK_BOT_TOKEN}", TEAM = "${SLACK_TEAM}", WHO = "${CREWLET_SEAT}" }"#,
+            env = { SLACK_BOT_TOKEN = "${SLACK_BOT_TOKEN}", TEAM = "${SLACK_TEAM}", WHO = "${CREWLET_SEAT}", CHAT = "${CREWLET_CHAT_TOKEN}" }"#,
         );
         let set = |name: &str| ["ADA_SLACK", "SLACK_TEAM"].contains(&name);
         let of = |seat: &str| {
