@@ -114,6 +114,12 @@ try {
   // The seat's page: the turn in its recent turns.
   await open(page, "seat/grace");
   await page.getByTestId("seat-turn").first().waitFor({ timeout: T });
+  // Her follows: the Slack thread she answered in. Her memory, or why not:
+  // a node without the memory route says so, never "remembers nothing".
+  await page.locator("[data-testid=follow][data-backend=slack][data-channel=C9][data-thread='9.1']").waitFor({ timeout: T });
+  if (await page.getByTestId("memory-unavailable").count()) {
+    if (!/Memory not available on this node/.test(await text(page, "memory-unavailable"))) fail("the memory's absence is not said");
+  } else if ((await page.getByTestId("memory-kind").count()) < 4) fail("the seat page shows neither grace's memory nor why not");
   await shoot(page, "seat");
   // Ada's page: the example's stand-up with its next fire.
   await open(page, "seat/ada");
