@@ -22,6 +22,10 @@
 //! - **Refusals name the scope needed**: 401 for a missing, malformed,
 //!   unknown, expired or revoked credential, 403 for a scope too small,
 //!   each with `{"status","error","scope_needed"}`.
+//! - **A seat's chat credential reaches the chat only**: the node may
+//!   answer [`Verdict::Seat`] for a credential it minted for one seat
+//!   (`docs/chat.md`); it passes on `/chat/` routes alone, and the route
+//!   reads who is calling from the request's [`Caller`], never the body.
 
 use std::sync::Arc;
 
@@ -83,7 +87,25 @@ pub enum Verdict {
     Refused(Refused),
     /// The token store cannot say (the reason, for the 503's detail).
     Unknown(String),
+    /// A seat's chat credential: good on the `/chat/` routes only, as
+    /// that seat.
+    Seat {
+        handle: String,
+    },
 }
+
+/// Who a guarded request comes from, put on the request by the guard for
+/// the route to read (the author of a chat post, say).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// An operator token: its id and scope.
+    Operator { id: String, scope: Scope },
+    /// A seat, by its chat credential.
+    Seat { handle: String },
+}
+
+/// The routes a seat's chat credential reaches.
+pub const CHAT_PREFIX: &str = "/chat/";
 
 /// Judges presented tokens. Implemented by the node over the fleet's
 /// tokens bucket; read per request, so it must answer from memory.
@@ -189,6 +211,20 @@ pub fn judge(
     path: &str,
     headers: &HeaderMap,
 ) -> Result<Scope, Box<Response>> {
+    match caller(authority, method, path, headers)? {
+        Caller::Operator { scope, .. } => Ok(scope),
+        // A seat acts on the chat as a writer of its own messages.
+        Caller::Seat { .. } => Ok(Scope::Write),
+    }
+}
+
+/// Who one request's credential is, when it may call its route.
+pub fn caller(
+    authority: &dyn Authority,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+) -> Result<Caller, Box<Response>> {
     let needed = scope_needed(method, path);
     let token = match presented(headers) {
         Presented::None => return Err(unauthorized("no operator token was sent", needed)),
@@ -196,7 +232,15 @@ pub fn judge(
         Presented::Token(t) => t,
     };
     match authority.check(token) {
-        Verdict::Granted { scope, .. } if scope >= needed => Ok(scope),
+        Verdict::Granted { scope, id } if scope >= needed => Ok(Caller::Operator { id, scope }),
+        Verdict::Seat { handle } if path.starts_with(CHAT_PREFIX) => Ok(Caller::Seat { handle }),
+        Verdict::Seat { handle } => Err(Box::new(refusal(
+            StatusCode::FORBIDDEN,
+            format!(
+                "seat {handle}'s chat credential reaches only the {CHAT_PREFIX} routes; use an operator token for this call"
+            ),
+            needed,
+        ))),
         Verdict::Granted { scope, id } => Err(Box::new(refusal(
             StatusCode::FORBIDDEN,
             format!(
@@ -227,15 +271,18 @@ pub fn judge(
 /// The guard middleware (module docs).
 pub(crate) async fn guard(
     State(authority): State<Arc<dyn Authority>>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
     let path = req.uri().path();
     if exempt(path) {
         return next.run(req).await;
     }
-    match judge(authority.as_ref(), req.method(), path, req.headers()) {
-        Ok(_) => next.run(req).await,
+    match caller(authority.as_ref(), req.method(), path, req.headers()) {
+        Ok(who) => {
+            req.extensions_mut().insert(who);
+            next.run(req).await
+        }
         Err(refused) => *refused,
     }
 }

@@ -20,6 +20,7 @@
 //! carries no write.
 
 pub mod auth;
+pub mod chat;
 pub mod config;
 mod dashboard;
 pub mod edge;
@@ -46,7 +47,8 @@ use axum::routing::get;
 use serde::Serialize;
 use tokio::sync::watch;
 
-pub use auth::{Authority, Refused, Scope, Verdict};
+pub use auth::{Authority, Caller, Refused, Scope, Verdict};
+pub use chat::{ChatRefusal, ChatRoom};
 pub use config::{Activated, ConfigPlane, ConfigRefusal};
 pub use edge::{EdgeLimits, RefusalPace};
 pub use fleet::{FleetView, Unavailable};

@@ -497,6 +497,7 @@ impl Document {
             let claimant = Claimant::Seat { handle: h.clone() };
             let identities =
                 identities::validate(&path, s.identities, &claimant, &mut registry, &mut errors);
+            identities::claim_chat_handle(&h, &claimant, &identities, &mut registry);
             let id = seat_id(&self.org.name, &h);
             seats.insert(
                 h.clone(),

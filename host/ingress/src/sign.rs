@@ -16,22 +16,44 @@ pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
 /// The `X-Slack-Signature` value Slack sends for `body` at `timestamp`
 /// (`v0=HEX` of `v0:TIMESTAMP:BODY`).
 pub fn slack_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
-    let mut base = format!("v0:{timestamp}:").into_bytes();
+    versioned("v0", secret, timestamp, body)
+}
+
+/// The company chat's `X-Chat-Signature` for `body` at `timestamp`
+/// (`v1=HEX` of `v1:TIMESTAMP:BODY`, `docs/chat.md`).
+pub fn chat_signature(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    versioned("v1", secret, timestamp, body)
+}
+
+/// `VERSION=HEX` of the HMAC of `VERSION:TIMESTAMP:BODY`.
+fn versioned(version: &str, secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+    let mut base = format!("{version}:{timestamp}:").into_bytes();
     base.extend_from_slice(body);
     let hex: String = hmac_sha256(secret, &base)
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    format!("v0={hex}")
+    format!("{version}={hex}")
 }
 
 /// `X-Slack-Request-Timestamp` (now) and `X-Slack-Signature` for `body`.
 pub fn slack_headers(secret: &[u8], body: &[u8]) -> (String, String) {
-    let timestamp = std::time::SystemTime::now()
+    let timestamp = now_seconds();
+    let signature = slack_signature(secret, &timestamp, body);
+    (timestamp, signature)
+}
+
+/// `X-Chat-Timestamp` (now) and `X-Chat-Signature` for `body`.
+pub fn chat_headers(secret: &[u8], body: &[u8]) -> (String, String) {
+    let timestamp = now_seconds();
+    let signature = chat_signature(secret, &timestamp, body);
+    (timestamp, signature)
+}
+
+fn now_seconds() -> String {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or_default()
-        .to_string();
-    let signature = slack_signature(secret, &timestamp, body);
-    (timestamp, signature)
+        .to_string()
 }

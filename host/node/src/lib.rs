@@ -11,6 +11,7 @@
 //! A feature lives in a crate of its own (`crewlet-configplane`,
 //! `crewlet-history`, …) and this crate wires it.
 
+pub(crate) mod chat;
 pub(crate) mod cli;
 pub(crate) mod client;
 pub(crate) mod company;

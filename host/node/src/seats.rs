@@ -10,8 +10,9 @@
 //! the config epoch, brought to the epoch of the company a seat is
 //! equipped under. A `${NAME}` in a server's template resolves against the
 //! seat's own `credentials` first, then the company's secrets;
-//! `${CREWLET_SEAT}` is the seat's handle, `${CREWLET_DATA_DIR}` the node's
-//! data dir (absolute), so a child's files follow `--data-dir`, not the
+//! `${CREWLET_SEAT}` is the seat's handle, `${CREWLET_CHAT_TOKEN}` its chat
+//! credential and `${CREWLET_CHAT_URL}` this node's API (`crate::chat`),
+//! `${CREWLET_DATA_DIR}` the node's data dir (absolute), so a child's files follow `--data-dir`, not the
 //! folder the node was started from. A credential not known yet (the
 //! secrets bucket has not answered) starts nothing: equip waits for it up
 //! to `CREDENTIAL_WAIT`, then fails, and the seat is equipped again the
@@ -49,10 +50,12 @@ pub const SEAT_VARIABLE: &str = "CREWLET_SEAT";
 pub const DATA_DIR_VARIABLE: &str = "CREWLET_DATA_DIR";
 
 /// `resolve`, with `${CREWLET_DATA_DIR}` answered by `data_dir` (made
-/// absolute: a child may change its working directory).
+/// absolute: a child may change its working directory) and
+/// `${CREWLET_CHAT_URL}` by this node's API (`docs/chat.md`).
 fn with_data_dir(
     resolve: crewlet_mcp::Resolver,
     data_dir: &std::path::Path,
+    chat_url: String,
 ) -> crewlet_mcp::Resolver {
     let dir = std::path::absolute(data_dir)
         .unwrap_or_else(|_| data_dir.to_path_buf())
@@ -60,6 +63,7 @@ fn with_data_dir(
         .to_string();
     crewlet_mcp::Resolver::new(move |name: &str| match name {
         DATA_DIR_VARIABLE => crewlet_secrets::Lookup::Found(dir.clone()),
+        crate::chat::URL_VARIABLE => crewlet_secrets::Lookup::Found(chat_url.clone()),
         _ => resolve.lookup(name),
     })
 }
@@ -244,6 +248,9 @@ impl NodeSeats {
         crewlet_mcp::Resolver::new(move |name: &str| match own.get(name) {
             Some(secret) => company.lookup(secret),
             None if name == SEAT_VARIABLE => crewlet_secrets::Lookup::Found(handle.clone()),
+            None if name == crate::chat::TOKEN_VARIABLE => {
+                crate::chat::seat_token(&company, &handle)
+            }
             None => company.lookup(name),
         })
     }
@@ -546,7 +553,11 @@ pub async fn start(
         budgets: ctx.coord.budgets(),
         shared: SharedChildren::new(mcp.clone()),
         shared_lock: tokio::sync::Mutex::new(()),
-        resolve: with_data_dir(resolve, &ctx.config.data_dir),
+        resolve: with_data_dir(
+            resolve,
+            &ctx.config.data_dir,
+            crate::chat::api_url(&ctx.config),
+        ),
         mcp,
         exe: std::env::current_exe().ok(),
         registries: std::sync::Mutex::default(),

@@ -349,7 +349,10 @@ async fn serve_http(
         closing: stop_rx.clone(),
         routes: crate::surface::routes(p.late, &operators),
         every_node: crate::metrics::routes(p.late.clone()),
-        authority: operators,
+        authority: Arc::new(crate::chat::Callers {
+            operators,
+            late: p.late.clone(),
+        }),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });
     let limits = crewlet_api::EdgeLimits {
@@ -455,6 +458,14 @@ async fn open_secrets(
                 adopting.abort();
             }
             stopping.stop().await
+        })
+    });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let making = tokio::spawn(crate::chat::ensure_secret(secrets.clone(), stop_rx));
+    started.push("chat-secret", move || {
+        Box::pin(async move {
+            let _ = stop_tx.send(true);
+            let _ = making.await;
         })
     });
     secrets

@@ -39,6 +39,12 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
         ))))
+        .merge(crewlet_api::chat::routes(Arc::new(
+            crate::chat::ChatRoutes {
+                late: late.clone(),
+                tokens: operators.0.clone(),
+            },
+        )))
 }
 
 /// `GET /events` and the socket's queries: the live broadcast from the

@@ -405,6 +405,39 @@ impl Secrets {
         self.put_record(name, &record, Expect::Any).await
     }
 
+    /// Sets `name` only if the bucket holds no value for it (create-only,
+    /// so two nodes making one value at once agree on the first). Answers
+    /// whether this call made it.
+    pub async fn create(&self, name: &str, value: &str) -> Result<bool, SecretsError> {
+        check_value(name, value)?;
+        let record = {
+            let keyring = self
+                .keyring
+                .as_ref()
+                .ok_or_else(|| SecretsError::NoKeyring(name.to_owned()))?
+                .read()
+                .unwrap_or_else(|p| p.into_inner());
+            Record::seal(&keyring, name, value)?
+        };
+        let kv = self.kv()?;
+        let expect = match kv
+            .get(Bucket::Secrets, &key_of(name))
+            .await
+            .map_err(|u| unavailable(u.0))?
+        {
+            Some(e) if !e.removed => return Ok(false),
+            // A removed value's marker holds the key's revision.
+            Some(e) => Expect::Revision(e.revision),
+            None => Expect::Revision(0),
+        };
+        match self.put_record(name, &record, expect).await {
+            Ok(_) => Ok(true),
+            // Another node made it between the read and the write.
+            Err(_) if self.record(name).await?.is_some() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Writes an already sealed record (a stopped node's pending row, a
     /// re-sealed value) to the bucket and this node's snapshot.
     pub async fn put_record(

@@ -178,6 +178,16 @@ impl Tokens {
         }
     }
 
+    /// The name the operator gave token `id` (what a chat post made with
+    /// it is authored as); `None` for a token this node does not hold.
+    pub fn name_of(&self, id: &str) -> Option<String> {
+        let m = self.mirror.read().unwrap_or_else(|p| p.into_inner());
+        m.by_hash
+            .values()
+            .find(|(held, _)| held == id)
+            .map(|(_, r)| r.name.clone())
+    }
+
     /// Starts mirroring the fleet's tokens on `coord` until `stop`; waits
     /// up to `first` for the first listing.
     pub async fn start(

@@ -21,6 +21,7 @@
 //!   only saw; an event that is no conversation wakes nobody.
 
 pub mod atlassian;
+pub mod chat;
 pub mod datadog;
 pub mod github;
 pub mod gitlab;

@@ -72,6 +72,26 @@ pub(crate) fn validate(
     out
 }
 
+/// On the company chat (`docs/chat.md`) a seat is its handle: each seat
+/// that names no `chat` id of its own claims its handle there, so its own
+/// message is known as its own (a seat never wakes itself) and a person
+/// who claims a seat's handle on the chat is refused naming both.
+pub(crate) fn claim_chat_handle(
+    handle: &crate::Handle,
+    claimant: &Claimant,
+    identities: &Identities,
+    registry: &mut Registry,
+) {
+    if !identities.contains_key(CHAT_SURFACE) {
+        // Held already only by a seat that named this handle as its chat
+        // id: that seat's word stands.
+        let _ = registry.claim(CHAT_SURFACE, handle.as_str(), claimant);
+    }
+}
+
+/// The company chat's surface: its webhook source and identities' key.
+pub const CHAT_SURFACE: &str = "chat";
+
 /// Validates `[people]`, claiming their ids after the seats'.
 pub(crate) fn people(
     raw: BTreeMap<String, RawPerson>,
