@@ -18,6 +18,12 @@
 //! with the same key posts nothing and answers the first one's id with
 //! `duplicate: true` — what lets a node that crashed mid-post post the
 //! owed reply again without posting it twice.
+//!
+//! With `CHAT_URL` set the same tools talk to the company chat of a node
+//! instead ([`company`]: `CHAT_TOKEN` is the seat's credential, and the
+//! identity), and no file is written.
+
+pub mod company;
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -37,6 +43,13 @@ pub const LOG_ENV: &str = "CHAT_LOG";
 /// Why the chat server cannot run.
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {
+    #[error(
+        "{} is set but {} is not: start this server with the seat's chat credential (`${{CREWLET_CHAT_TOKEN}}`) in {}",
+        company::URL_ENV,
+        company::TOKEN_ENV,
+        company::TOKEN_ENV
+    )]
+    NoToken,
     #[error(
         "{IDENTITY_ENV} is not set: start this server with the seat's chat credential in {IDENTITY_ENV}"
     )]
@@ -125,11 +138,18 @@ pub struct Thread {
     pub messages: Vec<Message>,
 }
 
-/// The server: one identity, one log.
+/// Where the messages live: a local file, or a node's company chat.
+#[derive(Debug, Clone)]
+enum Backend {
+    File(Arc<PathBuf>),
+    Company(company::CompanyChat),
+}
+
+/// The server: one identity, one place its messages go.
 #[derive(Debug, Clone)]
 pub struct ChatServer {
     identity: Arc<str>,
-    log: Arc<PathBuf>,
+    backend: Backend,
 }
 
 #[tool_router]
@@ -137,7 +157,15 @@ impl ChatServer {
     pub fn new(identity: impl Into<Arc<str>>, log: impl Into<PathBuf>) -> ChatServer {
         ChatServer {
             identity: identity.into(),
-            log: Arc::new(log.into()),
+            backend: Backend::File(Arc::new(log.into())),
+        }
+    }
+
+    /// A server over a node's company chat, posting as `chat`'s credential.
+    pub fn company(identity: impl Into<Arc<str>>, chat: company::CompanyChat) -> ChatServer {
+        ChatServer {
+            identity: identity.into(),
+            backend: Backend::Company(chat),
         }
     }
 
@@ -154,6 +182,16 @@ impl ChatServer {
         if post.text.trim().is_empty() {
             return Err("`text` is empty: write the message to post".to_owned());
         }
+        let log = match &self.backend {
+            Backend::File(log) => log.clone(),
+            Backend::Company(chat) => {
+                let key = post.idempotency_key.as_deref().filter(|k| !k.is_empty());
+                return chat
+                    .post(&post.channel, post.thread.as_deref(), &post.text, key)
+                    .await
+                    .map(Json);
+            }
+        };
         let message = Message {
             author: self.identity.to_string(),
             channel: post.channel,
@@ -162,7 +200,6 @@ impl ChatServer {
             at_ms: crewlet_os::now_ms() as u64,
             idempotency_key: post.idempotency_key.filter(|k| !k.is_empty()),
         };
-        let log = self.log.clone();
         let (id, duplicate) = tokio::task::spawn_blocking(move || append(&log, &message))
             .await
             .map_err(|e| format!("the post was interrupted: {e}"))?
@@ -181,7 +218,15 @@ impl ChatServer {
         &self,
         Parameters(read): Parameters<ReadThread>,
     ) -> Result<Json<Thread>, String> {
-        let log = self.log.clone();
+        let log = match &self.backend {
+            Backend::File(log) => log.clone(),
+            Backend::Company(chat) => {
+                return chat
+                    .read(&read.channel, read.thread.as_deref())
+                    .await
+                    .map(Json);
+            }
+        };
         let all = tokio::task::spawn_blocking(move || read_all(&log))
             .await
             .map_err(|e| format!("the read was interrupted: {e}"))?
@@ -209,6 +254,10 @@ impl ChatServer {
         if at.channel.trim().is_empty() {
             return Err("`channel` is empty: name the channel you work in".to_owned());
         }
+        let log = match &self.backend {
+            Backend::File(log) => working_log(log),
+            Backend::Company(chat) => return chat.indicate(at, working).await,
+        };
         let change = Working {
             author: self.identity.to_string(),
             channel: at.channel,
@@ -216,7 +265,6 @@ impl ChatServer {
             working,
             at_ms: crewlet_os::now_ms() as u64,
         };
-        let log = working_log(&self.log);
         tokio::task::spawn_blocking(move || append_line(&log, &change))
             .await
             .map_err(|e| format!("the change was interrupted: {e}"))?
@@ -237,16 +285,29 @@ impl ChatServer {
 impl ServerHandler for ChatServer {}
 
 /// Serves one MCP session on stdin/stdout until the client closes it.
-/// Refuses to start without `CHAT_IDENTITY` or `CHAT_LOG`.
+/// With `CHAT_URL`: the company chat, as `CHAT_TOKEN`'s seat; else the file
+/// `CHAT_LOG`, as `CHAT_IDENTITY`. Refuses to start without them.
 pub async fn serve_stdio() -> Result<(), ChatError> {
-    let identity = std::env::var(IDENTITY_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or(ChatError::NoIdentity)?;
-    let log = std::env::var_os(LOG_ENV)
-        .filter(|v| !v.is_empty())
-        .ok_or(ChatError::NoLog)?;
-    let session = ChatServer::new(identity, log)
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let server = match var(company::URL_ENV) {
+        Some(url) => {
+            let token = var(company::TOKEN_ENV).ok_or(ChatError::NoToken)?;
+            let chat = company::CompanyChat::new(&url, &token);
+            let identity = chat
+                .identity()
+                .or_else(|| var(IDENTITY_ENV))
+                .ok_or(ChatError::NoIdentity)?;
+            ChatServer::company(identity, chat)
+        }
+        None => {
+            let identity = var(IDENTITY_ENV).ok_or(ChatError::NoIdentity)?;
+            let log = std::env::var_os(LOG_ENV)
+                .filter(|v| !v.is_empty())
+                .ok_or(ChatError::NoLog)?;
+            ChatServer::new(identity, log)
+        }
+    };
+    let session = server
         .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| ChatError::Session(e.to_string()))?;

@@ -361,3 +361,24 @@ impl ChatRoom for ChatRoutes {
         })
     }
 }
+
+/// `crewlet chat read`: one line per message, oldest first.
+pub(crate) fn render(answer: &Value) -> String {
+    let mut out = String::new();
+    for m in answer["messages"].as_array().into_iter().flatten() {
+        let replies = match m["replies"].as_u64() {
+            Some(n) if n > 0 => format!("  ({n} replies)"),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "{}  {}: {}{replies}\n",
+            m["id"].as_str().unwrap_or("?"),
+            m["author"].as_str().unwrap_or("?"),
+            m["text"].as_str().unwrap_or_default(),
+        ));
+    }
+    if out.is_empty() {
+        out.push_str("(no messages)\n");
+    }
+    out
+}

@@ -63,6 +63,11 @@ enum Command {
     /// MCP servers built into this binary.
     #[command(subcommand)]
     Mcp(McpCmd),
+    /// The company chat (docs/chat.md), through a running node's API:
+    /// `send` posts as the operator token's name (write scope), `read`
+    /// prints a channel's top-level messages or one thread (read scope).
+    #[command(subcommand)]
+    Chat(ChatCmd),
     /// Check what `crewlet run` with these arguments needs, without
     /// starting it: the configuration, the data dir, nats-server (or the
     /// external NATS), free ports, the keyring, the plugins, the company
@@ -289,6 +294,31 @@ enum AgentsCmd {
 }
 
 #[derive(Debug, Subcommand)]
+enum ChatCmd {
+    /// Post TEXT in a channel (or a thread of it); `@handle` wakes a seat.
+    Send {
+        #[arg(long, value_name = "CHANNEL")]
+        channel: String,
+        /// The thread to reply in: a top-level message's id.
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        #[arg(value_name = "TEXT")]
+        text: String,
+        #[command(flatten)]
+        node: ApiArgs,
+    },
+    /// Print a channel's top-level messages, or one thread's.
+    Read {
+        #[arg(long, value_name = "CHANNEL")]
+        channel: String,
+        #[arg(long, value_name = "ID")]
+        thread: Option<String>,
+        #[command(flatten)]
+        show: ShowArgs,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum TokensCmd {
     /// Make a token and print its value once (only its hash is kept).
     Create {
@@ -472,6 +502,7 @@ pub fn main() -> i32 {
             api,
         }) => sample(&to, &channel, &text, &secret_env, &api),
         Command::Mcp(McpCmd::Chat) => mcp_chat(),
+        Command::Chat(cmd) => chat(cmd),
         Command::Doctor(d) => crate::doctor::doctor(crate::doctor::DoctorArgs {
             config: d.node.config,
             company: d.node.company,
@@ -551,6 +582,38 @@ fn agents(cmd: AgentsCmd) -> i32 {
         }
     };
     printed(done)
+}
+
+fn chat(cmd: ChatCmd) -> i32 {
+    use crewlet_mcp::chat::company::segment;
+    match cmd {
+        ChatCmd::Send {
+            channel,
+            thread,
+            text,
+            node,
+        } => {
+            let body = serde_json::json!({ "text": text, "thread": thread });
+            let path = format!("/chat/channels/{}/messages", segment(&channel));
+            printed(api_request(
+                &node,
+                "POST",
+                &path,
+                body.to_string().as_bytes(),
+            ))
+        }
+        ChatCmd::Read {
+            channel,
+            thread,
+            show,
+        } => {
+            let mut path = format!("/chat/channels/{}/messages", segment(&channel));
+            if let Some(t) = thread {
+                path.push_str(&format!("?thread={}", segment(&t)));
+            }
+            crate::client::shown(show.node.node(), &path, show.json, crate::chat::render)
+        }
+    }
 }
 
 /// Prints a command's answer; answers its exit status.
