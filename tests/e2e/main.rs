@@ -10,6 +10,7 @@ mod budget_park;
 mod clock_skew;
 mod config_plane;
 mod dashboard;
+mod dashboard_chat;
 mod dashboard_views;
 mod doctor;
 mod duties;
