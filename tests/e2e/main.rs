@@ -7,6 +7,7 @@ mod common;
 
 mod blame;
 mod budget_park;
+mod chat;
 mod clock_skew;
 mod config_plane;
 mod dashboard;
