@@ -23,7 +23,7 @@ const PAGE = 50;
 const CHANNEL_NAME = /^[a-z0-9_-]{1,64}$/;
 const route = (c) => `/chat/channels/${encodeURIComponent(c)}`;
 const href = (c, t) => `#/chat/${encodeURIComponent(c)}${t ? "/" + encodeURIComponent(t) : ""}`;
-const plural = (n, one) => `${n} ${one}${n === 1 ? "" : "s"}`;
+const replies = (n) => `${n} ${n === 1 ? "reply" : "replies"}`;
 
 /** A key no other post of this page shares (crypto.randomUUID needs a
  * secure context; a node reached over plain HTTP on a LAN is not one). */
@@ -118,7 +118,7 @@ function composer(channel, thread, onPosted) {
 function channelList(channels, current) {
   const item = (c) => el("li", {},
     el("a", { href: href(c.name), "data-testid": "channel", "data-channel": c.name, "aria-current": c.name === current ? "page" : null },
-      `#${c.name}`, " ", el("span", { class: "muted small", "data-testid": "channel-count" }, String(c.messages))));
+      `#${c.name}`, " ", el("span", { class: "muted small", "data-testid": "channel-count", title: "messages" }, String(c.messages))));
   const list = el("ul", { class: "plain" }, channels.map(item));
   const name = el("input", { id: "new-channel", placeholder: "e.g. general", autocomplete: "off", size: 12 });
   const out = el("p", { class: "muted small", role: "status" });
@@ -165,7 +165,7 @@ export async function renderChat(main, channelArg, threadArg) {
   const held = (seat, t) => `${seat}\u0000${t ?? ""}`;
   const replyCounts = new Map();
   const top = new MessageList(`Messages in #${channel}`, seats, (m) => {
-    const n = el("a", { href: href(channel, m.id), "data-testid": "replies" }, m.replies ? plural(m.replies, "reply") : "Reply");
+    const n = el("a", { href: href(channel, m.id), "data-testid": "replies" }, m.replies ? replies(m.replies) : "Reply");
     replyCounts.set(m.id, { link: n, count: m.replies ?? 0 });
     return el("div", { class: "small message-foot" }, n, " ",
       el("span", { class: "working", "data-testid": "working", "data-thread": m.id, role: "status" }));
@@ -183,7 +183,7 @@ export async function renderChat(main, channelArg, threadArg) {
     const r = replyCounts.get(root);
     if (!r) return;
     r.count += 1;
-    r.link.textContent = plural(r.count, "reply");
+    r.link.textContent = replies(r.count);
   };
   const seen = new Set();
   const nav = channelList(channels, channel);
@@ -221,7 +221,7 @@ export async function renderChat(main, channelArg, threadArg) {
       msgs.body.messages.forEach((m) => place(m, false));
       for (const m of msgs.body.messages) {
         const r = replyCounts.get(m.id);
-        if (r && m.replies > r.count) { r.count = m.replies; r.link.textContent = plural(m.replies, "reply"); }
+        if (r && m.replies > r.count) { r.count = m.replies; r.link.textContent = replies(m.replies); }
       }
       if (older.hidden) older.hidden = msgs.body.messages.length < PAGE;
     } else trouble.push(problem(`The messages of #${channel} could not be read: ${why(msgs)}`));
@@ -229,10 +229,11 @@ export async function renderChat(main, channelArg, threadArg) {
       working.clear();
       for (const w of ind.body.working) working.set(held(w.seat, w.thread), [w.seat, w.thread ?? null]);
     } else trouble.push(problem(`Who is working is unknown: ${why(ind)}`));
-    if (th && th.ok) th.body.messages.forEach((m) => place(m, false));
-    // The thread's first message, when its read lists only the replies.
-    if (th?.ok && !inThread.rows.has(thread) && top.messages.has(thread)) inThread.add(top.messages.get(thread), true);
-    else if (th) trouble.push(problem(th.status === 404 ? `No such thread in #${channel}.` : `The thread could not be read: ${why(th)}`));
+    if (th?.ok) {
+      th.body.messages.forEach((m) => place(m, false));
+      // The thread's first message, when its read lists only the replies.
+      if (!inThread.rows.has(thread) && top.messages.has(thread)) inThread.add(top.messages.get(thread), true);
+    } else if (th) trouble.push(problem(th.status === 404 ? `No such thread in #${channel}.` : `The thread could not be read: ${why(th)}`));
     notes.replaceChildren(...trouble);
     showWorking();
   };

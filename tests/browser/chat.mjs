@@ -136,6 +136,10 @@ try {
   if ((await thread(b).count()) !== 4) fail(`tab B's thread holds ${await thread(b).count()} messages, not 4`);
   console.log(JSON.stringify({ phase: "follow-up", sent_ms: again, shown_ms: shownB }));
 
+  for (const [tab, page] of [["A", a], ["B", b]]) {
+    const problems = await page.getByTestId("problem").allTextContents();
+    if (problems.length) fail(`tab ${tab} shows problems: ${problems.join("; ")}`);
+  }
   await shoot(a, "chat");
   await shoot(b, "chat-read-scope");
   // Every control named; the composer reachable by keyboard.

@@ -113,6 +113,7 @@ fn a_mention_typed_in_one_tab_is_answered_live_in_a_tab_on_the_other_node() {
     let (nodes, read) = fleet(&server, &out);
     let (a, b) = (&nodes[0].1, &nodes[1].1);
     let trips = drive(a, b, &read, &out, 0);
+    println!("round trips (sent in tab A, reply drawn): {trips:?}");
     let phases: Vec<_> = trips.iter().map(|t| t["phase"].clone()).collect();
     assert_eq!(phases, ["mention", "follow-up"], "{trips:?}");
 
