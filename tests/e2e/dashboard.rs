@@ -17,22 +17,6 @@ pub(crate) const SLACK_SECRET: &str = "dashboard-slack-secret";
 
 /// A node on `server`; with `company`, the example company and plugins.
 pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    node_running(
-        server,
-        id,
-        company.then(|| root.join("examples/company.toml")),
-    )
-}
-
-/// A node of the fleet on `server` running `company` on the repository's
-/// plugins (none: no company, no plugins), with the example's webhook
-/// secrets.
-pub(crate) fn node_running(
-    server: &NatsServer,
-    id: &str,
-    company: Option<PathBuf>,
-) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
     let cfg = sb.config(
@@ -47,11 +31,11 @@ pub(crate) fn node_running(
         .arg(&cfg)
         .arg("--data-dir")
         .arg(sb.data_dir());
-    if let Some(company) = company {
+    if company {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         builder = builder
             .arg("--company")
-            .arg(company)
+            .arg(root.join("examples/company.toml"))
             .arg("--plugins")
             .arg(root.join("plugins"))
             .env("GITHUB_WEBHOOK_SECRET", SECRET)

@@ -7,7 +7,7 @@
 //! ("Chat: a reply seen in another tab") is the ignored test below.
 
 use crate::common;
-use crate::dashboard::{browser_dir, node_running};
+use crate::dashboard::browser_dir;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,7 +18,7 @@ use crewlet_testkit::NatsServer;
 use serde_json::Value;
 
 /// The example company, its seats answering in the company chat.
-fn company(dir: &Path) -> PathBuf {
+fn company() -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut doc = std::fs::read_to_string(root.join("examples/company.toml")).unwrap();
     if !doc.contains("${CREWLET_CHAT_URL}") {
@@ -33,18 +33,32 @@ fn company(dir: &Path) -> PathBuf {
             "\n[integrations.chat]\nplugin = \"chat-webhook\"\nsecret = \"chat_signing_secret\"\n",
         );
     }
-    let path = dir.join("company.toml");
-    std::fs::write(&path, doc).unwrap();
-    path
+    doc
 }
 
-/// Two nodes of one fleet, every seat held, and a read-scope token.
-fn fleet(server: &NatsServer, dir: &Path) -> (Vec<(Sandbox, Node)>, String) {
-    let nodes = vec![
-        node_running(server, "chat-a", Some(company(dir))),
-        node_running(server, "chat-b", Some(company(dir))),
-    ];
-    let a = &nodes[0].1;
+/// Two nodes of one fleet on the repository's plugins, sharing a keyring
+/// (a seat's chat credential is minted from the fleet's sealed chat
+/// secret, so the node that holds grace must open it), every seat held;
+/// and a read-scope token.
+fn fleet(server: &NatsServer) -> (Sandbox, Vec<Node>, String) {
+    let sb = Sandbox::new();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::write(sb.path("company.toml"), company()).unwrap();
+    std::os::unix::fs::symlink(root.join("plugins"), sb.path("plugins")).unwrap();
+    let keyring = format!("[secrets]\nkeyring = {:?}\n", sb.path("keyring"));
+    let nodes: Vec<Node> = ["chat-a", "chat-b"]
+        .iter()
+        .map(|id| {
+            let mut n = sb
+                .fleet_node(id, &[server.url()], &keyring)
+                .env("GITHUB_WEBHOOK_SECRET", "chat-github-secret")
+                .env("SLACK_SIGNING_SECRET", "chat-slack-secret")
+                .spawn();
+            n.wait_ready(Duration::from_secs(60));
+            n
+        })
+        .collect();
+    let a = &nodes[0];
     assert!(
         eventually(Duration::from_secs(30), || {
             let fleet = a.get("/fleet").map(|r| r.json()).unwrap_or_default();
@@ -67,7 +81,7 @@ fn fleet(server: &NatsServer, dir: &Path) -> (Vec<(Sandbox, Node)>, String) {
     .expect("POST /tokens");
     assert_eq!(made.status, 201, "{}", made.text());
     let read = made.json()["token"].as_str().unwrap().to_owned();
-    (nodes, read)
+    (sb, nodes, read)
 }
 
 /// Runs chat.mjs (tab A on `a`, tab B on `b`); its JSON lines, once it said OK.
@@ -98,7 +112,7 @@ fn drive(a: &Node, b: &Node, read_token: &str, out: &Path, figure: usize) -> Vec
         .collect()
 }
 
-/// The test's output dir, emptied: the company it ran and the screenshots.
+/// The test's output dir, emptied: the screenshots.
 fn out_dir(name: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let _ = std::fs::remove_dir_all(&out);
@@ -110,8 +124,8 @@ fn out_dir(name: &str) -> PathBuf {
 fn a_mention_typed_in_one_tab_is_answered_live_in_a_tab_on_the_other_node() {
     let server = NatsServer::start();
     let out = out_dir("dashboard-chat");
-    let (nodes, read) = fleet(&server, &out);
-    let (a, b) = (&nodes[0].1, &nodes[1].1);
+    let (_sb, nodes, read) = fleet(&server);
+    let (a, b) = (&nodes[0], &nodes[1]);
     let trips = drive(a, b, &read, &out, 0);
     println!("round trips (sent in tab A, reply drawn): {trips:?}");
     let phases: Vec<_> = trips.iter().map(|t| t["phase"].clone()).collect();
@@ -160,19 +174,21 @@ fn percentile(v: &mut [f64], n: f64) -> f64 {
     v[rank.clamp(1, v.len()) - 1]
 }
 
-/// The figure in BENCHMARKS.md: 30 mentions of grace in one thread, one
+/// The figure in BENCHMARKS.md: 24 mentions of grace in one thread, one
 /// after another, each from tab A (node A) until her reply is drawn in tab
 /// B (node B), against the same turns' time from the wake to the reply
-/// (`wake_published` → `reply_posted`, joined by trace id). Not a check:
+/// (`wake_published` → `reply_posted`, joined by trace id). 24 with the
+/// test's two keeps her under the wake valve (30 wakes in 30 s), which
+/// would hold the rest back for the window. Not a check:
 /// `cargo test -p crewlet --test e2e -- --ignored --nocapture dashboard_chat::figure`
 #[test]
 #[ignore = "a benchmark: prints the figure, asserts nothing about it"]
 fn figure_a_reply_seen_in_another_tab_against_the_turns_wake_to_reply() {
-    const N: usize = 30;
+    const N: usize = 24;
     let server = NatsServer::start();
     let out = out_dir("dashboard-chat-figure");
-    let (nodes, read) = fleet(&server, &out);
-    let (a, b) = (&nodes[0].1, &nodes[1].1);
+    let (_sb, nodes, read) = fleet(&server);
+    let (a, b) = (&nodes[0], &nodes[1]);
     let trips = drive(a, b, &read, &out, N);
     let figure: Vec<&Value> = trips.iter().filter(|t| t["phase"] == "figure").collect();
     let from = figure[0]["sent_ms"].as_f64().unwrap();
