@@ -14,16 +14,10 @@
 // then sends N more mentions in the thread one after the other, each
 // waited for in tab B (phase "figure"), for the figure in BENCHMARKS.md.
 // Ends with OK.
-import { chromium } from "playwright-core";
+import { launch, shoot as shootAt } from "./chromium.mjs";
 
 const [baseA, baseB, writeToken, readToken, out, figureN] = process.argv.slice(2);
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const T = 20000;
 const errors = [];
 const fail = (msg) => { throw new Error(msg); };
@@ -55,16 +49,7 @@ async function open(page, route) {
     location.hash === `#/${r}`, route);
 }
 
-/** Both widths: no sideways scroll at either; a screenshot of each. */
-async function shoot(page, name) {
-  for (const [w, h] of [[1280, 900], [390, 844]]) {
-    await page.setViewportSize({ width: w, height: h });
-    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-    if (wide > w) fail(`${name} scrolls sideways at ${w} px (${wide} px wide)`);
-    await page.screenshot({ path: `${out}/${name}-${w}.png`, fullPage: true });
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
-}
+const shoot = (page, name) => shootAt(page, out, name);
 
 const thread = (page) => page.locator("[data-testid=thread] [data-testid=message]");
 const byGrace = (page) => page.locator("[data-testid=thread] [data-testid=message][data-author=grace]");

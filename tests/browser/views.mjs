@@ -8,19 +8,13 @@
 // a token that expires while its page is open lands on the login.
 //
 //   node views.mjs BASE_URL ADMIN_TOKEN READ_TOKEN OUT_DIR
-import { chromium } from "playwright-core";
+import { launch, shoot as shootAt } from "./chromium.mjs";
 import { createInterface } from "node:readline";
 
 const [base, adminToken, readToken, out] = process.argv.slice(2);
 const input = createInterface({ input: process.stdin });
 const lines = input[Symbol.asyncIterator]();
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const T = 20000;
 const errors = [];
 const fail = (msg) => { throw new Error(msg); };
@@ -43,16 +37,7 @@ async function open(page, route) {
   await page.waitForFunction((n) => document.getElementById("view").dataset.ready === n, name, { timeout: T });
 }
 
-/** Both widths: no sideways scroll at either; a screenshot of each. */
-async function shoot(page, name) {
-  for (const [w, h] of [[1280, 900], [390, 844]]) {
-    await page.setViewportSize({ width: w, height: h });
-    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-    if (wide > w) fail(`${name} scrolls sideways at ${w} px (${wide} px wide)`);
-    await page.screenshot({ path: `${out}/${name}-${w}.png`, fullPage: true });
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
-}
+const shoot = (page, name) => shootAt(page, out, name);
 
 const text = async (page, id) => (await page.getByTestId(id).first().textContent()) ?? "";
 

@@ -7,7 +7,7 @@
 //! ("Chat: a reply seen in another tab") is the ignored test below.
 
 use crate::common;
-use crate::dashboard::browser_dir;
+use crate::dashboard::{browser_dir, read_token, wait_two_nodes_holding_every_seat};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,29 +58,8 @@ fn fleet(server: &NatsServer) -> (Sandbox, Vec<Node>, String) {
             n
         })
         .collect();
-    let a = &nodes[0];
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            let fleet = a.get("/fleet").map(|r| r.json()).unwrap_or_default();
-            let seats = a.get("/agents").map(|r| r.json()).unwrap_or_default();
-            fleet["nodes"].as_array().is_some_and(|n| n.len() == 2)
-                && seats["agents"]
-                    .as_array()
-                    .is_some_and(|s| s.len() == 3 && s.iter().all(|s| s["state"] == "held"))
-        }),
-        "two nodes and every seat held: {}",
-        a.log_text()
-    );
-    let made = http::request(
-        &a.api,
-        "POST",
-        "/tokens",
-        &[("content-type", "application/json")],
-        br#"{"scope":"read","name":"watcher"}"#,
-    )
-    .expect("POST /tokens");
-    assert_eq!(made.status, 201, "{}", made.text());
-    let read = made.json()["token"].as_str().unwrap().to_owned();
+    wait_two_nodes_holding_every_seat(&nodes[0]);
+    let read = read_token(&nodes[0], "watcher");
     (sb, nodes, read)
 }
 
