@@ -121,6 +121,14 @@ try {
   if ((await thread(b).count()) !== 4) fail(`tab B's thread holds ${await thread(b).count()} messages, not 4`);
   console.log(JSON.stringify({ phase: "follow-up", sent_ms: again, shown_ms: shownB }));
 
+  // The node refuses a read session's post, as the composer said.
+  const refused = await b.evaluate(async () => {
+    const r = await fetch("/chat/channels/general/messages", { method: "POST", credentials: "same-origin",
+      headers: { "content-type": "application/json" }, body: JSON.stringify({ text: "may I?" }) });
+    return { status: r.status, body: await r.json() };
+  });
+  if (refused.status !== 403 || refused.body.scope_needed !== "write") fail(`a read session posted: ${JSON.stringify(refused)}`);
+
   for (const [tab, page] of [["A", a], ["B", b]]) {
     const problems = await page.getByTestId("problem").allTextContents();
     if (problems.length) fail(`tab ${tab} shows problems: ${problems.join("; ")}`);
@@ -139,6 +147,13 @@ try {
     reached = await a.evaluate(() => document.activeElement?.id === "chat-reply");
   }
   if (!reached) fail("the thread's composer is not reachable by keyboard");
+
+  // Grace's page lists the thread she now follows; its link opens it.
+  await b.evaluate(() => (location.hash = "#/seat/grace"));
+  const follow = b.locator(`[data-testid=follow][data-backend=chat][data-channel=general][data-thread="${id}"]`);
+  await follow.getByRole("link").click();
+  await b.getByTestId("thread").waitFor();
+  if ((await thread(b).count()) !== 4) fail("the followed thread's link does not open it");
 
   // The figure: mentions in the thread one after another, each reply
   // waited for in tab B.
