@@ -3,7 +3,8 @@
 //! and she answers in its thread through her own chat child, as herself,
 //! her working indicator raised then cleared; a follow-up in the thread
 //! with no mention is answered; her own replies wake nobody; a read token's
-//! post and a badly signed delivery are refused and store nothing; the
+//! post, a badly signed delivery and a seat credential the node did not
+//! mint are refused and store nothing; the
 //! other node of the fleet shows the same conversation, and a restarted
 //! node still does.
 
@@ -220,6 +221,9 @@ fn a_mention_posted_over_the_api_is_answered_in_its_thread_by_the_seat_fleet_wid
         forged.as_bytes(),
     )
     .unwrap();
+    assert_eq!(r.status, 401, "{}", r.text());
+    // Nor may anyone pass for grace with a credential the node did not mint.
+    let r = post(&a, "crewlet-chat.grace.00ff", json!({ "text": "as grace" }));
     assert_eq!(r.status, 401, "{}", r.text());
     let stored = messages(&a, &format!("{MESSAGES}?thread={thread}"));
     assert_eq!(stored.len(), 4, "nothing was stored by either: {stored:?}");

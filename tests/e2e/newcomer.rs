@@ -97,7 +97,8 @@ fn the_example_company_run_with_a_data_dir_is_reached_diagnosed_and_stopped_clea
         .spawn();
     node.wait_ready(Duration::from_secs(60));
 
-    // A reply lands in the data dir's chat log, not the working folder's.
+    // A reply lands in the company chat (its thread of the Slack channel),
+    // and nothing in the working folder.
     common::slack_mention(
         &node,
         SLACK_SECRET,
@@ -114,9 +115,11 @@ fn the_example_company_run_with_a_data_dir_is_reached_diagnosed_and_stopped_clea
         "{}",
         node.log_text()
     );
-    let chat =
-        std::fs::read_to_string(data.join("chat.jsonl")).expect("chat.jsonl in the data dir");
-    assert!(chat.contains(r#""as":"grace""#), "{chat}");
+    let chat = node
+        .get("/chat/channels/C0DEMO/messages?thread=1.1")
+        .expect("GET the thread")
+        .json();
+    assert_eq!(chat["messages"][0]["author"], "grace", "{chat}");
     assert!(!elsewhere.join("crewlet-data").exists());
 
     // The CLI without the node's data dir: refused, told which flag.

@@ -377,6 +377,9 @@ mod tests {
                 "gone-t" => Verdict::Refused(Refused::Revoked),
                 "old-t" => Verdict::Refused(Refused::Expired),
                 "later-t" => Verdict::Unknown("the tokens bucket is unreachable".into()),
+                "seat-t" => Verdict::Seat {
+                    handle: "grace".into(),
+                },
                 _ => Verdict::Refused(Refused::Unknown),
             }
         }
@@ -395,7 +398,13 @@ mod tests {
             closing,
             routes: Router::new()
                 .route("/secrets/{name}", axum::routing::put(|| async { "set" }))
-                .route("/tokens", get(|| async { "tokens" })),
+                .route("/tokens", get(|| async { "tokens" }))
+                .route(
+                    "/chat/who",
+                    get(|axum::Extension(who): axum::Extension<Caller>| async move {
+                        serde_json::to_string(&format!("{who:?}")).unwrap()
+                    }),
+                ),
             every_node: Router::new().route("/metrics", get(|| async { "\"metrics\"" })),
             authority: Arc::new(Tokens),
             allowed_hosts: AllowedHosts::new(std::net::IpAddr::from([127, 0, 0, 1]), &[]),
@@ -561,6 +570,32 @@ mod tests {
         assert_eq!(
             send(&app, "PUT", "/secrets/X", &[host, cookie]).await.0,
             StatusCode::OK
+        );
+    }
+
+    #[tokio::test]
+    async fn a_seats_chat_credential_reaches_the_chat_routes_alone_as_that_seat() {
+        const HOST: (&str, &str) = ("host", "127.0.0.1:7420");
+        let app = app(Arc::new(Fixed(AtomicU8::new(1))));
+        let seat = [HOST, ("authorization", "Bearer seat-t")];
+        let (status, who) = send(&app, "GET", "/chat/who", &seat).await;
+        assert_eq!(
+            (status, who),
+            (
+                StatusCode::OK,
+                serde_json::json!("Seat { handle: \"grace\" }")
+            )
+        );
+        for path in ["/tokens", "/metrics", "/events"] {
+            let (status, body) = send(&app, "GET", path, &seat).await;
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+            assert!(body["error"].as_str().unwrap().contains("/chat/"), "{body}");
+        }
+        let reader = [HOST, ("authorization", "Bearer read-t")];
+        let (_, who) = send(&app, "GET", "/chat/who", &reader).await;
+        assert_eq!(
+            who,
+            serde_json::json!("Operator { id: \"read-t\", scope: Read }")
         );
     }
 

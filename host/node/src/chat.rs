@@ -317,8 +317,11 @@ impl ChatRoom for ChatRoutes {
                 ));
             }
             let author = self.author(&caller)?;
+            // A seat may answer a thread that began on another surface.
+            let open = matches!(caller, Caller::Seat { .. });
             let mut args = json!({
                 "channel": channel, "text": body.text, "author": author, "at_ms": now_ms(),
+                "open": open,
             });
             if let Some(t) = body.thread {
                 args["thread"] = json!(t);

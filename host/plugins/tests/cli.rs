@@ -16,7 +16,7 @@ fn check_passes_every_repo_plugin_and_names_the_wrong_world() {
     let text = report.to_string();
     assert!(report.is_ok(), "{text}");
     assert!(report.catalogue.is_empty(), "{text}");
-    assert_eq!(report.plugins.len(), 11, "{text}");
+    assert_eq!(report.plugins.len(), 13, "{text}");
     assert!(text.contains("ok    github"), "{text}");
     assert!(!text.contains("hostile"), "{text}");
 

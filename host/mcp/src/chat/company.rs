@@ -58,12 +58,13 @@ impl CompanyChat {
         rest.split_once('.').map(|(handle, _)| handle.to_owned())
     }
 
-    async fn call(
+    /// One request; a transport failure is `Err`, any answer is `Ok`.
+    async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<(reqwest::StatusCode, Value), String> {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.url))
@@ -83,16 +84,21 @@ impl CompanyChat {
             .bytes()
             .await
             .map_err(|e| format!("the chat's answer was cut off: {e}"))?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        if status.is_success() {
-            Ok(value)
-        } else {
-            let detail = value["detail"]
-                .as_str()
-                .or(value["error"].as_str())
-                .unwrap_or("no reason given");
-            Err(format!("the chat refused the call ({status}): {detail}"))
-        }
+        Ok((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ))
+    }
+
+    /// One request whose answer must be a success.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value, String> {
+        let (status, value) = self.send(method, path, body).await?;
+        refused_unless_ok(status, value)
     }
 
     pub async fn post(
@@ -126,7 +132,15 @@ impl CompanyChat {
         if let Some(t) = thread {
             path.push_str(&format!("&thread={}", segment(t)));
         }
-        let answer = self.call(reqwest::Method::GET, &path, None).await?;
+        // A thread with nothing here yet (begun on another surface) reads
+        // as empty: there is nothing to read back, which is no failure.
+        let (status, answer) = self.send(reqwest::Method::GET, &path, None).await?;
+        if status == reqwest::StatusCode::NOT_FOUND && thread.is_some() {
+            return Ok(Thread {
+                messages: Vec::new(),
+            });
+        }
+        let answer = refused_unless_ok(status, answer)?;
         let messages = answer["messages"]
             .as_array()
             .map(|list| {
@@ -151,6 +165,18 @@ impl CompanyChat {
         self.call(reqwest::Method::PUT, &path, Some(body)).await?;
         Ok(if working { "raised" } else { "cleared" }.to_owned())
     }
+}
+
+/// `value` when `status` is a success, else the node's reason.
+fn refused_unless_ok(status: reqwest::StatusCode, value: Value) -> Result<Value, String> {
+    if status.is_success() {
+        return Ok(value);
+    }
+    let detail = value["detail"]
+        .as_str()
+        .or(value["error"].as_str())
+        .unwrap_or("no reason given");
+    Err(format!("the chat refused the call ({status}): {detail}"))
 }
 
 #[cfg(test)]

@@ -15,6 +15,12 @@
 //!   for the author's key first (`posted`, a day) and answers the message
 //!   it made, with `duplicate: true`. Calls into one module run one at a
 //!   time on a node, so a retry on the same node is always caught.
+//! - **Any channel, any thread, kept as keys may hold them**: a channel or
+//!   thread is encoded as one token of the key (`[A-Za-z0-9_-]` as is, any
+//!   other byte `=HH`), so a seat answering a Slack thread (`C0DEMO`,
+//!   `1.1`) lands in the chat too. A person replies only in a thread that
+//!   exists here; a seat's post (`open`) may name a thread whose start is on
+//!   another surface.
 //! - **The node posts; seats read.** `post` and `indicate` take the author
 //!   from their arguments, so a seat's own turn may not call them (its
 //!   posts go through its chat server and the node, which wakes whom it
@@ -49,7 +55,7 @@ fn text<'a>(v: &'a Value, field: &str) -> Result<&'a str, String> {
         .ok_or_else(|| format!("`{field}` is required"))
 }
 
-/// A name a key may hold as one token: what ids, channels and handles are.
+/// A name a key may hold as one token: what ids and handles are.
 fn token(field: &str, s: &str) -> Result<(), String> {
     let ok = !s.is_empty()
         && s.len() <= 128
@@ -60,6 +66,50 @@ fn token(field: &str, s: &str) -> Result<(), String> {
     } else {
         Err(format!("`{field}` {s:?} is not a chat name (a-z 0-9 - _)"))
     }
+}
+
+/// A channel or thread as one key token (module docs); refused when empty,
+/// past 128 bytes or holding a control character.
+fn enc(field: &str, s: &str) -> Result<String, String> {
+    if s.is_empty() || s.len() > 128 || s.chars().any(char::is_control) {
+        return Err(format!(
+            "`{field}` {s:?} is empty, longer than 128 bytes or holds a control character"
+        ));
+    }
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("={b:02X}"));
+        }
+    }
+    Ok(out)
+}
+
+/// [`enc`] undone.
+fn dec(token: &str) -> String {
+    let bytes = token.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .filter(|_| bytes[i] == b'=')
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// FNV-1a, 64 bits: a short stable digest for nonces and keys.
@@ -115,11 +165,11 @@ fn post(call: &ToolCall) -> Result<String, String> {
     let body = text(&a, "text")?;
     let author = text(&a, "author")?;
     let at_ms = a["at_ms"].as_u64().ok_or("`at_ms` is required")?;
-    token("channel", channel)?;
+    let ch = enc("channel", channel)?;
     token("author", author)?;
     let remembered = match a["idempotency_key"].as_str() {
         Some(k) => {
-            let key = format!("{channel}.{author}.{}", digest(&[k]));
+            let key = format!("{ch}.{author}.{}", digest(&[k]));
             if let Some(entry) = state::get(POSTED, &key).map_err(|e| describe(&e))? {
                 let kept = String::from_utf8_lossy(&entry.value).into_owned();
                 if let Some(message) = get_json(MESSAGES, &kept)? {
@@ -132,16 +182,18 @@ fn post(call: &ToolCall) -> Result<String, String> {
     };
     let thread = match a["thread"].as_str() {
         Some(t) => {
-            token("thread", t)?;
-            if state::get(MESSAGES, &format!("{channel}.{t}.{t}"))
-                .map_err(|e| describe(&e))?
-                .is_none()
+            let th = enc("thread", t)?;
+            let open = a["open"].as_bool().unwrap_or(false);
+            if !open
+                && state::get(MESSAGES, &format!("{ch}.{th}.{th}"))
+                    .map_err(|e| describe(&e))?
+                    .is_none()
             {
                 return Err(format!(
                     "not-found: #{channel} has no thread {t}; reply to a top-level message's id"
                 ));
             }
-            Some(t.to_owned())
+            Some((t.to_owned(), th))
         }
         None => None,
     };
@@ -153,16 +205,18 @@ fn post(call: &ToolCall) -> Result<String, String> {
         a["idempotency_key"].as_str().unwrap_or(""),
     ]);
     let id = format!("{at_ms:013}-{author}-{}", &nonce[..8]);
-    let root = thread.clone().unwrap_or_else(|| id.clone());
+    let root = thread
+        .as_ref()
+        .map_or_else(|| id.clone(), |(_, th)| th.clone());
     let message = json!({
         "id": id,
         "channel": channel,
-        "thread": thread,
+        "thread": thread.map(|(t, _)| t),
         "author": author,
         "text": body,
         "at_ms": at_ms,
     });
-    let key = format!("{channel}.{root}.{id}");
+    let key = format!("{ch}.{root}.{id}");
     state::put(MESSAGES, &key, message.to_string().as_bytes()).map_err(|e| describe(&e))?;
     if let Some(remembered) = remembered {
         // The message stands; a key not kept means a retry may post again.
@@ -179,9 +233,9 @@ fn post(call: &ToolCall) -> Result<String, String> {
     Ok(json!({ "message": message, "duplicate": false }).to_string())
 }
 
-/// The keys of one channel, split, oldest first.
-fn channel_keys(channel: &str) -> Result<Vec<Key>, String> {
-    let prefix = format!("{channel}.");
+/// The keys of encoded channel `ch`, split, oldest first.
+fn channel_keys(ch: &str) -> Result<Vec<Key>, String> {
+    let prefix = format!("{ch}.");
     let mut keys: Vec<Key> = state::keys(MESSAGES)
         .map_err(|e| describe(&e))?
         .iter()
@@ -195,20 +249,23 @@ fn channel_keys(channel: &str) -> Result<Vec<Key>, String> {
 fn read(call: &ToolCall) -> Result<String, String> {
     let a = args(call)?;
     let channel = text(&a, "channel")?;
-    token("channel", channel)?;
+    let ch = enc("channel", channel)?;
     let limit = a["limit"].as_u64().map_or(DEFAULT_LIMIT, |l| l as usize);
     let before = a["before"].as_str();
-    let keys = channel_keys(channel)?;
-    let thread = a["thread"].as_str();
-    if let Some(t) = thread
-        && !keys.iter().any(|k| k.thread == t && k.id == t)
+    let keys = channel_keys(&ch)?;
+    let thread = match a["thread"].as_str() {
+        Some(t) => Some((t, enc("thread", t)?)),
+        None => None,
+    };
+    if let Some((t, th)) = &thread
+        && !keys.iter().any(|k| &k.thread == th)
     {
         return Err(format!("not-found: #{channel} has no thread {t}"));
     }
     let chosen: Vec<&Key> = keys
         .iter()
-        .filter(|k| match thread {
-            Some(t) => k.thread == t,
+        .filter(|k| match &thread {
+            Some((_, th)) => &k.thread == th,
             None => k.thread == k.id,
         })
         .filter(|k| before.is_none_or(|b| k.id.as_str() < b))
@@ -258,7 +315,7 @@ fn channels() -> Result<String, String> {
     let channels: Vec<Value> = out
         .into_iter()
         .map(|(name, messages, last_at_ms)| {
-            json!({ "name": name, "messages": messages, "last_at_ms": last_at_ms })
+            json!({ "name": dec(&name), "messages": messages, "last_at_ms": last_at_ms })
         })
         .collect();
     Ok(json!({ "channels": channels }).to_string())
@@ -267,8 +324,7 @@ fn channels() -> Result<String, String> {
 fn working(call: &ToolCall) -> Result<String, String> {
     let a = args(call)?;
     let channel = text(&a, "channel")?;
-    token("channel", channel)?;
-    let prefix = format!("{channel}.");
+    let prefix = format!("{}.", enc("channel", channel)?);
     let mut rows = Vec::new();
     for key in state::keys(WORKING).map_err(|e| describe(&e))? {
         if !key.starts_with(&prefix) {
@@ -288,14 +344,15 @@ fn indicate(call: &ToolCall) -> Result<String, String> {
     let a = args(call)?;
     let channel = text(&a, "channel")?;
     let seat = text(&a, "seat")?;
-    token("channel", channel)?;
+    let ch = enc("channel", channel)?;
     token("seat", seat)?;
     let thread = a["thread"].as_str();
-    if let Some(t) = thread {
-        token("thread", t)?;
-    }
+    let th = match thread {
+        Some(t) => enc("thread", t)?,
+        None => TOP.to_owned(),
+    };
     let on = a["working"].as_bool().ok_or("`working` is required")?;
-    let key = format!("{channel}.{}.{seat}", thread.unwrap_or(TOP));
+    let key = format!("{ch}.{th}.{seat}");
     if on {
         let row = json!({ "seat": seat, "thread": thread, "since_ms": a["at_ms"] });
         state::put(WORKING, &key, row.to_string().as_bytes()).map_err(|e| describe(&e))?;
