@@ -16,13 +16,18 @@ const SECRET: &str = "dashboard-secret";
 pub(crate) const SLACK_SECRET: &str = "dashboard-slack-secret";
 
 /// A node on `server`; with `company`, the example company and plugins.
+/// The nodes of one server share a keyring, as a fleet's nodes must: the
+/// example's seats answer in the company chat with a credential minted
+/// from its sealed signing secret, which a node with another keyring
+/// cannot open.
 pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
+    let keyring = server.spec().store_dir.join("fleet-keyring");
     let cfg = sb.config(
         port,
         &format!(
-            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n",
+            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n[secrets]\nkeyring = {keyring:?}\n",
             server.url()
         ),
     );

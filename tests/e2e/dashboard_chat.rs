@@ -7,60 +7,25 @@
 //! ("Chat: a reply seen in another tab") is the ignored test below.
 
 use crate::common;
-use crate::dashboard::{browser_dir, read_token, wait_two_nodes_holding_every_seat};
+use crate::dashboard::{browser_dir, node_on, read_token, wait_two_nodes_holding_every_seat};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use common::*;
 use crewlet_testkit::NatsServer;
 use serde_json::Value;
 
-/// The example company, its seats answering in the company chat.
-fn company() -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut doc = std::fs::read_to_string(root.join("examples/company.toml")).unwrap();
-    if !doc.contains("${CREWLET_CHAT_URL}") {
-        let file =
-            r#"CHAT_IDENTITY = "${CREWLET_SEAT}", CHAT_LOG = "${CREWLET_DATA_DIR}/chat.jsonl""#;
-        assert!(doc.contains(file), "the example's chat servers moved");
-        doc = doc.replace(
-            file,
-            r#"CHAT_URL = "${CREWLET_CHAT_URL}", CHAT_TOKEN = "${CREWLET_CHAT_TOKEN}""#,
-        );
-        doc.push_str(
-            "\n[integrations.chat]\nplugin = \"chat-webhook\"\nsecret = \"chat_signing_secret\"\n",
-        );
-    }
-    doc
-}
-
-/// Two nodes of one fleet on the repository's plugins, sharing a keyring
-/// (a seat's chat credential is minted from the fleet's sealed chat
-/// secret, so the node that holds grace must open it), every seat held;
-/// and a read-scope token.
-fn fleet(server: &NatsServer) -> (Sandbox, Vec<Node>, String) {
-    let sb = Sandbox::new();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    std::fs::write(sb.path("company.toml"), company()).unwrap();
-    std::os::unix::fs::symlink(root.join("plugins"), sb.path("plugins")).unwrap();
-    let keyring = format!("[secrets]\nkeyring = {:?}\n", sb.path("keyring"));
-    let nodes: Vec<Node> = ["chat-a", "chat-b"]
-        .iter()
-        .map(|id| {
-            let mut n = sb
-                .fleet_node(id, &[server.url()], &keyring)
-                .env("GITHUB_WEBHOOK_SECRET", "chat-github-secret")
-                .env("SLACK_SIGNING_SECRET", "chat-slack-secret")
-                .spawn();
-            n.wait_ready(Duration::from_secs(60));
-            n
-        })
-        .collect();
-    wait_two_nodes_holding_every_seat(&nodes[0]);
-    let read = read_token(&nodes[0], "watcher");
-    (sb, nodes, read)
+/// Two nodes of one fleet running the example company (its seats answer
+/// in the company chat), every seat held; and a read-scope token.
+fn fleet(server: &NatsServer) -> (Vec<(Sandbox, Node)>, String) {
+    let nodes = vec![
+        node_on(server, "chat-a", true),
+        node_on(server, "chat-b", true),
+    ];
+    wait_two_nodes_holding_every_seat(&nodes[0].1);
+    let read = read_token(&nodes[0].1, "watcher");
+    (nodes, read)
 }
 
 /// Runs chat.mjs (tab A on `a`, tab B on `b`); its JSON lines, once it said OK.
@@ -103,8 +68,8 @@ fn out_dir(name: &str) -> PathBuf {
 fn a_mention_typed_in_one_tab_is_answered_live_in_a_tab_on_the_other_node() {
     let server = NatsServer::start();
     let out = out_dir("dashboard-chat");
-    let (_sb, nodes, read) = fleet(&server);
-    let (a, b) = (&nodes[0], &nodes[1]);
+    let (nodes, read) = fleet(&server);
+    let (a, b) = (&nodes[0].1, &nodes[1].1);
     let trips = drive(a, b, &read, &out, 0);
     println!("round trips (sent in tab A, reply drawn): {trips:?}");
     let phases: Vec<_> = trips.iter().map(|t| t["phase"].clone()).collect();
@@ -166,8 +131,8 @@ fn figure_a_reply_seen_in_another_tab_against_the_turns_wake_to_reply() {
     const N: usize = 24;
     let server = NatsServer::start();
     let out = out_dir("dashboard-chat-figure");
-    let (_sb, nodes, read) = fleet(&server);
-    let (a, b) = (&nodes[0], &nodes[1]);
+    let (nodes, read) = fleet(&server);
+    let (a, b) = (&nodes[0].1, &nodes[1].1);
     let trips = drive(a, b, &read, &out, N);
     let figure: Vec<&Value> = trips.iter().filter(|t| t["phase"] == "figure").collect();
     let from = figure[0]["sent_ms"].as_f64().unwrap();
