@@ -16,6 +16,7 @@ import { renderTurn } from "./turn.js";
 import { renderFeed } from "./feed.js";
 import { renderBudgets, renderFleet, renderPlugins, renderBucket } from "./ops.js";
 import { renderConfig, renderSecrets, renderTokens } from "./act.js";
+import { renderChat } from "./chat.js";
 
 const main = document.getElementById("view");
 const nav = document.getElementById("nav");
@@ -25,6 +26,8 @@ const loginBox = document.getElementById("login");
 // holding a form the person is typing in do not).
 const ROUTES = {
   org: { render: (box) => renderOrg(box), live: true },
+  // The chat places each push itself: a re-read would lose what is typed.
+  chat: { render: (box, [channel, thread]) => renderChat(box, channel, thread) },
   seat: { render: (box, [h], again) => renderSeat(box, h, again), live: true },
   turn: { render: (box, [id]) => renderTurn(box, id), live: true },
   feed: { render: (box, _, __, params) => renderFeed(box, params) },

@@ -1,10 +1,11 @@
 // The org (roles, seats, people, and each seat's live state) and a seat's
-// page (its recent turns, schedules, pause/resume). States come from
+// page (its recent turns, schedules, pause/resume, follows and memory). States come from
 // `GET /agents`; a held seat reads as working while turns are in flight,
 // else idle. What the fleet cannot say shows as unknown, never as idle.
 
 import { el, table, seatLink, turnLink, when, ago, tokens, meter, badge, problem, section } from "./dom.js";
 import { get, call, why, cannot, stream } from "./api.js";
+import { renderFollows, renderMemory } from "./memory.js";
 
 const STATE_KIND = { idle: "ok", working: "busy", paused: "warn", parked: "warn", stale: "bad", unplaced: "bad", unknown: "bad" };
 
@@ -113,7 +114,8 @@ function pauseControls(handle, agent, refresh) {
 }
 
 export async function renderSeat(main, handle, refresh) {
-  const [d, turns] = await Promise.all([readAll(), stream.query({ seat: handle, type: "turn_ended", limit: 20 })]);
+  const [d, turns, follows, memory] = await Promise.all([readAll(), stream.query({ seat: handle, type: "turn_ended", limit: 20 }),
+    renderFollows(handle), renderMemory(handle)]);
   if (!d.org.ok) return main.replaceChildren(section(`@${handle}`, problem(why(d.org))));
   const seat = d.org.body.seats.find((s) => s.handle === handle);
   if (!seat) return main.replaceChildren(section(`@${handle}`, problem(`the active company has no seat @${handle}`)));
@@ -140,5 +142,6 @@ export async function renderSeat(main, handle, refresh) {
     section("Schedules", schedules.length
       ? table("Schedules", ["Name", "Cron", "Time zone", "Next fire"], schedules.map((s) => el("tr", { "data-testid": "schedule" }, el("td", {}, s.name), el("td", {}, el("code", {}, s.cron)), el("td", {}, s.timezone),
         el("td", {}, s.next ? `${when(Date.parse(s.next))} (${ago(Date.parse(s.next))})` : "—"))))
-      : el("p", { class: "muted" }, "No schedules wake this seat.")));
+      : el("p", { class: "muted" }, "No schedules wake this seat.")),
+    follows, memory);
 }

@@ -8,19 +8,13 @@
 // a token that expires while its page is open lands on the login.
 //
 //   node views.mjs BASE_URL ADMIN_TOKEN READ_TOKEN OUT_DIR
-import { chromium } from "playwright-core";
+import { launch, shoot as shootAt } from "./chromium.mjs";
 import { createInterface } from "node:readline";
 
 const [base, adminToken, readToken, out] = process.argv.slice(2);
 const input = createInterface({ input: process.stdin });
 const lines = input[Symbol.asyncIterator]();
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-  ],
-});
+const browser = await launch();
 const T = 20000;
 const errors = [];
 const fail = (msg) => { throw new Error(msg); };
@@ -43,16 +37,7 @@ async function open(page, route) {
   await page.waitForFunction((n) => document.getElementById("view").dataset.ready === n, name, { timeout: T });
 }
 
-/** Both widths: no sideways scroll at either; a screenshot of each. */
-async function shoot(page, name) {
-  for (const [w, h] of [[1280, 900], [390, 844]]) {
-    await page.setViewportSize({ width: w, height: h });
-    const wide = await page.evaluate(() => document.documentElement.scrollWidth);
-    if (wide > w) fail(`${name} scrolls sideways at ${w} px (${wide} px wide)`);
-    await page.screenshot({ path: `${out}/${name}-${w}.png`, fullPage: true });
-  }
-  await page.setViewportSize({ width: 1280, height: 900 });
-}
+const shoot = (page, name) => shootAt(page, out, name);
 
 const text = async (page, id) => (await page.getByTestId(id).first().textContent()) ?? "";
 
@@ -114,6 +99,12 @@ try {
   // The seat's page: the turn in its recent turns.
   await open(page, "seat/grace");
   await page.getByTestId("seat-turn").first().waitFor({ timeout: T });
+  // Her follows: the Slack thread she answered in. Her memory, or why not:
+  // a node without the memory route says so, never "remembers nothing".
+  await page.locator("[data-testid=follow][data-backend=slack][data-channel=C9][data-thread='9.1']").waitFor({ timeout: T });
+  if (await page.getByTestId("memory-unavailable").count()) {
+    if (!/Memory not available on this node/.test(await text(page, "memory-unavailable"))) fail("the memory's absence is not said");
+  } else if ((await page.getByTestId("memory-kind").count()) < 4) fail("the seat page shows neither grace's memory nor why not");
   await shoot(page, "seat");
   // Ada's page: the example's stand-up with its next fire.
   await open(page, "seat/ada");

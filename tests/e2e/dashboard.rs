@@ -16,13 +16,18 @@ const SECRET: &str = "dashboard-secret";
 pub(crate) const SLACK_SECRET: &str = "dashboard-slack-secret";
 
 /// A node on `server`; with `company`, the example company and plugins.
+/// The nodes of one server share a keyring, as a fleet's nodes must: the
+/// example's seats answer in the company chat with a credential minted
+/// from its sealed signing secret, which a node with another keyring
+/// cannot open.
 pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox, Node) {
     let sb = Sandbox::new();
     let port = free_port();
+    let keyring = server.spec().store_dir.join("fleet-keyring");
     let cfg = sb.config(
         port,
         &format!(
-            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n",
+            "[node]\nid = \"{id}\"\n[stream]\nurl = \"{}\"\n[secrets]\nkeyring = {keyring:?}\n",
             server.url()
         ),
     );
@@ -44,6 +49,38 @@ pub(crate) fn node_on(server: &NatsServer, id: &str, company: bool) -> (Sandbox,
     let mut node = builder.spawn();
     node.wait_ready(Duration::from_secs(30));
     (sb, node)
+}
+
+/// Waits up to 30 s until `node` sees a fleet of two nodes holding the
+/// example company's three seats.
+pub(crate) fn wait_two_nodes_holding_every_seat(node: &Node) {
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let fleet = node.get("/fleet").map(|r| r.json()).unwrap_or_default();
+            let seats = node.get("/agents").map(|r| r.json()).unwrap_or_default();
+            fleet["nodes"].as_array().is_some_and(|n| n.len() == 2)
+                && seats["agents"]
+                    .as_array()
+                    .is_some_and(|s| s.len() == 3 && s.iter().all(|s| s["state"] == "held"))
+        }),
+        "two nodes and every seat held: {}",
+        node.log_text()
+    );
+}
+
+/// A read-scope token named `name`, made on `node` with the test's admin token.
+pub(crate) fn read_token(node: &Node, name: &str) -> String {
+    let body = format!(r#"{{"scope":"read","name":"{name}"}}"#);
+    let made = http::request(
+        &node.api,
+        "POST",
+        "/tokens",
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+    )
+    .expect("POST /tokens");
+    assert_eq!(made.status, 201, "{}", made.text());
+    made.json()["token"].as_str().unwrap().to_owned()
 }
 
 /// `tests/browser`, where the browser scripts run; playwright-core installed.

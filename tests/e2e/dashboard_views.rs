@@ -5,7 +5,9 @@
 //! token lands on the login. Screenshots go under the test's output dir.
 
 use crate::common;
-use crate::dashboard::{SLACK_SECRET, browser_dir, node_on};
+use crate::dashboard::{
+    SLACK_SECRET, browser_dir, node_on, read_token, wait_two_nodes_holding_every_seat,
+};
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -51,18 +53,7 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
     let server = NatsServer::start();
     let (_sa, a) = node_on(&server, "views-a", true);
     let (_sb, b) = node_on(&server, "views-b", true);
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            let fleet = a.get("/fleet").map(|r| r.json()).unwrap_or_default();
-            let seats = a.get("/agents").map(|r| r.json()).unwrap_or_default();
-            fleet["nodes"].as_array().is_some_and(|n| n.len() == 2)
-                && seats["agents"]
-                    .as_array()
-                    .is_some_and(|s| s.len() == 3 && s.iter().all(|s| s["state"] == "held"))
-        }),
-        "two nodes and every seat held: {}",
-        a.log_text()
-    );
+    wait_two_nodes_holding_every_seat(&a);
     // A real turn for the views to show.
     slack_mention(
         &a,
@@ -74,16 +65,7 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
         "<@grace> hi",
     );
     wait_turn_ended(&a, "grace");
-    let made = http::request(
-        &a.api,
-        "POST",
-        "/tokens",
-        &[("content-type", "application/json")],
-        br#"{"scope":"read","name":"viewer"}"#,
-    )
-    .expect("POST /tokens");
-    assert_eq!(made.status, 201, "{}", made.text());
-    let read_token = made.json()["token"].as_str().unwrap().to_owned();
+    let read_token = read_token(&a, "viewer");
 
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-views");
     let _ = std::fs::remove_dir_all(&out);

@@ -238,6 +238,21 @@ fn a_seat_hears_an_unmentioned_reply_in_a_thread_it_posted_in_on_any_node() {
         "{followed:?}"
     );
     assert_eq!(rt.block_on(follows.followers(&thread)).unwrap(), ["ada"]);
+    // The seat's page reads the same: ada follows the thread, lea nothing.
+    let of = |seat: &str| a.get(&format!("/agents/{seat}/follows")).unwrap().json();
+    let ada = of("ada");
+    assert_eq!(ada["seat"], "ada");
+    assert_eq!(
+        (
+            &ada["follows"][0]["backend"],
+            &ada["follows"][0]["channel"],
+            &ada["follows"][0]["thread"]
+        ),
+        (&json!("slack"), &json!(CHANNEL), &json!("100.1")),
+        "{ada}"
+    );
+    assert_eq!(ada["follows"].as_array().map(Vec::len), Some(1), "{ada}");
+    assert_eq!(of("lea")["follows"], json!([]));
 
     // A person replies in the thread, mentioning nobody: ada alone is
     // woken, by follow, once.

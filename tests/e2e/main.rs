@@ -13,6 +13,7 @@ mod clock_skew;
 mod config_plane;
 mod custody;
 mod dashboard;
+mod dashboard_chat;
 mod dashboard_views;
 mod doctor;
 mod duties;

@@ -19,6 +19,12 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("feed.js", JS, include_str!("../../../dashboard/feed.js")),
     ("ops.js", JS, include_str!("../../../dashboard/ops.js")),
     ("act.js", JS, include_str!("../../../dashboard/act.js")),
+    ("chat.js", JS, include_str!("../../../dashboard/chat.js")),
+    (
+        "memory.js",
+        JS,
+        include_str!("../../../dashboard/memory.js"),
+    ),
     (
         "style.css",
         CSS,

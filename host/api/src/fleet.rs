@@ -1,5 +1,5 @@
-//! `GET /fleet`, `GET /agents`, `GET /turns/{id}` and `GET /budgets` (read scope) over the
-//! node's [`FleetView`]: 503 with Retry-After when a view cannot be given
+//! `GET /fleet`, `GET /agents`, `GET /agents/{handle}/follows`, `GET
+//! /turns/{id}` and `GET /budgets` (read scope) over the node's [`FleetView`]: 503 with Retry-After when a view cannot be given
 //! now (the engine is starting, presence cannot be listed, no company is
 //! active); a turn found nowhere is 404 only when every node answered —
 //! not found where some node was silent is not "no such turn".
@@ -41,6 +41,10 @@ pub trait FleetView: Send + Sync + 'static {
     fn fleet(&self) -> ViewFuture<'_>;
     /// Every seat of the served company (`GET /agents`).
     fn agents(&self) -> ViewFuture<'_>;
+    /// The chat threads a seat follows, newest post first (`GET
+    /// /agents/{handle}/follows`: `{"seat", "follows": [{"backend",
+    /// "channel", "thread", "last_post_ms"}]}`).
+    fn follows(&self, handle: String) -> ViewFuture<'_>;
     /// A turn's detail from every node's log, with `found` and `coverage`.
     fn turn(&self, turn_id: String) -> ViewFuture<'_>;
     /// The company's and every seat's token windows (`GET /budgets`).
@@ -52,6 +56,7 @@ pub fn routes(view: Arc<dyn FleetView>) -> Router {
     Router::new()
         .route("/fleet", get(fleet))
         .route("/agents", get(agents))
+        .route("/agents/{handle}/follows", get(follows))
         .route("/turns/{turn_id}", get(turn))
         .route("/budgets", get(budgets))
         .with_state(view)
@@ -70,6 +75,10 @@ async fn fleet(State(view): State<Arc<dyn FleetView>>) -> Response {
 
 async fn agents(State(view): State<Arc<dyn FleetView>>) -> Response {
     answer(view.agents().await)
+}
+
+async fn follows(State(view): State<Arc<dyn FleetView>>, Path(handle): Path<String>) -> Response {
+    answer(view.follows(handle).await)
 }
 
 async fn budgets(State(view): State<Arc<dyn FleetView>>) -> Response {

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::answer::{Answer, CoordError, Reply};
 use crate::bucket::{Bucket, FOLLOW_AGE};
 use crate::kv::{Entry, Expect};
-use crate::names::{MAX_KEY_LEN, encode_token, preview};
+use crate::names::{MAX_KEY_LEN, decode_token, encode_token, preview};
 use crate::records::ms;
 use crate::{Contention, Coord, decode, encode};
 
@@ -85,6 +85,17 @@ impl ChatThread {
         }
         Ok(key)
     }
+
+    /// The thread a key names; `None` for a key [`ChatThread::key`] did
+    /// not make.
+    fn from_key(key: &str) -> Option<ChatThread> {
+        let mut parts = key.split('.').map(decode_token);
+        let (backend, channel, thread) = (parts.next()??, parts.next()??, parts.next()??);
+        parts
+            .next()
+            .is_none()
+            .then(|| ChatThread::new(backend, channel, thread))
+    }
 }
 
 impl std::fmt::Display for ChatThread {
@@ -106,6 +117,14 @@ impl Followed {
         let floor = ms(now).saturating_sub(age.as_millis() as u64);
         self.seats.retain(|_, at| *at > floor);
     }
+}
+
+/// One thread a seat follows, and when it last posted there (ms since the
+/// epoch, the posting node's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Following {
+    pub thread: ChatThread,
+    pub last_post_ms: u64,
 }
 
 /// The follows contract ([`Coord::follows`]).
@@ -159,6 +178,36 @@ impl Follows {
     pub async fn followers(&self, thread: &ChatThread) -> Result<Vec<String>, CoordError> {
         let key = thread.key()?;
         Ok(self.read(&key).await?.followed.seats.into_keys().collect())
+    }
+
+    /// Every thread `seat` follows, the most recent post first: one
+    /// listing of the whole bucket, for a person looking at the seat (the
+    /// routing path never lists, see the module docs). Unknown is
+    /// [`CoordError::Unavailable`], never an empty answer; a key this
+    /// module did not write is skipped.
+    pub async fn of_seat(&self, seat: &str) -> Result<Vec<Following>, CoordError> {
+        let kv = self.coord.kv(Self::B);
+        let (now, age) = (kv.now(), self.age());
+        let mut out = Vec::new();
+        for e in kv.list(Self::B, None).await? {
+            let Some(thread) = ChatThread::from_key(&e.key) else {
+                continue;
+            };
+            let mut followed = self.decode(&e)?;
+            followed.prune(now, age);
+            if let Some(&last_post_ms) = followed.seats.get(seat) {
+                out.push(Following {
+                    thread,
+                    last_post_ms,
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            b.last_post_ms
+                .cmp(&a.last_post_ms)
+                .then(a.thread.cmp(&b.thread))
+        });
+        Ok(out)
     }
 
     /// Records that `seat` posted in `thread` now: it follows the thread,
@@ -259,6 +308,39 @@ mod tests {
         assert_eq!(f.followers(&t).await.unwrap(), ["ada"]);
     }
 
+    #[tokio::test]
+    async fn a_seats_follows_are_listed_newest_first_without_the_aged_or_the_left() {
+        let (clock, c) = coord();
+        let f = c.follows();
+        let (old, left, new) = (
+            ChatThread::new("slack", "C.1", "1.5"),
+            ChatThread::new("chat", "general", "7"),
+            ChatThread::new("chat", "general", "9"),
+        );
+        f.follow(&old, "ada").await.unwrap();
+        f.follow(&left, "ada").await.unwrap();
+        clock.advance(Duration::from_secs(60));
+        f.follow(&new, "ada").await.unwrap();
+        f.follow(&new, "bob").await.unwrap();
+        assert_eq!(f.leave(&left, "ada").await.unwrap(), Answer::Yes(()));
+        let threads = |list: Vec<Following>| list.into_iter().map(|x| x.thread).collect::<Vec<_>>();
+        assert_eq!(
+            threads(f.of_seat("ada").await.unwrap()),
+            [new.clone(), old.clone()]
+        );
+        assert_eq!(
+            threads(f.of_seat("bob").await.unwrap()),
+            std::slice::from_ref(&new)
+        );
+        assert!(f.of_seat("eve").await.unwrap().is_empty());
+        // Bob keeps `new` alive; ada's own post there ages out with `old`.
+        clock.advance(Duration::from_secs(89 * 24 * 3600));
+        f.follow(&new, "bob").await.unwrap();
+        clock.advance(Duration::from_secs(2 * 24 * 3600));
+        assert!(f.of_seat("ada").await.unwrap().is_empty());
+        assert_eq!(threads(f.of_seat("bob").await.unwrap()), [new]);
+    }
+
     #[test]
     fn a_thread_without_a_part_or_too_long_is_refused() {
         for t in [
@@ -277,5 +359,10 @@ mod tests {
         let b = ChatThread::new("slack", "C", "1.2").key().unwrap();
         assert_ne!(a, b);
         assert_eq!(a.split('.').count(), 3);
+        assert_eq!(
+            ChatThread::from_key(&a),
+            Some(ChatThread::new("slack", "C.1", "2"))
+        );
+        assert_eq!(ChatThread::from_key("slack.C1"), None);
     }
 }

@@ -60,7 +60,7 @@ pub use claims::{Claimed, MAX_CLAIM_KEY_LEN, Unreleased};
 pub use custody::Custody;
 pub use epoch::FenceEpoch;
 pub use faulty::Faulty;
-pub use follows::{ChatThread, Follows};
+pub use follows::{ChatThread, Following, Follows};
 pub use handles::{
     BudgetReads, Budgets, ConfigPointer, Cooldowns, Deliveries, Leases, Ledger, PauseRecords,
     Records, Roster, Survey, TokenRecords, Valve,

@@ -196,6 +196,22 @@ impl FleetView for Fleet {
         Box::pin(async move { self.view()?.agents().await.map_err(fleet_refusal) })
     }
 
+    fn follows(&self, handle: String) -> ViewFuture<'_> {
+        Box::pin(async move {
+            let ctx = self.0.get().ok_or_else(Unavailable::starting)?;
+            let follows = ctx.coord.follows().of_seat(&handle).await;
+            let follows = follows.map_err(|e| Unavailable {
+                error: "follows_unavailable",
+                detail: format!("the follows bucket did not answer ({e}); retry shortly"),
+            })?;
+            let rows = follows.iter().map(|f| {
+                serde_json::json!({"backend": f.thread.backend, "channel": f.thread.channel,
+                    "thread": f.thread.thread, "last_post_ms": f.last_post_ms})
+            });
+            Ok(serde_json::json!({"seat": handle, "follows": rows.collect::<Vec<_>>()}))
+        })
+    }
+
     fn turn(&self, turn_id: String) -> ViewFuture<'_> {
         Box::pin(async move { Ok(self.view()?.turn(&turn_id).await) })
     }
