@@ -456,7 +456,8 @@ fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
     assert_eq!(w.node.health()["applied_epoch"], epoch, "nothing moved");
 
     // An option the provider does not read is refused at its key, never
-    // ignored (the scripted provider's manifest declares only `steps`).
+    // ignored (the scripted provider's manifest declares `steps` and
+    // `dimensions`, its embedder's).
     let stray = good.replace(
         "model = \"demo-review\", options = { ",
         "model = \"demo-review\", options = { base_url = \"http://127.0.0.1:9\", ",
@@ -473,7 +474,7 @@ fn a_company_naming_what_the_plugins_cannot_run_is_refused_with_its_path() {
         errors[0]["message"]
             .as_str()
             .unwrap()
-            .contains("does not read the option `base_url` (it takes: `steps`)"),
+            .contains("does not read the option `base_url` (it takes: `steps`, `dimensions`)"),
         "{errors}"
     );
     assert_eq!(errors.as_array().unwrap().len(), 1, "{errors}");
