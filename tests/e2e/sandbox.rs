@@ -47,6 +47,8 @@ fn start_with(deadline_ms: Option<u64>) -> World {
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml")
         .add("notebook", "plugins/modules/notebook/plugin.toml")
+        .add("chat", "plugins/modules/chat/plugin.toml")
+        .add("chat-webhook", "plugins/webhooks/chat/plugin.toml")
         .add("stuck", "plugins/testdata/stuck-module/plugin.toml")
         .add("slow", "plugins/testdata/slow-watcher/plugin.toml");
     let node = hostile_route_node(
