@@ -69,7 +69,9 @@ fn a_rebuilt_webhook_serves_the_next_delivery_and_a_broken_one_leaves_the_old_se
         .add("github", "plugins/webhooks/github/plugin.toml")
         .add("slack", "plugins/webhooks/slack/plugin.toml")
         .add("scripted", "plugins/providers/scripted/plugin.toml")
-        .add("notebook", "plugins/modules/notebook/plugin.toml");
+        .add("notebook", "plugins/modules/notebook/plugin.toml")
+        .add("chat", "plugins/modules/chat/plugin.toml")
+        .add("chat-webhook", "plugins/webhooks/chat/plugin.toml");
     let node = hostile_route_node(
         &sb,
         "reload-1",

@@ -515,7 +515,10 @@ async fn open_secrets(
         })
     });
     let (stop_tx, stop_rx) = watch::channel(false);
-    let making = tokio::spawn(crate::chat::ensure_secret(secrets.clone(), stop_rx));
+    let making = tokio::spawn(
+        crate::chat::ensure_secret(secrets.clone(), stop_rx)
+            .instrument(info_span!("chat", subsystem = "chat")),
+    );
     started.push("chat-secret", move || {
         Box::pin(async move {
             let _ = stop_tx.send(true);
