@@ -257,9 +257,11 @@ fn a_slow_watch_consumer_holds_its_backlog_on_the_server_not_in_the_node() {
     // What the node may hold live: the module's queue (64 steps of 200 KiB)
     // and each watch's pull window (one and a half of 2 MiB): about 40 MiB.
     // RSS shows more than the live bytes: glibc keeps each malloc arena at
-    // its peak (an idle run grew 45-48 MiB, two arenas of ~22 MiB each),
-    // and the more threads allocate the more arenas hold one; a fresh-clone
-    // CI run beside the other tests grew 84 MiB. The bound sits
+    // its peak, and the more threads allocate the more arenas hold one (a
+    // fresh-clone CI run beside the other tests grew 84 MiB, then 126 MiB
+    // once the node ran its estate, custody and chat tasks too), so the
+    // node runs with two arenas (`hostile_route_node`): 36-45 MiB idle,
+    // 77 MiB with both cores busy. The bound sits
     // between that and what it guards against: a push watch lets the
     // broker run 32 MiB ahead of each of the eight (a CI run saw 168 MiB);
     // an unbounded one, 48 MiB each. A watch re-opened mid-burst lists the

@@ -549,6 +549,11 @@ pub fn hostile_route_node(
         &[
             ("GITHUB_WEBHOOK_SECRET", secrets.0),
             ("HOSTILE_SECRET", secrets.1),
+            // Two malloc arenas, so the node's RSS follows the bytes it
+            // holds, not how many of its threads allocated at once (glibc
+            // keeps each of up to 8 arenas a core at its peak): what the
+            // sandbox's memory bounds read.
+            ("MALLOC_ARENA_MAX", "2"),
         ],
     )
 }
