@@ -4,7 +4,7 @@
 //! provider component (kept as a fixture) that still loads and completes
 //! but does not embed.
 
-mod common;
+use crate::common;
 
 use common::{manifest_text, runtime};
 use crewlet_plugins::provider::{

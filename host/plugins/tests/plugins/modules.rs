@@ -4,7 +4,7 @@
 //! forbidden use is refused as a value the guest sees, and a healthy module
 //! keeps answering.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! vendors' published vectors and against forged, missing, truncated and
 //! malformed headers and stale or future timestamps.
 
-mod common;
+use crate::common;
 
 use common::{hmac_hex, manifest, runtime};
 use crewlet_plugins::webhook::{ParseError, ReplyTo, Request, VerifyError, Wakes, WebhookPlugin};

@@ -3,7 +3,7 @@
 //! throughout, a faulted instance is never entered again, repeated faults
 //! quarantine the plugin, and nothing it says repeats a secret.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

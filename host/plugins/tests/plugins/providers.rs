@@ -2,7 +2,7 @@
 //! format: success with tool calls, 429 with Retry-After, 401, 500, a
 //! malformed body, and a redirect to a host the manifest does not allow.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

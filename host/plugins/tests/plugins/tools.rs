@@ -6,7 +6,7 @@
 //! declared topic and within the size bound, every refusal a value the
 //! guest sees.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! repo's plugins, errors naming file and field, and a scaffold that builds
 //! and passes its own test.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -6,7 +6,7 @@
 //! indicator is kept and cleared; a seat's own turn may not post through
 //! the module, and a thread that does not exist is refused, not made.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;
