@@ -1,4 +1,4 @@
 //! The contract suite against the in-process twin.
-mod contract;
+use crate::contract;
 
 contract_suite!(contract::fixtures::Memory::new());

@@ -1,5 +1,5 @@
 //! The contract suite against a single real nats-server.
-mod contract;
+use crate::contract;
 
 contract_suite!(contract::fixtures::Real::single());
 
