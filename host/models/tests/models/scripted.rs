@@ -3,7 +3,7 @@
 //! tool result, fail injection through the model layer, and malformed
 //! options answered as bad-request, never a fault.
 
-mod common;
+use crate::common;
 
 use common::{Host, Node, request, scripted, site};
 use crewlet_models::{Failure, Outcome};

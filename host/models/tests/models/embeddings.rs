@@ -4,7 +4,7 @@
 //! of words, and a 0.4.1 provider that does not embed — through the same
 //! key pool, fleet cooldowns (real NATS) and budget windows as completions.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;

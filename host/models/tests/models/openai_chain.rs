@@ -3,7 +3,7 @@
 //! 429 with the bench shared through real NATS, chain fallback and
 //! exhaustion, and the events each one publishes.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime};
 

@@ -2,7 +2,7 @@
 //! picks up a peer's bench (never shortening one), and a coordination
 //! outage leaves the local bench working.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant, SystemTime};
 
