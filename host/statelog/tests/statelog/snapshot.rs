@@ -3,7 +3,7 @@
 //! position is below the trim adopts a peer's snapshot over the broker and
 //! replays from it; an evicted node stops holding the trim.
 
-mod common;
+use crate::common;
 
 use common::{Node, book, js, tokens, until};
 use crewlet_statelog::snapshot::{self, Adopter, SnapshotError};

@@ -4,7 +4,7 @@
 //! stream recreated underneath stops the domain, and a barrier makes a
 //! read see the write before it.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! node's day — before and after a restart — never add up (the newer whole
 //! value replaces), and the read sums by period and key.
 
-mod common;
+use crate::common;
 
 use common::{Node, js, until};
 use crewlet_statelog::usage::{
