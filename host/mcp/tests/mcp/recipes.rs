@@ -6,7 +6,7 @@
 //! every seat's own child is started over the real MCP protocol with fake
 //! tokens and no vendor to reach, and must list the tools the recipe maps.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

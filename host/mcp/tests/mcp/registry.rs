@@ -1,7 +1,7 @@
 //! Seat registries over real children of the chat server: each seat acts as
 //! itself, shared children are shared, failures stay inside their server.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

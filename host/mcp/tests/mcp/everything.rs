@@ -2,7 +2,7 @@
 //! (installed under tests/mcp-servers by scripts/bootstrap.sh), over stdio
 //! and over streamable HTTP.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
