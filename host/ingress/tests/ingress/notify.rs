@@ -6,7 +6,7 @@
 //! spending it with [`crewlet_coord::Coord::admit`], a wake publish that
 //! fails because no stream takes the seat's inbox subject yet.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 

@@ -2,7 +2,7 @@
 //! with the claims bucket answering "unknown" while JetStream publishing
 //! works: the one case where the edge must publish without a claim.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::sync::Arc;
