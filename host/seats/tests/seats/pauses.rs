@@ -8,7 +8,7 @@ use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Coord, CoordOptions, Owner};
 use crewlet_seats::{PauseError, PauseMirror, SeatPauses};
 
-const EXAMPLE: &str = include_str!("../../../examples/company.toml");
+const EXAMPLE: &str = include_str!("../../../../examples/company.toml");
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -1,7 +1,7 @@
 //! Seat ownership against a real nats-server: placement, the acquire →
 //! equip → attach order and its mirror, batching, verdicts, lost leases.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
