@@ -18,7 +18,7 @@
 #     into its own .tools/litellm-venv, the third-party OpenAI-compatible
 #     server tests/e2e/litellm.rs completes a turn against, and the Jira
 #     recipe's MCP server (PyPI `mcp-atlassian`, pinned) into its own
-#     .tools/mcp-atlassian-venv, which host/mcp/tests/recipes.rs lists the
+#     .tools/mcp-atlassian-venv, which host/mcp/tests/mcp/recipes.rs lists the
 #     tools of (docs/recipes.md).
 set -euo pipefail
 

@@ -7,7 +7,7 @@
 //! `replicated.sqlite3` ([`Estate`]), committing the rows and its own
 //! position in one transaction; a record's operation id goes in the
 //! estate's ledger, so a retried write applies once. Nothing else writes
-//! the estate (`tests/only_the_applier_writes.rs` holds it).
+//! the estate (`tests/statelog/only_the_applier_writes.rs` holds it).
 //!
 //! Each node publishes its position per domain in `positions`
 //! ([`PositionBook`]); the trim ([`trim`]) deletes what every counted node
