@@ -18,7 +18,7 @@ use crewlet_coord::Survey;
 use crewlet_history::custody::{Keeper, KeeperStats};
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use crewlet_os::Stoppable;
 use tracing::{Instrument, info, warn};
 
 /// How often the count of live data nodes is read.
@@ -59,15 +59,13 @@ pub struct Parts {
 
 /// The keeper (on a data node) and the fleet count, running.
 pub struct Running {
-    keeper: Option<crewlet_history::custody::Running>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    keeper: Option<Stoppable>,
+    fleet: Stoppable,
 }
 
 impl Running {
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.fleet.stop().await;
         if let Some(keeper) = self.keeper {
             keeper.stop().await;
         }
@@ -90,16 +88,23 @@ pub fn start(p: Parts) -> (CustodyView, Running) {
     let fleet = Arc::new(Mutex::new(
         json!({ "data_nodes": null, "state": "unknown" }),
     ));
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(
-        watch_fleet(p.coord.survey(), p.data, fleet.clone(), stopped).in_current_span(),
-    );
+    let survey = p.coord.survey();
+    let watched = fleet.clone();
+    let fleet_task = Stoppable::spawn(|stopped| {
+        watch_fleet(survey, p.data, watched, stopped).in_current_span()
+    });
     let view = CustodyView {
         data: p.data,
         fleet,
         keeper: stats,
     };
-    (view, Running { keeper, stop, task })
+    (
+        view,
+        Running {
+            keeper,
+            fleet: fleet_task,
+        },
+    )
 }
 
 async fn watch_fleet(
