@@ -135,7 +135,11 @@ impl PositionBook {
 
     /// The standing eviction of `node`, if an operator evicted it.
     pub async fn eviction_of(&self, node: &str) -> Result<Option<Eviction>, CoordError> {
-        match self.coord.get_record(Bucket::Positions, EVICTED, node).await? {
+        match self
+            .coord
+            .get_record(Bucket::Positions, EVICTED, node)
+            .await?
+        {
             Answer::Yes((v, _)) => Ok(serde_json::from_value(v).ok()),
             Answer::No(()) => Ok(None),
         }

@@ -60,10 +60,15 @@ async fn a_backup_pins_the_log_while_it_copies_and_a_restore_moves_the_positions
     let rows: i64 = restored
         .reader()
         .unwrap()
-        .query_row("SELECT SUM(input_tokens) FROM usage_tokens", [], |r| r.get(0))
+        .query_row("SELECT SUM(input_tokens) FROM usage_tokens", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(rows, 15, "every row is in the restored estate");
     let err = restore(&file, target.path(), &|_, p| p).unwrap_err();
-    assert!(err.to_string().contains("fresh or emptied data dir"), "{err}");
+    assert!(
+        err.to_string().contains("fresh or emptied data dir"),
+        "{err}"
+    );
     applier.stop().await;
 }

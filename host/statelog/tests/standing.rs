@@ -71,8 +71,16 @@ async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_t
     trim_to(&js, &book, second).await;
 
     // n2 comes back: refused, saying how to readmit it.
-    let back = b.applier(&js, "n2", Some(book.clone()), Some(adopter(&client, &js, &book, &b, "n2")));
-    let s = until(&back, "refused", |s| matches!(s.state, DomainState::Evicted { .. })).await;
+    let back = b.applier(
+        &js,
+        "n2",
+        Some(book.clone()),
+        Some(adopter(&client, &js, &book, &b, "n2")),
+    );
+    let s = until(&back, "refused", |s| {
+        matches!(s.state, DomainState::Evicted { .. })
+    })
+    .await;
     let DomainState::Evicted { fix, eviction } = &s.state else {
         unreachable!()
     };
@@ -85,7 +93,10 @@ async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_t
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     assert_eq!(back.status().position, first);
     assert!(matches!(back.status().state, DomainState::Evicted { .. }));
-    assert_eq!(book.positions("usage").await.unwrap().get("n2"), Some(&first));
+    assert_eq!(
+        book.positions("usage").await.unwrap().get("n2"),
+        Some(&first)
+    );
     assert_eq!(b.input_tokens("n1", "s20"), None);
 
     // Readmitted: it adopts n1's snapshot (the log lost what it needs)
@@ -175,7 +186,12 @@ async fn a_donor_that_cannot_donate_says_why_and_the_adopter_asks_the_next_peer(
     // A joiner below the floor asks n3 first (furthest along), is told
     // why not, and adopts n1's.
     let b = Node::new();
-    let joiner = b.applier(&js, "n2", Some(book.clone()), Some(adopter(&client, &js, &book, &b, "n2")));
+    let joiner = b.applier(
+        &js,
+        "n2",
+        Some(book.clone()),
+        Some(adopter(&client, &js, &book, &b, "n2")),
+    );
     adopted_from_n1(&joiner, &b, last, 20).await;
     joiner.stop().await;
     donor.stop().await;

@@ -246,7 +246,11 @@ async fn the_usage_log_and_the_estate_travel_with_their_positions() {
     let read = backup::verify(&art).unwrap();
     assert_eq!(read.estate.map(|e| e.positions["usage"]), Some(3));
     assert_eq!(read.no_estate, None);
-    std::fs::write(art.join("replicated.sqlite3"), b"the estate's copy, altered").unwrap();
+    std::fs::write(
+        art.join("replicated.sqlite3"),
+        b"the estate's copy, altered",
+    )
+    .unwrap();
     assert!(matches!(
         backup::verify(&art),
         Err(BackupError::Tampered { file }) if file == "replicated.sqlite3"
@@ -257,5 +261,8 @@ async fn the_usage_log_and_the_estate_travel_with_their_positions() {
     w.no_estate("no `data` role");
     w.finish().unwrap();
     let read = backup::verify(&art).unwrap();
-    assert_eq!((read.estate, read.no_estate.as_deref()), (None, Some("no `data` role")));
+    assert_eq!(
+        (read.estate, read.no_estate.as_deref()),
+        (None, Some("no `data` role"))
+    );
 }
