@@ -22,9 +22,9 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use crewlet_stream::backup::{self, BackupError, Writer};
 use crewlet_statelog::usage::Usage;
 use crewlet_statelog::{Domain, PositionBook};
+use crewlet_stream::backup::{self, BackupError, Writer};
 use serde::Deserialize;
 use serde_json::json;
 use tracing::info;
@@ -219,7 +219,10 @@ async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<()
         return Ok(());
     };
     if !ctx.config.roles.contains(&crewlet_config::Role::Data) {
-        info!(subsystem = "backup", "the artefact holds an estate, but this node has no `data` role: not installed");
+        info!(
+            subsystem = "backup",
+            "the artefact holds an estate, but this node has no `data` role: not installed"
+        );
         return Ok(());
     }
     let rebase = |_domain: &str, old: u64| {
@@ -230,6 +233,10 @@ async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<()
     let positions =
         crewlet_statelog::backup::restore(&dir.join(&slot.file), &ctx.config.data_dir, &rebase)
             .map_err(|e| e.to_string())?;
-    info!(subsystem = "backup", ?positions, "the replicated estate was restored");
+    info!(
+        subsystem = "backup",
+        ?positions,
+        "the replicated estate was restored"
+    );
     Ok(())
 }

@@ -683,7 +683,12 @@ fn secrets(cmd: SecretsCmd) -> i32 {
 /// `crewlet estate evict|readmit`: the node and the audited reason.
 fn audited(node_api: &ApiArgs, path: &str, node: &str, reason: &str) -> i32 {
     let body = serde_json::json!({ "node": node, "reason": reason });
-    printed(api_request(node_api, "POST", path, body.to_string().as_bytes()))
+    printed(api_request(
+        node_api,
+        "POST",
+        path,
+        body.to_string().as_bytes(),
+    ))
 }
 
 fn api_request(node: &ApiArgs, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
