@@ -41,19 +41,44 @@ async fn adopted_from_n1(applier: &Applier, node: &Node, position: u64, rows: i6
     assert_eq!(node.count("SELECT COUNT(*) FROM usage_tokens"), rows);
 }
 
-#[tokio::test]
-async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_trim() {
+/// A broker and donor n1, serving its estate while its applier applies.
+struct OneDonor {
+    _server: NatsServer,
+    _a: Node,
+    _serving: tokio::task::JoinHandle<()>,
+    client: async_nats::Client,
+    js: async_nats::jetstream::Context,
+    book: PositionBook,
+    donor: Applier,
+}
+
+async fn one_donor() -> OneDonor {
     let server = NatsServer::start();
     let (client, js) = js(&server.url()).await;
     let book = book(&client, "n1").await;
     let a = Node::new();
     let donor = a.applier(&js, "n1", Some(book.clone()), None);
-    let _serving = serve(&client, &js, &a, "n1", Some(book.clone()), &donor).await;
+    let serving = serve(&client, &js, &a, "n1", Some(book.clone()), &donor).await;
+    OneDonor {
+        _server: server,
+        _a: a,
+        _serving: serving,
+        client,
+        js,
+        book,
+        donor,
+    }
+}
+
+#[tokio::test]
+async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_trim() {
+    let fleet = one_donor().await;
+    let (client, js, book, donor) = (&fleet.client, &fleet.js, &fleet.book, &fleet.donor);
     let b = Node::new();
-    let joiner = b.applier(&js, "n2", Some(book.clone()), None);
-    let first = append_n(&js, 0, 10).await;
+    let joiner = b.applier(js, "n2", Some(book.clone()), None);
+    let first = append_n(js, 0, 10).await;
     until(&joiner, "n2 applied", |s| s.position >= first).await;
-    published(&book, "n2", first).await;
+    published(book, "n2", first).await;
     joiner.stop().await;
 
     // n2 is gone; an operator evicts it, and the trim passes it.
@@ -65,17 +90,17 @@ async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_t
     })
     .await
     .unwrap();
-    let second = append_n(&js, 10, 10).await;
-    until(&donor, "n1 applied", |s| s.position >= second).await;
-    published(&book, "n1", second).await;
-    trim_to(&js, &book, second).await;
+    let second = append_n(js, 10, 10).await;
+    until(donor, "n1 applied", |s| s.position >= second).await;
+    published(book, "n1", second).await;
+    trim_to(js, book, second).await;
 
     // n2 comes back: refused, saying how to readmit it.
     let back = b.applier(
-        &js,
+        js,
         "n2",
         Some(book.clone()),
-        Some(adopter(&client, &js, &book, &b, "n2")),
+        Some(adopter(client, js, book, &b, "n2")),
     );
     let s = until(&back, "refused", |s| {
         matches!(s.state, DomainState::Evicted { .. })
@@ -86,8 +111,8 @@ async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_t
     };
     assert!(fix.contains("crewlet estate readmit n2"), "{fix}");
     assert_eq!(eviction.reason, "disk lost");
-    let third = append_n(&js, 20, 1).await;
-    until(&donor, "n1 applied", |s| s.position >= third).await;
+    let third = append_n(js, 20, 1).await;
+    until(donor, "n1 applied", |s| s.position >= third).await;
     // Another pass of its loop comes and goes: still nothing applied,
     // nothing published.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
@@ -105,24 +130,20 @@ async fn an_evicted_node_applies_nothing_until_readmitted_then_adopts_past_the_t
     assert_eq!(ended.map(|e| e.reason), Some("disk lost".to_owned()));
     assert_eq!(book.readmit("n2").await.unwrap(), None, "readmitted once");
     adopted_from_n1(&back, &b, third, 21).await;
-    let fourth = append_n(&js, 21, 1).await;
+    let fourth = append_n(js, 21, 1).await;
     until(&back, "replayed", |s| s.position >= fourth).await;
-    published(&book, "n2", fourth).await;
+    published(book, "n2", fourth).await;
     back.stop().await;
     donor.stop().await;
 }
 
 #[tokio::test]
 async fn a_donor_that_cannot_donate_says_why_and_the_adopter_asks_the_next_peer() {
-    let server = NatsServer::start();
-    let (client, js) = js(&server.url()).await;
-    let book = book(&client, "n1").await;
-    let a = Node::new();
-    let donor = a.applier(&js, "n1", Some(book.clone()), None);
-    let _serving = serve(&client, &js, &a, "n1", Some(book.clone()), &donor).await;
-    let last = append_n(&js, 0, 20).await;
-    until(&donor, "n1 applied", |s| s.position >= last).await;
-    published(&book, "n1", last).await;
+    let fleet = one_donor().await;
+    let (client, js, book, donor) = (&fleet.client, &fleet.js, &fleet.book, &fleet.donor);
+    let last = append_n(js, 0, 20).await;
+    until(donor, "n1 applied", |s| s.position >= last).await;
+    published(book, "n1", last).await;
 
     // n3 publishes the furthest position, but its log diverged; n4 applies
     // but stands below the floor.
@@ -163,7 +184,7 @@ async fn a_donor_that_cannot_donate_says_why_and_the_adopter_asks_the_next_peer(
         standing.push((node, served));
     }
     book.publish("usage", "n3", last + 100).await.unwrap();
-    trim_to(&js, &book, last).await;
+    trim_to(js, book, last).await;
 
     let ask = |name: &'static str| {
         let client = client.clone();
@@ -187,10 +208,10 @@ async fn a_donor_that_cannot_donate_says_why_and_the_adopter_asks_the_next_peer(
     // why not, and adopts n1's.
     let b = Node::new();
     let joiner = b.applier(
-        &js,
+        js,
         "n2",
         Some(book.clone()),
-        Some(adopter(&client, &js, &book, &b, "n2")),
+        Some(adopter(client, js, book, &b, "n2")),
     );
     adopted_from_n1(&joiner, &b, last, 20).await;
     joiner.stop().await;
