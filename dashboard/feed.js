@@ -15,7 +15,7 @@ export const KINDS = [
   "budget_exhausted", "budget_parked", "reply_posted", "reply_uncertain", "provider_fallback",
   "llm_unavailable", "credential_benched", "credential_cooled_by_peer", "schedule_fired",
   "schedule_missed", "maintenance_pass", "learning_pass", "config_activated", "config_applied", "node_started",
-  "node_evicted",
+  "node_evicted", "node_readmitted",
 ];
 
 const who = (ev) => (ev.seat ? "@" + ev.seat : `node ${ev.node_id}`);
@@ -59,6 +59,7 @@ export function sentence(ev) {
     case "config_activated": return `company revision ${p.epoch} activated (${p.org}, ${plural(p.seats ?? 0, "seat")})`;
     case "config_applied": return `node ${ev.node_id} applied revision ${p.epoch}`;
     case "node_evicted": return `node ${p.node} evicted from the state log's trim${p.reason ? ": " + trim(p.reason, 120) : ""}`;
+    case "node_readmitted": return `node ${p.node} readmitted to the state log${p.reason ? ": " + trim(p.reason, 120) : ""}`;
     case "node_started": return `node ${ev.node_id} started (${(p.roles ?? []).join(", ")})`;
     default: return `${ev.type} on ${ev.node_id}`;
   }

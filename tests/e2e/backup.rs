@@ -4,7 +4,9 @@
 //! `crewlet backup` writes the artefact; the node stops and
 //! its data dir — broker and store — is deleted; `crewlet restore` and a
 //! fresh start bring the same company back with its history, budget spend,
-//! secret and module state, and it answers again. An altered artefact and one of a newer
+//! secret, module state and usage history (the replicated estate's copy,
+//! its position moved onto the restored usage log, which the applier goes
+//! on applying), and it answers again. An altered artefact and one of a newer
 //! format are refused with the reason, writing nothing.
 
 use crate::common;
@@ -68,6 +70,32 @@ fn mention(node: &Node, event: &str, thread: &str) {
     assert_accepted(node, &r);
 }
 
+/// `GET /usage` by seat over months: (key, turns, output tokens) per row.
+fn usage_rows(node: &Node) -> Vec<(String, u64, u64)> {
+    let Some(r) = node.get("/usage?period=month&by=seat") else {
+        return Vec::new();
+    };
+    let v = r.json();
+    v["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|row| {
+            let n = |f: &str| row[f].as_u64().unwrap_or(0);
+            (
+                row["key"].as_str().unwrap_or("").to_owned(),
+                n("turns"),
+                n("output_tokens"),
+            )
+        })
+        .collect()
+}
+
+/// The usage domain's applier state on `/health`.
+fn estate_state(node: &Node) -> Value {
+    node.health()["estate"]["domains"][0].clone()
+}
+
 fn restore(art: &Path, data_dir: &Path) -> (bool, String) {
     let (status, out) = run_to_exit(
         &[
@@ -108,6 +136,14 @@ fn a_company_backed_up_and_restored_answers_with_its_history_budgets_secrets_and
     let spent = company_day_spent(&node);
     put_module_state(&node, "note", "before the backup");
     assert!(spent >= 150, "the turn's tokens are charged: {spent}");
+    let mut usage = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            usage = usage_rows(&node);
+            usage.iter().any(|(k, t, _)| k == "ada" && *t == 1)
+        }),
+        "the turn reaches the usage history: {usage:?}"
+    );
 
     let art = sb.path("backup-1");
     let api = format!("http://{}", node.api);
@@ -115,6 +151,13 @@ fn a_company_backed_up_and_restored_answers_with_its_history_budgets_secrets_and
     assert!(status.success(), "{out}");
     let manifest: Value = serde_json::from_str(&out).expect("the manifest is printed");
     assert_eq!(manifest["format"], 1, "{manifest}");
+    let at = manifest["estate"]["positions"]["usage"].as_u64();
+    assert!(at.is_some_and(|p| p >= 1), "the estate's copy: {manifest}");
+    let files = manifest["files"].to_string();
+    assert!(
+        files.contains("replicated.sqlite3") && files.contains("CREWLET_USAGE_LOG"),
+        "the estate and the usage log are in the artefact: {files}"
+    );
 
     node.signal(libc::SIGTERM);
     assert!(node.wait_exit(Duration::from_secs(30)).success());
@@ -144,9 +187,27 @@ fn a_company_backed_up_and_restored_answers_with_its_history_budgets_secrets_and
         "module state: {}",
         state.text()
     );
-    // The same company answers again.
+    let mut after = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            after = usage_rows(&node);
+            after == usage && estate_state(&node)["state"] == "applying"
+        }),
+        "usage reads the same after the restore: {after:?} against {usage:?}; {}",
+        estate_state(&node)
+    );
+    // The same company answers again, and the applier goes on applying
+    // the restored usage log.
     mention(&node, "Ev2", "200.1");
     wait_events(&node, "turn_ended", 2);
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            after = usage_rows(&node);
+            after.iter().any(|(k, t, _)| k == "ada" && *t == 2)
+        }),
+        "the second turn is applied on the restored log: {after:?}; {}",
+        estate_state(&node)
+    );
 
     // An altered artefact, then one of a newer format: refused, nothing
     // written into the target data dir.

@@ -4,7 +4,8 @@
 //! estate (no scatter); one node is killed and its usage still counts on
 //! the other; a query with a wrong word is 400 naming it; the killed node
 //! restarts, resumes at its committed position and its republished day
-//! replaces rather than adds.
+//! replaces rather than adds. Evicted, a node that comes back applies
+//! nothing until an operator readmits it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -148,5 +149,53 @@ fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
         )
         .is_empty()),
         "no node_evicted event"
+    );
+
+    // B comes back while evicted: it applies nothing and says how to be
+    // readmitted; an operator readmits it (audited, once) and it applies
+    // the log again, everyone's usage with it.
+    let b = spawn(&sb, "node-b", &server);
+    let mut state = Value::Null;
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            state = b.health()["estate"]["domains"][0].clone();
+            state["state"] == "evicted"
+        }),
+        "the evicted node is not refused: {state}"
+    );
+    let fix = state["fix"].as_str().unwrap_or_default();
+    assert!(fix.contains("crewlet estate readmit node-b"), "{state}");
+    let readmit = || {
+        run_to_exit(
+            &[
+                "estate",
+                "readmit",
+                "node-b",
+                "--reason",
+                "disk replaced",
+                "--api",
+                &api,
+            ],
+            &[],
+        )
+    };
+    let (status, out) = readmit();
+    assert!(status.success(), "{out}");
+    let (status, out) = readmit();
+    assert!(!status.success() && out.contains("not evicted"), "{out}");
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            state = b.health()["estate"]["domains"][0].clone();
+            state["state"] == "applying" && turns_by(&b, "node") == both
+        }),
+        "the readmitted node does not apply again: {state}"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || !crate::common::events(
+            &a,
+            "node_readmitted"
+        )
+        .is_empty()),
+        "no node_readmitted event"
     );
 }

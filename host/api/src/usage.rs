@@ -56,6 +56,8 @@ pub trait UsageSource: Send + Sync + 'static {
     fn usage(&self, ask: UsageAsk) -> UsageFuture<'_>;
     /// Records an operator's eviction of a node gone for good.
     fn evict(&self, ask: EvictAsk) -> UsageFuture<'_>;
+    /// Ends an eviction (same body: the node and why it may come back).
+    fn readmit(&self, ask: EvictAsk) -> UsageFuture<'_>;
 }
 
 /// `GET /usage`.
@@ -63,6 +65,7 @@ pub fn routes(source: Arc<dyn UsageSource>) -> Router {
     Router::new()
         .route("/usage", get(usage))
         .route("/estate/evict", post(evict))
+        .route("/estate/readmit", post(readmit))
         .with_state(source)
 }
 
@@ -107,19 +110,31 @@ fn answer(r: Result<Value, UsageRefusal>) -> Response {
     }
 }
 
-async fn evict(State(source): State<Arc<dyn UsageSource>>, body: axum::body::Bytes) -> Response {
-    let ask: EvictAsk = match serde_json::from_slice(&body) {
-        Ok(a) => a,
-        Err(e) => {
-            return answer(Err(UsageRefusal::BadQuery(format!(
-                "the body must be {{\"node\": \"ID\", \"reason\": \"why\"}}: {e}"
-            ))));
-        }
-    };
+/// The body of an eviction or a readmission, with its reason (audited).
+fn audited_ask(body: &[u8], what: &str) -> Result<EvictAsk, UsageRefusal> {
+    let ask: EvictAsk = serde_json::from_slice(body).map_err(|e| {
+        UsageRefusal::BadQuery(format!(
+            "the body must be {{\"node\": \"ID\", \"reason\": \"why\"}}: {e}"
+        ))
+    })?;
     if ask.reason.trim().is_empty() {
-        return answer(Err(UsageRefusal::BadQuery(
-            "say why the node is evicted (`reason`): the eviction is audited".into(),
+        return Err(UsageRefusal::BadQuery(format!(
+            "say why the node is {what} (`reason`): it is audited"
         )));
     }
-    answer(source.evict(ask).await)
+    Ok(ask)
+}
+
+async fn evict(State(source): State<Arc<dyn UsageSource>>, body: axum::body::Bytes) -> Response {
+    match audited_ask(&body, "evicted") {
+        Ok(ask) => answer(source.evict(ask).await),
+        Err(e) => answer(Err(e)),
+    }
+}
+
+async fn readmit(State(source): State<Arc<dyn UsageSource>>, body: axum::body::Bytes) -> Response {
+    match audited_ask(&body, "readmitted") {
+        Ok(ask) => answer(source.readmit(ask).await),
+        Err(e) => answer(Err(e)),
+    }
 }

@@ -73,6 +73,7 @@
 //! | `config_applied` | the config plane | this node applied a company revision |
 //! | `node_started` | the node | the node finished its start |
 //! | `node_evicted` | the node (`POST /estate/evict`) | an operator evicted a data node gone for good from the state log's trim |
+//! | `node_readmitted` | the node (`POST /estate/readmit`) | an operator ended an eviction: the node applies the state log again |
 //!
 //! A module's own topics are kinds too, built by [`module_topic_kind`]:
 //! `module.<module>.<topic>`, never in [`EVENT_KINDS`].
@@ -271,6 +272,7 @@ pub const EVENT_KINDS: &[&str] = &[
     "config_applied",
     "node_started",
     "node_evicted",
+    "node_readmitted",
 ];
 
 /// The first part of a module topic's kind ([`module_topic_kind`]).

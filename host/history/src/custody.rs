@@ -30,11 +30,11 @@ use std::time::Duration;
 use async_nats::jetstream::{self, AckKind, consumer};
 use crewlet_bus::{CUSTODY_BATCHES, CUSTODY_DURABLE, CUSTODY_STREAM};
 use crewlet_coord::{Answer, CoordError, Custody};
+use crewlet_os::Stoppable;
 use crewlet_store::{CustodyBatch, Settled, Store, StoreError};
 use futures::StreamExt;
 use serde::Serialize;
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::{Instrument, debug, info, warn};
 
 /// How often a keeper with unsettled batches asks the bucket again.
@@ -267,26 +267,12 @@ pub async fn ensure_durable(
         .map_err(|e| CustodyError::Durable(e.to_string()))
 }
 
-/// A running keeper: stop it with [`Running::stop`].
-pub struct Running {
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
-}
-
-impl Running {
-    pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
-    }
-}
-
 /// Starts `keeper` on the fleet's custody durable: a settle pass first,
 /// then batches taken as they come, unsettled ones asked again every
 /// [`SETTLE_EVERY`].
-pub fn start(keeper: Keeper, js: jetstream::Context) -> Running {
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(run(keeper, js, stopped).in_current_span());
-    Running { stop, task }
+/// Stop it with [`Stoppable::stop`].
+pub fn start(keeper: Keeper, js: jetstream::Context) -> Stoppable {
+    Stoppable::spawn(|stopped| run(keeper, js, stopped).in_current_span())
 }
 
 async fn run(keeper: Keeper, js: jetstream::Context, mut stop: watch::Receiver<bool>) {

@@ -29,6 +29,7 @@
 //!   node's log, so it pages the node named (the serving node when none is).
 
 pub mod custody;
+pub mod custody_view;
 pub mod local;
 pub mod responder;
 

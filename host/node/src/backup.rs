@@ -1,12 +1,17 @@
 //! Backup and restore on the running node (`crewlet_stream::backup` is the
 //! artefact): `POST /backup` (admin) writes one artefact directory on the
-//! node's machine — the company's buckets and streams, and this node's own
-//! store (its event log: the history) as a consistent SQLite copy;
+//! node's machine — the company's buckets and streams, this node's own
+//! store (its event log: the history) as a consistent SQLite copy, and on a
+//! data node the replicated estate's copy with the state logs pinned while
+//! the backup runs (`crewlet_statelog::backup`);
 //! `crewlet backup DIR` asks for it. `crewlet restore ARTEFACT --data-dir D`
 //! verifies the artefact whole, puts the store into an empty data dir and
 //! leaves a marker; the next `crewlet run` on D publishes the streams back
 //! once its own streams, buckets and plugins' buckets exist and before the
-//! config plane and the seats start, so the company comes up as it was.
+//! config plane and the seats start, installs the estate's copy with its
+//! positions moved onto the restored usage log (from which the applier
+//! replays) and forgets the old log's positions and floor, so the company
+//! comes up as it was.
 //! A marker whose artefact fails then stops the start, with the reason.
 
 use std::path::{Path, PathBuf};
@@ -17,6 +22,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
+use crewlet_statelog::usage::Usage;
+use crewlet_statelog::{Domain, PositionBook};
 use crewlet_stream::backup::{self, BackupError, Writer};
 use serde::Deserialize;
 use serde_json::json;
@@ -28,6 +35,8 @@ use crate::engine::{EngineContext, Late};
 pub const PENDING: &str = "restore-pending";
 /// The store's file inside an artefact.
 const STORE_FILE: &str = "node.sqlite3";
+/// The replicated estate's copy inside an artefact.
+const ESTATE_FILE: &str = "replicated.sqlite3";
 
 #[derive(Deserialize)]
 struct BackupBody {
@@ -64,10 +73,52 @@ async fn back_up_route(State(late): State<Arc<Late>>, Json(body): Json<BackupBod
     }
 }
 
-/// Writes the artefact into `dir`: the streams first, then the store.
+/// Writes the artefact into `dir`: the estate (pinning the state logs),
+/// the streams, then the store; the pins are let go however it ends.
 async fn back_up(ctx: &EngineContext, dir: &Path) -> Result<backup::Manifest, BackupError> {
-    let js = async_nats::jetstream::new(ctx.client.clone());
     let mut writer = Writer::create(dir, &ctx.node_id)?;
+    let book = PositionBook::new(ctx.coord.clone());
+    let pin = format!("backup-{}-{}", ctx.node_id, crewlet_os::now_ms());
+    let domains = [Usage.name()];
+    let positions = match ctx.state.estate.get() {
+        None => {
+            let why = if ctx.config.roles.contains(&crewlet_config::Role::Data) {
+                "this node's replicated estate is not open (see /health `estate`): back up from another data node for the estate"
+            } else {
+                "this node has no `data` role, so it holds no replicated estate: back up from a data node for the estate"
+            };
+            writer.no_estate(why);
+            None
+        }
+        Some(held) => {
+            let into = writer.dir().join(ESTATE_FILE);
+            let copied =
+                crewlet_statelog::backup::pin_and_copy(&held.estate, &book, &domains, &pin, &into)
+                    .await
+                    .map_err(|e| BackupError::Write {
+                        dir: dir.to_owned(),
+                        detail: format!("{ESTATE_FILE}: {e}"),
+                    })?;
+            Some(copied)
+        }
+    };
+    let written = write_rest(ctx, writer, dir, positions.as_ref()).await;
+    if positions.is_some() {
+        crewlet_statelog::backup::unpin(&book, &domains, &pin).await;
+    }
+    written
+}
+
+async fn write_rest(
+    ctx: &EngineContext,
+    mut writer: Writer,
+    dir: &Path,
+    estate: Option<&crewlet_statelog::Positions>,
+) -> Result<backup::Manifest, BackupError> {
+    if let Some(positions) = estate {
+        writer.add_estate(ESTATE_FILE, positions.0.clone())?;
+    }
+    let js = async_nats::jetstream::new(ctx.client.clone());
     backup::write_streams(&js, &mut writer, &ctx.coord.options().namespace).await?;
     let (store, into) = (ctx.store.clone(), writer.dir().join(STORE_FILE));
     tokio::task::spawn_blocking(move || store.snapshot_to(&into))
@@ -90,9 +141,14 @@ pub fn prepare(artefact: &Path, data_dir: &Path) -> Result<String, String> {
     let artefact = std::path::absolute(artefact).map_err(|e| e.to_string())?;
     let manifest = backup::verify(&artefact).map_err(|e| e.to_string())?;
     let store = data_dir.join(crewlet_store::FILE_NAME);
-    if store.exists() || data_dir.join(PENDING).exists() {
+    let taken = [
+        store.clone(),
+        data_dir.join(PENDING),
+        data_dir.join(crewlet_statelog::ESTATE_FILE),
+    ];
+    if taken.iter().any(|f| f.exists()) {
         return Err(format!(
-            "{} is not empty (it holds a node store or a restore already); restore into a fresh or emptied data dir",
+            "{} is not empty (it holds a node store, a replicated estate or a restore already); restore into a fresh or emptied data dir",
             data_dir.display()
         ));
     }
@@ -117,10 +173,70 @@ pub async fn adopt_pending(ctx: &EngineContext) -> Result<(), String> {
         return Ok(());
     };
     let js = async_nats::jetstream::new(ctx.client.clone());
-    let restored = backup::restore_streams(&js, Path::new(artefact.trim()))
+    let dir = Path::new(artefact.trim());
+    let fail = |e: String| format!("restore from {artefact}: {e}");
+    // The usage log exists before its records go back (the estate makes it
+    // later at start), and how many it held says where they land.
+    let usage = crewlet_statelog::ensure_stream(&js, &Usage, ctx.config.stream.replicas)
         .await
-        .map_err(|e| format!("restore from {artefact}: {e}"))?;
+        .map_err(|e| fail(e.to_string()))?;
+    let base = usage
+        .get_info()
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .state
+        .last_sequence;
+    let restored = backup::restore_streams(&js, dir)
+        .await
+        .map_err(|e| fail(e.to_string()))?;
+    restore_estate(ctx, dir, base).await.map_err(fail)?;
     std::fs::remove_file(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
     info!(subsystem = "backup", %artefact, ?restored, "the company's buckets and streams were restored");
+    Ok(())
+}
+
+/// Installs the artefact's estate copy (on a data node) with its usage
+/// position moved onto the restored usage log, whose first restored record
+/// landed after `base`; then forgets the old log's positions, pins and
+/// floor the restored positions bucket brought back (they number another
+/// log's records).
+async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<(), String> {
+    let manifest = backup::verify(dir).map_err(|e| e.to_string())?;
+    let dump = manifest
+        .files
+        .iter()
+        .find(|f| f.stream.as_deref() == Some(crewlet_bus::USAGE_LOG_STREAM))
+        .map(|f| std::fs::read(dir.join(&f.file)))
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    if dump.is_some() {
+        PositionBook::new(ctx.coord.clone())
+            .forget_log(Usage.name())
+            .await
+            .map_err(|e| format!("the positions bucket: {e}; start again to retry"))?;
+    }
+    let Some(slot) = &manifest.estate else {
+        return Ok(());
+    };
+    if !ctx.config.roles.contains(&crewlet_config::Role::Data) {
+        info!(
+            subsystem = "backup",
+            "the artefact holds an estate, but this node has no `data` role: not installed"
+        );
+        return Ok(());
+    }
+    let rebase = |_domain: &str, old: u64| {
+        dump.as_deref()
+            .and_then(|d| backup::restored_position(d, base, old))
+            .unwrap_or(base)
+    };
+    let positions =
+        crewlet_statelog::backup::restore(&dir.join(&slot.file), &ctx.config.data_dir, &rebase)
+            .map_err(|e| e.to_string())?;
+    info!(
+        subsystem = "backup",
+        ?positions,
+        "the replicated estate was restored"
+    );
     Ok(())
 }

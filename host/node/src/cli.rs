@@ -297,6 +297,18 @@ enum EstateCmd {
         #[command(flatten)]
         node_api: ApiArgs,
     },
+    /// Readmit an evicted node: it applies the state log again, adopting a
+    /// peer's snapshot first if the log was trimmed past it (audited: a
+    /// `node_readmitted` event with the reason).
+    Readmit {
+        /// The node's id.
+        node: String,
+        /// Why it may come back.
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        node_api: ApiArgs,
+    },
 }
 
 /// The running node a command talks to, and whose token it sends.
@@ -593,15 +605,12 @@ pub fn main() -> i32 {
             node,
             reason,
             node_api,
-        }) => {
-            let body = serde_json::json!({ "node": node, "reason": reason });
-            printed(api_request(
-                &node_api,
-                "POST",
-                "/estate/evict",
-                body.to_string().as_bytes(),
-            ))
-        }
+        }) => audited(&node_api, "/estate/evict", &node, &reason),
+        Command::Estate(EstateCmd::Readmit {
+            node,
+            reason,
+            node_api,
+        }) => audited(&node_api, "/estate/readmit", &node, &reason),
         Command::Fleet(show) => crate::client::shown(
             show.node.node(),
             "/fleet",
@@ -671,6 +680,17 @@ fn secrets(cmd: SecretsCmd) -> i32 {
 
 /// A JSON command over the API (`crewlet tokens …`, `crewlet agents …`):
 /// answers what to print, or an error line.
+/// `crewlet estate evict|readmit`: the node and the audited reason.
+fn audited(node_api: &ApiArgs, path: &str, node: &str, reason: &str) -> i32 {
+    let body = serde_json::json!({ "node": node, "reason": reason });
+    printed(api_request(
+        node_api,
+        "POST",
+        path,
+        body.to_string().as_bytes(),
+    ))
+}
+
 fn api_request(node: &ApiArgs, method: &str, path: &str, body: &[u8]) -> Result<String, String> {
     let headers = [("content-type", "application/json")];
     match crate::client::request_to(node.node(), method, path, &headers, body) {

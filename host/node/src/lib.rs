@@ -17,7 +17,6 @@ pub(crate) mod cli;
 pub(crate) mod client;
 pub(crate) mod company;
 pub(crate) mod config_import;
-pub(crate) mod custody;
 pub(crate) mod descriptors;
 pub(crate) mod doctor;
 pub(crate) mod duties;

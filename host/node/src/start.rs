@@ -216,13 +216,14 @@ pub async fn start(
         secrets,
         pauses,
     };
-    let (custody, keeping) = crate::custody::start(crate::custody::Parts {
-        node_id: ctx.node_id.clone(),
-        data,
-        store: ctx.store.clone(),
-        coord: ctx.coord.clone(),
-        client: ctx.client.clone(),
-    });
+    let (custody, keeping) =
+        crewlet_history::custody_view::start(crewlet_history::custody_view::Parts {
+            node_id: ctx.node_id.clone(),
+            data,
+            store: ctx.store.clone(),
+            coord: ctx.coord.clone(),
+            client: ctx.client.clone(),
+        });
     p.state.attach_custody(custody);
     started.push("custody", move || Box::pin(keeping.stop()));
     // A prepared restore: the company's buckets and streams back before

@@ -110,7 +110,7 @@ pub struct NodeState {
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
     /// Where events are kept, and the fleet's live data nodes (`/health`
     /// `custody`).
-    custody: OnceLock<crate::custody::CustodyView>,
+    custody: OnceLock<crewlet_history::custody_view::CustodyView>,
     /// Whether this node knows the fleet's secrets (`/health` `secrets`).
     secrets: OnceLock<std::sync::Arc<crewlet_secrets::Secrets>>,
     /// The company served now; its epoch is the applied one.
@@ -225,7 +225,7 @@ impl NodeState {
         let _ = self.secrets.set(secrets);
     }
 
-    pub fn attach_custody(&self, custody: crate::custody::CustodyView) {
+    pub fn attach_custody(&self, custody: crewlet_history::custody_view::CustodyView) {
         let _ = self.custody.set(custody);
     }
 

@@ -54,19 +54,25 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         )))
 }
 
-/// `GET /usage` (this node's estate) and `POST /estate/evict`, once the
+/// `GET /usage` (this node's estate), `POST /estate/evict` and
+/// `POST /estate/readmit`, once the
 /// engine is up.
 pub(crate) struct UsageRoutes(pub(crate) Late);
+
+impl UsageRoutes {
+    fn ctx(&self) -> Result<&crate::engine::EngineContext, crewlet_api::usage::UsageRefusal> {
+        self.0.get().ok_or_else(|| {
+            crewlet_api::usage::UsageRefusal::Unavailable(
+                "the node's engine is not up yet; retry in a few seconds".into(),
+            )
+        })
+    }
+}
 
 impl crewlet_api::usage::UsageSource for UsageRoutes {
     fn usage(&self, ask: crewlet_api::usage::UsageAsk) -> crewlet_api::usage::UsageFuture<'_> {
         Box::pin(async move {
-            let Some(ctx) = self.0.get() else {
-                return Err(crewlet_api::usage::UsageRefusal::Unavailable(
-                    "the node's engine is not up yet; retry in a few seconds".into(),
-                ));
-            };
-            let state = ctx.state.clone();
+            let state = self.ctx()?.state.clone();
             tokio::task::spawn_blocking(move || crate::estate::usage(&state.estate, ask))
                 .await
                 .unwrap_or_else(|e| {
@@ -77,12 +83,15 @@ impl crewlet_api::usage::UsageSource for UsageRoutes {
 
     fn evict(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
         Box::pin(async move {
-            let Some(ctx) = self.0.get() else {
-                return Err(crewlet_api::usage::UsageRefusal::Unavailable(
-                    "the node's engine is not up yet; retry in a few seconds".into(),
-                ));
-            };
+            let ctx = self.ctx()?;
             crate::estate::evict(&ctx.coord, &ctx.publisher, ask).await
+        })
+    }
+
+    fn readmit(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
+        Box::pin(async move {
+            let ctx = self.ctx()?;
+            crate::estate::readmit(&ctx.coord, &ctx.publisher, ask).await
         })
     }
 }

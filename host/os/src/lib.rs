@@ -12,6 +12,8 @@
 //! - [`ConfigEpoch`]: the config pointer's epoch, a type every crate that
 //!   carries it can see (the company, the store, the MCP children, the
 //!   config plane and coordination, which mints it).
+//! - [`Stoppable`]: a background loop with an explicit stop that waits for
+//!   it to end.
 //!
 //! Depends on nothing of Crewlet, so the lowest crate may use it.
 
@@ -19,8 +21,10 @@ mod clock;
 mod config_epoch;
 mod priority;
 mod spawn;
+mod task;
 
 pub use clock::{TEST_CLOCK_OFFSET_ENV, now_ms, wall_now};
 pub use config_epoch::ConfigEpoch;
 pub use priority::lower_thread_priority;
 pub use spawn::DieWithParent;
+pub use task::Stoppable;

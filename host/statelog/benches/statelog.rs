@@ -260,13 +260,15 @@ async fn adoption() {
     )
     .await;
     until(&donor.applier, last).await;
-    let serving = snapshot::serve(
-        client.clone(),
-        js.clone(),
-        donor.estate.clone(),
-        "n1".into(),
-        donor._dir.path().to_path_buf(),
-    )
+    let serving = snapshot::serve(snapshot::Donor {
+        client: client.clone(),
+        js: js.clone(),
+        estate: donor.estate.clone(),
+        node: "n1".into(),
+        staging: donor._dir.path().to_path_buf(),
+        book: Some(book.clone()),
+        domains: vec![donor.applier.watch()],
+    })
     .await
     .unwrap();
     while book.positions("usage").await.unwrap().get("n1") != Some(&last) {

@@ -75,6 +75,12 @@ pub enum DomainState {
         floor: u64,
         detail: String,
     },
+    /// An operator evicted this node: it applies nothing and publishes no
+    /// position until readmitted (`fix` names the command).
+    Evicted {
+        eviction: crate::Eviction,
+        fix: String,
+    },
     /// Stopped for good until an operator acts (`fix` says how).
     Diverged {
         finding: Diverged,
@@ -88,6 +94,7 @@ pub enum DomainState {
 
 enum PassEnd {
     Diverged(Diverged),
+    Evicted(crate::Eviction),
     Behind { floor: u64 },
     Unavailable(String),
 }
@@ -238,6 +245,15 @@ async fn run(
                 let _ = stopped.wait_for(|s| *s).await;
                 return;
             }
+            PassEnd::Evicted(eviction) => {
+                tracing::warn!(subsystem = "statelog", domain = name, by = %eviction.by, reason = %eviction.reason,
+                    "this node was evicted from the state log; applying nothing until an operator readmits it");
+                let fix = format!(
+                    "an operator evicted this node ({}); it applies nothing until readmitted: `crewlet estate readmit {}` (or POST /estate/readmit), after which it adopts a peer's snapshot if the log was trimmed past it",
+                    eviction.reason, parts.node
+                );
+                status.send_modify(|s| s.state = DomainState::Evicted { eviction, fix });
+            }
             PassEnd::Behind { floor } => {
                 let detail = match &parts.adopter {
                     None => "no snapshot source on this node".to_owned(),
@@ -306,6 +322,21 @@ fn judge(
     Ok(())
 }
 
+/// An operator's eviction of this node ends the pass: a node evicted must
+/// neither apply nor publish a position until it is readmitted.
+async fn judge_standing(parts: &ApplierParts) -> Result<(), PassEnd> {
+    let Some(book) = &parts.book else {
+        return Ok(());
+    };
+    match book.eviction_of(&parts.node).await {
+        Ok(None) => Ok(()),
+        Ok(Some(e)) => Err(PassEnd::Evicted(e)),
+        Err(e) => Err(PassEnd::Unavailable(format!(
+            "whether this node is evicted is unknown: {e}"
+        ))),
+    }
+}
+
 /// Reads the record at the cursor: another record there is a divergence.
 async fn judge_checkpoint(
     parts: &ApplierParts,
@@ -370,6 +401,7 @@ async fn pass_inner(
     let mut cursor = parts.estate.cursor(name)?;
     judge(parts, &info, cursor)?;
     judge_checkpoint(parts, &stream, cursor).await?;
+    judge_standing(parts).await?;
     if let Some(book) = &parts.book {
         let floor = book
             .floor(name)
@@ -418,6 +450,7 @@ async fn pass_inner(
                     .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?.clone();
                 judge(parts, &info, cursor)?;
                 judge_checkpoint(parts, &stream, cursor).await?;
+                judge_standing(parts).await?;
                 continue;
             }
         };

@@ -147,6 +147,62 @@ impl Estate {
     }
 }
 
+/// Installs a backup's estate snapshot `from` as the estate at `to`
+/// (which must not exist), each domain's cursor moved to where its records
+/// stand on the restored log (`rebase(domain, position)`), with no record
+/// instant: the restored log's records carry new ones, so the checkpoint
+/// is compared again only after the first apply. The copy is integrity
+/// checked first; nothing is at `to` unless all of it held. Answers the
+/// positions installed. (A restore is the estate's own install, as an
+/// adoption is: the applier is not running yet on this data dir.)
+pub(crate) fn restore_into(
+    from: &Path,
+    to: &Path,
+    rebase: &dyn Fn(&str, u64) -> u64,
+) -> Result<Positions, EstateError> {
+    let install = |source: std::io::Error| EstateError::Install {
+        path: to.display().to_string(),
+        source,
+    };
+    if to.exists() {
+        return Err(install(std::io::Error::new(
+            std::io::ErrorKind::AlreadyExists,
+            "an estate is there already; restore into a fresh or emptied data dir",
+        )));
+    }
+    let staged = PathBuf::from(format!("{}.restoring", to.display()));
+    std::fs::copy(from, &staged).map_err(install)?;
+    let result = (|| {
+        let conn = db::open_rw(&staged, SCHEMA)?;
+        let answer: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+        if answer != "ok" {
+            return Err(install(std::io::Error::other(format!(
+                "the backup's estate fails integrity_check: {answer}"
+            ))));
+        }
+        let old = positions_in(&conn)?;
+        for (domain, position) in &old.0 {
+            conn.execute(
+                "UPDATE statelog_cursor SET position = ?2, record_ns = 0 WHERE domain = ?1",
+                rusqlite::params![domain, rebase(domain, *position) as i64],
+            )?;
+        }
+        let now = positions_in(&conn)?;
+        conn.close().map_err(|(_, e)| e)?;
+        Ok(now)
+    })();
+    match result {
+        Ok(positions) => {
+            std::fs::rename(&staged, to).map_err(install)?;
+            Ok(positions)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&staged);
+            Err(e)
+        }
+    }
+}
+
 pub(crate) fn cursor_in(conn: &Connection, domain: &str) -> Result<Cursor, EstateError> {
     Ok(conn
         .query_row(

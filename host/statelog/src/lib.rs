@@ -12,11 +12,13 @@
 //! Each node publishes its position per domain in `positions`
 //! ([`PositionBook`]); the trim ([`trim`]) deletes what every counted node
 //! has applied, never by a clock; a node whose position fell below the
-//! trim adopts a peer's snapshot whole ([`snapshot`]). A log that diverged
+//! trim adopts a peer's snapshot whole ([`snapshot`]); a backup pins the
+//! logs and copies the estate ([`backup`]). A log that diverged
 //! from the rows (recreated, restored from an older copy) stops its
 //! domain's applier ([`Diverged`]). The first domain is [`usage`].
 
 pub mod applier;
+pub mod backup;
 mod db;
 mod domain;
 mod estate;

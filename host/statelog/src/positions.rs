@@ -4,7 +4,10 @@
 //!
 //! Rule: nothing here ages (the bucket has no age). A node stops holding
 //! the trim back only by an operator's audited eviction, never by a clock:
-//! an expired position would read as a node that applied nothing. Every
+//! an expired position would read as a node that applied nothing. The one
+//! exception is a pin taken with a lapse ([`PositionBook::pin_until`], a
+//! backup's): a backup that crashed before unpinning must not hold the
+//! trim for ever, and a pin past its lapse is no longer counted. Every
 //! read is three-valued — a listing the store could not certify is an
 //! error, never an empty answer.
 
@@ -76,6 +79,20 @@ impl PositionBook {
         self.put(PIN, &format!("{domain}:{name}"), &value).await
     }
 
+    /// Like [`PositionBook::pin`], but the pin stops counting at
+    /// `lapses_at_ms` (wall clock) if nobody unpinned it by then.
+    pub async fn pin_until(
+        &self,
+        domain: &str,
+        name: &str,
+        position: u64,
+        lapses_at_ms: i64,
+    ) -> Result<(), CoordError> {
+        let value = json!({"domain": domain, "name": name, "position": position,
+                           "at_ms": crewlet_os::now_ms(), "lapses_at_ms": lapses_at_ms});
+        self.put(PIN, &format!("{domain}:{name}"), &value).await
+    }
+
     /// Lets go of pin `name` on `domain`.
     pub async fn unpin(&self, domain: &str, name: &str) -> Result<(), CoordError> {
         self.coord
@@ -84,12 +101,18 @@ impl PositionBook {
             .map(|_| ())
     }
 
-    /// The pins held on `domain`: name → position.
+    /// The pins held on `domain` and not lapsed: name → position.
     pub async fn pins(&self, domain: &str) -> Result<BTreeMap<String, u64>, CoordError> {
         let all = self.coord.list_records(Bucket::Positions, PIN).await?;
+        let now = crewlet_os::now_ms();
         Ok(all
             .values()
             .filter(|v| v.get("domain").and_then(Value::as_str) == Some(domain))
+            .filter(|v| {
+                v.get("lapses_at_ms")
+                    .and_then(Value::as_i64)
+                    .is_none_or(|at| at > now)
+            })
             .filter_map(|v| Some((v.get("name")?.as_str()?.to_owned(), u(v, "position"))))
             .collect())
     }
@@ -108,6 +131,56 @@ impl PositionBook {
             .into_values()
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect())
+    }
+
+    /// The standing eviction of `node`, if an operator evicted it.
+    pub async fn eviction_of(&self, node: &str) -> Result<Option<Eviction>, CoordError> {
+        match self
+            .coord
+            .get_record(Bucket::Positions, EVICTED, node)
+            .await?
+        {
+            Answer::Yes((v, _)) => Ok(serde_json::from_value(v).ok()),
+            Answer::No(()) => Ok(None),
+        }
+    }
+
+    /// Ends `node`'s eviction (an operator readmitted it): the trim counts
+    /// its position again once it publishes one. Answers the eviction
+    /// ended, or `None` when the node was not evicted.
+    pub async fn readmit(&self, node: &str) -> Result<Option<Eviction>, CoordError> {
+        let Some(eviction) = self.eviction_of(node).await? else {
+            return Ok(None);
+        };
+        // Removed by another operator's readmit meanwhile: the same outcome.
+        self.coord
+            .remove_record(Bucket::Positions, EVICTED, node)
+            .await
+            .map(|_| ())?;
+        Ok(Some(eviction))
+    }
+
+    /// Forgets everything recorded about `domain`'s log — every node's
+    /// position, the pins, the floor — because the log was restored from a
+    /// backup and numbers its records anew (evictions stay: they are about
+    /// nodes, not positions).
+    pub async fn forget_log(&self, domain: &str) -> Result<(), CoordError> {
+        for class in [POSITION, PIN] {
+            let all = self.coord.list_records(Bucket::Positions, class).await?;
+            for (id, v) in all {
+                if v.get("domain").and_then(Value::as_str) == Some(domain) {
+                    self.coord
+                        .remove_record(Bucket::Positions, class, &id)
+                        .await
+                        .map(|_| ())?;
+                }
+            }
+        }
+        self.coord
+            .remove_record(Bucket::Positions, FLOOR, domain)
+            .await
+            .map(|_| ())?;
+        Ok(())
     }
 
     /// The floor the trim published for `domain` (0: never trimmed).

@@ -8,6 +8,12 @@
 //! The donor writes a consistent copy (`Estate::snapshot_to`) into the
 //! object store bucket [`crewlet_bus::SNAPSHOT_BUCKET`] and answers its
 //! name; the asker deletes the object once it has it.
+//!
+//! A donor checks itself first: it offers only while every domain it holds
+//! is applying at or past the trim's floor (not diverged, not behind or
+//! adopting, not evicted), and otherwise answers why; the asker then asks
+//! the next peer, furthest along first. Why: a copy of rows that diverged
+//! or fell behind would spread one node's fault to another.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,9 +24,10 @@ use async_nats::jetstream::object_store;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{Estate, EstateError, Local, PositionBook, Positions};
+use crate::{DomainState, DomainStatus, Estate, EstateError, Local, PositionBook, Positions};
 
 /// How long an asker waits for a donor's answer.
 const ASK_WITHIN: Duration = Duration::from_secs(60);
@@ -48,6 +55,16 @@ pub enum SnapshotError {
     Broker(String),
     #[error("peer {donor} could not make a snapshot: {reason}")]
     Donor { donor: String, reason: String },
+    #[error("this node cannot give a snapshot now: {0}; ask another peer")]
+    CannotDonate(String),
+    #[error(
+        "no peer at or past the trim's floor {floor} on `{domain}` gave a snapshot (asked, furthest along first: {tried}); this node stays behind and asks again"
+    )]
+    NoneGave {
+        domain: String,
+        floor: u64,
+        tried: String,
+    },
     #[error(
         "refused the snapshot from {donor}: its SHA-256 is {got}, the donor said {want} (a torn or tampered copy; this node stays behind)"
     )]
@@ -150,8 +167,11 @@ pub struct Adopter {
 }
 
 impl Adopter {
-    /// Asks the peer furthest along on `domain` for a snapshot, fetches,
-    /// checks and installs it; answers the positions it stands at.
+    /// Asks the peers at or past the trim's floor on `domain`, furthest
+    /// along first, for a snapshot until one gives a copy that checks;
+    /// installs it and answers the positions it stands at. A peer that
+    /// refuses (it cannot donate now), does not answer or gives a bad copy
+    /// is passed over for the next.
     pub async fn adopt(
         &self,
         estate: &Estate,
@@ -159,21 +179,50 @@ impl Adopter {
         domain: &str,
     ) -> Result<Positions, SnapshotError> {
         let floor = self.book.floor(domain).await?;
-        let positions = self.book.positions(domain).await?;
-        let donor = positions
-            .iter()
-            .filter(|(n, p)| **n != self.node && **p >= floor)
-            .max_by_key(|(_, p)| **p)
-            .map(|(n, _)| n.clone())
-            .ok_or_else(|| SnapshotError::NoDonor {
+        let mut donors: Vec<(String, u64)> = self
+            .book
+            .positions(domain)
+            .await?
+            .into_iter()
+            .filter(|(n, p)| *n != self.node && *p >= floor)
+            .collect();
+        if donors.is_empty() {
+            return Err(SnapshotError::NoDonor {
                 domain: domain.to_owned(),
                 floor,
-            })?;
+            });
+        }
+        donors.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut tried = Vec::new();
+        for (donor, _) in donors {
+            match self.adopt_from(estate, local, &donor).await {
+                Ok(positions) => return Ok(positions),
+                // This node's own disk: no other peer helps.
+                Err(e @ (SnapshotError::Estate(_) | SnapshotError::Stage { .. })) => return Err(e),
+                Err(e) => {
+                    tracing::info!(subsystem = "statelog", %donor, reason = %e, "peer gave no snapshot; asking the next");
+                    tried.push(format!("{donor}: {e}"));
+                }
+            }
+        }
+        Err(SnapshotError::NoneGave {
+            domain: domain.to_owned(),
+            floor,
+            tried: tried.join("; "),
+        })
+    }
+
+    async fn adopt_from(
+        &self,
+        estate: &Estate,
+        local: &Local,
+        donor: &str,
+    ) -> Result<Positions, SnapshotError> {
         let began = Instant::now();
         let reply = tokio::time::timeout(
             ASK_WITHIN,
             self.client.request(
-                crewlet_bus::snapshot_subject(&donor),
+                crewlet_bus::snapshot_subject(donor),
                 self.node.clone().into(),
             ),
         )
@@ -184,7 +233,7 @@ impl Adopter {
         .map_err(|e| SnapshotError::Broker(format!("asking {donor}: {e}")))?;
         let offer: Offer =
             serde_json::from_slice(&reply.payload).map_err(|_| SnapshotError::Donor {
-                donor: donor.clone(),
+                donor: donor.to_owned(),
                 reason: String::from_utf8_lossy(&reply.payload).into_owned(),
             })?;
         let store = bucket(&self.js).await?;
@@ -212,26 +261,92 @@ impl Adopter {
     }
 }
 
-/// Answers snapshot requests addressed to `node` until the returned task
-/// is aborted (the node's teardown).
-pub async fn serve(
-    client: async_nats::Client,
-    js: jetstream::Context,
-    estate: Arc<Estate>,
-    node: String,
-    staging: PathBuf,
-) -> Result<JoinHandle<()>, SnapshotError> {
-    let mut requests = client
-        .subscribe(crewlet_bus::snapshot_subject(&node))
+/// What a node gives snapshots from.
+pub struct Donor {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+    pub estate: Arc<Estate>,
+    pub node: String,
+    /// Where the copy is written before it goes to the object store.
+    pub staging: PathBuf,
+    /// Where the trim's floor is read (`None`: not checked, a test's).
+    pub book: Option<PositionBook>,
+    /// Each domain's applier status: a copy is offered only while all of
+    /// them apply at or past the floor.
+    pub domains: Vec<watch::Receiver<DomainStatus>>,
+}
+
+impl Donor {
+    /// Why this node cannot give a snapshot now, if it cannot.
+    pub async fn cannot_donate(&self) -> Option<String> {
+        for status in &self.domains {
+            let s = status.borrow().clone();
+            let state = match &s.state {
+                DomainState::Applying => None,
+                DomainState::Starting => Some("its applier is starting".to_owned()),
+                DomainState::Behind { floor, .. } => Some(format!(
+                    "it is behind the trim's floor {floor} (adopting a snapshot itself)"
+                )),
+                DomainState::Evicted { .. } => Some("an operator evicted it".to_owned()),
+                DomainState::Diverged { finding, .. } => {
+                    Some(format!("its log diverged ({})", finding.found))
+                }
+                DomainState::Unavailable { reason } => {
+                    Some(format!("its applier is waiting ({reason})"))
+                }
+            };
+            if let Some(why) = state {
+                return Some(format!("domain `{}`: {why}", s.domain));
+            }
+            let Some(book) = &self.book else { continue };
+            match book.floor(&s.domain).await {
+                Ok(floor) if s.position < floor => {
+                    return Some(format!(
+                        "domain `{}`: its position {} is below the trim's floor {floor}",
+                        s.domain, s.position
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Some(format!(
+                        "domain `{}`: the trim's floor is unknown ({e})",
+                        s.domain
+                    ));
+                }
+            }
+        }
+        None
+    }
+}
+
+/// Answers snapshot requests addressed to `donor.node` until the returned
+/// task is aborted (the node's teardown): a copy when the donor checks
+/// out, otherwise why not.
+pub async fn serve(donor: Donor) -> Result<JoinHandle<()>, SnapshotError> {
+    let mut requests = donor
+        .client
+        .subscribe(crewlet_bus::snapshot_subject(&donor.node))
         .await
         .map_err(|e| SnapshotError::Broker(e.to_string()))?;
     Ok(tokio::spawn(async move {
+        let Donor {
+            client,
+            js,
+            estate,
+            node,
+            staging,
+            ..
+        } = &donor;
         while let Some(msg) = requests.next().await {
             let Some(reply) = msg.reply.clone() else {
                 continue;
             };
             let asker = String::from_utf8_lossy(&msg.payload).into_owned();
-            let answer = match offer(&js, &estate, &node, &asker, &staging).await {
+            let checked = match donor.cannot_donate().await {
+                Some(why) => Err(SnapshotError::CannotDonate(why)),
+                None => offer(js, estate, node, &asker, staging).await,
+            };
+            let answer = match checked {
                 Ok(o) => serde_json::to_vec(&o).unwrap_or_default(),
                 Err(e) => e.to_string().into_bytes(),
             };

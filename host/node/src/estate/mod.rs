@@ -99,20 +99,6 @@ pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
         }
     };
     let book = PositionBook::new(p.coord.clone());
-    match snapshot::serve(
-        p.client.clone(),
-        js.clone(),
-        estate.clone(),
-        p.node_id.to_owned(),
-        dir.clone(),
-    )
-    .await
-    {
-        Ok(serving) => running.donor = Some(serving),
-        Err(e) => {
-            warn!(subsystem = "statelog", error = %e, "peers cannot adopt this node's estate")
-        }
-    }
     let applier = Applier::start(ApplierParts {
         js: js.clone(),
         estate: estate.clone(),
@@ -121,14 +107,30 @@ pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
         book: Some(book.clone()),
         adopter: Some(Adopter {
             client: p.client.clone(),
-            js,
-            book,
+            js: js.clone(),
+            book: book.clone(),
             node: p.node_id.to_owned(),
-            staging: dir,
+            staging: dir.clone(),
         }),
         node: p.node_id.to_owned(),
         replicas,
     });
+    // The donor offers a copy only while this applier applies.
+    let donor = snapshot::Donor {
+        client: p.client.clone(),
+        js,
+        estate: estate.clone(),
+        node: p.node_id.to_owned(),
+        staging: dir,
+        book: Some(book),
+        domains: vec![applier.watch()],
+    };
+    match snapshot::serve(donor).await {
+        Ok(serving) => running.donor = Some(serving),
+        Err(e) => {
+            warn!(subsystem = "statelog", error = %e, "peers cannot adopt this node's estate")
+        }
+    }
     let held = Arc::new(NodeEstate { estate, applier });
     slot.set(held.clone());
     running.held = Some(held);
@@ -211,6 +213,37 @@ async fn publish_usage(
             _ = stop.wait_for(|s| *s) => return,
         }
     }
+}
+
+/// An operator's audited readmission of an evicted node: the eviction is
+/// ended (the node applies again — adopting a peer's snapshot first if
+/// the log was trimmed past it — and its position counts in the trim once
+/// it publishes one) and a `node_readmitted` event records who and why.
+pub async fn readmit(
+    coord: &crewlet_coord::Coord,
+    publisher: &crewlet_observe::Publisher,
+    ask: crewlet_api::usage::EvictAsk,
+) -> Result<serde_json::Value, crewlet_api::usage::UsageRefusal> {
+    use crewlet_api::usage::UsageRefusal;
+    let book = PositionBook::new(coord.clone());
+    let ended = book.readmit(&ask.node).await.map_err(|e| {
+        UsageRefusal::Unavailable(format!(
+            "the positions bucket did not answer: {e}; whether `{}` was readmitted is unknown, retry",
+            ask.node
+        ))
+    })?;
+    let Some(eviction) = ended else {
+        return Err(UsageRefusal::UnknownNode(format!(
+            "node `{}` is not evicted; nothing was readmitted",
+            ask.node
+        )));
+    };
+    let payload = serde_json::json!({"node": ask.node, "reason": ask.reason,
+        "evicted_at_ms": eviction.at_ms, "evicted_for": eviction.reason});
+    let ev = publisher.event("node_readmitted", payload.clone());
+    let _ = publisher.record(ev).await;
+    info!(subsystem = "statelog", node = %ask.node, reason = %ask.reason, "node readmitted to the state log");
+    Ok(serde_json::json!({"readmitted": payload}))
 }
 
 /// An operator's audited eviction of a data node gone for good: recorded in

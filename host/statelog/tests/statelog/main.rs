@@ -5,6 +5,8 @@
 mod common;
 
 mod applier;
+mod backup;
 mod only_the_applier_writes;
 mod snapshot;
+mod standing;
 mod usage;

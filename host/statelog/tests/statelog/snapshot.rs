@@ -5,7 +5,7 @@
 
 use crate::common;
 
-use common::{Node, book, js, tokens, until};
+use common::{Node, book, js, serve, tokens, until};
 use crewlet_statelog::snapshot::{self, Adopter, SnapshotError};
 use crewlet_statelog::usage::Usage;
 use crewlet_statelog::{DomainState, Eviction, append, trim};
@@ -64,15 +64,7 @@ async fn a_node_below_the_trim_adopts_a_peers_snapshot_and_replays_from_it() {
     let book = book(&client, "n1").await;
     let a = Node::new();
     let donor = a.applier(&js, "n1", Some(book.clone()), None);
-    let serving = snapshot::serve(
-        client.clone(),
-        js.clone(),
-        a.estate.clone(),
-        "n1".into(),
-        a.path().to_path_buf(),
-    )
-    .await
-    .unwrap();
+    let serving = serve(&client, &js, &a, "n1", Some(book.clone()), &donor).await;
     let mut last = 0;
     for i in 0..50 {
         let o = tokens("n1", &format!("s{i}"), i);

@@ -21,6 +21,10 @@ struct Line {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     headers: Vec<(String, String)>,
     data: String,
+    /// The message's position on the stream it was read from (absent in
+    /// artefacts written before positions were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    seq: Option<u64>,
 }
 
 /// Headers a restore must not send again: the broker stamps them, and
@@ -88,6 +92,7 @@ pub async fn dump_stream(
             subject: msg.subject.to_string(),
             headers,
             data: STANDARD.encode(&msg.payload),
+            seq: Some(seq),
         };
         serde_json::to_writer(&mut out, &line).expect("a line serialises");
         out.push(b'\n');
@@ -131,4 +136,19 @@ pub async fn load_stream(
         n += 1;
     }
     Ok(n)
+}
+
+/// Where the record at position `old` of the dumped stream lands when
+/// `dump` is published back onto a stream that held `base` records: the
+/// count of dumped messages at or before `old`, past `base`. `None` when a
+/// line does not say its position (an older artefact): replay it all.
+pub fn restored_position(dump: &[u8], base: u64, old: u64) -> Option<u64> {
+    let mut n = 0;
+    for text in dump.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        let line: Line = serde_json::from_slice(text).ok()?;
+        if line.seq? <= old {
+            n += 1;
+        }
+    }
+    Some(base + n)
 }

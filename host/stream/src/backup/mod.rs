@@ -14,8 +14,10 @@
 //!   delete markers and a sealed secret's envelope are restored as they
 //!   were, never opened or re-encoded.
 //! - **The replicated estate has its slot** ([`Manifest::estate`]): its
-//!   snapshot file and positions, written by the estate's own API once it
-//!   lands; an artefact without one restores everything else.
+//!   copy and the positions it stands at, from a data node; a node without
+//!   the estate says so in [`Manifest::no_estate`]. Each dumped message
+//!   keeps its position ([`restored_position`]), so the estate's positions
+//!   can be moved onto the restored log.
 
 mod dump;
 
@@ -23,12 +25,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use async_nats::jetstream;
-use crewlet_bus::{DLQ_STREAM, MEMORY_STREAM};
+use crewlet_bus::{DLQ_STREAM, MEMORY_STREAM, USAGE_LOG_STREAM};
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-pub use dump::{dump_stream, load_stream};
+pub use dump::{dump_stream, load_stream, restored_position};
 
 /// The artefact format this build writes and the newest it reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -109,6 +111,10 @@ pub struct Manifest {
     pub files: Vec<FileEntry>,
     #[serde(default)]
     pub estate: Option<EstateSlot>,
+    /// Why the artefact holds no estate (the node that wrote it has no
+    /// `data` role, or its estate was not open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_estate: Option<String>,
 }
 
 /// The hex SHA-256 of `bytes`.
@@ -145,6 +151,7 @@ impl Writer {
                 node: node.to_owned(),
                 files: Vec::new(),
                 estate: None,
+                no_estate: None,
             },
         })
     }
@@ -189,6 +196,26 @@ impl Writer {
             messages: 0,
         });
         Ok(())
+    }
+
+    /// Adds the estate's copy, written into the artefact's directory as
+    /// `file`, with the positions it stands at.
+    pub fn add_estate(
+        &mut self,
+        file: &str,
+        positions: BTreeMap<String, u64>,
+    ) -> Result<(), BackupError> {
+        self.add_written(file)?;
+        self.manifest.estate = Some(EstateSlot {
+            file: file.to_owned(),
+            positions,
+        });
+        Ok(())
+    }
+
+    /// Says why the artefact holds no estate.
+    pub fn no_estate(&mut self, why: &str) {
+        self.manifest.no_estate = Some(why.to_owned());
     }
 
     /// Writes the manifest last: an artefact without one is not an artefact.
@@ -243,7 +270,7 @@ pub fn verify(dir: &Path) -> Result<Manifest, BackupError> {
 
 /// The streams a backup holds on a broker whose coordination buckets are
 /// named `{namespace}_*`: the company's buckets, every module bucket
-/// (`mod_*`), memory and the dead letters — those that exist.
+/// (`mod_*`), memory, the dead letters and the usage log — those that exist.
 pub async fn streams_to_back_up(
     js: &jetstream::Context,
     namespace: &str,
@@ -251,7 +278,7 @@ pub async fn streams_to_back_up(
     let mut wanted: Vec<String> = COMPANY_BUCKETS
         .iter()
         .map(|b| format!("KV_{namespace}_{b}"))
-        .chain([MEMORY_STREAM.to_owned(), DLQ_STREAM.to_owned()])
+        .chain([MEMORY_STREAM, DLQ_STREAM, USAGE_LOG_STREAM].map(str::to_owned))
         .collect();
     let mut names = js.stream_names();
     let mut present = Vec::new();

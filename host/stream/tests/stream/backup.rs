@@ -200,3 +200,69 @@ async fn an_altered_or_newer_artefact_is_refused_before_anything_is_written() {
         .unwrap_err();
     assert!(matches!(err, BackupError::NotAnArtefact(..)), "{err}");
 }
+
+/// The usage log is among the streams, each message with its position, so
+/// an estate's position on it moves onto the restored log's numbering; the
+/// estate's copy is checksummed like every file, and an artefact from a
+/// node without the estate says so.
+#[tokio::test]
+async fn the_usage_log_and_the_estate_travel_with_their_positions() {
+    let a = NatsServer::start();
+    let js = fresh(&a).await;
+    js.create_stream(jetstream::stream::Config {
+        name: crewlet_bus::USAGE_LOG_STREAM.into(),
+        subjects: vec![crewlet_bus::USAGE_LOG_SUBJECTS.into()],
+        max_messages_per_subject: 1,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    // Positions 1..4; the first is compacted away by the third.
+    for object in ["a", "b", "a", "c"] {
+        js.publish(format!("crewlet.usage.log.{object}"), "v".into())
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let art = dir.path().join("backup-1");
+    let mut w = Writer::create(&art, "n1").unwrap();
+    std::fs::write(art.join("replicated.sqlite3"), b"the estate's copy").unwrap();
+    w.add_estate("replicated.sqlite3", BTreeMap::from([("usage".into(), 3)]))
+        .unwrap();
+    backup::write_streams(&js, &mut w, "crewlet").await.unwrap();
+    let manifest = w.finish().unwrap();
+    let usage = manifest
+        .files
+        .iter()
+        .find(|f| f.stream.as_deref() == Some(crewlet_bus::USAGE_LOG_STREAM))
+        .expect("the usage log is backed up");
+    assert_eq!(usage.messages, 3);
+    let dump = std::fs::read(art.join(&usage.file)).unwrap();
+    assert_eq!(backup::restored_position(&dump, 0, 3), Some(2));
+    assert_eq!(backup::restored_position(&dump, 10, 4), Some(13));
+    assert_eq!(backup::restored_position(&dump, 0, 1), Some(0));
+    let read = backup::verify(&art).unwrap();
+    assert_eq!(read.estate.map(|e| e.positions["usage"]), Some(3));
+    assert_eq!(read.no_estate, None);
+    std::fs::write(
+        art.join("replicated.sqlite3"),
+        b"the estate's copy, altered",
+    )
+    .unwrap();
+    assert!(matches!(
+        backup::verify(&art),
+        Err(BackupError::Tampered { file }) if file == "replicated.sqlite3"
+    ));
+
+    let art = dir.path().join("backup-2");
+    let mut w = Writer::create(&art, "n2").unwrap();
+    w.no_estate("no `data` role");
+    w.finish().unwrap();
+    let read = backup::verify(&art).unwrap();
+    assert_eq!(
+        (read.estate, read.no_estate.as_deref()),
+        (None, Some("no `data` role"))
+    );
+}

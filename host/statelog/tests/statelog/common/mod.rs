@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_nats::jetstream;
 use crewlet_coord::{Coord, CoordOptions, Owner};
-use crewlet_statelog::snapshot::Adopter;
+use crewlet_statelog::snapshot::{self, Adopter, Donor};
 use crewlet_statelog::usage::{TokensObject, Usage, UsageObject};
 use crewlet_statelog::{Applier, ApplierParts, DomainStatus, Estate, Local, PositionBook};
 
@@ -126,4 +126,55 @@ pub async fn until(
         Ok(Ok(s)) => s.clone(),
         _ => panic!("{what}: not within 20 s; status {:?}", applier.status()),
     }
+}
+
+/// Serves `node`'s estate as donor `name`, offering while `applier` applies.
+pub async fn serve(
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+    node: &Node,
+    name: &str,
+    book: Option<PositionBook>,
+    applier: &Applier,
+) -> tokio::task::JoinHandle<()> {
+    snapshot::serve(Donor {
+        client: client.clone(),
+        js: js.clone(),
+        estate: node.estate.clone(),
+        node: name.into(),
+        staging: node.path().to_path_buf(),
+        book,
+        domains: vec![applier.watch()],
+    })
+    .await
+    .unwrap()
+}
+
+/// An adopter for `name`, staging in `node`'s dir.
+pub fn adopter(
+    client: &async_nats::Client,
+    js: &jetstream::Context,
+    book: &PositionBook,
+    node: &Node,
+    name: &str,
+) -> Adopter {
+    Adopter {
+        client: client.clone(),
+        js: js.clone(),
+        book: book.clone(),
+        node: name.into(),
+        staging: node.path().to_path_buf(),
+    }
+}
+
+/// Waits (up to 20 s) until `name`'s published position on `usage` is
+/// `position`.
+pub async fn published(book: &PositionBook, name: &str, position: u64) {
+    let waited = tokio::time::timeout(Duration::from_secs(20), async {
+        while book.positions("usage").await.unwrap().get(name) != Some(&position) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "{name} never published position {position}");
 }

@@ -2,7 +2,7 @@
 //! whether the fleet has anywhere to keep them.
 //!
 //! A node with `data` keeps its own event log and runs the custody keeper
-//! (`crewlet_history::custody`), taking the batches of nodes without it. A
+//! ([`crate::custody`]), taking the batches of nodes without it. A
 //! node without `data` keeps no log: its publisher batches its events onto
 //! `CREWLET_CUSTODY` (`crewlet_observe::Publisher::stateless`). Every node
 //! reads presence every [`VIEW_EVERY`] and says on `/health` `custody`
@@ -14,11 +14,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::custody::{Keeper, KeeperStats};
 use crewlet_coord::Survey;
-use crewlet_history::custody::{Keeper, KeeperStats};
+use crewlet_os::Stoppable;
 use serde_json::{Value, json};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tracing::{Instrument, info, warn};
 
 /// How often the count of live data nodes is read.
@@ -59,15 +59,13 @@ pub struct Parts {
 
 /// The keeper (on a data node) and the fleet count, running.
 pub struct Running {
-    keeper: Option<crewlet_history::custody::Running>,
-    stop: watch::Sender<bool>,
-    task: JoinHandle<()>,
+    keeper: Option<Stoppable>,
+    fleet: Stoppable,
 }
 
 impl Running {
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.task.await;
+        self.fleet.stop().await;
         if let Some(keeper) = self.keeper {
             keeper.stop().await;
         }
@@ -80,26 +78,29 @@ pub fn start(p: Parts) -> (CustodyView, Running) {
         let keeper = Keeper::new(p.node_id.clone(), p.store.clone(), p.coord.custody());
         let stats = keeper.stats();
         let js = async_nats::jetstream::new(p.client.clone());
-        (
-            Some(crewlet_history::custody::start(keeper, js)),
-            Some(stats),
-        )
+        (Some(crate::custody::start(keeper, js)), Some(stats))
     } else {
         (None, None)
     };
     let fleet = Arc::new(Mutex::new(
         json!({ "data_nodes": null, "state": "unknown" }),
     ));
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(
-        watch_fleet(p.coord.survey(), p.data, fleet.clone(), stopped).in_current_span(),
-    );
+    let survey = p.coord.survey();
+    let watched = fleet.clone();
+    let fleet_task =
+        Stoppable::spawn(|stopped| watch_fleet(survey, p.data, watched, stopped).in_current_span());
     let view = CustodyView {
         data: p.data,
         fleet,
         keeper: stats,
     };
-    (view, Running { keeper, stop, task })
+    (
+        view,
+        Running {
+            keeper,
+            fleet: fleet_task,
+        },
+    )
 }
 
 async fn watch_fleet(
