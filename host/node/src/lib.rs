@@ -20,7 +20,6 @@ pub(crate) mod config_import;
 pub(crate) mod custody;
 pub(crate) mod descriptors;
 pub(crate) mod doctor;
-pub(crate) mod duties;
 pub(crate) mod engine;
 pub(crate) mod estate;
 pub(crate) mod identity;

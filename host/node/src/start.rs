@@ -334,20 +334,24 @@ async fn start_modules(ctx: &EngineContext, started: &mut Started) {
 async fn start_duties(ctx: &EngineContext, started: &mut Started) {
     let (eligible, follower) = ctx.state.watch_admission();
     let workers = ctx.config.roles.contains(&crewlet_config::Role::Workers);
-    let learning = match workers {
-        true => Some(crate::duties::learning::Inputs {
+    let models = match workers {
+        true => Some(crate::seats::models(ctx).await),
+        false => None,
+    };
+    let learning = models
+        .clone()
+        .map(|models| crewlet_duties::learning::Inputs {
             client: ctx.client.clone(),
             store: ctx.store.clone(),
             publisher: ctx.publisher.clone(),
             active: ctx.active.clone(),
             config: ctx.config.duties.clone(),
             budgets: ctx.coord.budgets(),
-            models: crate::seats::models(ctx).await,
-        }),
-        false => None,
-    };
-    let running = crate::duties::start(
-        crate::duties::Parts {
+            models,
+            tables: crate::memory_tables::memory_tables,
+        });
+    let running = crewlet_duties::start(
+        crewlet_duties::Parts {
             node_id: ctx.node_id.clone(),
             coord: ctx.coord.clone(),
             js: async_nats::jetstream::new(ctx.client.clone()),
@@ -364,6 +368,10 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
     started.push("duties", move || {
         Box::pin(async move {
             running.stop().await;
+            // The learning duty's own model layer, after its last call.
+            if let Some(models) = models {
+                models.shutdown().await;
+            }
             follower.abort();
         })
     });

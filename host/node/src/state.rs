@@ -94,7 +94,7 @@ pub struct NodeState {
     pub plugins_dirs: Vec<PathBuf>,
     pub store: std::sync::Arc<crewlet_store::Store>,
     /// Who holds the duties, here and in the fleet.
-    pub duties: crate::duties::DutiesView,
+    pub duties: crewlet_duties::DutiesView,
     /// The replicated estate, on a node with `data`.
     pub estate: crate::estate::EstateSlot,
     started_at: OffsetDateTime,
@@ -138,9 +138,9 @@ impl NodeState {
             company,
             plugins_dirs,
             store,
-            duties: crate::duties::DutiesView {
+            duties: crewlet_duties::DutiesView {
                 workers: config.roles.contains(&Role::Workers),
-                ..crate::duties::DutiesView::default()
+                ..crewlet_duties::DutiesView::default()
             },
             estate: crate::estate::EstateSlot::default(),
             started_at: OffsetDateTime::now_utc(),

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use crewlet_config::DutiesConfig;
 use crewlet_coord::Coord;
+use crewlet_turns::Brain;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -90,7 +91,7 @@ impl DutiesView {
 }
 
 /// What the duties are started with.
-pub struct Parts {
+pub struct Parts<B> {
     pub node_id: String,
     pub coord: Coord,
     pub js: async_nats::jetstream::Context,
@@ -103,7 +104,7 @@ pub struct Parts {
     /// Whether the node admits triggers now (it does not while it sheds).
     pub eligible: watch::Receiver<bool>,
     /// What the learning duty runs with (`None` without `workers`).
-    pub learning: Option<learning::Inputs>,
+    pub learning: Option<learning::Inputs<B>>,
 }
 
 /// The started duties; [`Running::stop`] ends their work, then releases
@@ -128,7 +129,7 @@ impl Running {
 
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
-pub fn start(p: Parts, view: &DutiesView) -> Running {
+pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Running {
     let lease = |duty: Duty| {
         DutyLease::start(
             Spec {
