@@ -28,7 +28,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewlet_config::DutiesConfig;
-use crewlet_coord::Coord;
+use crewlet_coord::{Fires, Leases, Owner, Records, Roster, Upkeep};
+use crewlet_statelog::PositionBook;
 use crewlet_turns::Brain;
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -90,10 +91,24 @@ impl DutiesView {
     }
 }
 
-/// What the duties are started with.
+/// What the duties are started with: the coordination handles each duty
+/// uses, and nothing else of coordination.
 pub struct Parts<B> {
     pub node_id: String,
-    pub coord: Coord,
+    /// This node's incarnation: the duties' leases are held in its name.
+    pub owner: Owner,
+    /// The `worker` leases: one per duty, competed for and listed.
+    pub leases: Leases,
+    /// The `node` leases, read only: which live nodes have `workers`.
+    pub nodes: Roster,
+    /// The scheduler's fire claims and cursors.
+    pub fires: Fires,
+    /// The maintenance sweep and the config pointer, read only.
+    pub upkeep: Upkeep,
+    /// The mailboxes bucket, for the retirement of removed seats'.
+    pub mailboxes: Records,
+    /// The state log's positions, for its trim.
+    pub positions: PositionBook,
     pub js: async_nats::jetstream::Context,
     pub store: std::sync::Arc<crewlet_store::Store>,
     pub publisher: crewlet_observe::Publisher,
@@ -105,6 +120,20 @@ pub struct Parts<B> {
     pub eligible: watch::Receiver<bool>,
     /// What the learning duty runs with (`None` without `workers`).
     pub learning: Option<learning::Inputs<B>>,
+}
+
+/// Why the duties did not start: a handle of the wrong class was wired
+/// in (the caller's mistake; nothing was acquired or written).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "the duties were handed the `{given}` leases as their `{wanted}` leases: wire `Coord::{handle}(\"{wanted}\")`"
+    )]
+    WrongClass {
+        given: &'static str,
+        wanted: &'static str,
+        handle: &'static str,
+    },
 }
 
 /// The started duties; [`Running::stop`] ends their work, then releases
@@ -129,12 +158,24 @@ impl Running {
 
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
-pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Running {
+pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Result<Running, StartError> {
+    for (given, wanted, handle) in [
+        (p.leases.class(), "worker", "leases"),
+        (p.nodes.class(), "node", "roster"),
+    ] {
+        if given != wanted {
+            return Err(StartError::WrongClass {
+                given,
+                wanted,
+                handle,
+            });
+        }
+    }
     let lease = |duty: Duty| {
         DutyLease::start(
             Spec {
-                coord: p.coord.clone(),
-                owner: p.coord.options().owner.clone(),
+                leases: p.leases.clone(),
+                owner: p.owner.clone(),
                 duty: duty.name(),
                 ttl: duty.ttl(&p.config),
             },
@@ -150,7 +191,7 @@ pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Running {
         let scheduler = lease(Duty::Scheduler);
         let work = scheduler::Scheduler {
             node_id: p.node_id.clone(),
-            coord: p.coord.clone(),
+            fires: p.fires.clone(),
             js: p.js.clone(),
             store: p.store.clone(),
             publisher: p.publisher.clone(),
@@ -185,7 +226,10 @@ pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Running {
         );
     }
     let upkeep = maintenance::Maintenance {
-        coord: p.coord.clone(),
+        upkeep: p.upkeep.clone(),
+        mailboxes: p.mailboxes.clone(),
+        positions: p.positions.clone(),
+        owner: p.owner.clone(),
         js: p.js.clone(),
         store: p.store.clone(),
         publisher: p.publisher.clone(),
@@ -199,26 +243,27 @@ pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Running {
             .instrument(info_span!("maintenance", subsystem = "maintenance")),
     ));
     tasks.push(tokio::spawn(
-        watch_fleet(p.coord.clone(), view.fleet.clone(), stop)
+        watch_fleet(p.leases.clone(), p.nodes.clone(), view.fleet.clone(), stop)
             .instrument(info_span!("duties", subsystem = "duties")),
     ));
-    Running {
+    Ok(Running {
         stop: stop_tx,
         tasks,
         leases,
-    }
+    })
 }
 
 /// Reads who holds each duty and which live nodes could, every
 /// [`VIEW_EVERY`]; an unreadable store leaves `unknown`, never "unheld".
 async fn watch_fleet(
-    coord: Coord,
+    workers: Leases,
+    nodes: Roster,
     out: Arc<Mutex<Option<Value>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut warned = false;
     loop {
-        let view = match fleet_view(&coord).await {
+        let view = match fleet_view(&workers, &nodes).await {
             Ok((v, workers_nodes)) => {
                 if workers_nodes == 0 && !warned {
                     warn!(
@@ -241,8 +286,11 @@ async fn watch_fleet(
     }
 }
 
-async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::CoordError> {
-    let (workers, nodes) = futures::join!(coord.list_live("worker"), coord.list_live("node"));
+async fn fleet_view(
+    workers: &Leases,
+    nodes: &Roster,
+) -> Result<(Value, usize), crewlet_coord::CoordError> {
+    let (workers, nodes) = futures::join!(workers.live(), nodes.live());
     let (workers, nodes) = (workers?, nodes?);
     let workers_nodes = nodes
         .iter()

@@ -353,7 +353,13 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
     let running = crewlet_duties::start(
         crewlet_duties::Parts {
             node_id: ctx.node_id.clone(),
-            coord: ctx.coord.clone(),
+            owner: ctx.coord.options().owner.clone(),
+            leases: ctx.coord.leases("worker"),
+            nodes: ctx.coord.roster("node"),
+            fires: ctx.coord.fires(),
+            upkeep: ctx.coord.upkeep(),
+            mailboxes: ctx.coord.records(crewlet_coord::Bucket::Mailboxes),
+            positions: crewlet_statelog::PositionBook::new(ctx.coord.clone()),
             js: async_nats::jetstream::new(ctx.client.clone()),
             store: ctx.store.clone(),
             publisher: ctx.publisher.clone(),
@@ -365,6 +371,13 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
         },
         &ctx.state.duties,
     );
+    let running = match running {
+        Ok(running) => running,
+        Err(e) => {
+            warn!(subsystem = "duties", error = %e, "the duties did not start");
+            return;
+        }
+    };
     started.push("duties", move || {
         Box::pin(async move {
             running.stop().await;
