@@ -191,10 +191,12 @@ pub async fn start(
         Err(e) => warn!(subsystem = "history", error = %e, "history reads not answered"),
     }
     let status_of = p.state.clone();
-    let presence =
-        crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
-            status_of.node_status()
-        });
+    let presence = crewlet_fleet::presence::Presence::start(
+        coord.clone(),
+        p.node_id.to_owned(),
+        owner,
+        move || status_of.node_status(),
+    );
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;

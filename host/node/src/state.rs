@@ -104,7 +104,7 @@ pub struct NodeState {
     /// The embedded server, known before the stream answers.
     broker_server: OnceLock<crewlet_stream::ServerWatch>,
     live: OnceLock<LiveFeed>,
-    presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
+    presence: OnceLock<std::sync::Arc<std::sync::Mutex<crewlet_fleet::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
@@ -199,7 +199,7 @@ impl NodeState {
 
     pub fn attach_presence(
         &self,
-        view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
+        view: std::sync::Arc<std::sync::Mutex<crewlet_fleet::presence::PresenceView>>,
     ) {
         let _ = self.presence.set(view);
     }
