@@ -192,7 +192,7 @@ pub async fn start(
     }
     let status_of = p.state.clone();
     let presence = crewlet_fleet::presence::Presence::start(
-        coord.clone(),
+        coord.leases("node"),
         p.node_id.to_owned(),
         owner,
         move || status_of.node_status(),
