@@ -17,6 +17,10 @@
 //!   longest maintenance tick allowed makes the ceiling exactly.
 //! - Every node trims its own event log and dispatch history on the
 //!   maintenance tick (they are node-local), holder or not.
+//! - The duties take only the coordination handles they use ([`Parts`]),
+//!   and the model layer through the turn engine's `Brain` port: this
+//!   crate reaches neither the plugin runtime nor the node
+//!   (`scripts/check-deps.sh`).
 
 pub mod learning;
 pub mod maintenance;
@@ -159,18 +163,7 @@ impl Running {
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
 pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Result<Running, StartError> {
-    for (given, wanted, handle) in [
-        (p.leases.class(), "worker", "leases"),
-        (p.nodes.class(), "node", "roster"),
-    ] {
-        if given != wanted {
-            return Err(StartError::WrongClass {
-                given,
-                wanted,
-                handle,
-            });
-        }
-    }
+    wired(&p.leases, &p.nodes)?;
     let lease = |duty: Duty| {
         DutyLease::start(
             Spec {
@@ -251,6 +244,23 @@ pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Result<Running, StartE
         tasks,
         leases,
     })
+}
+
+/// Refuses handles of another class than the duties hold and read.
+fn wired(leases: &Leases, nodes: &Roster) -> Result<(), StartError> {
+    for (given, wanted, handle) in [
+        (leases.class(), "worker", "leases"),
+        (nodes.class(), "node", "roster"),
+    ] {
+        if given != wanted {
+            return Err(StartError::WrongClass {
+                given,
+                wanted,
+                handle,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Reads who holds each duty and which live nodes could, every
@@ -339,7 +349,28 @@ async fn fleet_view(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crewlet_coord::MAX_DUTY_TTL;
+    use crewlet_coord::{Coord, CoordOptions, MAX_DUTY_TTL, Owner};
+
+    /// A handle of the wrong class is the wiring's mistake, named before
+    /// anything is acquired.
+    #[test]
+    fn handles_of_another_class_are_refused() {
+        let (_, coord) = Coord::breakable_memory(CoordOptions::new(Owner::incarnation("n1")));
+        assert!(wired(&coord.leases("worker"), &coord.roster("node")).is_ok());
+        let wrong = wired(&coord.leases("seat"), &coord.roster("node")).unwrap_err();
+        assert_eq!(
+            wrong.to_string(),
+            "the duties were handed the `seat` leases as their `worker` leases: wire `Coord::leases(\"worker\")`"
+        );
+        assert!(matches!(
+            wired(&coord.leases("worker"), &coord.roster("worker")),
+            Err(StartError::WrongClass {
+                given: "worker",
+                wanted: "node",
+                ..
+            })
+        ));
+    }
 
     /// The store's ceiling for any duty is the longest TTL a duty can ask
     /// for: neither moves without the other.
