@@ -5,9 +5,11 @@ use std::time::{Duration, Instant};
 
 use crewlet_coord::bucket::Retentions;
 use crewlet_coord::{Coord, CoordOptions, Faulty, Kv, MemoryKv, Owner, SystemClock};
+use crewlet_duties::tenure::{DutyLease, HeldDuties, Spec};
 use crewlet_observe::Publisher;
 use crewlet_store::Store;
 use crewlet_testkit::NatsServer;
+use tokio::sync::watch;
 
 /// One fleet's coordination store, on the system clock (a lease lapses
 /// when its TTL has passed, as on JetStream).
@@ -74,4 +76,26 @@ pub async fn until(what: &str, within: Duration, mut done: impl FnMut() -> bool)
         assert!(Instant::now() < deadline, "{what} within {within:?}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A node competing for `duty` on a lease of `ttl`: its lease loop, what it
+/// shows as held, and its admission (kept open while the loop runs).
+pub fn compete(
+    coord: &Coord,
+    duty: &'static str,
+    ttl: Duration,
+) -> (DutyLease, HeldDuties, watch::Sender<bool>) {
+    let (admits, eligible) = watch::channel(true);
+    let held = HeldDuties::default();
+    let lease = DutyLease::start(
+        Spec {
+            leases: coord.leases("worker"),
+            owner: coord.options().owner.clone(),
+            duty,
+            ttl,
+        },
+        held.clone(),
+        eligible,
+    );
+    (lease, held, admits)
 }

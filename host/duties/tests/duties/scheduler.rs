@@ -6,12 +6,11 @@ use std::time::Duration;
 use crewlet_company::{Active, ActiveCompany, Company};
 use crewlet_coord::{Admits, Answer, Coord, Fence, ResourceName, Terms};
 use crewlet_duties::scheduler::Scheduler;
-use crewlet_duties::tenure::{DutyLease, HeldDuties, Spec};
 use crewlet_testkit::NatsServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::fixture::{Local, breakable, coord, twin, until};
+use crate::fixture::{Local, breakable, compete, coord, twin, until};
 
 const EXAMPLE: &str = include_str!("../../../../examples/company.toml");
 
@@ -84,30 +83,15 @@ impl Contender {
     }
 }
 
-/// Competes for the scheduler duty on a 3 s lease; the sender is the
-/// node's admission (kept while the lease runs).
-fn lease(coord: &Coord) -> (DutyLease, watch::Sender<bool>) {
-    let (admits, eligible) = watch::channel(true);
-    let lease = DutyLease::start(
-        Spec {
-            leases: coord.leases("worker"),
-            owner: coord.options().owner.clone(),
-            duty: "scheduler",
-            ttl: Duration::from_secs(3),
-        },
-        HeldDuties::default(),
-        eligible,
-    );
-    (lease, admits)
-}
-
 #[tokio::test]
 async fn each_due_instant_fires_once_across_two_contenders_and_a_handover() {
     let server = NatsServer::start();
     let kv = twin();
     let active = every_second();
     let (a, b) = (coord(&kv, "node-a"), coord(&kv, "node-b"));
-    let ((lease_a, _admit_a), (lease_b, _admit_b)) = (lease(&a), lease(&b));
+    let ttl = Duration::from_secs(3);
+    let (lease_a, _, _admit_a) = compete(&a, "scheduler", ttl);
+    let (lease_b, _, _admit_b) = compete(&b, "scheduler", ttl);
     let ca = Contender::start("node-a", &a, &server, &active, lease_a.fence()).await;
     inbox_stream(&ca.local).await;
     let cb = Contender::start("node-b", &b, &server, &active, lease_b.fence()).await;

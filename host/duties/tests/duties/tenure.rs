@@ -3,10 +3,10 @@
 use std::time::{Duration, Instant};
 
 use crewlet_coord::{Admits, Coord, Fence};
-use crewlet_duties::tenure::{DutyLease, HeldDuties, Spec};
+use crewlet_duties::tenure::{DutyLease, HeldDuties};
 use tokio::sync::watch;
 
-use crate::fixture::{coord, twin, until};
+use crate::fixture::{compete, coord, twin, until};
 
 struct Contender {
     lease: DutyLease,
@@ -16,18 +16,7 @@ struct Contender {
 
 impl Contender {
     fn start(coord: &Coord) -> Contender {
-        let (admits, eligible) = watch::channel(true);
-        let held = HeldDuties::default();
-        let lease = DutyLease::start(
-            Spec {
-                leases: coord.leases("worker"),
-                owner: coord.options().owner.clone(),
-                duty: "maintenance",
-                ttl: Duration::from_secs(3),
-            },
-            held.clone(),
-            eligible,
-        );
+        let (lease, held, admits) = compete(coord, "maintenance", Duration::from_secs(3));
         Contender {
             lease,
             held,
