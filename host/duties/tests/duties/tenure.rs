@@ -16,7 +16,7 @@ struct Contender {
 
 impl Contender {
     fn start(coord: &Coord) -> Contender {
-        let (lease, held, admits) = compete(coord, "maintenance", Duration::from_secs(3));
+        let (lease, held, admits) = compete(coord, "maintenance", Duration::from_secs(6));
         Contender {
             lease,
             held,
@@ -24,12 +24,10 @@ impl Contender {
         }
     }
 
+    /// The tenure this node holds now, as its lease loop shows it (a
+    /// renew late on a loaded machine makes it unknown, not another's).
     fn holding(&self) -> Option<Fence> {
-        self.lease
-            .fence()
-            .borrow()
-            .clone()
-            .filter(|f| f.admits() == Admits::Yes)
+        self.lease.fence().borrow().clone()
     }
 }
 
@@ -75,7 +73,7 @@ async fn one_holder_per_duty_and_a_handover_after_release() {
     assert!(other.held.rows().is_empty(), "the loser shows a duty held");
 
     // Released, not lapsed: the other takes it within its poll, long
-    // before the 3 s TTL would have run out twice.
+    // before the 6 s TTL would have run out.
     let Contender { lease, held, .. } = holder;
     lease.stop().await;
     assert!(held.rows().is_empty(), "a released duty still shows held");
