@@ -20,6 +20,9 @@ rules=(
     "crewlet-history wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-fleet wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-tokens wasmtime axum rmcp rusqlite crewlet-plugins crewlet-node"
+    # The duties: the model layer through the turns' port, never the
+    # plugin runtime or the model crate that loads it.
+    "crewlet-duties wasmtime axum rmcp crewlet-plugins crewlet-models crewlet-node"
     # Memory rides the broker into the store: no HTTP, no plugins, never
     # the seats or the turns it serves.
     "crewlet-memory wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns"

@@ -26,7 +26,8 @@ use crate::claims::{Claimed, Unreleased};
 use crate::lease::{Held, Lease, Owner, Tenures};
 use crate::names::ResourceName;
 use crate::records::{Cooldown, KeyHint, Pointer, PointerMoved, RateVerdict, SeatPauses};
-use crate::tenancy::{RenewGrid, Tenancy, Terms};
+use crate::sweep::SweepReport;
+use crate::tenancy::{RenewGrid, StatusFn, Tenancy, Terms};
 use crate::tokens::{TokenRecord, TokenWatch};
 use crate::typed::Claims;
 
@@ -98,6 +99,16 @@ impl Coord {
     /// The fleet's model-key cooldowns: benched and pulled.
     pub fn model_cooldowns(&self) -> Cooldowns {
         Cooldowns(self.clone())
+    }
+
+    /// The scheduler's fires and cursors.
+    pub fn fires(&self) -> Fires {
+        Fires(self.clone())
+    }
+
+    /// The maintenance duty's sweep, and the config pointer read only.
+    pub fn upkeep(&self) -> Upkeep {
+        Upkeep(self.clone())
     }
 
     /// The config pointer, the stored revisions it names and the nodes'
@@ -308,6 +319,11 @@ impl Leases {
         self.coord.tenures(self.class).await
     }
 
+    /// A node's presence terms, carrying `status` ([`Terms::presence`]).
+    pub fn presence_terms(&self, status: StatusFn) -> Terms {
+        Terms::presence(&self.coord, status)
+    }
+
     /// A seat's terms on `grid` ([`Terms::seat`]).
     pub fn seat_terms(&self, grid: RenewGrid) -> Terms {
         Terms::seat(&self.coord, grid)
@@ -333,6 +349,11 @@ pub struct Roster {
 }
 
 impl Roster {
+    /// The class this roster reads.
+    pub fn class(&self) -> &'static str {
+        self.class
+    }
+
     /// The live leases of this class.
     pub async fn live(&self) -> Result<Vec<Lease>, CoordError> {
         self.coord.list_live(self.class).await
@@ -546,5 +567,36 @@ impl Records {
         self.coord
             .list_records_with_revisions(self.bucket, class)
             .await
+    }
+}
+
+/// The fires bucket's typed records ([`Coord::claims`] on
+/// [`Bucket::Fires`]): the scheduler's fire claims and cursors, nothing of
+/// any other bucket.
+#[derive(Clone)]
+pub struct Fires(Coord);
+
+impl Fires {
+    /// The records of `class` in the fires bucket, typed as `R`.
+    pub fn claims<R: Serialize + DeserializeOwned>(&self, class: &str) -> Claims<R> {
+        self.0.claims(Bucket::Fires, class)
+    }
+}
+
+/// The maintenance duty's share of the stores: the removal-marker sweep
+/// ([`Coord::sweep_markers_older_than`]) and the config pointer read, never
+/// moved ([`Coord::active_config`]).
+#[derive(Clone)]
+pub struct Upkeep(Coord);
+
+impl Upkeep {
+    /// Purges removal markers older than `age` from every ageless bucket.
+    pub async fn sweep_markers_older_than(&self, age: Duration) -> SweepReport {
+        self.0.sweep_markers_older_than(age).await
+    }
+
+    /// What the pointer names now.
+    pub async fn active_config(&self) -> Result<Pointer, CoordError> {
+        self.0.active_config().await
     }
 }

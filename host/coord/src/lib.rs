@@ -62,8 +62,8 @@ pub use epoch::FenceEpoch;
 pub use faulty::Faulty;
 pub use follows::{ChatThread, Following, Follows};
 pub use handles::{
-    BudgetReads, Budgets, ConfigPointer, Cooldowns, Deliveries, Leases, Ledger, PauseRecords,
-    Records, Roster, Survey, TokenRecords, Valve,
+    BudgetReads, Budgets, ConfigPointer, Cooldowns, Deliveries, Fires, Leases, Ledger,
+    PauseRecords, Records, Roster, Survey, TokenRecords, Upkeep, Valve,
 };
 pub use holder::Admits;
 pub use kv::{Change, Kv};

@@ -21,6 +21,7 @@
 pub mod agents;
 pub mod budgets;
 pub mod memory;
+pub mod presence;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -19,7 +19,6 @@ pub(crate) mod company;
 pub(crate) mod config_import;
 pub(crate) mod descriptors;
 pub(crate) mod doctor;
-pub(crate) mod duties;
 pub(crate) mod engine;
 pub(crate) mod estate;
 pub(crate) mod identity;
@@ -33,9 +32,6 @@ pub(crate) mod modules;
 pub(crate) mod operator;
 pub(crate) mod plugin_try;
 pub(crate) mod plugins;
-// Public until its rework (issue 33 item 2, in place) lands: its
-// `Presence::view` has no reader here yet. Moves out next session.
-pub mod presence;
 pub(crate) mod run;
 pub(crate) mod sample;
 pub(crate) mod seat_memory;

@@ -191,10 +191,12 @@ pub async fn start(
         Err(e) => warn!(subsystem = "history", error = %e, "history reads not answered"),
     }
     let status_of = p.state.clone();
-    let presence =
-        crate::presence::Presence::start(coord.clone(), p.node_id.to_owned(), owner, move || {
-            status_of.node_status()
-        });
+    let presence = crewlet_fleet::presence::Presence::start(
+        coord.leases("node"),
+        p.node_id.to_owned(),
+        owner,
+        move || status_of.node_status(),
+    );
     p.state.attach_presence(presence.view_handle());
     started.push("presence", move || Box::pin(presence.stop()));
     let secrets = open_secrets(p, &client, &coord, keyring, started).await;
@@ -335,22 +337,32 @@ async fn start_modules(ctx: &EngineContext, started: &mut Started) {
 async fn start_duties(ctx: &EngineContext, started: &mut Started) {
     let (eligible, follower) = ctx.state.watch_admission();
     let workers = ctx.config.roles.contains(&crewlet_config::Role::Workers);
-    let learning = match workers {
-        true => Some(crate::duties::learning::Inputs {
+    let models = match workers {
+        true => Some(crate::seats::models(ctx).await),
+        false => None,
+    };
+    let learning = models
+        .clone()
+        .map(|models| crewlet_duties::learning::Inputs {
             client: ctx.client.clone(),
             store: ctx.store.clone(),
             publisher: ctx.publisher.clone(),
             active: ctx.active.clone(),
             config: ctx.config.duties.clone(),
             budgets: ctx.coord.budgets(),
-            models: crate::seats::models(ctx).await,
-        }),
-        false => None,
-    };
-    let running = crate::duties::start(
-        crate::duties::Parts {
+            models,
+            tables: crate::memory_tables::memory_tables,
+        });
+    let running = crewlet_duties::start(
+        crewlet_duties::Parts {
             node_id: ctx.node_id.clone(),
-            coord: ctx.coord.clone(),
+            owner: ctx.coord.options().owner.clone(),
+            leases: ctx.coord.leases("worker"),
+            nodes: ctx.coord.roster("node"),
+            fires: ctx.coord.fires(),
+            upkeep: ctx.coord.upkeep(),
+            mailboxes: ctx.coord.records(crewlet_coord::Bucket::Mailboxes),
+            positions: crewlet_statelog::PositionBook::new(ctx.coord.clone()),
             js: async_nats::jetstream::new(ctx.client.clone()),
             store: ctx.store.clone(),
             publisher: ctx.publisher.clone(),
@@ -362,9 +374,20 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
         },
         &ctx.state.duties,
     );
+    let running = match running {
+        Ok(running) => running,
+        Err(e) => {
+            warn!(subsystem = "duties", error = %e, "the duties did not start");
+            return;
+        }
+    };
     started.push("duties", move || {
         Box::pin(async move {
             running.stop().await;
+            // The learning duty's own model layer, after its last call.
+            if let Some(models) = models {
+                models.shutdown().await;
+            }
             follower.abort();
         })
     });

@@ -94,7 +94,7 @@ pub struct NodeState {
     pub plugins_dirs: Vec<PathBuf>,
     pub store: std::sync::Arc<crewlet_store::Store>,
     /// Who holds the duties, here and in the fleet.
-    pub duties: crate::duties::DutiesView,
+    pub duties: crewlet_duties::DutiesView,
     /// The replicated estate, on a node with `data`.
     pub estate: crate::estate::EstateSlot,
     started_at: OffsetDateTime,
@@ -104,7 +104,7 @@ pub struct NodeState {
     /// The embedded server, known before the stream answers.
     broker_server: OnceLock<crewlet_stream::ServerWatch>,
     live: OnceLock<LiveFeed>,
-    presence: OnceLock<std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>>,
+    presence: OnceLock<std::sync::Arc<std::sync::Mutex<crewlet_fleet::presence::PresenceView>>>,
     plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
@@ -138,9 +138,9 @@ impl NodeState {
             company,
             plugins_dirs,
             store,
-            duties: crate::duties::DutiesView {
+            duties: crewlet_duties::DutiesView {
                 workers: config.roles.contains(&Role::Workers),
-                ..crate::duties::DutiesView::default()
+                ..crewlet_duties::DutiesView::default()
             },
             estate: crate::estate::EstateSlot::default(),
             started_at: OffsetDateTime::now_utc(),
@@ -199,7 +199,7 @@ impl NodeState {
 
     pub fn attach_presence(
         &self,
-        view: std::sync::Arc<std::sync::Mutex<crate::presence::PresenceView>>,
+        view: std::sync::Arc<std::sync::Mutex<crewlet_fleet::presence::PresenceView>>,
     ) {
         let _ = self.presence.set(view);
     }

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
-use crewlet_coord::{Admits, Answer, Coord, DutyRow, Fence, Owner, Released, ResourceName};
+use crewlet_coord::{Admits, Answer, DutyRow, Fence, Leases, Owner, Released, ResourceName};
 use crewlet_coord::{Tenancy, Terms};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -93,7 +93,8 @@ pub fn poll_every(ttl: Duration) -> Duration {
 
 /// Which duty, held by whom, for how long.
 pub struct Spec {
-    pub coord: Coord,
+    /// The `worker` leases.
+    pub leases: Leases,
     pub owner: Owner,
     pub duty: &'static str,
     pub ttl: Duration,
@@ -107,7 +108,7 @@ async fn hold(
     mut stop: watch::Receiver<bool>,
 ) {
     let Spec {
-        coord,
+        leases,
         owner,
         duty,
         ttl,
@@ -135,7 +136,10 @@ async fn hold(
         }
         let wait = match &held {
             None => {
-                match Tenancy::acquire(&coord, &name, &owner, Some(ttl), Terms::duty(ttl)).await {
+                match leases
+                    .acquire(&name, &owner, Some(ttl), Terms::duty(ttl))
+                    .await
+                {
                     Ok(Answer::Yes(tenancy)) => {
                         info!(subsystem = "duties", duty, epoch = %tenancy.epoch(), ?ttl, "duty acquired");
                         publish(Some(tenancy.fence().clone()));

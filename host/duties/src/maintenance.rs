@@ -23,7 +23,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crewlet_config::DutiesConfig;
-use crewlet_coord::{Coord, Fence, FenceEpoch, MARKER_RETENTION};
+use crewlet_coord::{Fence, FenceEpoch, MARKER_RETENTION, Owner, Records, Upkeep};
+use crewlet_statelog::PositionBook;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::watch;
@@ -50,7 +51,13 @@ pub struct LastTick {
 
 #[derive(Clone)]
 pub struct Maintenance {
-    pub coord: Coord,
+    pub upkeep: Upkeep,
+    /// The mailboxes bucket's records.
+    pub mailboxes: Records,
+    /// The state log's positions and pins, for its trim.
+    pub positions: PositionBook,
+    /// This node's incarnation, named as the trim's author.
+    pub owner: Owner,
     pub js: async_nats::jetstream::Context,
     pub store: Arc<crewlet_store::Store>,
     pub publisher: crewlet_observe::Publisher,
@@ -96,7 +103,7 @@ impl Maintenance {
     /// The holder's share: markers, then mailboxes.
     async fn fleet_pass(&self, epoch: FenceEpoch, marker_age: Duration) -> serde_json::Value {
         let began = Instant::now();
-        let sweep = self.coord.sweep_markers_older_than(marker_age).await;
+        let sweep = self.upkeep.sweep_markers_older_than(marker_age).await;
         let swept: usize = sweep.swept.values().sum();
         // A holder a revision behind the fleet would stamp a seat the new
         // revision brought back: mailboxes wait until it serves the
@@ -104,7 +111,7 @@ impl Maintenance {
         // compare-and-set, and a stamp that slipped through is undone by
         // the next pass).
         let active = self.active.current();
-        let serves_pointer = match (&active, self.coord.active_config().await) {
+        let serves_pointer = match (&active, self.upkeep.active_config().await) {
             (Some(a), Ok(crewlet_coord::Pointer::Set { epoch, .. })) => {
                 a.applied_epoch() == Some(epoch)
             }
@@ -124,7 +131,7 @@ impl Maintenance {
                 let now_ms = jiff::Timestamp::now().as_millisecond();
                 let r = crewlet_stream::retire_mailboxes(
                     &self.js,
-                    &self.coord.records(crewlet_coord::Bucket::Mailboxes),
+                    &self.mailboxes,
                     &names,
                     now_ms,
                     self.config.mailbox_grace,
@@ -143,11 +150,10 @@ impl Maintenance {
         };
         // The state log's trim: the usage log down to the lowest position
         // every counted data node and pin holds (never by a clock).
-        let book = crewlet_statelog::PositionBook::new(self.coord.clone());
-        let by = self.coord.options().owner.as_str().to_owned();
+        let by = self.owner.as_str().to_owned();
         let statelog_trim = match crewlet_statelog::trim::trim(
             &self.js,
-            &book,
+            &self.positions,
             &crewlet_statelog::usage::Usage,
             &by,
         )

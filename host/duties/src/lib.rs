@@ -17,6 +17,10 @@
 //!   longest maintenance tick allowed makes the ceiling exactly.
 //! - Every node trims its own event log and dispatch history on the
 //!   maintenance tick (they are node-local), holder or not.
+//! - The duties take only the coordination handles they use ([`Parts`]),
+//!   and the model layer through the turn engine's `Brain` port: this
+//!   crate reaches neither the plugin runtime nor the node
+//!   (`scripts/check-deps.sh`).
 
 pub mod learning;
 pub mod maintenance;
@@ -28,7 +32,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewlet_config::DutiesConfig;
-use crewlet_coord::Coord;
+use crewlet_coord::{Fires, Leases, Owner, Records, Roster, Upkeep};
+use crewlet_statelog::PositionBook;
+use crewlet_turns::Brain;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -89,10 +95,24 @@ impl DutiesView {
     }
 }
 
-/// What the duties are started with.
-pub struct Parts {
+/// What the duties are started with: the coordination handles each duty
+/// uses, and nothing else of coordination.
+pub struct Parts<B> {
     pub node_id: String,
-    pub coord: Coord,
+    /// This node's incarnation: the duties' leases are held in its name.
+    pub owner: Owner,
+    /// The `worker` leases: one per duty, competed for and listed.
+    pub leases: Leases,
+    /// The `node` leases, read only: which live nodes have `workers`.
+    pub nodes: Roster,
+    /// The scheduler's fire claims and cursors.
+    pub fires: Fires,
+    /// The maintenance sweep and the config pointer, read only.
+    pub upkeep: Upkeep,
+    /// The mailboxes bucket, for the retirement of removed seats'.
+    pub mailboxes: Records,
+    /// The state log's positions, for its trim.
+    pub positions: PositionBook,
     pub js: async_nats::jetstream::Context,
     pub store: std::sync::Arc<crewlet_store::Store>,
     pub publisher: crewlet_observe::Publisher,
@@ -103,7 +123,21 @@ pub struct Parts {
     /// Whether the node admits triggers now (it does not while it sheds).
     pub eligible: watch::Receiver<bool>,
     /// What the learning duty runs with (`None` without `workers`).
-    pub learning: Option<learning::Inputs>,
+    pub learning: Option<learning::Inputs<B>>,
+}
+
+/// Why the duties did not start: a handle of the wrong class was wired
+/// in (the caller's mistake; nothing was acquired or written).
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(
+        "the duties were handed the `{given}` leases as their `{wanted}` leases: wire `Coord::{handle}(\"{wanted}\")`"
+    )]
+    WrongClass {
+        given: &'static str,
+        wanted: &'static str,
+        handle: &'static str,
+    },
 }
 
 /// The started duties; [`Running::stop`] ends their work, then releases
@@ -128,12 +162,13 @@ impl Running {
 
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
-pub fn start(p: Parts, view: &DutiesView) -> Running {
+pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Result<Running, StartError> {
+    wired(&p.leases, &p.nodes)?;
     let lease = |duty: Duty| {
         DutyLease::start(
             Spec {
-                coord: p.coord.clone(),
-                owner: p.coord.options().owner.clone(),
+                leases: p.leases.clone(),
+                owner: p.owner.clone(),
                 duty: duty.name(),
                 ttl: duty.ttl(&p.config),
             },
@@ -149,7 +184,7 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
         let scheduler = lease(Duty::Scheduler);
         let work = scheduler::Scheduler {
             node_id: p.node_id.clone(),
-            coord: p.coord.clone(),
+            fires: p.fires.clone(),
             js: p.js.clone(),
             store: p.store.clone(),
             publisher: p.publisher.clone(),
@@ -184,7 +219,10 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
         );
     }
     let upkeep = maintenance::Maintenance {
-        coord: p.coord.clone(),
+        upkeep: p.upkeep.clone(),
+        mailboxes: p.mailboxes.clone(),
+        positions: p.positions.clone(),
+        owner: p.owner.clone(),
         js: p.js.clone(),
         store: p.store.clone(),
         publisher: p.publisher.clone(),
@@ -198,26 +236,44 @@ pub fn start(p: Parts, view: &DutiesView) -> Running {
             .instrument(info_span!("maintenance", subsystem = "maintenance")),
     ));
     tasks.push(tokio::spawn(
-        watch_fleet(p.coord.clone(), view.fleet.clone(), stop)
+        watch_fleet(p.leases.clone(), p.nodes.clone(), view.fleet.clone(), stop)
             .instrument(info_span!("duties", subsystem = "duties")),
     ));
-    Running {
+    Ok(Running {
         stop: stop_tx,
         tasks,
         leases,
+    })
+}
+
+/// Refuses handles of another class than the duties hold and read.
+fn wired(leases: &Leases, nodes: &Roster) -> Result<(), StartError> {
+    for (given, wanted, handle) in [
+        (leases.class(), "worker", "leases"),
+        (nodes.class(), "node", "roster"),
+    ] {
+        if given != wanted {
+            return Err(StartError::WrongClass {
+                given,
+                wanted,
+                handle,
+            });
+        }
     }
+    Ok(())
 }
 
 /// Reads who holds each duty and which live nodes could, every
 /// [`VIEW_EVERY`]; an unreadable store leaves `unknown`, never "unheld".
 async fn watch_fleet(
-    coord: Coord,
+    workers: Leases,
+    nodes: Roster,
     out: Arc<Mutex<Option<Value>>>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut warned = false;
     loop {
-        let view = match fleet_view(&coord).await {
+        let view = match fleet_view(&workers, &nodes).await {
             Ok((v, workers_nodes)) => {
                 if workers_nodes == 0 && !warned {
                     warn!(
@@ -240,8 +296,11 @@ async fn watch_fleet(
     }
 }
 
-async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::CoordError> {
-    let (workers, nodes) = futures::join!(coord.list_live("worker"), coord.list_live("node"));
+async fn fleet_view(
+    workers: &Leases,
+    nodes: &Roster,
+) -> Result<(Value, usize), crewlet_coord::CoordError> {
+    let (workers, nodes) = futures::join!(workers.live(), nodes.live());
     let (workers, nodes) = (workers?, nodes?);
     let workers_nodes = nodes
         .iter()
@@ -290,7 +349,28 @@ async fn fleet_view(coord: &Coord) -> Result<(Value, usize), crewlet_coord::Coor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crewlet_coord::MAX_DUTY_TTL;
+    use crewlet_coord::{Coord, CoordOptions, MAX_DUTY_TTL, Owner};
+
+    /// A handle of the wrong class is the wiring's mistake, named before
+    /// anything is acquired.
+    #[test]
+    fn handles_of_another_class_are_refused() {
+        let (_, coord) = Coord::breakable_memory(CoordOptions::new(Owner::incarnation("n1")));
+        assert!(wired(&coord.leases("worker"), &coord.roster("node")).is_ok());
+        let wrong = wired(&coord.leases("seat"), &coord.roster("node")).unwrap_err();
+        assert_eq!(
+            wrong.to_string(),
+            "the duties were handed the `seat` leases as their `worker` leases: wire `Coord::leases(\"worker\")`"
+        );
+        assert!(matches!(
+            wired(&coord.leases("worker"), &coord.roster("worker")),
+            Err(StartError::WrongClass {
+                given: "worker",
+                wanted: "node",
+                ..
+            })
+        ));
+    }
 
     /// The store's ceiling for any duty is the longest TTL a duty can ask
     /// for: neither moves without the other.

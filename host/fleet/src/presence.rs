@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use crewlet_coord::tenancy::StatusFn;
 use crewlet_coord::{
-    Admits, Answer, Coord, FenceEpoch, Held, NodeStatus, Owner, Released, ResourceName, Tenancy,
-    Terms,
+    Admits, Answer, FenceEpoch, Held, Leases, NodeStatus, Owner, Released, ResourceName, Tenancy,
 };
 use serde::Serialize;
 use tokio::sync::watch;
@@ -38,9 +37,10 @@ pub struct Presence {
 }
 
 impl Presence {
-    /// Starts the heartbeat loop; `status` is asked on every beat.
+    /// Starts the heartbeat loop on the `node` leases; `status` is asked
+    /// on every beat.
     pub fn start(
-        coord: Coord,
+        leases: Leases,
         node_id: String,
         owner: Owner,
         status: impl Fn() -> NodeStatus + Send + Sync + 'static,
@@ -53,7 +53,7 @@ impl Presence {
         let (stop, stop_rx) = watch::channel(false);
         let task = tokio::spawn(
             heartbeat(
-                coord,
+                leases,
                 node_id,
                 owner,
                 Arc::new(status),
@@ -83,14 +83,14 @@ impl Presence {
 /// Holds `node:{node_id}` for as long as it runs: acquire, hold the
 /// [`Tenancy`] until its answer is no (then acquire again), release on stop.
 async fn heartbeat(
-    coord: Coord,
+    leases: Leases,
     node_id: String,
     owner: Owner,
     status: StatusFn,
     view: Arc<Mutex<PresenceView>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let beat = coord.heartbeat();
+    let beat = leases.heartbeat();
     let set = |state: &'static str, epoch: Option<FenceEpoch>, error: Option<String>| {
         let mut v = view.lock().expect("presence view");
         v.state = state;
@@ -113,8 +113,8 @@ async fn heartbeat(
     loop {
         let wait = match &held {
             None => {
-                let terms = Terms::presence(&coord, status.clone());
-                match Tenancy::acquire(&coord, &name, &owner, None, terms).await {
+                let terms = leases.presence_terms(status.clone());
+                match leases.acquire(&name, &owner, None, terms).await {
                     Ok(Answer::Yes(tenancy)) => {
                         info!(
                             subsystem = "presence",

@@ -37,8 +37,8 @@ use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
 use crewlet_memory::{Changelog, Episodes, Memory, SkillVersions, Skills};
-use crewlet_models::Models;
 use crewlet_store::{Learned, Origin, SkillRow, SkillVersionRow, Store};
+use crewlet_turns::Brain;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -60,19 +60,21 @@ const FLUSH: Duration = Duration::from_secs(5);
 /// What the learning duty is started with: its own model layer (so it
 /// runs on a `workers` node without `seats`), the node's connection for
 /// the memory stream.
-pub struct Inputs {
+pub struct Inputs<B> {
     pub client: async_nats::Client,
     pub store: Arc<Store>,
     pub publisher: crewlet_observe::Publisher,
     pub active: crewlet_company::ActiveCompany,
     pub config: DutiesConfig,
     pub budgets: Budgets,
-    pub models: Arc<Models>,
+    pub models: Arc<B>,
+    /// The tables a seat's memory is replayed into (the node's one list).
+    pub tables: fn(Memory, &Arc<Store>) -> Memory,
 }
 
 /// The learning duty's work loop and what it writes with.
-pub struct Learning {
-    with: Inputs,
+pub struct Learning<B> {
+    with: Inputs<B>,
     /// The memory stream with every table a seat's memory has.
     memory: Memory,
     changelog: Changelog,
@@ -87,7 +89,7 @@ struct SeatPass {
     failed: Option<String>,
 }
 
-impl Learning {
+impl<B: Brain> Learning<B> {
     /// Ticks until `stop`, working only while `tenure` admits.
     pub async fn run(
         self,
@@ -112,16 +114,15 @@ impl Learning {
         }
         self.changelog.close(FLUSH).await;
         self.carrier.abort();
-        self.with.models.shutdown().await;
     }
 
     /// The duty's memory stream and changelog, opened on the node's
     /// connection; the rest comes from `inputs`.
-    pub async fn equip(inputs: Inputs) -> Result<Learning, String> {
+    pub async fn equip(inputs: Inputs<B>) -> Result<Learning<B>, String> {
         let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone()))
             .await
             .map_err(|e| e.to_string())?;
-        let memory = crate::memory_tables::memory_tables(memory, &inputs.store);
+        let memory = (inputs.tables)(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {
             with: inputs,

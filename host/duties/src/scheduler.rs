@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crewlet_bus::{MSG_ID_HEADER, TRACE_HEADER, Wake, inbox_subject};
 use crewlet_company::{Company, Schedule};
-use crewlet_coord::{Admits, Answer, Bucket, Claims, Coord, Fence, FenceEpoch};
+use crewlet_coord::{Admits, Answer, Claims, Fence, FenceEpoch, Fires};
 use crewlet_store::{RunStatus, ScheduledRun, Store};
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -52,7 +52,7 @@ const ACK_WITHIN: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub struct Scheduler {
     pub node_id: String,
-    pub coord: Coord,
+    pub fires: Fires,
     pub js: async_nats::jetstream::Context,
     pub store: std::sync::Arc<Store>,
     pub publisher: crewlet_observe::Publisher,
@@ -536,11 +536,11 @@ struct CursorRecord {
 
 impl Scheduler {
     fn fires(&self) -> Claims<FireRecord> {
-        self.coord.claims(Bucket::Fires, "fire")
+        self.fires.claims("fire")
     }
 
     fn cursors(&self) -> Claims<CursorRecord> {
-        self.coord.claims(Bucket::Fires, "cursor")
+        self.fires.claims("cursor")
     }
 }
 
