@@ -30,10 +30,8 @@ pub(crate) mod logging;
 pub(crate) mod memory_route;
 pub(crate) mod memory_tables;
 pub(crate) mod metrics;
-pub(crate) mod modules;
 pub(crate) mod operator;
 pub(crate) mod plugin_try;
-pub(crate) mod plugins;
 // Public until its rework (issue 33 item 2, in place) lands: its
 // `Presence::view` has no reader here yet. Moves out next session.
 pub mod presence;

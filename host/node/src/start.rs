@@ -51,7 +51,7 @@ pub enum NodeError {
     #[error("coordination: {0}")]
     Coordination(crewlet_coord::OpenError),
     #[error("plugins: {0}")]
-    Plugins(crate::plugins::StartError),
+    Plugins(crewlet_catalog::StartError),
     #[error(transparent)]
     Keyring(#[from] crewlet_secrets::KeyringError),
     #[error(transparent)]
@@ -161,7 +161,7 @@ pub async fn start(
     let loaded = match p.plugins {
         [] => None,
         dirs => Some(Arc::new(
-            crate::plugins::load(dirs, p.config, client.clone(), publisher.clone())
+            crewlet_catalog::load(dirs, p.config, client.clone(), publisher.clone())
                 .instrument(info_span!("plugins", subsystem = "plugins"))
                 .await
                 .map_err(NodeError::Plugins)?,
@@ -293,7 +293,7 @@ async fn start_config_plane(ctx: &EngineContext, started: &mut Started) {
 async fn start_modules(ctx: &EngineContext, started: &mut Started) {
     let Some(loaded) = &ctx.plugins else { return };
     let js = async_nats::jetstream::new(ctx.client.clone());
-    let consumers = crate::modules::Consumers::new(js, loaded.board.clone());
+    let consumers = crewlet_catalog::modules::Consumers::new(js, loaded.board.clone());
     for module in loaded.installed.modules() {
         consumers.start(&module).await;
     }
@@ -316,7 +316,7 @@ async fn start_modules(ctx: &EngineContext, started: &mut Started) {
         return;
     }
     let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(crate::plugins::watch(
+    let task = tokio::spawn(crewlet_catalog::watch(
         loaded.clone(),
         Some(consumers),
         stopped,

@@ -21,7 +21,8 @@
 //! by its deadline (at most the module world's ceiling): a stuck module is
 //! reported failed and the node is ready without it.
 
-pub(crate) mod reload;
+pub mod modules;
+pub mod reload;
 mod view;
 
 use std::collections::BTreeMap;
