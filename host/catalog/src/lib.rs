@@ -23,6 +23,7 @@
 
 pub mod modules;
 pub mod reload;
+mod running;
 mod view;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,7 @@ use crewlet_plugins::{Installed, Kind, Manifest, Plugin, Runtime, RuntimeConfig}
 use tracing::{error, info, warn};
 
 pub use reload::watch;
+pub use running::{Parts, Running, start};
 pub use view::{render_effective, render_live};
 
 /// How long `GET /plugins` waits for one bucket's usage.
