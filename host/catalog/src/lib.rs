@@ -1,3 +1,8 @@
+//! The node's plugins: [`load`] reads and loads them at start, then
+//! [`start`] sets them to work ([`Running`]: each module's consumers, the
+//! reload loop) until [`Running::stop`]; [`Loaded::view`] is `GET /plugins`.
+//! The node only wires these; the HTTP route is `crewlet-api`'s.
+//!
 //! Plugins at start: the catalogue read from `--plugins DIR`, every declared
 //! module bucket created (idempotently, before any module runs), each
 //! plugin loaded into the one runtime, and the view `GET /plugins` answers.
