@@ -87,10 +87,10 @@ async fn start_node(dir: &Path, reload: bool) -> Node {
     }
 }
 
-/// Waits (10 s at most) until `check` holds for `/plugins`' entry of `name`;
+/// Waits (60 s at most: a loaded machine compiles slowly) until `check` holds for `/plugins`' entry of `name`;
 /// answers that entry.
 async fn entry_when(loaded: &Loaded, name: &str, check: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let view = loaded.view();
         let entry = view["plugins"]
