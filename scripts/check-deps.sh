@@ -29,6 +29,10 @@ rules=(
     # The state log and its estate: no HTTP, no plugins, never the node,
     # the seats or the turns (they stay free of it, the rows above).
     "crewlet-statelog wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns crewlet-store"
+    # The plugin host stays free of HTTP, the stream crate and the event
+    # log; the node's plugins at work (catalog) of HTTP and the node.
+    "crewlet-plugins axum rmcp rusqlite crewlet-stream crewlet-observe crewlet-node"
+    "crewlet-catalog axum rmcp crewlet-api crewlet-stream crewlet-node"
     # The HTTP surface reads the node through traits: no NATS, no SQLite.
     "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
     # The webhook edge answers in the HTTP crate's terms: no axum, no api.
@@ -50,4 +54,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the feature crates and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the plugin host, the catalog, the feature crates and the HTTP surface stay free of what they must not reach"

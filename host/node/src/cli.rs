@@ -891,7 +891,7 @@ fn plugins(cmd: PluginsCmd) -> i32 {
     match cmd {
         PluginsCmd::Check { dirs, watch: false } => check_once(&dirs),
         PluginsCmd::Check { dirs, watch: true } => {
-            use crate::plugins::reload::{stamp_all, wait_for_change};
+            use crewlet_catalog::reload::{stamp_all, wait_for_change};
             let mut stamps = stamp_all(&dirs);
             loop {
                 let at = time::OffsetDateTime::now_utc();
@@ -915,8 +915,8 @@ fn plugins(cmd: PluginsCmd) -> i32 {
             Ok((200, body)) => {
                 let view: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
                 match effective {
-                    true => print!("{}", crate::plugins::render_effective(&view)),
-                    false => print!("{}", crate::plugins::render_live(&view)),
+                    true => print!("{}", crewlet_catalog::render_effective(&view)),
+                    false => print!("{}", crewlet_catalog::render_live(&view)),
                 }
                 0
             }
@@ -934,7 +934,7 @@ fn plugins(cmd: PluginsCmd) -> i32 {
             api: None,
             config: Some(file),
             effective,
-        } => crate::plugins::list_granted(&file, &dirs, effective),
+        } => crewlet_catalog::list_granted(&file, &dirs, effective),
         PluginsCmd::List {
             dirs,
             api: None,

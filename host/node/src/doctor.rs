@@ -391,7 +391,7 @@ fn plugins(
             return None;
         }
     }
-    match crate::plugins::catalogue(&dirs, config) {
+    match crewlet_catalog::catalogue(&dirs, config) {
         Ok((catalogue, _)) => Some(catalogue),
         Err(e) => {
             out.push(bad(

@@ -104,7 +104,7 @@ pub struct EngineContext {
     /// The `--company` document the node was started with, if any.
     pub company_file: Option<crate::company::CompanyFile>,
     /// The plugins this node loaded (none without `--plugins`).
-    pub plugins: Option<Arc<crate::plugins::Loaded>>,
+    pub plugins: Option<Arc<crewlet_catalog::Loaded>>,
     /// The company's secrets: the fleet's bucket, then this node's env.
     pub secrets: Arc<crewlet_secrets::Secrets>,
     /// The fleet's paused seats, mirrored (`None` until first listed).

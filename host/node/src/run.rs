@@ -91,7 +91,7 @@ pub fn run(args: RunArgs) -> i32 {
     }
     // A wrong folder (entries, no manifest) or a broken link is the
     // operator's to fix before anything starts.
-    let catalogue = match crate::plugins::catalogue(&plugins, &config) {
+    let catalogue = match crewlet_catalog::catalogue(&plugins, &config) {
         Ok((catalogue, _invalid)) => catalogue,
         Err(e) => {
             eprintln!("crewlet: {e}");

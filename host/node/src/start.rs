@@ -51,7 +51,7 @@ pub enum NodeError {
     #[error("coordination: {0}")]
     Coordination(crewlet_coord::OpenError),
     #[error("plugins: {0}")]
-    Plugins(crate::plugins::StartError),
+    Plugins(crewlet_catalog::StartError),
     #[error(transparent)]
     Keyring(#[from] crewlet_secrets::KeyringError),
     #[error(transparent)]
@@ -161,7 +161,7 @@ pub async fn start(
     let loaded = match p.plugins {
         [] => None,
         dirs => Some(Arc::new(
-            crate::plugins::load(dirs, p.config, client.clone(), publisher.clone())
+            crewlet_catalog::load(dirs, p.config, client.clone(), publisher.clone())
                 .instrument(info_span!("plugins", subsystem = "plugins"))
                 .await
                 .map_err(NodeError::Plugins)?,
@@ -295,41 +295,13 @@ async fn start_config_plane(ctx: &EngineContext, started: &mut Started) {
 /// plugin reload loop (`[plugins] reload`), which is stopped first.
 async fn start_modules(ctx: &EngineContext, started: &mut Started) {
     let Some(loaded) = &ctx.plugins else { return };
-    let js = async_nats::jetstream::new(ctx.client.clone());
-    let consumers = crate::modules::Consumers::new(js, loaded.board.clone());
-    for module in loaded.installed.modules() {
-        consumers.start(&module).await;
-    }
-    let all = consumers.clone();
-    let installed = loaded.installed.clone();
-    started.push("modules", move || {
-        Box::pin(async move {
-            all.stop_all().await;
-            // Their watches end here, before the broker they read stops.
-            for module in installed.modules() {
-                module.stop().await;
-            }
-        })
-    });
-    if !ctx.config.plugin_reload {
-        info!(
-            subsystem = "plugins",
-            "[plugins] reload = false: plugin files are read at start only"
-        );
-        return;
-    }
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(crate::plugins::watch(
-        loaded.clone(),
-        Some(consumers),
-        stopped,
-    ));
-    started.push("plugin-reload", move || {
-        Box::pin(async move {
-            let _ = stop.send(true);
-            let _ = task.await;
-        })
-    });
+    let running = crewlet_catalog::start(crewlet_catalog::Parts {
+        loaded: loaded.clone(),
+        js: async_nats::jetstream::new(ctx.client.clone()),
+        reload: ctx.config.plugin_reload,
+    })
+    .await;
+    started.push("modules", move || Box::pin(running.stop()));
 }
 
 /// The company's duties (with `workers`), this node's retention and the

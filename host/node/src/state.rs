@@ -105,7 +105,7 @@ pub struct NodeState {
     broker_server: OnceLock<crewlet_stream::ServerWatch>,
     live: OnceLock<LiveFeed>,
     presence: OnceLock<std::sync::Arc<std::sync::Mutex<crewlet_fleet::presence::PresenceView>>>,
-    plugins: OnceLock<std::sync::Arc<crate::plugins::Loaded>>,
+    plugins: OnceLock<std::sync::Arc<crewlet_catalog::Loaded>>,
     seats: OnceLock<std::sync::Arc<dyn SeatsView>>,
     pauses: OnceLock<tokio::sync::watch::Receiver<Option<crewlet_seats::Pauses>>>,
     /// Where events are kept, and the fleet's live data nodes (`/health`
@@ -259,7 +259,7 @@ impl NodeState {
             .collect()
     }
 
-    pub fn attach_plugins(&self, loaded: std::sync::Arc<crate::plugins::Loaded>) {
+    pub fn attach_plugins(&self, loaded: std::sync::Arc<crewlet_catalog::Loaded>) {
         let _ = self.plugins.set(loaded);
     }
 

@@ -11,7 +11,8 @@
 //!   charged to); [`breaker`]: health and quarantine; [`scrub`]:
 //!   what a plugin says, made safe to repeat; [`voice`]: its `log` lines
 //!   and stderr in the node's log, rationed by [`ration`].
-//! - [`webhook`], [`provider`], [`module`]: one host per world;
+//! - [`webhook`], [`provider`], [`module`]: one host per world, each
+//!   around the one shell (`shell.rs`: manifest, component, linker, guard);
 //!   [`installed`]: the ones a node serves now, swapped whole on reload.
 //! - [`state`]: module state on NATS JetStream key-value buckets (ADR 202).
 //! - [`grant`]: the operator's grants, resolved once into the manifests
@@ -40,6 +41,7 @@ pub mod runtime;
 pub mod sandbox;
 pub mod scaffold;
 pub mod scrub;
+mod shell;
 pub mod state;
 pub mod state_view;
 pub mod trial;

@@ -46,17 +46,17 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use crate::HealthReport;
 use crate::bindings::module::exports::crewlet::plugin::handlers::Event;
 use crate::bindings::module::{Module, ModulePre};
-use crate::call::Guard;
 use crate::catalogue::Catalogue;
 use crate::manifest::{Manifest, Permissions, Subscription, ToolDecl, compile_schema};
 use crate::runtime::{CallError, LoadError, Runtime};
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
+use crate::shell::{Shell, World};
 use crate::state::{BackendError, StateBackend};
 
 mod bus;
@@ -118,6 +118,26 @@ pub const MAX_REVIVAL_WAIT: Duration = Duration::from_secs(300);
 
 type ModuleStore = Store<Sandbox<ModuleCtx>>;
 
+/// The module world: its imports (`state`, `bus`, `log`) beside WASI.
+struct ModuleWorld;
+
+impl World for ModuleWorld {
+    type Ctx = ModuleCtx;
+    type Pre = ModulePre<Sandbox<ModuleCtx>>;
+
+    fn link(linker: &mut Linker<Sandbox<ModuleCtx>>) -> wasmtime::Result<()> {
+        Module::add_to_linker::<Sandbox<ModuleCtx>, HasSelf<Sandbox<ModuleCtx>>>(linker, |s| s)
+    }
+
+    fn pre(
+        pre: InstancePre<Sandbox<ModuleCtx>>,
+        _component: &Component,
+        _engine: &wasmtime::Engine,
+    ) -> wasmtime::Result<Self::Pre> {
+        ModulePre::new(pre)
+    }
+}
+
 struct Live {
     store: ModuleStore,
     bindings: Module,
@@ -132,9 +152,7 @@ fn denied_met(live: &Option<Live>) -> Option<crate::manifest::NotHeld> {
 
 /// A running module.
 pub struct ModulePlugin {
-    manifest: Manifest,
-    runtime: Arc<Runtime>,
-    pre: ModulePre<Sandbox<ModuleCtx>>,
+    shell: Shell<ModuleWorld>,
     backend: Arc<dyn StateBackend>,
     issued: Arc<HashMap<String, IssuedBucket>>,
     denied: Arc<HashMap<String, crate::manifest::NotHeld>>,
@@ -142,7 +160,6 @@ pub struct ModulePlugin {
     generation: Mutex<u64>,
     events: tokio::sync::mpsc::Sender<Queued>,
     listing: Arc<tokio::sync::Semaphore>,
-    guard: Guard,
     watch_board: Arc<WatchBoard>,
     dispatcher: Mutex<Option<AbortOnDrop>>,
     /// Starts the instance again after a fault dropped it.
@@ -207,30 +224,12 @@ impl ModulePlugin {
             })?;
             validators.insert(tool.name.clone(), validator);
         }
-        let (component, _cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox<ModuleCtx>> = Linker::new(runtime.engine());
-        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
-        Module::add_to_linker::<Sandbox<ModuleCtx>, HasSelf<Sandbox<ModuleCtx>>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(engine_error)?;
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(ModulePre::new)
-            .map_err(|e| LoadError::Link {
-                component: manifest.component.clone(),
-                reason: format!("{e:#}"),
-            })?;
+        let shell = Shell::<ModuleWorld>::load(runtime, manifest)?;
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Queued>(WATCH_QUEUE);
         let plugin = Arc::new_cyclic(|this| ModulePlugin {
-            guard: runtime.guard(&manifest),
-            issued: Arc::new(issued_buckets(&manifest)),
-            denied: Arc::new(denied_reads(&manifest)),
-            manifest,
-            runtime: runtime.clone(),
-            pre,
+            issued: Arc::new(issued_buckets(&shell.manifest)),
+            denied: Arc::new(denied_reads(&shell.manifest)),
+            shell,
             backend,
             live: tokio::sync::Mutex::new(None),
             generation: Mutex::new(0),
@@ -263,15 +262,15 @@ impl ModulePlugin {
         let mut live = self.live.lock().await;
         self.ensure_live(&mut live).await.map_err(|e| match e {
             StartError::Refused(reason) => LoadError::Init {
-                plugin: self.manifest.name.clone(),
+                plugin: self.shell.manifest.name.clone(),
                 reason,
             },
             StartError::Call(CallError::Fault { fault, .. }) => LoadError::InitFault {
-                plugin: self.manifest.name.clone(),
+                plugin: self.shell.manifest.name.clone(),
                 fault,
             },
             StartError::Call(other) => LoadError::Init {
-                plugin: self.manifest.name.clone(),
+                plugin: self.shell.manifest.name.clone(),
                 reason: other.to_string(),
             },
         })
@@ -296,12 +295,12 @@ impl ModulePlugin {
 
     /// The module's manifest.
     pub fn manifest(&self) -> &Manifest {
-        &self.manifest
+        &self.shell.manifest
     }
 
     /// The module's health.
     pub fn health(&self) -> HealthReport {
-        self.guard.health().report()
+        self.shell.health()
     }
 
     /// The tools the manifest declares.
@@ -326,7 +325,7 @@ impl ModulePlugin {
 
     /// The module's recent `log` lines, oldest first.
     pub fn logs(&self) -> Vec<String> {
-        self.guard.speaker().logged_since(0)
+        self.shell.guard.speaker().logged_since(0)
     }
 
     async fn ensure_live(&self, live: &mut Option<Live>) -> Result<(), StartError> {
@@ -345,7 +344,7 @@ impl ModulePlugin {
             *g
         };
         let world = ModuleCtx {
-            plugin: self.manifest.name.clone(),
+            plugin: self.shell.manifest.name.clone(),
             generation,
             issued: self.issued.clone(),
             denied: self.denied.clone(),
@@ -359,21 +358,14 @@ impl ModulePlugin {
             bus: self.bus.clone(),
             publishes: self.publishes.clone(),
         };
-        let store = self
-            .runtime
-            .new_store(&self.manifest, self.guard.speaker(), world)
-            .map_err(|e| {
-                StartError::Call(CallError::Instantiate {
-                    plugin: self.manifest.name.clone(),
-                    reason: e.to_string(),
-                })
-            })?;
-        let pre = self.pre.clone();
+        let store = self.shell.store(world).map_err(StartError::Call)?;
+        let pre = self.shell.pre.clone();
         let (store, (bindings, init)) = self
+            .shell
             .guard
             .call(
                 store,
-                self.manifest.limits.deadline,
+                self.shell.manifest.limits.deadline,
                 &Scrub::none(),
                 move |mut store| async move {
                     let r = async {
@@ -412,17 +404,18 @@ impl ModulePlugin {
     {
         let Some(current) = live.take() else {
             return Err(CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
+                plugin: self.shell.manifest.name.clone(),
                 reason: "the module has no live instance".to_string(),
             });
         };
         let generation = current.generation;
         let bindings = current.bindings;
         let (store, (bindings, value)) = self
+            .shell
             .guard
             .call(
                 current.store,
-                self.manifest.limits.deadline,
+                self.shell.manifest.limits.deadline,
                 &Scrub::none(),
                 move |store| async move {
                     let (store, bindings, r) = step(bindings, store).await;
@@ -490,7 +483,7 @@ impl ModulePlugin {
             })
             .await;
         if let Ok(Err(reason)) = result {
-            tracing::warn!(plugin = %self.manifest.name, "on-state refused a watch step: {reason}")
+            tracing::warn!(plugin = %self.shell.manifest.name, "on-state refused a watch step: {reason}")
         }
     }
 }
@@ -516,7 +509,7 @@ impl ModulePlugin {
                 if live.is_some() {
                     return;
                 }
-                let name = &plugin.manifest.name;
+                let name = &plugin.shell.manifest.name;
                 wait = match plugin.ensure_live(&mut live).await {
                     Ok(()) => {
                         tracing::info!(plugin = %name, "module started again after a fault dropped its instance");

@@ -20,20 +20,20 @@
 
 use std::sync::{Arc, Mutex};
 
-use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::HealthReport;
 use crate::bindings::module::crewlet::plugin::log;
 use crate::bindings::provider::exports::crewlet::plugin::{completions, embeddings};
-use crate::call::Guard;
 use crate::manifest::{Granted, Manifest, Origin, Permissions};
 use crate::outbound::OutboundPolicy;
 use crate::pool::Connections;
 use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
 use crate::sandbox::{ProviderCtx, Sandbox};
 use crate::scrub::Scrub;
+use crate::shell::{Shell, World};
 
 pub use crate::bindings::provider::exports::crewlet::plugin::completions::{
     Completion, Credential, ErrorKind, Message, ProviderError, Request, Role, Tool, ToolCall,
@@ -49,10 +49,48 @@ const EMBEDDINGS_SINCE: &str = "crewlet:plugin@0.4.2";
 /// A component linked for calls: its `completions` export, and its
 /// `embeddings` export when it has one.
 #[derive(Clone)]
-struct Exports {
+pub(crate) struct Exports {
     pre: InstancePre<Sandbox<ProviderCtx>>,
     completions: completions::GuestIndices,
     embeddings: Option<embeddings::GuestIndices>,
+    /// The WIT package its `completions` export came from, e.g.
+    /// `crewlet:plugin@0.4.1` (named when it cannot embed).
+    package: String,
+}
+
+/// The provider world: outbound HTTP (`wasi:http`, checked by the
+/// outbound policy) and `log`; its exports looked up one by one.
+pub(crate) struct ProviderWorld;
+
+impl World for ProviderWorld {
+    type Ctx = ProviderCtx;
+    type Pre = Exports;
+
+    fn link(linker: &mut Linker<Sandbox<ProviderCtx>>) -> wasmtime::Result<()> {
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(linker)?;
+        log::add_to_linker::<Sandbox<ProviderCtx>, HasSelf<Sandbox<ProviderCtx>>>(linker, |s| s)
+    }
+
+    fn pre(
+        pre: InstancePre<Sandbox<ProviderCtx>>,
+        component: &Component,
+        engine: &wasmtime::Engine,
+    ) -> wasmtime::Result<Exports> {
+        let package = component
+            .component_type()
+            .exports(engine)
+            .find_map(|(name, _)| {
+                let version = name.strip_prefix("crewlet:plugin/completions@")?;
+                Some(format!("crewlet:plugin@{version}"))
+            })
+            .unwrap_or_else(|| "crewlet:plugin@?".to_string());
+        Ok(Exports {
+            completions: completions::GuestIndices::new(&pre)?,
+            embeddings: embeddings::GuestIndices::new(&pre).ok(),
+            package,
+            pre,
+        })
+    }
 }
 
 /// What one call asks of the guest.
@@ -69,14 +107,7 @@ enum Answer {
 
 /// A loaded provider plugin.
 pub struct ProviderPlugin {
-    manifest: Manifest,
-    runtime: Arc<Runtime>,
-    exports: Exports,
-    /// The WIT package its `completions` export came from, e.g.
-    /// `crewlet:plugin@0.4.1` (named when it cannot embed).
-    package: String,
-    guard: Guard,
-    cache: CacheOutcome,
+    shell: Shell<ProviderWorld>,
     denied: Arc<Mutex<Vec<String>>>,
     /// What the operator's grant did, for the refusals that name it.
     granted: Arc<Granted>,
@@ -87,45 +118,10 @@ pub struct ProviderPlugin {
 impl ProviderPlugin {
     /// Loads and links the plugin `manifest` describes.
     pub fn load(runtime: &Arc<Runtime>, manifest: Manifest) -> Result<ProviderPlugin, LoadError> {
-        let (component, cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox<ProviderCtx>> = Linker::new(runtime.engine());
-        let engine_error = |e: wasmtime::Error| LoadError::Engine(format!("{e:#}"));
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_error)?;
-        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_error)?;
-        log::add_to_linker::<Sandbox<ProviderCtx>, HasSelf<Sandbox<ProviderCtx>>>(
-            &mut linker,
-            |s| s,
-        )
-        .map_err(engine_error)?;
-        let package = component
-            .component_type()
-            .exports(runtime.engine())
-            .find_map(|(name, _)| {
-                let version = name.strip_prefix("crewlet:plugin/completions@")?;
-                Some(format!("crewlet:plugin@{version}"))
-            })
-            .unwrap_or_else(|| "crewlet:plugin@?".to_string());
-        let exports = linker
-            .instantiate_pre(&component)
-            .and_then(|pre| {
-                Ok(Exports {
-                    completions: completions::GuestIndices::new(&pre)?,
-                    embeddings: embeddings::GuestIndices::new(&pre).ok(),
-                    pre,
-                })
-            })
-            .map_err(|e| LoadError::Link {
-                component: manifest.component.clone(),
-                reason: format!("{e:#}"),
-            })?;
+        let shell = Shell::<ProviderWorld>::load(runtime, manifest)?;
         Ok(ProviderPlugin {
-            guard: runtime.guard(&manifest),
-            granted: Arc::new(manifest.granted.clone()),
-            manifest,
-            runtime: runtime.clone(),
-            exports,
-            package,
-            cache,
+            granted: Arc::new(shell.manifest.granted.clone()),
+            shell,
             denied: Arc::default(),
             connections: Connections::new(),
         })
@@ -133,22 +129,22 @@ impl ProviderPlugin {
 
     /// The plugin's manifest.
     pub fn manifest(&self) -> &Manifest {
-        &self.manifest
+        &self.shell.manifest
     }
 
     /// Whether the component came from the artifact cache.
     pub fn cache_outcome(&self) -> &CacheOutcome {
-        &self.cache
+        &self.shell.cache
     }
 
     /// The plugin's health.
     pub fn health(&self) -> HealthReport {
-        self.guard.health().report()
+        self.shell.health()
     }
 
     /// The plugin's voice in the log ([`crate::voice`]).
     pub(crate) fn speaker(&self) -> Arc<crate::voice::Speaker> {
-        self.guard.speaker()
+        self.shell.guard.speaker()
     }
 
     /// Every origin this plugin was refused, oldest first.
@@ -162,7 +158,7 @@ impl ProviderPlugin {
     /// Whether the component exports `embeddings` (WIT 0.4.2 on); one that
     /// does may still answer [`EmbedError::Unsupported`].
     pub fn embeds(&self) -> bool {
-        self.exports.embeddings.is_some()
+        self.shell.pre.embeddings.is_some()
     }
 
     /// Performs one model call. `Ok(Err(_))` is a classified vendor
@@ -204,11 +200,11 @@ impl ProviderPlugin {
         &self,
         mut req: EmbedRequest,
     ) -> Result<(Result<Embedded, EmbedError>, String), CallError> {
-        if self.exports.embeddings.is_none() {
+        if self.shell.pre.embeddings.is_none() {
             return Ok((
                 Err(EmbedError::Unsupported(format!(
                     "this provider does not embed: plugin `{}` targets {}, and embeddings came with {EMBEDDINGS_SINCE}; rebuild it against this release's wit/, or name another provider's model in `[memory] embedding`",
-                    self.manifest.name, self.package
+                    self.shell.manifest.name, self.shell.pre.package
                 ))),
                 String::new(),
             ));
@@ -223,7 +219,7 @@ impl ProviderPlugin {
 
     /// The manifest's base URL: set on every request by the host.
     fn base_url(&self) -> &str {
-        let Permissions::Provider { base_url, .. } = &self.manifest.permissions else {
+        let Permissions::Provider { base_url, .. } = &self.shell.manifest.permissions else {
             unreachable!("a ProviderPlugin is only loaded from a provider manifest");
         };
         base_url
@@ -236,7 +232,7 @@ impl ProviderPlugin {
             base_url,
             allowed_outbound_hosts,
             ..
-        } = &self.manifest.permissions
+        } = &self.shell.manifest.permissions
         else {
             unreachable!("a ProviderPlugin is only loaded from a provider manifest");
         };
@@ -246,8 +242,8 @@ impl ProviderPlugin {
             .map(|o| o.to_string())
             .unwrap_or_else(|_| base_url.clone());
         let policy = OutboundPolicy::new(
-            &self.manifest.name,
-            &self.manifest.file,
+            &self.shell.manifest.name,
+            &self.shell.manifest.file,
             allowed_outbound_hosts.clone(),
             self.denied.clone(),
         )
@@ -258,18 +254,13 @@ impl ProviderPlugin {
             http: WasiHttpCtx::new(),
             outbound: policy,
         };
-        let store = self
-            .runtime
-            .new_store(&self.manifest, self.guard.speaker(), world)
-            .map_err(|e| CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
-                reason: e.to_string(),
-            })?;
+        let store = self.shell.store(world)?;
         // A provider's fault text may quote what it was given: the key.
         let scrub = Scrub::of(vec![key.as_bytes()]);
-        let exports = self.exports.clone();
-        let deadline = self.manifest.limits.deadline;
+        let exports = self.shell.pre.clone();
+        let deadline = self.shell.manifest.limits.deadline;
         let (_store, result) = self
+            .shell
             .guard
             .call(store, deadline, &scrub, move |mut store| async move {
                 let r = async {

@@ -20,16 +20,17 @@
 use std::sync::Arc;
 
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::{Component, HasSelf, InstancePre, Linker};
 
 use crate::bindings::module::crewlet::plugin::log;
 use crate::bindings::webhook::crewlet::plugin::crypto;
 use crate::bindings::webhook::{Webhook, WebhookPre};
-use crate::call::{Guard, IdleInstances};
+use crate::call::IdleInstances;
 use crate::manifest::{Manifest, Permissions};
 use crate::runtime::{CacheOutcome, CallError, LoadError, Runtime};
 use crate::sandbox::Sandbox;
 use crate::scrub::Scrub;
+use crate::shell::{Shell, World};
 use crate::{HealthReport, scrub};
 
 mod v0_4_0;
@@ -41,7 +42,7 @@ pub use crate::bindings::webhook::exports::crewlet::plugin::inbound::{
 
 /// A component linked for calls, by the WIT version it speaks.
 #[derive(Clone)]
-enum Pre {
+pub(crate) enum Pre {
     Current(WebhookPre<Sandbox<()>>),
     V0_4_0(v0_4_0::WebhookPre<Sandbox<()>>),
 }
@@ -95,6 +96,36 @@ impl Bindings {
 
 /// A webhook store's world part: nothing beyond WASI, `crypto` and `log`.
 type WebhookStore = Store<Sandbox<()>>;
+
+/// The webhook world: `crypto` and `log` beyond WASI; a 0.4.0 component
+/// linked as it speaks.
+pub(crate) struct WebhookWorld;
+
+impl World for WebhookWorld {
+    type Ctx = ();
+    type Pre = Pre;
+
+    fn link(linker: &mut Linker<Sandbox<()>>) -> wasmtime::Result<()> {
+        crypto::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(linker, |s| s)?;
+        log::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(linker, |s| s)
+    }
+
+    fn pre(
+        pre: InstancePre<Sandbox<()>>,
+        component: &Component,
+        engine: &wasmtime::Engine,
+    ) -> wasmtime::Result<Pre> {
+        let speaks_0_4_0 = component
+            .component_type()
+            .exports(engine)
+            .any(|(name, _)| name == v0_4_0::EXPORT);
+        Ok(if speaks_0_4_0 {
+            Pre::V0_4_0(v0_4_0::WebhookPre::new(pre)?)
+        } else {
+            Pre::Current(WebhookPre::new(pre)?)
+        })
+    }
+}
 
 /// The `crypto` import: a pure function of its arguments, so any plugin
 /// may have it; computed by [`crate::crypto`].
@@ -234,75 +265,42 @@ impl ParseError {
 
 /// A loaded webhook plugin.
 pub struct WebhookPlugin {
-    manifest: Manifest,
-    runtime: Arc<Runtime>,
-    pre: Pre,
+    shell: Shell<WebhookWorld>,
     idle: IdleInstances<(), Bindings>,
-    guard: Guard,
-    cache: CacheOutcome,
 }
 
 impl WebhookPlugin {
     /// Loads and links the plugin `manifest` describes.
     pub fn load(runtime: &Arc<Runtime>, manifest: Manifest) -> Result<WebhookPlugin, LoadError> {
-        let (component, cache) = runtime.load_component(&manifest)?;
-        let mut linker: Linker<Sandbox<()>> = Linker::new(runtime.engine());
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)
-            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        crypto::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
-            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        log::add_to_linker::<Sandbox<()>, HasSelf<Sandbox<()>>>(&mut linker, |s| s)
-            .map_err(|e| LoadError::Engine(format!("{e:#}")))?;
-        let speaks_0_4_0 = component
-            .component_type()
-            .exports(runtime.engine())
-            .any(|(name, _)| name == v0_4_0::EXPORT);
-        let pre = linker
-            .instantiate_pre(&component)
-            .and_then(|pre| {
-                Ok(if speaks_0_4_0 {
-                    Pre::V0_4_0(v0_4_0::WebhookPre::new(pre)?)
-                } else {
-                    Pre::Current(WebhookPre::new(pre)?)
-                })
-            })
-            .map_err(|e| LoadError::Link {
-                component: manifest.component.clone(),
-                reason: format!("{e:#}"),
-            })?;
         Ok(WebhookPlugin {
-            guard: runtime.guard(&manifest),
-            manifest,
-            runtime: runtime.clone(),
-            pre,
+            shell: Shell::load(runtime, manifest)?,
             idle: IdleInstances::new(KEEP_IDLE),
-            cache,
         })
     }
 
     /// The plugin's manifest.
     pub fn manifest(&self) -> &Manifest {
-        &self.manifest
+        &self.shell.manifest
     }
 
     /// Whether the component came from the artifact cache.
     pub fn cache_outcome(&self) -> &CacheOutcome {
-        &self.cache
+        &self.shell.cache
     }
 
     /// The plugin's health.
     pub fn health(&self) -> HealthReport {
-        self.guard.health().report()
+        self.shell.health()
     }
 
     /// The plugin's voice in the log ([`crate::voice`]).
     pub(crate) fn speaker(&self) -> Arc<crate::voice::Speaker> {
-        self.guard.speaker()
+        self.shell.guard.speaker()
     }
 
     /// The secret names the manifest declares.
     pub fn secret_names(&self) -> &[String] {
-        match &self.manifest.permissions {
+        match &self.shell.manifest.permissions {
             Permissions::Webhook { secrets, .. } => secrets,
             _ => &[],
         }
@@ -326,15 +324,6 @@ impl WebhookPlugin {
         Scrub::of(req.secrets.iter().map(|s| s.value.as_slice()))
     }
 
-    fn fresh_store(&self) -> Result<WebhookStore, CallError> {
-        self.runtime
-            .new_store(&self.manifest, self.guard.speaker(), ())
-            .map_err(|e| CallError::Instantiate {
-                plugin: self.manifest.name.clone(),
-                reason: e.to_string(),
-            })
-    }
-
     /// One call: an idle instance (or a fresh one, instantiated inside the
     /// call's deadline), `step` run on it through the plugin's guard, the
     /// instance kept for reuse only when the call succeeded and `reuse`.
@@ -353,12 +342,13 @@ impl WebhookPlugin {
     {
         let (store, bindings) = match self.idle.take() {
             Some((store, bindings)) => (store, Some(bindings)),
-            None => (self.fresh_store()?, None),
+            None => (self.shell.store(())?, None),
         };
-        let pre = self.pre.clone();
+        let pre = self.shell.pre.clone();
         let scrub = WebhookPlugin::scrub_for(&req);
-        let deadline = self.manifest.limits.deadline;
+        let deadline = self.shell.manifest.limits.deadline;
         let (store, (bindings, value)) = self
+            .shell
             .guard
             .call(store, deadline, &scrub, move |mut store| async move {
                 let bindings = match bindings {

@@ -78,7 +78,7 @@ impl ModulePlugin {
         arguments: &serde_json::Value,
         caller: &ToolCaller,
     ) -> Result<Result<String, ModuleRefusal>, ToolError> {
-        let module = &self.manifest.name;
+        let module = &self.shell.manifest.name;
         let bad = |reason: String| ToolError::BadArguments {
             module: module.clone(),
             tool: tool.to_string(),
@@ -153,7 +153,7 @@ impl ModulePlugin {
     ) -> Result<Result<String, ModuleRefusal>, ToolError> {
         let arguments: serde_json::Value =
             serde_json::from_str(arguments_json).map_err(|e| ToolError::BadArguments {
-                module: self.manifest.name.clone(),
+                module: self.shell.manifest.name.clone(),
                 tool: tool.to_string(),
                 reason: format!("not JSON: {e}"),
             })?;

@@ -1,3 +1,8 @@
+//! The node's plugins: [`load`] reads and loads them at start, then
+//! [`start`] sets them to work ([`Running`]: each module's consumers, the
+//! reload loop) until [`Running::stop`]; [`Loaded::view`] is `GET /plugins`.
+//! The node only wires these; the HTTP route is `crewlet-api`'s.
+//!
 //! Plugins at start: the catalogue read from `--plugins DIR`, every declared
 //! module bucket created (idempotently, before any module runs), each
 //! plugin loaded into the one runtime, and the view `GET /plugins` answers.
@@ -21,7 +26,9 @@
 //! by its deadline (at most the module world's ceiling): a stuck module is
 //! reported failed and the node is ready without it.
 
-pub(crate) mod reload;
+pub mod modules;
+pub mod reload;
+mod running;
 mod view;
 
 use std::collections::BTreeMap;
@@ -42,6 +49,7 @@ use crewlet_plugins::{Installed, Kind, Manifest, Plugin, Runtime, RuntimeConfig}
 use tracing::{error, info, warn};
 
 pub use reload::watch;
+pub use running::{Parts, Running, start};
 pub use view::{render_effective, render_live};
 
 /// How long `GET /plugins` waits for one bucket's usage.

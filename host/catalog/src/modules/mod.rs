@@ -2,7 +2,7 @@
 //! this node ([`consumer`]), its publications recorded as events of the
 //! company's log ([`bus`]), and what an operator sees of both.
 //!
-//! Every node runs an instance of every loaded module (`crate::plugins`);
+//! Every node runs an instance of every loaded module (`crate`);
 //! this part starts one consumer per subscription once the engine is up.
 //! A drain stops it after the seats (a turn's tool call may still reach a
 //! module) and before the stream: pulls stop, and an event in hand is left

@@ -41,18 +41,18 @@ pub const POLL_EVERY: Duration = Duration::from_secs(1);
 /// What one `plugin.toml` and its component look like on disk: enough to
 /// see that either changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Stamp {
+pub struct Stamp {
     manifest: Vec<u8>,
     component: Option<(u64, SystemTime)>,
 }
 
 /// Every manifest's stamp, by file.
-pub(crate) type Stamps = BTreeMap<PathBuf, Stamp>;
+pub type Stamps = BTreeMap<PathBuf, Stamp>;
 
 /// Blocks until the files under `dirs` differ from `last` and then held
 /// still for one poll; answers what they are now (`crewlet plugins check
 /// --watch`).
-pub(crate) fn wait_for_change(dirs: &[PathBuf], last: &Stamps) -> Stamps {
+pub fn wait_for_change(dirs: &[PathBuf], last: &Stamps) -> Stamps {
     let mut seen = last.clone();
     loop {
         std::thread::sleep(POLL_EVERY);
@@ -64,7 +64,7 @@ pub(crate) fn wait_for_change(dirs: &[PathBuf], last: &Stamps) -> Stamps {
     }
 }
 
-pub(crate) fn stamp_all(dirs: &[PathBuf]) -> Stamps {
+pub fn stamp_all(dirs: &[PathBuf]) -> Stamps {
     let mut out = Stamps::new();
     for dir in dirs {
         for file in manifest_files(dir).unwrap_or_default() {
