@@ -36,7 +36,9 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use custody::{CustodyBatch, Settled, Unsettled};
 pub use events::{EventQuery, EventRecord, Party};
-pub use learning::{EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, strength};
+pub use learning::{
+    EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, ReflectionMark, strength,
+};
 pub use memory::{COSINE_DISTANCE, DiaryNote, Episode, Onboarded, Profile, Recalled, Vector};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;

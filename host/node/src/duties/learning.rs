@@ -25,9 +25,10 @@
 //!   skill is written from it). A seat's reflection watermark (the newest
 //!   episode it read) moves on an answer — a skill, nothing, or garbage —
 //!   and not on a refusal or an outage, which are asked again next pass.
-//!   It lives in the holder's memory, restarting from the seat's newest
-//!   induced skill: a new holder may reflect once more over the same
-//!   episodes, which costs one call and writes a version at most.
+//!   It is a row of the seat's memory (`learning_marks`, only forward),
+//!   replayed with the rest, so a new holder of the duty goes on from
+//!   where the last one stopped; a seat without one starts from its
+//!   newest induced skill.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,9 +37,9 @@ use std::time::{Duration, Instant};
 use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
-use crewlet_memory::{Changelog, Episodes, Memory, SkillVersions, Skills};
+use crewlet_memory::{Changelog, Episodes, Memory, ReflectionMarks, SkillVersions, Skills};
 use crewlet_models::Models;
-use crewlet_store::{Learned, Origin, SkillRow, SkillVersionRow, Store};
+use crewlet_store::{Learned, Origin, ReflectionMark, SkillRow, SkillVersionRow, Store};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -94,7 +95,6 @@ impl Learning {
         tenure: watch::Receiver<Option<Fence>>,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut marks: BTreeMap<String, i64> = BTreeMap::new();
         let mut next = Instant::now() + self.with.config.learning_tick;
         loop {
             tokio::select! {
@@ -106,7 +106,7 @@ impl Learning {
                 continue;
             }
             tokio::select! {
-                _ = self.pass(&tenure, &mut marks) => {}
+                _ = self.pass(&tenure) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
@@ -134,7 +134,6 @@ impl Learning {
     async fn pass(
         &self,
         tenure: &watch::Receiver<Option<Fence>>,
-        marks: &mut BTreeMap<String, i64>,
     ) {
         let began = Instant::now();
         let Some(epoch) = admitted(tenure) else {
@@ -153,7 +152,7 @@ impl Learning {
                 fenced = true;
                 break;
             }
-            let done = self.seat(&active, handle.as_str(), marks).await;
+            let done = self.seat(&active, handle.as_str()).await;
             if let Some(why) = done.failed {
                 failures.push(format!("{handle}: {why}"));
             }
@@ -185,12 +184,7 @@ impl Learning {
     }
 
     /// Hydrate, age, maybe reflect: one seat's share of a pass.
-    async fn seat(
-        &self,
-        active: &Active,
-        seat: &str,
-        marks: &mut BTreeMap<String, i64>,
-    ) -> SeatPass {
+    async fn seat(&self, active: &Active, seat: &str) -> SeatPass {
         let mut out = SeatPass::default();
         match self.memory.hydrate(seat).await {
             Ok(h) => {
@@ -233,7 +227,7 @@ impl Learning {
         }
         out.report.insert(
             "reflection".into(),
-            self.induce(active, seat, marks, &mut out.failed).await,
+            self.induce(active, seat, &mut out.failed).await,
         );
         out
     }
@@ -242,19 +236,19 @@ impl Learning {
         &self,
         active: &Active,
         seat: &str,
-        marks: &mut BTreeMap<String, i64>,
         failed: &mut Option<String>,
     ) -> Value {
         let Some(seat_def) = active.company.seat(seat) else {
             return json!({ "state": "skipped", "why": "not a seat of the company" });
         };
         let role = active.company.role_of(seat_def);
-        let mark = match marks.get(seat) {
-            Some(m) => *m,
-            None => match self.with.store.last_induced_ms(seat) {
+        let mark = match self.with.store.reflection_mark(seat) {
+            Ok(Some(m)) => m.reflected_ms,
+            Ok(None) => match self.with.store.last_induced_ms(seat) {
                 Ok(m) => m.unwrap_or(0),
                 Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
             },
+            Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
         };
         let episodes = match self
             .with
@@ -307,7 +301,7 @@ impl Learning {
                         report["skill"] = json!(skill.skill_id);
                         report["version"] = json!(version.version);
                         self.offer_skill(&skill, Some(&version));
-                        marks.insert(seat.to_owned(), newest);
+                        self.mark(seat, newest);
                     }
                     Err(e) => {
                         report["state"] = json!("failed");
@@ -317,12 +311,12 @@ impl Learning {
                 }
             }
             Reflected::Nothing { .. } => {
-                marks.insert(seat.to_owned(), newest);
+                self.mark(seat, newest);
             }
             Reflected::Garbage { why, .. } => {
                 warn!(subsystem = "learning", seat, %why, "the reflection answered no skill; nothing written");
                 *failed = Some(why.clone());
-                marks.insert(seat.to_owned(), newest);
+                self.mark(seat, newest);
             }
             Reflected::Declined(_) | Reflected::Unavailable(_) => {}
         }
@@ -366,6 +360,26 @@ impl Learning {
             }
         }
         out
+    }
+
+    /// Moves `seat`'s reflection watermark to `reflected_ms`, here and on
+    /// the stream.
+    fn mark(&self, seat: &str, reflected_ms: i64) {
+        let mark = ReflectionMark {
+            seat: seat.to_owned(),
+            reflected_ms,
+            updated_ms: crewlet_os::now_ms(),
+        };
+        match self.with.store.put_reflection_marks(std::slice::from_ref(&mark)) {
+            Ok(_) => {
+                if let Err(e) = self.changelog.offer::<ReflectionMarks>(&mark) {
+                    warn!(subsystem = "learning", seat, error = %e, "reflection watermark not published");
+                }
+            }
+            Err(e) => {
+                warn!(subsystem = "learning", seat, error = %e, "reflection watermark not kept; the next pass may read the same episodes")
+            }
+        }
     }
 
     fn offer_skill(&self, skill: &SkillRow, version: Option<&SkillVersionRow>) {
