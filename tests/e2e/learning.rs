@@ -10,15 +10,21 @@
 //!   `failed`; with ada's day window then full, the next reflection is
 //!   declined before any request reaches the model server, and the pass
 //!   says why.
+//! - With the duty on another node than the seat's holder, the skill the
+//!   duty writes reaches the holder live (its tail of the memory stream),
+//!   and the holder's next turn carries it.
 
 use std::time::Duration;
 
+use crewlet_testkit::NatsServer;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::Value;
 
-use crate::common::company::OPENAI_ONE_SEAT;
-use crate::common::{eventually, run_to_exit};
-use crate::turns::{World, post, start_with, submit, verdict};
+use crate::common::company::{OPENAI_ONE_SEAT, SLACK_SECRET, fill};
+use crate::common::{
+    Node, NodeBuilder, Sandbox, eventually, events, run_to_exit, slack_mention, wait_events,
+};
+use crate::turns::{World, plugins, post, start_with, submit, verdict};
 
 /// The reflection's system prompt begins so.
 const REFLECTION: &str = "You are the reflection of the seat ada";
@@ -307,4 +313,106 @@ fn a_skill_two_seats_of_a_role_learned_is_given_to_the_third() {
             "{seat} keeps its own"
         );
     }
+}
+
+/// Node `id` of a fleet on `server` with `roles`, the sandbox's company
+/// and plugins, and a one-second learning tick.
+fn fleet_node(sb: &Sandbox, server: &NatsServer, id: &str, roles: &str) -> Node {
+    let port = crewlet_testkit::free_port();
+    let cfg = sb.path(&format!("{id}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[api]\nport = {port}\n[node]\nid = \"{id}\"\nroles = {roles}\n[stream]\nurl = \"{}\"\n[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n{LEARNING_TICK}",
+            server.url()
+        ),
+    )
+    .expect("write the node's config");
+    let mut node = NodeBuilder::new(sb, port)
+        .arg("--config")
+        .arg(cfg)
+        .arg("--data-dir")
+        .arg(sb.path(&format!("data-{id}")))
+        .arg("--company")
+        .arg(sb.path("company.toml"))
+        .arg("--plugins")
+        .arg(sb.path("plugins"))
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .env("MODEL_KEY", "sk-one-1111")
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    node
+}
+
+/// The learning duty runs on node W, ada is held by node H: the skill W
+/// learns reaches H through H's live tail of the memory stream, so H's
+/// next turn carries it with ada never hydrated again (no restart, no
+/// move).
+#[test]
+fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
+    let ai = ScriptedOpenAi::start();
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    std::fs::write(
+        sb.path("company.toml"),
+        fill(OPENAI_ONE_SEAT, &sb.path("chat.jsonl")),
+    )
+    .unwrap();
+    plugins(&sb, Some(&ai));
+    let h = fleet_node(&sb, &server, "node-h", r#"["data", "ingress", "seats"]"#);
+    let w = fleet_node(&sb, &server, "node-w", r#"["workers"]"#);
+    let hydrated = |node: &Node| node.log_text().matches("seat memory hydrated").count();
+    assert!(
+        eventually(Duration::from_secs(30), || hydrated(&h) == 1),
+        "node H never hydrated ada: {}",
+        h.log_text()
+    );
+    for n in 1..=3 {
+        let thread = format!("{n}.1");
+        script_turn(&ai, &thread, &format!("Build 44{n} is green."), verdict("done"));
+        if n == 3 {
+            ai.reply(
+                "exec-a",
+                Reply::Text(
+                    r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread."}}"#
+                        .into(),
+                ),
+            );
+        }
+        slack_mention(&h, SLACK_SECRET, "ada", &format!("Ev{n}"), "C1", &thread, &format!("<@ada> is build 44{n} green?"));
+        let ended = wait_events(&h, "turn_ended", n);
+        assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    }
+    let mut learned = false;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            learned = events(&h, "learning_pass").iter().any(|e| {
+                e["node_id"] == "node-w"
+                    && e["payload"]["seats"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s["seat"] == "ada" && s["reflection"]["state"] == "learned")
+            });
+            learned
+        }),
+        "node W never learned ada's skill: {:?}\n{}",
+        events(&h, "learning_pass").first(),
+        w.log_text()
+    );
+
+    let before = ai.request_count();
+    script_turn(&ai, "4.1", "Build 450 is red.", verdict("done"));
+    slack_mention(&h, SLACK_SECRET, "ada", "Ev4", "C1", "4.1", "<@ada> and build 450?");
+    wait_events(&h, "turn_ended", 4);
+    let prompt = ai.requests()[before..]
+        .iter()
+        .find(|r| r.model == "exec-a")
+        .map(|r| r.messages.to_string())
+        .expect("the fourth turn asked the executor");
+    assert!(
+        prompt.contains("Build status check (v1): 1. Find the build by number."),
+        "the holder's next turn lacks the skill node W learned: {prompt}"
+    );
+    assert_eq!(hydrated(&h), 1, "ada was hydrated again: {}", h.log_text());
 }
