@@ -13,7 +13,13 @@
 //!   ([`super::reflection`]: the seat's chain, its budget, declined when
 //!   the window is full) may write a skill or a new version of one;
 //! - **promotion**: a skill two seats of one role induced independently
-//!   is written to every other seat of the role.
+//!   is written to every other seat of the role;
+//! - **re-embedding**: at most [`REEMBED_PER_PASS`] of a seat's notes and
+//!   episodes whose vector recall cannot compare with the company's
+//!   `[memory] embedding` (another model or dimension, or none) are
+//!   embedded again through the same `Embeddings` as turns (the seat's
+//!   budget checked before, charged after); a row that cannot be embedded
+//!   stays as it is and is named in the pass's event.
 //!
 //! Rules, and why:
 //! - The tenure's fence is asked before each seat's writes (and before
@@ -37,9 +43,12 @@ use std::time::{Duration, Instant};
 use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
-use crewlet_memory::{Changelog, Episodes, Memory, ReflectionMarks, SkillVersions, Skills};
+use crewlet_memory::{Changelog, Diary, Episodes, Memory, ReflectionMarks, SkillVersions, Skills};
 use crewlet_models::Models;
-use crewlet_store::{Learned, Origin, ReflectionMark, SkillRow, SkillVersionRow, Store};
+use crewlet_store::{
+    Learned, MemoryKind, Origin, ReflectionMark, SkillRow, SkillVersionRow, Store, Vector,
+};
+use crewlet_turns::{EmbedError, EmbedSite, Embedder};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -55,6 +64,9 @@ pub const KEEP_EPISODES: usize = 200;
 /// Seats of one role that must have induced a skill for it to be
 /// promoted to the whole role.
 pub const PROMOTE_AT: usize = 2;
+/// The most rows of one seat re-embedded in one pass (one call each, so
+/// a row the provider refuses is named alone).
+pub const REEMBED_PER_PASS: usize = 16;
 /// How long a stopping duty waits for its queued rows to reach the stream.
 const FLUSH: Duration = Duration::from_secs(5);
 
@@ -77,6 +89,8 @@ pub struct Learning {
     /// The memory stream with every table a seat's memory has.
     memory: Memory,
     changelog: Changelog,
+    /// The company's embedding model, as turns embed with it.
+    embedder: crewlet_models::Embeddings,
     /// The changelog's publishing task, ended after its last rows.
     carrier: tokio::task::JoinHandle<()>,
 }
@@ -123,18 +137,19 @@ impl Learning {
             .map_err(|e| e.to_string())?;
         let memory = crate::memory_tables::memory_tables(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
+        let embedder = inputs
+            .models
+            .embedder(inputs.budgets.clone(), inputs.active.clone());
         Ok(Learning {
             with: inputs,
             memory,
             changelog,
+            embedder,
             carrier,
         })
     }
 
-    async fn pass(
-        &self,
-        tenure: &watch::Receiver<Option<Fence>>,
-    ) {
+    async fn pass(&self, tenure: &watch::Receiver<Option<Fence>>) {
         let began = Instant::now();
         let Some(epoch) = admitted(tenure) else {
             return;
@@ -225,6 +240,9 @@ impl Learning {
                     .insert("ageing_error".into(), json!(e.to_string()));
             }
         }
+        if let Some(done) = self.reembed(seat).await {
+            out.report.insert("reembedding".into(), done);
+        }
         out.report.insert(
             "reflection".into(),
             self.induce(active, seat, &mut out.failed).await,
@@ -232,12 +250,83 @@ impl Learning {
         out
     }
 
-    async fn induce(
-        &self,
-        active: &Active,
-        seat: &str,
-        failed: &mut Option<String>,
-    ) -> Value {
+    /// Re-embeds what recall cannot compare of `seat`'s memory; `None`
+    /// when there is nothing to (or no embedding model: recall is by
+    /// recency and no vector is compared).
+    async fn reembed(&self, seat: &str) -> Option<Value> {
+        let model = self.embedder.model()?;
+        let rows = match self
+            .with
+            .store
+            .unmatched_vectors(seat, &model, REEMBED_PER_PASS)
+        {
+            Ok(rows) if rows.is_empty() => return None,
+            Ok(rows) => rows,
+            Err(e) => return Some(json!({ "error": e.to_string() })),
+        };
+        let site = EmbedSite {
+            seat: seat.to_owned(),
+            turn_id: None,
+        };
+        let (mut done, mut not) = (0, Vec::new());
+        let mut stopped: Option<String> = None;
+        for row in rows {
+            let named =
+                |why: &str| json!({ "kind": row.kind.as_str(), "key": row.key, "why": why });
+            if let Some(why) = &stopped {
+                not.push(named(why));
+                continue;
+            }
+            let vector = match self.embedder.embed(vec![row.text.clone()], &site).await {
+                Ok(mut e) if e.vectors.len() == 1 => Vector {
+                    model: e.model,
+                    values: e.vectors.remove(0),
+                },
+                Ok(e) => {
+                    not.push(named(&format!("{} vectors for one text", e.vectors.len())));
+                    continue;
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    // A full window or a provider away: the rest would be
+                    // refused alike; they are asked again next pass.
+                    if matches!(
+                        e,
+                        EmbedError::Refused(_) | EmbedError::Unavailable(_) | EmbedError::Off
+                    ) {
+                        stopped = Some(why.clone());
+                    }
+                    not.push(named(&why));
+                    continue;
+                }
+            };
+            let now = crewlet_os::now_ms();
+            let written = match row.kind {
+                MemoryKind::Note => self
+                    .with
+                    .store
+                    .reembed_note(seat, &row.key, vector, now)
+                    .map(|r| r.map(|r| self.changelog.offer::<Diary>(&r))),
+                MemoryKind::Episode => self
+                    .with
+                    .store
+                    .reembed_episode(seat, &row.key, vector, now)
+                    .map(|r| r.map(|r| self.changelog.offer::<Episodes>(&r))),
+            };
+            match written {
+                Ok(Some(Err(e))) => {
+                    warn!(subsystem = "learning", seat, error = %e, "re-embedded row not published");
+                    done += 1;
+                }
+                Ok(Some(Ok(()))) => done += 1,
+                Ok(None) => {}
+                Err(e) => not.push(named(&e.to_string())),
+            }
+        }
+        Some(json!({ "model": model, "reembedded": done, "not_reembedded": not }))
+    }
+
+    async fn induce(&self, active: &Active, seat: &str, failed: &mut Option<String>) -> Value {
         let Some(seat_def) = active.company.seat(seat) else {
             return json!({ "state": "skipped", "why": "not a seat of the company" });
         };
@@ -370,7 +459,11 @@ impl Learning {
             reflected_ms,
             updated_ms: crewlet_os::now_ms(),
         };
-        match self.with.store.put_reflection_marks(std::slice::from_ref(&mark)) {
+        match self
+            .with
+            .store
+            .put_reflection_marks(std::slice::from_ref(&mark))
+        {
             Ok(_) => {
                 if let Err(e) = self.changelog.offer::<ReflectionMarks>(&mark) {
                     warn!(subsystem = "learning", seat, error = %e, "reflection watermark not published");
