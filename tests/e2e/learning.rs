@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::common::company::{OPENAI_ONE_SEAT, SLACK_SECRET, fill};
 use crate::common::{
-    Node, NodeBuilder, Sandbox, eventually, events, run_to_exit, slack_mention, wait_events,
+    Node, NodeBuilder, Sandbox, events, eventually, run_to_exit, slack_mention, wait_events,
 };
 use crate::turns::{World, plugins, post, start_with, submit, verdict};
 
@@ -369,7 +369,12 @@ fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
     );
     for n in 1..=3 {
         let thread = format!("{n}.1");
-        script_turn(&ai, &thread, &format!("Build 44{n} is green."), verdict("done"));
+        script_turn(
+            &ai,
+            &thread,
+            &format!("Build 44{n} is green."),
+            verdict("done"),
+        );
         if n == 3 {
             ai.reply(
                 "exec-a",
@@ -379,7 +384,15 @@ fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
                 ),
             );
         }
-        slack_mention(&h, SLACK_SECRET, "ada", &format!("Ev{n}"), "C1", &thread, &format!("<@ada> is build 44{n} green?"));
+        slack_mention(
+            &h,
+            SLACK_SECRET,
+            "ada",
+            &format!("Ev{n}"),
+            "C1",
+            &thread,
+            &format!("<@ada> is build 44{n} green?"),
+        );
         let ended = wait_events(&h, "turn_ended", n);
         assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
     }
@@ -403,7 +416,15 @@ fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
 
     let before = ai.request_count();
     script_turn(&ai, "4.1", "Build 450 is red.", verdict("done"));
-    slack_mention(&h, SLACK_SECRET, "ada", "Ev4", "C1", "4.1", "<@ada> and build 450?");
+    slack_mention(
+        &h,
+        SLACK_SECRET,
+        "ada",
+        "Ev4",
+        "C1",
+        "4.1",
+        "<@ada> and build 450?",
+    );
     wait_events(&h, "turn_ended", 4);
     let prompt = ai.requests()[before..]
         .iter()

@@ -196,7 +196,13 @@ fn apply(memory: &Memory, seat: &str, table: &str, bytes: Bytes) -> bool {
             if !done.undecodable.is_empty() {
                 warn!(subsystem = "memory", seat, table, first = ?done.undecodable, "a live memory row that is not a row of its table; skipped");
             }
-            debug!(subsystem = "memory", seat, table, written = done.written, "live memory row applied");
+            debug!(
+                subsystem = "memory",
+                seat,
+                table,
+                written = done.written,
+                "live memory row applied"
+            );
             true
         }
         Err(e) => {

@@ -201,12 +201,22 @@ fn upsert_skill(
     } else {
         ("1", "1", String::new())
     };
-    let pick = |col: &str, group: &str| format!("{col} = CASE WHEN {group} THEN excluded.{col} ELSE s.{col} END");
-    let sets: Vec<String> = ["name", "origin", "promoted_from", "state", "version", "created_ms", "retired_ms"]
-        .iter()
-        .map(|c| pick(c, defined))
-        .chain(["uses", "last_used_ms"].iter().map(|c| pick(c, used)))
-        .collect();
+    let pick = |col: &str, group: &str| {
+        format!("{col} = CASE WHEN {group} THEN excluded.{col} ELSE s.{col} END")
+    };
+    let sets: Vec<String> = [
+        "name",
+        "origin",
+        "promoted_from",
+        "state",
+        "version",
+        "created_ms",
+        "retired_ms",
+    ]
+    .iter()
+    .map(|c| pick(c, defined))
+    .chain(["uses", "last_used_ms"].iter().map(|c| pick(c, used)))
+    .collect();
     let changed = tx.execute(
         &format!(
             "INSERT INTO synthesized_skills AS s ({SKILL_COLUMNS}, change_seq)
