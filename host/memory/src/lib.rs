@@ -222,7 +222,14 @@ pub struct Memory {
     js: jetstream::Context,
     tables: Arc<BTreeMap<&'static str, Arc<dyn Replay>>>,
     limit: usize,
+    /// Unique to this opening: stamped on every row it publishes
+    /// ([`ORIGIN_HEADER`]), so its own tail knows the rows already in its
+    /// store and does not write them again.
+    origin: Arc<str>,
 }
+
+/// The header naming which opening of the memory stream published a row.
+pub const ORIGIN_HEADER: &str = "Crewlet-Memory-Origin";
 
 impl Memory {
     /// The memory stream on `js` (made at start by the node's streams),
@@ -241,10 +248,12 @@ impl Memory {
             Ok(n) if n > 0 => n.min(payload),
             _ => payload,
         };
+        let origin = js.client().new_inbox().into();
         Ok(Memory {
             js,
             tables: Arc::new(BTreeMap::new()),
             limit,
+            origin,
         })
     }
 
@@ -300,8 +309,10 @@ impl Memory {
             table: row.table,
             detail,
         };
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ORIGIN_HEADER, &*self.origin);
         self.js
-            .publish(row.subject.clone(), row.payload.clone())
+            .publish_with_headers(row.subject.clone(), headers, row.payload.clone())
             .await
             .map_err(|e| unpublished(e.to_string()))?
             .await

@@ -17,7 +17,9 @@
 //! are applied and the rest dropped (the pass already applied them); from
 //! then on every row past `R` is applied as it comes, by the tables' own
 //! newer-wins rule (the same as hydration's). A row the tail sees was
-//! published after the watch began, so every row past `R` passes it.
+//! published after the watch began, so every row past `R` passes it. A row
+//! this node published itself (its origin header) is in its store already
+//! and is skipped.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -152,6 +154,9 @@ async fn run(memory: Memory, mut messages: Messages, mut rx: mpsc::UnboundedRece
                     let Ok(info) = msg.info() else { continue };
                     position = info.stream_sequence;
                     let Some((seat, table)) = seat_and_table(&msg.subject) else { continue };
+                    if published_here(&memory, &msg) {
+                        continue;
+                    }
                     match seats.get_mut(seat) {
                         Some(Watch::Held(rows)) => rows.push((position, table.into(), msg.payload.clone())),
                         Some(Watch::Live(reached)) if position > *reached => {
@@ -177,6 +182,16 @@ async fn run(memory: Memory, mut messages: Messages, mut rx: mpsc::UnboundedRece
             },
         }
     }
+}
+
+/// Whether this opening of the stream published `msg`: the row is in this
+/// node's store already, and writing it again could put an older row of
+/// the same stamp over a newer one.
+fn published_here(memory: &Memory, msg: &async_nats::jetstream::Message) -> bool {
+    msg.headers
+        .as_ref()
+        .and_then(|h| h.get(crate::ORIGIN_HEADER))
+        .is_some_and(|o| o.as_str() == &*memory.origin)
 }
 
 /// `crewlet.memory.SEAT.TABLE.DIGEST` → (seat, table).
