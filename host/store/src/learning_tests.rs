@@ -149,7 +149,9 @@ fn a_skill_rows_two_writers_apply_the_same_in_either_order() {
     let v1 = learn(&w, "ada", "Deploy check", "steps", 100);
     h.apply_skills(std::slice::from_ref(&v1)).unwrap();
     let v2 = learn(&w, "ada", "Deploy check", "better steps", 200);
-    let used = h.use_skills("ada", &[v1.skill_id.clone()], 300).unwrap();
+    let used = h
+        .use_skills("ada", std::slice::from_ref(&v1.skill_id), 300)
+        .unwrap();
     assert_eq!((v2.version, used[0].version), (2, 1));
     let mut ends = Vec::new();
     for order in [[v2.clone(), used[0].clone()], [used[0].clone(), v2.clone()]] {
