@@ -47,6 +47,27 @@ fn script_turn(ai: &ScriptedOpenAi, thread: &str, text: &str, review: Reply) {
     ai.reply("review", review);
 }
 
+/// Scripts the `n`th of three green-build turns; behind the third's own
+/// answers, the reflection's: the pass after it reflects over three
+/// episodes and learns "Build status check".
+fn script_lesson(ai: &ScriptedOpenAi, n: usize) {
+    script_turn(
+        ai,
+        &format!("{n}.1"),
+        &format!("Build 44{n} is green."),
+        verdict("done"),
+    );
+    if n == 3 {
+        ai.reply(
+            "exec-a",
+            Reply::Text(
+                r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread with its status."}}"#
+                    .into(),
+            ),
+        );
+    }
+}
+
 /// Mentions ada in a thread of its own and waits for the turn to end
 /// delivered (the `n`th turn of the node).
 fn turn(w: &World, n: usize, text: &str) {
@@ -133,23 +154,7 @@ fn three_successful_turns_teach_a_skill_that_a_later_turn_carries() {
     let ai = ScriptedOpenAi::start();
     let w = world(&ai, OPENAI_ONE_SEAT);
     for n in 1..=3 {
-        script_turn(
-            &ai,
-            &format!("{n}.1"),
-            &format!("Build 44{n} is green."),
-            verdict("done"),
-        );
-        if n == 3 {
-            // Queued behind the third turn's own answers: the pass after
-            // it reflects over three episodes.
-            ai.reply(
-                "exec-a",
-                Reply::Text(
-                    r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread with its status."}}"#
-                        .into(),
-                ),
-            );
-        }
+        script_lesson(&ai, n);
         turn(&w, n, &format!("is build 44{n} green?"));
     }
     let pass = pass_with(&w, "learned");
@@ -369,21 +374,7 @@ fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
     );
     for n in 1..=3 {
         let thread = format!("{n}.1");
-        script_turn(
-            &ai,
-            &thread,
-            &format!("Build 44{n} is green."),
-            verdict("done"),
-        );
-        if n == 3 {
-            ai.reply(
-                "exec-a",
-                Reply::Text(
-                    r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread."}}"#
-                        .into(),
-                ),
-            );
-        }
+        script_lesson(&ai, n);
         slack_mention(
             &h,
             SLACK_SECRET,
