@@ -183,8 +183,8 @@ const VERSION_COLUMNS: &str =
 /// reached the stream first.
 const DEFINED_NEWER: &str = "(excluded.version, excluded.state = 'retired', excluded.updated_ms)
      >= (s.version, s.state = 'retired', s.updated_ms)";
-const USED_NEWER: &str = "(COALESCE(excluded.last_used_ms, -1), excluded.uses, excluded.updated_ms)
-     >= (COALESCE(s.last_used_ms, -1), s.uses, s.updated_ms)";
+const USED_NEWER: &str = "(COALESCE(excluded.last_used_ms, -1), excluded.updated_ms)
+     >= (COALESCE(s.last_used_ms, -1), s.updated_ms)";
 
 fn upsert_skill(
     tx: &Transaction<'_>,
