@@ -68,6 +68,15 @@ fn script_lesson(ai: &ScriptedOpenAi, n: usize) {
     }
 }
 
+/// The first executor request's messages from request `from` on.
+fn executor_prompt(ai: &ScriptedOpenAi, from: usize) -> String {
+    ai.requests()[from..]
+        .iter()
+        .find(|r| r.model == "exec-a")
+        .map(|r| r.messages.to_string())
+        .expect("the turn asked the executor")
+}
+
 /// Mentions ada in a thread of its own and waits for the turn to end
 /// delivered (the `n`th turn of the node).
 fn turn(w: &World, n: usize, text: &str) {
@@ -184,11 +193,7 @@ fn three_successful_turns_teach_a_skill_that_a_later_turn_carries() {
     let before = ai.request_count();
     script_turn(&ai, "4.1", "Build 450 is red.", verdict("done"));
     turn(&w, 4, "and build 450?");
-    let prompt = ai.requests()[before..]
-        .iter()
-        .find(|r| r.model == "exec-a")
-        .map(|r| r.messages.to_string())
-        .expect("the fourth turn asked the executor");
+    let prompt = executor_prompt(&ai, before);
     assert!(
         prompt.contains("skills you learned")
             && prompt.contains("Build status check (v1): 1. Find the build by number."),
@@ -417,11 +422,7 @@ fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
         "<@ada> and build 450?",
     );
     wait_events(&h, "turn_ended", 4);
-    let prompt = ai.requests()[before..]
-        .iter()
-        .find(|r| r.model == "exec-a")
-        .map(|r| r.messages.to_string())
-        .expect("the fourth turn asked the executor");
+    let prompt = executor_prompt(&ai, before);
     assert!(
         prompt.contains("Build status check (v1): 1. Find the build by number."),
         "the holder's next turn lacks the skill node W learned: {prompt}"
