@@ -10,15 +10,21 @@
 //!   `failed`; with ada's day window then full, the next reflection is
 //!   declined before any request reaches the model server, and the pass
 //!   says why.
+//! - With the duty on another node than the seat's holder, the skill the
+//!   duty writes reaches the holder live (its tail of the memory stream),
+//!   and the holder's next turn carries it.
 
 use std::time::Duration;
 
+use crewlet_testkit::NatsServer;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::Value;
 
-use crate::common::company::OPENAI_ONE_SEAT;
-use crate::common::{eventually, run_to_exit};
-use crate::turns::{World, post, start_with, submit, verdict};
+use crate::common::company::{OPENAI_ONE_SEAT, SLACK_SECRET, fill};
+use crate::common::{
+    Node, NodeBuilder, Sandbox, events, eventually, run_to_exit, slack_mention, wait_events,
+};
+use crate::turns::{World, plugins, post, start_with, submit, verdict};
 
 /// The reflection's system prompt begins so.
 const REFLECTION: &str = "You are the reflection of the seat ada";
@@ -39,6 +45,36 @@ fn script_turn(ai: &ScriptedOpenAi, thread: &str, text: &str, review: Reply) {
     ai.reply("exec-a", post("C1", thread, text));
     ai.reply("exec-a", submit("delivered"));
     ai.reply("review", review);
+}
+
+/// Scripts the `n`th of three green-build turns; behind the third's own
+/// answers, the reflection's: the pass after it reflects over three
+/// episodes and learns "Build status check".
+fn script_lesson(ai: &ScriptedOpenAi, n: usize) {
+    script_turn(
+        ai,
+        &format!("{n}.1"),
+        &format!("Build 44{n} is green."),
+        verdict("done"),
+    );
+    if n == 3 {
+        ai.reply(
+            "exec-a",
+            Reply::Text(
+                r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread with its status."}}"#
+                    .into(),
+            ),
+        );
+    }
+}
+
+/// The first executor request's messages from request `from` on.
+fn executor_prompt(ai: &ScriptedOpenAi, from: usize) -> String {
+    ai.requests()[from..]
+        .iter()
+        .find(|r| r.model == "exec-a")
+        .map(|r| r.messages.to_string())
+        .expect("the turn asked the executor")
 }
 
 /// Mentions ada in a thread of its own and waits for the turn to end
@@ -127,23 +163,7 @@ fn three_successful_turns_teach_a_skill_that_a_later_turn_carries() {
     let ai = ScriptedOpenAi::start();
     let w = world(&ai, OPENAI_ONE_SEAT);
     for n in 1..=3 {
-        script_turn(
-            &ai,
-            &format!("{n}.1"),
-            &format!("Build 44{n} is green."),
-            verdict("done"),
-        );
-        if n == 3 {
-            // Queued behind the third turn's own answers: the pass after
-            // it reflects over three episodes.
-            ai.reply(
-                "exec-a",
-                Reply::Text(
-                    r#"{"skill": {"name": "Build status check", "procedure": "1. Find the build by number. 2. Reply in the thread with its status."}}"#
-                        .into(),
-                ),
-            );
-        }
+        script_lesson(&ai, n);
         turn(&w, n, &format!("is build 44{n} green?"));
     }
     let pass = pass_with(&w, "learned");
@@ -173,11 +193,7 @@ fn three_successful_turns_teach_a_skill_that_a_later_turn_carries() {
     let before = ai.request_count();
     script_turn(&ai, "4.1", "Build 450 is red.", verdict("done"));
     turn(&w, 4, "and build 450?");
-    let prompt = ai.requests()[before..]
-        .iter()
-        .find(|r| r.model == "exec-a")
-        .map(|r| r.messages.to_string())
-        .expect("the fourth turn asked the executor");
+    let prompt = executor_prompt(&ai, before);
     assert!(
         prompt.contains("skills you learned")
             && prompt.contains("Build status check (v1): 1. Find the build by number."),
@@ -307,4 +323,109 @@ fn a_skill_two_seats_of_a_role_learned_is_given_to_the_third() {
             "{seat} keeps its own"
         );
     }
+}
+
+/// Node `id` of a fleet on `server` with `roles`, the sandbox's company
+/// and plugins, and a one-second learning tick.
+fn fleet_node(sb: &Sandbox, server: &NatsServer, id: &str, roles: &str) -> Node {
+    let port = crewlet_testkit::free_port();
+    let cfg = sb.path(&format!("{id}.toml"));
+    std::fs::write(
+        &cfg,
+        format!(
+            "[api]\nport = {port}\n[node]\nid = \"{id}\"\nroles = {roles}\n[stream]\nurl = \"{}\"\n[coordination]\nheartbeat_seconds = 1\nlease_ttl_seconds = 3\n{LEARNING_TICK}",
+            server.url()
+        ),
+    )
+    .expect("write the node's config");
+    let mut node = NodeBuilder::new(sb, port)
+        .arg("--config")
+        .arg(cfg)
+        .arg("--data-dir")
+        .arg(sb.path(&format!("data-{id}")))
+        .arg("--company")
+        .arg(sb.path("company.toml"))
+        .arg("--plugins")
+        .arg(sb.path("plugins"))
+        .env("SLACK_SIGNING_SECRET", SLACK_SECRET)
+        .env("MODEL_KEY", "sk-one-1111")
+        .spawn();
+    node.wait_ready(Duration::from_secs(60));
+    node
+}
+
+/// The learning duty runs on node W, ada is held by node H: the skill W
+/// learns reaches H through H's live tail of the memory stream, so H's
+/// next turn carries it with ada never hydrated again (no restart, no
+/// move).
+#[test]
+fn a_skill_learned_on_the_duty_node_reaches_the_holder_live() {
+    let ai = ScriptedOpenAi::start();
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    std::fs::write(
+        sb.path("company.toml"),
+        fill(OPENAI_ONE_SEAT, &sb.path("chat.jsonl")),
+    )
+    .unwrap();
+    plugins(&sb, Some(&ai));
+    let h = fleet_node(&sb, &server, "node-h", r#"["data", "ingress", "seats"]"#);
+    let w = fleet_node(&sb, &server, "node-w", r#"["workers"]"#);
+    let hydrated = |node: &Node| node.log_text().matches("seat memory hydrated").count();
+    assert!(
+        eventually(Duration::from_secs(30), || hydrated(&h) == 1),
+        "node H never hydrated ada: {}",
+        h.log_text()
+    );
+    for n in 1..=3 {
+        let thread = format!("{n}.1");
+        script_lesson(&ai, n);
+        slack_mention(
+            &h,
+            SLACK_SECRET,
+            "ada",
+            &format!("Ev{n}"),
+            "C1",
+            &thread,
+            &format!("<@ada> is build 44{n} green?"),
+        );
+        let ended = wait_events(&h, "turn_ended", n);
+        assert_eq!(ended[0]["payload"]["outcome"], "delivered", "{ended:?}");
+    }
+    let mut learned = false;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            learned = events(&h, "learning_pass").iter().any(|e| {
+                e["node_id"] == "node-w"
+                    && e["payload"]["seats"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s["seat"] == "ada" && s["reflection"]["state"] == "learned")
+            });
+            learned
+        }),
+        "node W never learned ada's skill: {:?}\n{}",
+        events(&h, "learning_pass").first(),
+        w.log_text()
+    );
+
+    let before = ai.request_count();
+    script_turn(&ai, "4.1", "Build 450 is red.", verdict("done"));
+    slack_mention(
+        &h,
+        SLACK_SECRET,
+        "ada",
+        "Ev4",
+        "C1",
+        "4.1",
+        "<@ada> and build 450?",
+    );
+    wait_events(&h, "turn_ended", 4);
+    let prompt = executor_prompt(&ai, before);
+    assert!(
+        prompt.contains("Build status check (v1): 1. Find the build by number."),
+        "the holder's next turn lacks the skill node W learned: {prompt}"
+    );
+    assert_eq!(hydrated(&h), 1, "ada was hydrated again: {}", h.log_text());
 }

@@ -465,3 +465,96 @@ fn a_seat_moved_to_another_node_recalls_the_same_note_and_episode() {
         "node B's prompt lacks node A's note or episode: {prompt}"
     );
 }
+
+/// The company's embedding changes dimension (the scripted bag of words
+/// at 32, then its default): the note and episode kept under the old one
+/// are never compared — a related turn finds no similar prior work — until
+/// a learning pass embeds them again; the next related turn has the
+/// episode under "similar prior work" and the note among those nearest it,
+/// and the note's vector is of the new dimension.
+#[test]
+fn after_the_embedding_model_changes_one_learning_pass_makes_old_rows_recalled_by_meaning() {
+    let ai = ScriptedOpenAi::start();
+    let old = embedding().replace(
+        "embedding = \"scripted/bag-of-words\"",
+        "embedding = { provider = \"scripted\", model = \"bag-of-words\", options = { dimensions = 32 } }",
+    );
+    let w = crate::turns::start_with(
+        &old,
+        Some(&ai),
+        &[("MODEL_KEY", "sk-one-1111")],
+        "[duties]\nlearning_tick_seconds = 1\n",
+    );
+    let note = "The deploy key for staging lives in vault/ci.";
+    remembers(&ai, note);
+    script_reply(&ai, "40.1", "Noted.");
+    w.mention(
+        "ada",
+        "Ev40",
+        "C1",
+        "40.1",
+        "<@ada> please remember: the deploy key for staging lives in vault/ci",
+    );
+    w.wait_events("turn_ended", 1);
+
+    // The company's embedding now has another dimension.
+    let epoch = |w: &crate::turns::World| w.node.health()["applied_epoch"].as_u64();
+    let before = epoch(&w);
+    let doc = std::fs::read_to_string(w.sb.path("company.toml"))
+        .unwrap()
+        .replace(", options = { dimensions = 32 }", "");
+    let put =
+        crate::common::http::request(&w.node.api, "PUT", "/config", &[], doc.as_bytes()).unwrap();
+    assert_eq!(put.status, 201, "{}", put.text());
+    assert!(eventually(Duration::from_secs(30), || epoch(&w) != before));
+
+    let asked = "<@ada> where does the deploy key for staging live?";
+    let from = ai.request_count();
+    script_reply(&ai, "41.1", "In vault/ci.");
+    w.mention("ada", "Ev41", "C1", "41.1", asked);
+    w.wait_events("turn_ended", 2);
+    let stale = executor_prompts(&ai, from).remove(0);
+    assert!(
+        stale.contains("(your earlier turns):\n(no similar prior work)"),
+        "a vector of the old dimension was compared: {stale}"
+    );
+
+    // One pass embeds the old note and episode again.
+    let mut pass = Value::Null;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            pass = w
+                .events("learning_pass")
+                .into_iter()
+                .flat_map(|e| {
+                    e["payload"]["seats"]
+                        .as_array()
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .find(|s| s["seat"] == "ada" && s["reembedding"]["reembedded"].as_u64() >= Some(2))
+                .unwrap_or(Value::Null);
+            !pass.is_null()
+        }),
+        "no pass re-embedded ada's old rows: {:?}\n{}",
+        w.events("learning_pass").first(),
+        w.node.log_text()
+    );
+    assert_eq!(pass["reembedding"]["not_reembedded"], json!([]), "{pass}");
+    let memory = w.node.get("/agents/ada/memory").expect("GET memory").json();
+    assert_eq!(memory["notes"][0]["embedding_dim"], 256, "{memory}");
+
+    let from = ai.request_count();
+    script_reply(&ai, "42.1", "In vault/ci.");
+    w.mention("ada", "Ev42", "C1", "42.1", asked);
+    w.wait_events("turn_ended", 3);
+    let fresh = executor_prompts(&ai, from).remove(0);
+    let quoted = format!("- {}\n", serde_json::to_string(note).unwrap());
+    assert!(
+        fresh.contains(&format!(
+            "personal memory (your notes nearest this trigger):\n{quoted}"
+        )) && similar_work(&fresh)
+            .contains("please remember: the deploy key for staging lives in vault/ci"),
+        "the old note and episode are not recalled by meaning: {fresh}"
+    );
+}

@@ -13,7 +13,13 @@
 //!   ([`super::reflection`]: the seat's chain, its budget, declined when
 //!   the window is full) may write a skill or a new version of one;
 //! - **promotion**: a skill two seats of one role induced independently
-//!   is written to every other seat of the role.
+//!   is written to every other seat of the role;
+//! - **re-embedding**: at most [`REEMBED_PER_PASS`] of a seat's notes and
+//!   episodes whose vector recall cannot compare with the company's
+//!   `[memory] embedding` (another model or dimension, or none) are
+//!   embedded again through the same `Embeddings` as turns (the seat's
+//!   budget checked before, charged after); a row that cannot be embedded
+//!   stays as it is and is named in the pass's event.
 //!
 //! Rules, and why:
 //! - The tenure's fence is asked before each seat's writes (and before
@@ -25,9 +31,10 @@
 //!   skill is written from it). A seat's reflection watermark (the newest
 //!   episode it read) moves on an answer — a skill, nothing, or garbage —
 //!   and not on a refusal or an outage, which are asked again next pass.
-//!   It lives in the holder's memory, restarting from the seat's newest
-//!   induced skill: a new holder may reflect once more over the same
-//!   episodes, which costs one call and writes a version at most.
+//!   It is a row of the seat's memory (`learning_marks`, only forward),
+//!   replayed with the rest, so a new holder of the duty goes on from
+//!   where the last one stopped; a seat without one starts from its
+//!   newest induced skill.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -36,9 +43,11 @@ use std::time::{Duration, Instant};
 use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
-use crewlet_memory::{Changelog, Episodes, Memory, SkillVersions, Skills};
-use crewlet_store::{Learned, Origin, SkillRow, SkillVersionRow, Store};
-use crewlet_turns::Brain;
+use crewlet_memory::{Changelog, Diary, Episodes, Memory, ReflectionMarks, SkillVersions, Skills};
+use crewlet_store::{
+    Learned, MemoryKind, Origin, ReflectionMark, SkillRow, SkillVersionRow, Store, Vector,
+};
+use crewlet_turns::{Brain, EmbedError, EmbedSite, Embedder};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -54,13 +63,16 @@ pub const KEEP_EPISODES: usize = 200;
 /// Seats of one role that must have induced a skill for it to be
 /// promoted to the whole role.
 pub const PROMOTE_AT: usize = 2;
+/// The most rows of one seat re-embedded in one pass (one call each, so
+/// a row the provider refuses is named alone).
+pub const REEMBED_PER_PASS: usize = 16;
 /// How long a stopping duty waits for its queued rows to reach the stream.
 const FLUSH: Duration = Duration::from_secs(5);
 
 /// What the learning duty is started with: its own model layer (so it
 /// runs on a `workers` node without `seats`), the node's connection for
 /// the memory stream.
-pub struct Inputs<B> {
+pub struct Inputs<B, E> {
     pub client: async_nats::Client,
     pub store: Arc<Store>,
     pub publisher: crewlet_observe::Publisher,
@@ -68,16 +80,20 @@ pub struct Inputs<B> {
     pub config: DutiesConfig,
     pub budgets: Budgets,
     pub models: Arc<B>,
+    /// The company's embedding model, as turns embed with it (charged to
+    /// the seat's budget like theirs).
+    pub embedder: E,
     /// The tables a seat's memory is replayed into (the node's one list).
     pub tables: fn(Memory, &Arc<Store>) -> Memory,
 }
 
 /// The learning duty's work loop and what it writes with.
-pub struct Learning<B> {
-    with: Inputs<B>,
+pub struct Learning<B, E> {
+    with: Inputs<B, E>,
     /// The memory stream with every table a seat's memory has.
     memory: Memory,
     changelog: Changelog,
+    /// The company's embedding model, as turns embed with it.
     /// The changelog's publishing task, ended after its last rows.
     carrier: tokio::task::JoinHandle<()>,
 }
@@ -89,14 +105,13 @@ struct SeatPass {
     failed: Option<String>,
 }
 
-impl<B: Brain> Learning<B> {
+impl<B: Brain, E: Embedder> Learning<B, E> {
     /// Ticks until `stop`, working only while `tenure` admits.
     pub async fn run(
         self,
         tenure: watch::Receiver<Option<Fence>>,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut marks: BTreeMap<String, i64> = BTreeMap::new();
         let mut next = Instant::now() + self.with.config.learning_tick;
         loop {
             tokio::select! {
@@ -108,7 +123,7 @@ impl<B: Brain> Learning<B> {
                 continue;
             }
             tokio::select! {
-                _ = self.pass(&tenure, &mut marks) => {}
+                _ = self.pass(&tenure) => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
         }
@@ -118,7 +133,7 @@ impl<B: Brain> Learning<B> {
 
     /// The duty's memory stream and changelog, opened on the node's
     /// connection; the rest comes from `inputs`.
-    pub async fn equip(inputs: Inputs<B>) -> Result<Learning<B>, String> {
+    pub async fn equip(inputs: Inputs<B, E>) -> Result<Learning<B, E>, String> {
         let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone()))
             .await
             .map_err(|e| e.to_string())?;
@@ -132,11 +147,7 @@ impl<B: Brain> Learning<B> {
         })
     }
 
-    async fn pass(
-        &self,
-        tenure: &watch::Receiver<Option<Fence>>,
-        marks: &mut BTreeMap<String, i64>,
-    ) {
+    async fn pass(&self, tenure: &watch::Receiver<Option<Fence>>) {
         let began = Instant::now();
         let Some(epoch) = admitted(tenure) else {
             return;
@@ -154,7 +165,7 @@ impl<B: Brain> Learning<B> {
                 fenced = true;
                 break;
             }
-            let done = self.seat(&active, handle.as_str(), marks).await;
+            let done = self.seat(&active, handle.as_str()).await;
             if let Some(why) = done.failed {
                 failures.push(format!("{handle}: {why}"));
             }
@@ -186,12 +197,7 @@ impl<B: Brain> Learning<B> {
     }
 
     /// Hydrate, age, maybe reflect: one seat's share of a pass.
-    async fn seat(
-        &self,
-        active: &Active,
-        seat: &str,
-        marks: &mut BTreeMap<String, i64>,
-    ) -> SeatPass {
+    async fn seat(&self, active: &Active, seat: &str) -> SeatPass {
         let mut out = SeatPass::default();
         match self.memory.hydrate(seat).await {
             Ok(h) => {
@@ -232,30 +238,104 @@ impl<B: Brain> Learning<B> {
                     .insert("ageing_error".into(), json!(e.to_string()));
             }
         }
+        if let Some(done) = self.reembed(seat).await {
+            out.report.insert("reembedding".into(), done);
+        }
         out.report.insert(
             "reflection".into(),
-            self.induce(active, seat, marks, &mut out.failed).await,
+            self.induce(active, seat, &mut out.failed).await,
         );
         out
     }
 
-    async fn induce(
-        &self,
-        active: &Active,
-        seat: &str,
-        marks: &mut BTreeMap<String, i64>,
-        failed: &mut Option<String>,
-    ) -> Value {
+    /// Re-embeds what recall cannot compare of `seat`'s memory; `None`
+    /// when there is nothing to (or no embedding model: recall is by
+    /// recency and no vector is compared).
+    async fn reembed(&self, seat: &str) -> Option<Value> {
+        let model = self.with.embedder.model()?;
+        let rows = match self
+            .with
+            .store
+            .unmatched_vectors(seat, &model, REEMBED_PER_PASS)
+        {
+            Ok(rows) if rows.is_empty() => return None,
+            Ok(rows) => rows,
+            Err(e) => return Some(json!({ "error": e.to_string() })),
+        };
+        let site = EmbedSite {
+            seat: seat.to_owned(),
+            turn_id: None,
+        };
+        let (mut done, mut not) = (0, Vec::new());
+        let mut stopped: Option<String> = None;
+        for row in rows {
+            let named =
+                |why: &str| json!({ "kind": row.kind.as_str(), "key": row.key, "why": why });
+            if let Some(why) = &stopped {
+                not.push(named(why));
+                continue;
+            }
+            let vector = match self.with.embedder.embed(vec![row.text.clone()], &site).await {
+                Ok(mut e) if e.vectors.len() == 1 => Vector {
+                    model: e.model,
+                    values: e.vectors.remove(0),
+                },
+                Ok(e) => {
+                    not.push(named(&format!("{} vectors for one text", e.vectors.len())));
+                    continue;
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    // A full window or a provider away: the rest would be
+                    // refused alike; they are asked again next pass.
+                    if matches!(
+                        e,
+                        EmbedError::Refused(_) | EmbedError::Unavailable(_) | EmbedError::Off
+                    ) {
+                        stopped = Some(why.clone());
+                    }
+                    not.push(named(&why));
+                    continue;
+                }
+            };
+            let now = crewlet_os::now_ms();
+            let written = match row.kind {
+                MemoryKind::Note => self
+                    .with
+                    .store
+                    .reembed_note(seat, &row.key, vector, now)
+                    .map(|r| r.map(|r| self.changelog.offer::<Diary>(&r))),
+                MemoryKind::Episode => self
+                    .with
+                    .store
+                    .reembed_episode(seat, &row.key, vector, now)
+                    .map(|r| r.map(|r| self.changelog.offer::<Episodes>(&r))),
+            };
+            match written {
+                Ok(Some(Err(e))) => {
+                    warn!(subsystem = "learning", seat, error = %e, "re-embedded row not published");
+                    done += 1;
+                }
+                Ok(Some(Ok(()))) => done += 1,
+                Ok(None) => {}
+                Err(e) => not.push(named(&e.to_string())),
+            }
+        }
+        Some(json!({ "model": model, "reembedded": done, "not_reembedded": not }))
+    }
+
+    async fn induce(&self, active: &Active, seat: &str, failed: &mut Option<String>) -> Value {
         let Some(seat_def) = active.company.seat(seat) else {
             return json!({ "state": "skipped", "why": "not a seat of the company" });
         };
         let role = active.company.role_of(seat_def);
-        let mark = match marks.get(seat) {
-            Some(m) => *m,
-            None => match self.with.store.last_induced_ms(seat) {
+        let mark = match self.with.store.reflection_mark(seat) {
+            Ok(Some(m)) => m.reflected_ms,
+            Ok(None) => match self.with.store.last_induced_ms(seat) {
                 Ok(m) => m.unwrap_or(0),
                 Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
             },
+            Err(e) => return json!({ "state": "unavailable", "why": e.to_string() }),
         };
         let episodes = match self
             .with
@@ -308,7 +388,7 @@ impl<B: Brain> Learning<B> {
                         report["skill"] = json!(skill.skill_id);
                         report["version"] = json!(version.version);
                         self.offer_skill(&skill, Some(&version));
-                        marks.insert(seat.to_owned(), newest);
+                        self.mark(seat, newest);
                     }
                     Err(e) => {
                         report["state"] = json!("failed");
@@ -318,12 +398,12 @@ impl<B: Brain> Learning<B> {
                 }
             }
             Reflected::Nothing { .. } => {
-                marks.insert(seat.to_owned(), newest);
+                self.mark(seat, newest);
             }
             Reflected::Garbage { why, .. } => {
                 warn!(subsystem = "learning", seat, %why, "the reflection answered no skill; nothing written");
                 *failed = Some(why.clone());
-                marks.insert(seat.to_owned(), newest);
+                self.mark(seat, newest);
             }
             Reflected::Declined(_) | Reflected::Unavailable(_) => {}
         }
@@ -367,6 +447,30 @@ impl<B: Brain> Learning<B> {
             }
         }
         out
+    }
+
+    /// Moves `seat`'s reflection watermark to `reflected_ms`, here and on
+    /// the stream.
+    fn mark(&self, seat: &str, reflected_ms: i64) {
+        let mark = ReflectionMark {
+            seat: seat.to_owned(),
+            reflected_ms,
+            updated_ms: crewlet_os::now_ms(),
+        };
+        match self
+            .with
+            .store
+            .put_reflection_marks(std::slice::from_ref(&mark))
+        {
+            Ok(_) => {
+                if let Err(e) = self.changelog.offer::<ReflectionMarks>(&mark) {
+                    warn!(subsystem = "learning", seat, error = %e, "reflection watermark not published");
+                }
+            }
+            Err(e) => {
+                warn!(subsystem = "learning", seat, error = %e, "reflection watermark not kept; the next pass may read the same episodes")
+            }
+        }
     }
 
     fn offer_skill(&self, skill: &SkillRow, version: Option<&SkillVersionRow>) {

@@ -34,7 +34,7 @@ use std::time::Duration;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Fires, Leases, Owner, Records, Roster, Upkeep};
 use crewlet_statelog::PositionBook;
-use crewlet_turns::Brain;
+use crewlet_turns::{Brain, Embedder};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
@@ -97,7 +97,7 @@ impl DutiesView {
 
 /// What the duties are started with: the coordination handles each duty
 /// uses, and nothing else of coordination.
-pub struct Parts<B> {
+pub struct Parts<B, E> {
     pub node_id: String,
     /// This node's incarnation: the duties' leases are held in its name.
     pub owner: Owner,
@@ -123,7 +123,7 @@ pub struct Parts<B> {
     /// Whether the node admits triggers now (it does not while it sheds).
     pub eligible: watch::Receiver<bool>,
     /// What the learning duty runs with (`None` without `workers`).
-    pub learning: Option<learning::Inputs<B>>,
+    pub learning: Option<learning::Inputs<B, E>>,
 }
 
 /// Why the duties did not start: a handle of the wrong class was wired
@@ -162,7 +162,7 @@ impl Running {
 
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
-pub fn start<B: Brain>(p: Parts<B>, view: &DutiesView) -> Result<Running, StartError> {
+pub fn start<B: Brain, E: Embedder>(p: Parts<B, E>, view: &DutiesView) -> Result<Running, StartError> {
     wired(&p.leases, &p.nodes)?;
     let lease = |duty: Duty| {
         DutyLease::start(

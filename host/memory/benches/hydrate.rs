@@ -9,22 +9,18 @@
 //! `cargo bench -p crewlet-memory --bench hydrate`; `ROWS=N` (default
 //! 10,000), `RUNS=N` (default 5; each run times both, raw first).
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_nats::jetstream::{self, consumer};
+use common::{env, pct};
 use crewlet_bus::{MEMORY_STREAM, memory_filter};
 use crewlet_memory::{Memory, Sessions};
 use crewlet_store::{Said, SessionRow, Store};
 use crewlet_testkit::NatsServer;
 use futures::StreamExt;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A session as a busy thread leaves it: two turns, two replies.
 fn row(seat: &str, i: usize) -> SessionRow {
@@ -72,23 +68,12 @@ async fn raw_read(js: &jetstream::Context, seat: &str) -> (usize, usize) {
     (rows, bytes)
 }
 
-fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
 fn main() {
     let rows = env("ROWS", 10_000);
     let runs = env("RUNS", 5);
     let server = NatsServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-        crewlet_stream::streams::ensure_streams(&js, 1).await.unwrap();
+    common::runtime().block_on(async {
+        let js = common::stream(&server).await;
         let seed_dir = tempfile::tempdir().unwrap();
         let seed = Arc::new(Store::open_in(seed_dir.path()).unwrap());
         let writer = Memory::open(js.clone())
@@ -97,18 +82,7 @@ fn main() {
             .with(Sessions(seed));
         let t = Instant::now();
         for seat in ["ada", "bob"] {
-            // Acks awaited a window at a time: the context bounds the
-            // acks in flight.
-            for window in (0..rows).collect::<Vec<_>>().chunks(500) {
-                let mut acks = Vec::with_capacity(window.len());
-                for &i in window {
-                    let e = writer.encode::<Sessions>(&row(seat, i)).unwrap();
-                    acks.push(js.publish(e.subject, e.payload).await.unwrap());
-                }
-                for a in acks {
-                    a.await.unwrap();
-                }
-            }
+            common::seed::<Sessions>(&js, &writer, (0..rows).map(|i| row(seat, i))).await;
         }
         eprintln!(
             "seeded {} rows for each of ada and bob in {:?}",

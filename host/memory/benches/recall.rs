@@ -8,39 +8,15 @@
 //! `NOTES=N` (default 10,000), `DIM=N` (default 256), `RUNS=N` (default
 //! 200), `ROWS=N` hydrated (default 100,000; 0 skips it).
 
+mod common;
+
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use async_nats::jetstream;
+use common::{env, pct, peak_rss_kib, vector};
 use crewlet_memory::{Diary, Memory};
-use crewlet_store::{DiaryNote, Store, Vector};
+use crewlet_store::{DiaryNote, Store};
 use crewlet_testkit::NatsServer;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A deterministic unit-ish vector for `i` (an LCG: no extra dependency).
-fn vector(i: usize, dim: usize) -> Vector {
-    let mut x = (i as u64)
-        .wrapping_mul(6364136223846793005)
-        .wrapping_add(1442695040888963407);
-    let values = (0..dim)
-        .map(|_| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((x >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-        })
-        .collect();
-    Vector {
-        model: "bench/lcg".into(),
-        values,
-    }
-}
 
 fn note(seat: &str, i: usize, dim: usize) -> DiaryNote {
     DiaryNote {
@@ -56,24 +32,6 @@ fn note(seat: &str, i: usize, dim: usize) -> DiaryNote {
         vector: (dim > 0).then(|| vector(i, dim)),
         change_seq: 0,
     }
-}
-
-fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() - 1) as f64 * p).round() as usize]
-}
-
-/// The process's peak resident set (VmHWM), in KiB.
-fn peak_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn recall(notes: usize, dim: usize, runs: usize) {
@@ -115,30 +73,15 @@ fn recall(notes: usize, dim: usize, runs: usize) {
 
 fn hydrate(rows: usize, dim: usize) {
     let server = NatsServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-        crewlet_stream::streams::ensure_streams(&js, 1).await.unwrap();
+    common::runtime().block_on(async {
+        let js = common::stream(&server).await;
         let seed_dir = tempfile::tempdir().unwrap();
         let writer = Memory::open(js.clone())
             .await
             .unwrap()
             .with(Diary(Arc::new(Store::open_in(seed_dir.path()).unwrap())));
         let t = Instant::now();
-        for window in (0..rows).collect::<Vec<_>>().chunks(500) {
-            let mut acks = Vec::with_capacity(window.len());
-            for &i in window {
-                let e = writer.encode::<Diary>(&note("ada", i, dim)).unwrap();
-                acks.push(js.publish(e.subject, e.payload).await.unwrap());
-            }
-            for a in acks {
-                a.await.unwrap();
-            }
-        }
+        common::seed::<Diary>(&js, &writer, (0..rows).map(|i| note("ada", i, dim))).await;
         eprintln!("seeded {rows} diary rows in {:?}", t.elapsed());
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(Store::open_in(dir.path()).unwrap());

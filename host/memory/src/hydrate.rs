@@ -48,6 +48,9 @@ pub struct Hydrated {
     pub skipped: u64,
     /// How long the pass and the writes took.
     pub took: Duration,
+    /// The stream sequence the pass reached (0: the seat had no rows):
+    /// where the live tail takes over ([`crate::Tail::live`]).
+    pub reached: u64,
 }
 
 impl Memory {
@@ -73,6 +76,7 @@ impl Memory {
             let newest = newest?;
             last = Hydrated {
                 took: started.elapsed(),
+                reached,
                 ..hydrated
             };
             if reached >= newest {

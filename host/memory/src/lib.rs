@@ -5,7 +5,9 @@
 //! per row, a stream keeping one message per subject and no age, so the
 //! stream is a keyed table of every seat's newest rows. A node that
 //! acquires a seat replays that seat's rows in one pass and applies them to
-//! its own store before the seat's mailbox is attached ([`Memory::hydrate`]).
+//! its own store before the seat's mailbox is attached ([`Memory::hydrate`]),
+//! and while it holds the seat applies the rows other nodes write as they
+//! come ([`Tail`]).
 //! Deletes do not travel: the lifecycle re-converges, and a tombstone
 //! protocol would be a second thing to keep correct for ever.
 //!
@@ -23,11 +25,47 @@
 //! does not know, bytes it cannot decode) is skipped and counted, not an
 //! outage.
 
+/// A memory table over one table of the node's store: `$row` carried as
+/// JSON, keyed within its seat by `$key`, written back by the store's
+/// `$apply` (each store table's own newer-wins rule).
+macro_rules! store_table {
+    ($(#[$doc:meta])* $name:ident: $row:ty, $table:literal, |$r:ident| $key:expr, $apply:ident) => {
+        $(#[$doc])*
+        pub struct $name(pub std::sync::Arc<crewlet_store::Store>);
+
+        impl crate::Table for $name {
+            type Row = $row;
+            const NAME: &'static str = $table;
+
+            fn seat(row: &$row) -> &str {
+                &row.seat
+            }
+
+            fn key($r: &$row) -> String {
+                $key
+            }
+
+            fn encode(row: &$row) -> Result<Vec<u8>, String> {
+                serde_json::to_vec(row).map_err(|e| e.to_string())
+            }
+
+            fn decode(bytes: &[u8]) -> Result<$row, String> {
+                serde_json::from_slice(bytes).map_err(|e| e.to_string())
+            }
+
+            fn apply(&self, rows: Vec<$row>) -> Result<Vec<crate::Applied>, String> {
+                crate::tables::applied(self.0.$apply(&rows))
+            }
+        }
+    };
+}
+
 mod courier;
 mod hydrate;
 mod sessions;
 mod skills;
 mod tables;
+mod tail;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -40,8 +78,9 @@ use sha2::{Digest, Sha256};
 pub use courier::Changelog;
 pub use hydrate::Hydrated;
 pub use sessions::Sessions;
-pub use skills::{SkillVersions, Skills};
+pub use skills::{ReflectionMarks, SkillVersions, Skills};
 pub use tables::{Diary, Episodes, Onboarding, Profiles};
+pub use tail::Tail;
 
 /// What applying a replayed row did to this node's copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -183,7 +222,14 @@ pub struct Memory {
     js: jetstream::Context,
     tables: Arc<BTreeMap<&'static str, Arc<dyn Replay>>>,
     limit: usize,
+    /// Unique to this opening: stamped on every row it publishes
+    /// ([`ORIGIN_HEADER`]), so its own tail knows the rows already in its
+    /// store and does not write them again.
+    origin: Arc<str>,
 }
+
+/// The header naming which opening of the memory stream published a row.
+pub const ORIGIN_HEADER: &str = "Crewlet-Memory-Origin";
 
 impl Memory {
     /// The memory stream on `js` (made at start by the node's streams),
@@ -202,10 +248,12 @@ impl Memory {
             Ok(n) if n > 0 => n.min(payload),
             _ => payload,
         };
+        let origin = js.client().new_inbox().into();
         Ok(Memory {
             js,
             tables: Arc::new(BTreeMap::new()),
             limit,
+            origin,
         })
     }
 
@@ -261,8 +309,10 @@ impl Memory {
             table: row.table,
             detail,
         };
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(ORIGIN_HEADER, &*self.origin);
         self.js
-            .publish(row.subject.clone(), row.payload.clone())
+            .publish_with_headers(row.subject.clone(), headers, row.payload.clone())
             .await
             .map_err(|e| unpublished(e.to_string()))?
             .await

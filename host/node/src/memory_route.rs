@@ -78,6 +78,7 @@ fn render(handle: &str, v: &MemoryView, now_ms: i64, half_life_ms: i64) -> Value
         "notes": v.notes.iter().map(|n| json!({
             "id": n.note_id, "text": n.text, "turn_id": n.turn_id, "created_ms": n.created_ms,
             "embedding_model": n.vector.as_ref().map(|x| x.model.clone()),
+            "embedding_dim": n.vector.as_ref().map(|x| x.values.len()),
         })).collect::<Vec<_>>(),
         "episodes": v.episodes.iter().map(|e| json!({
             "turn_id": e.turn_id, "conversation": e.conversation, "trigger": e.trigger,

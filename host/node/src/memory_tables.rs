@@ -17,4 +17,5 @@ pub(crate) fn memory_tables(
         .with(crewlet_memory::Onboarding(store.clone()))
         .with(crewlet_memory::Skills(store.clone()))
         .with(crewlet_memory::SkillVersions(store.clone()))
+        .with(crewlet_memory::ReflectionMarks(store.clone()))
 }

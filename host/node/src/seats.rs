@@ -186,6 +186,8 @@ pub struct NodeSeats {
     pub memory: crewlet_memory::Memory,
     /// Seats held whose memory could not be read yet, with why.
     pub memory_unread: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Rows other nodes write to the seats held, applied as they come.
+    pub tail: crewlet_memory::Tail,
     /// The company's embedding model (`[memory] embedding`), through the
     /// same key pool, cooldowns and budgets as the turns' model calls: the
     /// `Embedder` recall is handed (a concrete type, as the port's
@@ -333,14 +335,23 @@ impl SeatHost for NodeSeats {
 
     async fn hydrate(&self, spec: &SeatSpec) -> Result<(), String> {
         let handle = spec.handle.as_str();
+        // Rows written meanwhile are held by the tail, applied past the pass.
+        self.tail.watch(handle).await;
         let answer = self.memory.hydrate(handle).await;
+        let caught_up = match &answer {
+            Ok(h) => self.tail.live(handle, h.reached).await,
+            Err(_) => {
+                self.tail.forget(handle);
+                0
+            }
+        };
         let mut unread = self.memory_unread.lock().unwrap_or_else(|p| p.into_inner());
         match answer {
             Ok(h) => {
                 unread.remove(handle);
                 info!(subsystem = "memory", seat = %handle, rows = h.rows, written = h.written,
                     kept_local = h.kept_local, skipped = h.skipped, took_ms = h.took.as_millis() as u64,
-                    "seat memory hydrated");
+                    reached = h.reached, caught_up, "seat memory hydrated; later rows applied as they come");
                 Ok(())
             }
             Err(e) => {
@@ -351,6 +362,7 @@ impl SeatHost for NodeSeats {
     }
 
     async fn unequip(&self, spec: &SeatSpec, equipped: Equipped) {
+        self.tail.forget(spec.handle.as_str());
         self.memory_unread
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -510,6 +522,9 @@ pub async fn start(
         .map_err(|e| e.to_string())?;
     let memory = crate::memory_tables::memory_tables(memory, &ctx.store);
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
+    let (tail, tailing) = crewlet_memory::Tail::start(memory.clone())
+        .await
+        .map_err(|e| e.to_string())?;
     let engine_turns = TurnEngine::new(
         models.clone(),
         ctx.coord.budgets(),
@@ -565,6 +580,7 @@ pub async fn start(
             .unwrap_or_default(),
         memory,
         memory_unread: std::sync::Mutex::default(),
+        tail,
         embedder: models.embedder(ctx.coord.budgets(), ctx.active.clone()),
     });
     let mut cfg = crewlet_seats::SeatsConfig::new(
@@ -617,6 +633,7 @@ pub async fn start(
             // The last turns' rows reach the stream before the connection goes.
             changelog.close(MEMORY_FLUSH).await;
             carrier.abort();
+            tailing.abort();
             running.host.shared.shutdown().await;
             models.shutdown().await;
             follower.abort();

@@ -322,6 +322,7 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
             active: ctx.active.clone(),
             config: ctx.config.duties.clone(),
             budgets: ctx.coord.budgets(),
+            embedder: models.embedder(ctx.coord.budgets(), ctx.active.clone()),
             models,
             tables: crate::memory_tables::memory_tables,
         });

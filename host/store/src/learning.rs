@@ -21,14 +21,27 @@
 //!   failure between), and its `ended_ms` is the newest turn it holds: a
 //!   folded row that comes back from the stream (deletes do not travel) is
 //!   older than that, so it is dropped again, never folded twice.
+//! - **The reflection watermark** (`learning_marks`): the newest episode a
+//!   seat's reflection read, a memory row that only moves forward, so the
+//!   duty's next holder does not reflect again over the same episodes.
 
-use rusqlite::params;
+use rusqlite::{OptionalExtension, params};
+use serde::{Deserialize, Serialize};
 
 use crate::skills::{Origin, SkillRow};
 use crate::{Store, StoreError};
 
 /// A skill weaker than this retires.
 pub const RETIRE_BELOW: f64 = 0.1;
+
+/// A seat's reflection watermark, as the memory changelog carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReflectionMark {
+    pub seat: String,
+    /// The newest episode's `ended_ms` a reflection read.
+    pub reflected_ms: i64,
+    pub updated_ms: i64,
+}
 
 /// An episode as a reflection reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,6 +245,53 @@ impl Store {
         }
         tx.commit()?;
         Ok(digest)
+    }
+
+    /// `seat`'s reflection watermark, if a reflection ever answered.
+    pub fn reflection_mark(&self, seat: &str) -> Result<Option<ReflectionMark>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT seat, reflected_ms, updated_ms FROM learning_marks WHERE seat = ?1",
+                params![seat],
+                |r| {
+                    Ok(ReflectionMark {
+                        seat: r.get(0)?,
+                        reflected_ms: r.get(1)?,
+                        updated_ms: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Moves watermarks forward (this node's, or replayed from the
+    /// stream); a mark not past this node's is kept out. Answers per row.
+    pub fn put_reflection_marks(
+        &self,
+        marks: &[ReflectionMark],
+    ) -> Result<Vec<crate::Applied>, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let mut out = Vec::with_capacity(marks.len());
+        for m in marks {
+            let seq = crate::memory::next_change(&tx)?;
+            let changed = tx.execute(
+                "INSERT INTO learning_marks AS l (seat, reflected_ms, updated_ms, change_seq)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (seat) DO UPDATE SET reflected_ms = excluded.reflected_ms,
+                   updated_ms = excluded.updated_ms, change_seq = excluded.change_seq
+                 WHERE excluded.reflected_ms > l.reflected_ms",
+                params![m.seat, m.reflected_ms, m.updated_ms, seq],
+            )?;
+            out.push(if changed > 0 {
+                crate::Applied::Written
+            } else {
+                crate::Applied::KeptLocal
+            });
+        }
+        tx.commit()?;
+        Ok(out)
     }
 
     /// When `seat` last learned a version of a skill of its own (its

@@ -138,6 +138,71 @@ fn a_replayed_row_is_written_unless_this_nodes_is_newer() {
     );
 }
 
+/// The duty's new version (node W) and a turn's use of the old one (node
+/// H) cross on the stream: either arrival order leaves the same row, with
+/// the duty's version and the turn's use both kept; a retirement beats a
+/// use of the same version, and a use after it is still counted.
+#[test]
+fn a_skill_rows_two_writers_apply_the_same_in_either_order() {
+    let (_w_dir, w) = store();
+    let (_h_dir, h) = store();
+    let v1 = learn(&w, "ada", "Deploy check", "steps", 100);
+    h.apply_skills(std::slice::from_ref(&v1)).unwrap();
+    let v2 = learn(&w, "ada", "Deploy check", "better steps", 200);
+    let used = h
+        .use_skills("ada", std::slice::from_ref(&v1.skill_id), 300)
+        .unwrap();
+    assert_eq!((v2.version, used[0].version), (2, 1));
+    let mut ends = Vec::new();
+    for order in [[v2.clone(), used[0].clone()], [used[0].clone(), v2.clone()]] {
+        let (_dir, s) = store();
+        s.apply_skills(std::slice::from_ref(&v1)).unwrap();
+        for row in order {
+            s.apply_skills(&[row]).unwrap();
+        }
+        ends.push(s.skills("ada").unwrap()[0].skill.clone());
+    }
+    assert_eq!(ends[0], ends[1], "the result depends on arrival order");
+    let end = &ends[0];
+    assert_eq!((end.version, end.uses, end.last_used_ms), (2, 1, Some(300)));
+    assert_eq!(end.updated_ms, 300);
+
+    // A retirement of v2 against a later use of v2: retired, use counted.
+    let retired = SkillRow {
+        state: "retired".into(),
+        retired_ms: Some(400),
+        updated_ms: 400,
+        ..end.clone()
+    };
+    let used_again = SkillRow {
+        uses: 2,
+        last_used_ms: Some(500),
+        updated_ms: 500,
+        ..end.clone()
+    };
+    let mut ends = Vec::new();
+    for order in [
+        [retired.clone(), used_again.clone()],
+        [used_again.clone(), retired.clone()],
+    ] {
+        let (_dir, s) = store();
+        s.apply_skills(std::slice::from_ref(end)).unwrap();
+        for row in order {
+            s.apply_skills(&[row]).unwrap();
+        }
+        ends.push(s.skills("ada").unwrap()[0].skill.clone());
+    }
+    assert_eq!(ends[0], ends[1], "the result depends on arrival order");
+    assert_eq!(
+        (ends[0].state.as_str(), ends[0].uses, ends[0].retired_ms),
+        ("retired", 2, Some(400))
+    );
+    // A row older in both groups changes nothing.
+    let (_dir, s) = store();
+    s.apply_skills(std::slice::from_ref(&ends[0])).unwrap();
+    assert_eq!(s.apply_skills(&[v1]).unwrap(), [Applied::KeptLocal]);
+}
+
 #[test]
 fn an_unused_skill_decays_and_retires_and_a_used_one_stays() {
     let (_dir, store) = store();

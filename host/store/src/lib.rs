@@ -36,8 +36,11 @@ use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 pub use custody::{CustodyBatch, Settled, Unsettled};
 pub use events::{EventQuery, EventRecord, Party};
-pub use learning::{EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, strength};
-pub use memory::{COSINE_DISTANCE, DiaryNote, Episode, Onboarded, Profile, Recalled, Vector};
+pub use learning::{EpisodeBrief, MemoryView, Promotion, RETIRE_BELOW, ReflectionMark, strength};
+pub use memory::{
+    COSINE_DISTANCE, DiaryNote, Episode, MemoryKind, Onboarded, Profile, Recalled, Unmatched,
+    Vector,
+};
 pub use pending_secrets::PendingSecret;
 pub use retention::TRIM_PAUSE;
 pub use revisions::Revision;

@@ -9,8 +9,11 @@
 //!   per seat: a role key would not follow a seat to another node.
 //! - Every write is stamped from `memory_change_sequence` and the row goes
 //!   to the memory changelog, so a skill follows its seat; a row replayed
-//!   from the stream is applied newest-`updated_ms`-wins and stamped here
-//!   afresh (the sequence is this node's).
+//!   from the stream is stamped here afresh (the sequence is this node's).
+//!   A skill row has two writers (the duty defines it, turns use it), whose
+//!   messages may reach the stream in either order: a replayed row is
+//!   applied per field group, each newer-wins in its own order
+//!   ([`DEFINED_NEWER`], [`USED_NEWER`]); a version row newest-`updated_ms`.
 //! - A skill's id is its name, lower-cased to letters, digits and `-`:
 //!   two seats that learned "Deploy check" independently learned one skill,
 //!   which is what promotion counts.
@@ -172,29 +175,57 @@ fn version_of(r: &rusqlite::Row<'_>) -> rusqlite::Result<(SkillVersionRow, Strin
 const VERSION_COLUMNS: &str =
     "seat, skill_id, version, procedure, episodes, model, created_ms, updated_ms";
 
+/// A replayed skill row's standing against this node's, per field group:
+/// what the duty defines (name, origin, state, version; ordered by version,
+/// then retired after active) and what turns use (uses; ordered by the
+/// last use). Each group is taken from the row newer in it, ties by
+/// `updated_ms`, so the result does not depend on which writer's message
+/// reached the stream first.
+const DEFINED_NEWER: &str = "(excluded.version, excluded.state = 'retired', excluded.updated_ms)
+     >= (s.version, s.state = 'retired', s.updated_ms)";
+const USED_NEWER: &str = "(COALESCE(excluded.last_used_ms, -1), excluded.updated_ms)
+     >= (COALESCE(s.last_used_ms, -1), s.updated_ms)";
+
 fn upsert_skill(
     tx: &Transaction<'_>,
     row: &SkillRow,
     only_newer: bool,
 ) -> Result<bool, StoreError> {
     let seq = next_change(tx)?;
-    let guard = if only_newer {
-        "WHERE excluded.updated_ms >= synthesized_skills.updated_ms"
+    let (defined, used, guard) = if only_newer {
+        (
+            DEFINED_NEWER,
+            USED_NEWER,
+            format!("WHERE {DEFINED_NEWER} OR {USED_NEWER}"),
+        )
     } else {
-        ""
+        ("1", "1", String::new())
     };
+    let pick = |col: &str, group: &str| {
+        format!("{col} = CASE WHEN {group} THEN excluded.{col} ELSE s.{col} END")
+    };
+    let sets: Vec<String> = [
+        "name",
+        "origin",
+        "promoted_from",
+        "state",
+        "version",
+        "created_ms",
+        "retired_ms",
+    ]
+    .iter()
+    .map(|c| pick(c, defined))
+    .chain(["uses", "last_used_ms"].iter().map(|c| pick(c, used)))
+    .collect();
     let changed = tx.execute(
         &format!(
-            "INSERT INTO synthesized_skills ({SKILL_COLUMNS}, change_seq)
+            "INSERT INTO synthesized_skills AS s ({SKILL_COLUMNS}, change_seq)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
-             ON CONFLICT (seat, skill_id) DO UPDATE SET
-               name = excluded.name, origin = excluded.origin,
-               promoted_from = excluded.promoted_from, state = excluded.state,
-               version = excluded.version, uses = excluded.uses,
-               last_used_ms = excluded.last_used_ms, created_ms = excluded.created_ms,
-               retired_ms = excluded.retired_ms, updated_ms = excluded.updated_ms,
+             ON CONFLICT (seat, skill_id) DO UPDATE SET {},
+               updated_ms = MAX(excluded.updated_ms, s.updated_ms),
                change_seq = excluded.change_seq
-             {guard}"
+             {guard}",
+            sets.join(", ")
         ),
         params![
             row.seat,

@@ -78,7 +78,7 @@ pub use park::{
     BudgetRoom, Park, budget_parked, budget_room, company_time, park_for, parked_on, turns_over_at,
 };
 pub use park::{windows_at, windows_now};
-pub use prefetch::{MAX_BLOCK_BYTES, QUOTED};
+pub use prefetch::{MAX_BLOCK_BYTES, Prefetched, QUOTED, prefetch_recalled};
 pub use surface::{MAX_THREAD_BYTES, MAX_THREAD_MESSAGES};
 
 use crate::ports::{Brain, Clock, EventSink, Said, Sessions, Toolbox};

@@ -17,9 +17,9 @@ pub mod trigger;
 
 pub use engine::{
     Act, BudgetRoom, CrashPoint, Limits, MAX_BLOCK_BYTES, MAX_NOTE_BYTES, MAX_SUMMARY_BYTES,
-    MAX_THREAD_BYTES, MAX_THREAD_MESSAGES, Outcome, Park, Ports, QUOTED, Turn, TurnEnd, TurnEngine,
-    budget_parked, budget_room, company_time, estimate, park_for, parked_on, turns_over_at,
-    windows_at, windows_now,
+    MAX_THREAD_BYTES, MAX_THREAD_MESSAGES, Outcome, Park, Ports, Prefetched, QUOTED, Turn, TurnEnd,
+    TurnEngine, budget_parked, budget_room, company_time, estimate, park_for, parked_on,
+    prefetch_recalled, turns_over_at, windows_at, windows_now,
 };
 pub use memory::{
     Embeds, EpisodeRecord, MemoryFault, NoSkills, Note, Recall, Recalled, SeatMemory, SkillSource,

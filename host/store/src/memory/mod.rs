@@ -16,6 +16,7 @@
 //!   updated later (a tie is written: the same content), as sessions are.
 
 mod recall;
+mod reembed;
 
 pub(crate) use recall::register;
 
@@ -25,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Applied, Store, StoreError};
 
 pub use recall::{COSINE_DISTANCE, Recalled};
+pub use reembed::{MemoryKind, Unmatched};
 
 /// A vector and the model it came from (`provider/model`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

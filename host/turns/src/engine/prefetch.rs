@@ -200,110 +200,25 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             return;
         };
         let deadline = started + self.engine.limits.prefetch_timeout;
-        let seat = self.handle.clone();
         let trigger = self.trigger_text();
         let asker = self.asker();
-        let memory = recall.memory.clone();
-        let recalled = bounded(deadline, async {
-            let query = embed_query(&recall, &seat, &self.turn_id, &trigger).await;
-            let notes = memory.notes(&seat, query.vector.clone(), NOTE_DISTANCE, NOTES);
-            let episodes = match query.vector.clone() {
-                Some(q) => memory.episodes(&seat, q, EPISODE_DISTANCE, EPISODES),
-                None => async { Ok(Vec::new()) }.boxed(),
-            };
-            let (notes, episodes) = futures::join!(notes, episodes);
-            Ok((query, notes, episodes))
-        });
-        let profile = bounded(deadline, async {
-            match &asker {
-                Some((id, _)) => memory.profile(&seat, id).await,
-                None => Ok(None),
-            }
-        });
-        let skills = bounded(deadline, recall.skills.skills(&seat, &trigger));
-        let onboarded = bounded(deadline, memory.onboarded(&seat));
-        let (recalled, profile, skills, onboarded) =
-            futures::join!(recalled, profile, skills, onboarded);
-
-        let mut blocks = serde_json::Map::new();
-        let mut how = json!({"by": "meaning"});
-        let (notes, episodes) = match recalled {
-            Fetched::Got((query, notes, episodes)) => {
-                if let Some(why) = &query.why_not {
-                    how = json!({"by": "recency", "why": why});
-                }
-                let lift = |r: Result<Vec<Recalled>, MemoryFault>| match r {
-                    Ok(v) => Fetched::Got(v),
-                    Err(e) => Fetched::Failed(e.to_string()),
-                };
-                (lift(notes), (lift(episodes), query.vector.is_some()))
-            }
-            Fetched::Failed(e) => (Fetched::Failed(e.clone()), (Fetched::Failed(e), false)),
-            Fetched::TimedOut => (Fetched::TimedOut, (Fetched::TimedOut, false)),
-        };
-        blocks.insert("personal_memory".into(), state(&notes, Vec::len));
-        blocks.insert("similar_prior_work".into(), state(&episodes.0, Vec::len));
-        blocks.insert(
-            "known_counterparty".into(),
-            state(&profile, |p| usize::from(p.is_some())),
-        );
-        blocks.insert("skills".into(), state(&skills, Vec::len));
-        blocks.insert("onboarding".into(), state(&onboarded, |o| usize::from(!o)));
-
-        let mut recalled_text = String::new();
-        if let Fetched::Got(notes) = &notes {
-            let empty = if how["by"] == "recency" {
-                "no notes yet"
-            } else {
-                "no note relates to this trigger"
-            };
-            recalled_text.push_str(&quoted(
-                if how["by"] == "recency" {
-                    "personal memory (your newest notes; recall is by recency)"
-                } else {
-                    "personal memory (your notes nearest this trigger)"
-                },
-                &texts(notes),
-                empty,
-            ));
-        }
-        if let (Fetched::Got(eps), embedded) = &episodes {
-            let empty = if *embedded {
-                "no similar prior work"
-            } else {
-                "none: without embeddings there is no similar work to find"
-            };
-            recalled_text.push_str(&quoted(
-                "similar prior work (your earlier turns)",
-                &texts(eps),
-                empty,
-            ));
-        }
-        if let (Fetched::Got(p), Some((_, who))) = (&profile, &asker) {
-            let items: Vec<String> = p.iter().cloned().collect();
-            recalled_text.push_str(&quoted(
-                &format!("known counterparty ({who})"),
-                &items,
-                "you have not dealt with them before",
-            ));
-        }
-        if let Fetched::Got(skills) = &skills {
-            recalled_text.push_str(&quoted(
-                "skills you learned",
-                skills,
-                "no learned skills yet",
-            ));
-        }
-        if !recalled_text.is_empty() {
-            text.push_str(QUOTED);
-            text.push('\n');
-            text.push_str(&recalled_text);
-        }
-        if let Fetched::Got(false) = onboarded {
+        let got = prefetch_recalled(
+            &recall,
+            &self.handle,
+            &self.turn_id,
+            &trigger,
+            asker.as_ref(),
+            deadline,
+        )
+        .await;
+        text.push_str(&got.text);
+        if got.onboarded == Some(false) {
             text.push_str(&self.onboarding());
             self.first_turn = true;
         }
         self.prefetched = text;
+        let blocks = got.blocks;
+        let how = got.recall;
         let skipped: Vec<&String> = blocks
             .iter()
             .filter(|(_, v)| v["state"] == "failed" || v["state"] == "timed_out")
@@ -319,6 +234,137 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             json!({"turn_id": self.turn_id, "ms": ms, "us": us, "recall": how, "blocks": blocks, "bytes": self.prefetched.len()}),
         )
         .await;
+    }
+}
+
+/// The recalled part of a turn's prefetch, rendered.
+pub struct Prefetched {
+    /// The quoted blocks under their [`QUOTED`] head (empty: none).
+    pub text: String,
+    /// Each block's state, as the `prefetch` event names it.
+    pub blocks: serde_json::Map<String, Value>,
+    /// How recall went: by meaning, or by recency and why.
+    pub recall: Value,
+    /// Whether the seat was onboarded (`None`: the block was skipped).
+    pub onboarded: Option<bool>,
+}
+
+/// Fetches the recalled blocks of `seat`'s turn concurrently, each bounded
+/// by `deadline`, and renders them: the turn's prefetch without the
+/// roster and the event (a bench times this part alone).
+pub async fn prefetch_recalled(
+    recall: &Recall,
+    seat: &str,
+    turn_id: &str,
+    trigger: &str,
+    asker: Option<&(String, String)>,
+    deadline: Instant,
+) -> Prefetched {
+    let memory = recall.memory.clone();
+    let recalled = bounded(deadline, async {
+        let query = embed_query(recall, seat, turn_id, trigger).await;
+        let notes = memory.notes(seat, query.vector.clone(), NOTE_DISTANCE, NOTES);
+        let episodes = match query.vector.clone() {
+            Some(q) => memory.episodes(seat, q, EPISODE_DISTANCE, EPISODES),
+            None => async { Ok(Vec::new()) }.boxed(),
+        };
+        let (notes, episodes) = futures::join!(notes, episodes);
+        Ok((query, notes, episodes))
+    });
+    let profile = bounded(deadline, async {
+        match asker {
+            Some((id, _)) => memory.profile(seat, id).await,
+            None => Ok(None),
+        }
+    });
+    let skills = bounded(deadline, recall.skills.skills(seat, trigger));
+    let onboarded = bounded(deadline, memory.onboarded(seat));
+    let (recalled, profile, skills, onboarded) =
+        futures::join!(recalled, profile, skills, onboarded);
+
+    let mut blocks = serde_json::Map::new();
+    let mut how = json!({"by": "meaning"});
+    let (notes, episodes) = match recalled {
+        Fetched::Got((query, notes, episodes)) => {
+            if let Some(why) = &query.why_not {
+                how = json!({"by": "recency", "why": why});
+            }
+            let lift = |r: Result<Vec<Recalled>, MemoryFault>| match r {
+                Ok(v) => Fetched::Got(v),
+                Err(e) => Fetched::Failed(e.to_string()),
+            };
+            (lift(notes), (lift(episodes), query.vector.is_some()))
+        }
+        Fetched::Failed(e) => (Fetched::Failed(e.clone()), (Fetched::Failed(e), false)),
+        Fetched::TimedOut => (Fetched::TimedOut, (Fetched::TimedOut, false)),
+    };
+    blocks.insert("personal_memory".into(), state(&notes, Vec::len));
+    blocks.insert("similar_prior_work".into(), state(&episodes.0, Vec::len));
+    blocks.insert(
+        "known_counterparty".into(),
+        state(&profile, |p| usize::from(p.is_some())),
+    );
+    blocks.insert("skills".into(), state(&skills, Vec::len));
+    blocks.insert("onboarding".into(), state(&onboarded, |o| usize::from(!o)));
+
+    let mut recalled_text = String::new();
+    if let Fetched::Got(notes) = &notes {
+        let empty = if how["by"] == "recency" {
+            "no notes yet"
+        } else {
+            "no note relates to this trigger"
+        };
+        recalled_text.push_str(&quoted(
+            if how["by"] == "recency" {
+                "personal memory (your newest notes; recall is by recency)"
+            } else {
+                "personal memory (your notes nearest this trigger)"
+            },
+            &texts(notes),
+            empty,
+        ));
+    }
+    if let (Fetched::Got(eps), embedded) = &episodes {
+        let empty = if *embedded {
+            "no similar prior work"
+        } else {
+            "none: without embeddings there is no similar work to find"
+        };
+        recalled_text.push_str(&quoted(
+            "similar prior work (your earlier turns)",
+            &texts(eps),
+            empty,
+        ));
+    }
+    if let (Fetched::Got(p), Some((_, who))) = (&profile, asker) {
+        let items: Vec<String> = p.iter().cloned().collect();
+        recalled_text.push_str(&quoted(
+            &format!("known counterparty ({who})"),
+            &items,
+            "you have not dealt with them before",
+        ));
+    }
+    if let Fetched::Got(skills) = &skills {
+        recalled_text.push_str(&quoted(
+            "skills you learned",
+            skills,
+            "no learned skills yet",
+        ));
+    }
+    let mut text = String::new();
+    if !recalled_text.is_empty() {
+        text.push_str(QUOTED);
+        text.push('\n');
+        text.push_str(&recalled_text);
+    }
+    Prefetched {
+        text,
+        blocks,
+        recall: how,
+        onboarded: match onboarded {
+            Fetched::Got(o) => Some(o),
+            _ => None,
+        },
     }
 }
 
