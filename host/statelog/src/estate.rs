@@ -18,7 +18,11 @@ use crate::db;
 
 /// The estate's file name, in the node's data dir.
 pub const ESTATE_FILE: &str = "replicated.sqlite3";
-const SCHEMA: &str = include_str!("../migrations/estate.sql");
+/// The estate's scripts, in order (`db` runs those a file has not run).
+const SCHEMA: [&str; 2] = [
+    include_str!("../migrations/estate.sql"),
+    include_str!("../migrations/usage2_slot.sql"),
+];
 
 /// Where the estate stands on each domain's log: domain → position.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +57,7 @@ impl Estate {
 
     /// Opens the estate at `path`.
     pub fn open(path: &Path) -> Result<Estate, EstateError> {
-        let conn = db::open_rw(path, SCHEMA)?;
+        let conn = db::open_rw(path, &SCHEMA)?;
         Ok(Estate {
             path: path.to_path_buf(),
             writer: Mutex::new(conn),
@@ -142,7 +146,7 @@ impl Estate {
             path: self.path.display().to_string(),
             source: e,
         })?;
-        *conn = db::open_rw(&self.path, SCHEMA)?;
+        *conn = db::open_rw(&self.path, &SCHEMA)?;
         positions_in(&conn)
     }
 }

@@ -40,7 +40,8 @@ pub fn company_day(at_ms: i64, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
-type TokenKey = (String, String, String, String);
+/// Day, seat, phase, model and provider slot (unsaid: `None`).
+type TokenKey = (String, String, String, String, Option<String>);
 
 /// A node's running usage: every event added once, the objects read off
 /// whole. Seeded at start from the node's log for the days it still owns,
@@ -66,6 +67,10 @@ impl Tally {
                         seat,
                         text(&e.payload, "phase"),
                         text(&e.payload, "model"),
+                        e.payload
+                            .get("slot")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                     ))
                     .or_default();
                 t.0 += 1;
@@ -104,7 +109,8 @@ impl Tally {
     /// seat's role (empty for a seat the company no longer has).
     pub fn objects(&self, node: &str, role_of: impl Fn(&str) -> String) -> Vec<UsageObject> {
         let mut out = Vec::new();
-        for ((day, seat, phase, model), (calls, input_tokens, output_tokens)) in &self.tokens {
+        for ((day, seat, phase, model, slot), (calls, input_tokens, output_tokens)) in &self.tokens
+        {
             out.push(UsageObject::Tokens(TokensObject {
                 node: node.to_owned(),
                 role: role_of(seat),
@@ -112,6 +118,7 @@ impl Tally {
                 seat: seat.clone(),
                 phase: phase.clone(),
                 model: model.clone(),
+                slot: slot.clone(),
                 calls: *calls,
                 input_tokens: *input_tokens,
                 output_tokens: *output_tokens,
