@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use crate::domain::{ApplyError, Domain};
 use crate::record::{Record, Undecodable};
 
-pub use publish::UsagePublisher;
+pub use publish::{UsagePublisher, published};
 pub use query::{By, Period, UsageQuery, UsageRow};
 pub use tally::{Tally, USAGE_EVENT_KINDS, UsageEvent, company_day, tally};
 
@@ -86,6 +86,15 @@ impl UsageObject {
         }
     }
 
+    /// The company day the object counts.
+    pub fn day(&self) -> &str {
+        match self {
+            UsageObject::Tokens(o) => &o.day,
+            UsageObject::Turns(o) => &o.day,
+            UsageObject::Schedule(o) => &o.day,
+        }
+    }
+
     /// The subject this object rides: its writer, its day, and a digest of
     /// the rest of its identity.
     pub fn subject(&self) -> String {
@@ -104,6 +113,20 @@ impl UsageObject {
         let digest = Sha256::digest(identity.as_bytes());
         let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
         crewlet_bus::usage_subject(self.kind(), node, day, &key)
+    }
+
+    /// The object a record carries (the reverse of [`UsageObject::record`]).
+    pub fn from_record(record: &Record) -> Result<UsageObject, Undecodable> {
+        Ok(match record.kind.as_str() {
+            "tokens" => UsageObject::Tokens(body(record)?),
+            "turns" => UsageObject::Turns(body(record)?),
+            "schedule_runs" => UsageObject::Schedule(body(record)?),
+            other => {
+                return Err(Undecodable(format!(
+                    "usage record kind `{other}` is unknown to this build: upgrade this node"
+                )));
+            }
+        })
     }
 
     /// The record carrying this object's whole value.

@@ -97,6 +97,28 @@ impl Tally {
         }
     }
 
+    /// Starts from values this node published before (a node without
+    /// `data` has no log to count its day again from): each object's value
+    /// as it stands, the events added after it.
+    pub fn resume(&mut self, objects: impl IntoIterator<Item = UsageObject>) {
+        for o in objects {
+            match o {
+                UsageObject::Tokens(t) => {
+                    self.tokens.insert(
+                        (t.day, t.seat, t.phase, t.model, t.slot),
+                        (t.calls, t.input_tokens, t.output_tokens),
+                    );
+                }
+                UsageObject::Turns(t) => {
+                    self.turns.insert((t.day, t.seat, t.outcome), t.turns);
+                }
+                UsageObject::Schedule(s) => {
+                    self.fires.insert((s.day, s.schedule, s.seat), s.fires);
+                }
+            }
+        }
+    }
+
     /// Forgets the days before `day` (published already; no event of this
     /// node moves them any more).
     pub fn forget_before(&mut self, day: &str) {
