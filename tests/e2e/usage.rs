@@ -44,10 +44,9 @@ fn turns_by(node: &Node, by: &str) -> BTreeMap<String, u64> {
     out
 }
 
-#[test]
-fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
-    let server = NatsServer::start();
-    let sb = Sandbox::new();
+/// The scripted company with a second seat, bob, of ada's role; the
+/// plugins it names.
+fn two_seats(sb: &Sandbox) {
     let seats = "[seats]\nada = { role = \"support\" }\n";
     assert!(
         SCRIPTED_COMPANY.contains(seats),
@@ -55,17 +54,29 @@ fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
     );
     let doc = SCRIPTED_COMPANY.replace(seats, &format!("{seats}bob = {{ role = \"support\" }}\n"));
     std::fs::write(sb.path("company.toml"), fill(&doc, &sb.path("chat.jsonl"))).unwrap();
-    plugins(&sb, None);
-    let a = spawn(&sb, "node-a", &server);
-    let mut b = spawn(&sb, "node-b", &server);
+    plugins(sb, None);
+}
+
+/// Waits until `node` sees ada and bob held, one on each node.
+fn one_seat_each(node: &Node) {
     let mut held = BTreeMap::new();
     assert!(
         eventually(Duration::from_secs(30), || {
-            held = holders(&a).unwrap_or_default();
+            held = holders(node).unwrap_or_default();
             held.len() == 2 && held["ada"] != held["bob"]
         }),
         "the two seats never sat one on each node: {held:?}"
     );
+}
+
+#[test]
+fn usage_from_every_node_reads_on_either_and_outlives_a_node_that_stopped() {
+    let server = NatsServer::start();
+    let sb = Sandbox::new();
+    two_seats(&sb);
+    let a = spawn(&sb, "node-a", &server);
+    let mut b = spawn(&sb, "node-b", &server);
+    one_seat_each(&a);
     slack_mention(&a, SLACK_SECRET, "ada", "EvU1", "C1", "1.1", "<@ada> hello");
     slack_mention(&a, SLACK_SECRET, "bob", "EvU2", "C1", "2.1", "<@bob> hello");
 
@@ -198,20 +209,10 @@ fn calls_by_slot(node: &Node) -> BTreeMap<String, u64> {
 fn a_stateless_nodes_usage_counts_on_the_data_node_by_slot_and_survives_its_restart() {
     let server = NatsServer::start();
     let sb = Sandbox::new();
-    let seats = "[seats]\nada = { role = \"support\" }\n";
-    let doc = SCRIPTED_COMPANY.replace(seats, &format!("{seats}bob = {{ role = \"support\" }}\n"));
-    std::fs::write(sb.path("company.toml"), fill(&doc, &sb.path("chat.jsonl"))).unwrap();
-    plugins(&sb, None);
+    two_seats(&sb);
     let keeper = spawn(&sb, "keeper", &server);
     let mut edge = stateless(&sb, "edge", &server);
-    let mut held = BTreeMap::new();
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            held = holders(&keeper).unwrap_or_default();
-            held.len() == 2 && held["ada"] != held["bob"]
-        }),
-        "the two seats never sat one on each node: {held:?}"
-    );
+    one_seat_each(&keeper);
     slack_mention(
         &keeper,
         SLACK_SECRET,

@@ -59,6 +59,16 @@ async fn present_as(coord: &Coord, node: &str, roles: &[&str]) {
     assert!(held.is_yes(), "{node} in presence");
 }
 
+/// The event ids of a read's rows, in its order.
+fn ids(read: &serde_json::Value) -> Vec<&str> {
+    read["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect()
+}
+
 async fn connect(server: &NatsServer) -> async_nats::Client {
     async_nats::connect(server.url()).await.expect("connect")
 }
@@ -85,12 +95,7 @@ async fn every_live_node_is_read_and_a_silent_one_is_named() {
     );
 
     let read = reader.events(EventFilter::default()).await;
-    let ids: Vec<_> = read["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event_id"].as_str().unwrap())
-        .collect();
+    let ids = ids(&read);
     assert_eq!(ids, ["a2", "b1", "a1"], "newest first, both logs: {read}");
     let coverage = &read["coverage"];
     assert_eq!(coverage["complete"], false, "{coverage}");
@@ -194,12 +199,7 @@ async fn a_stateless_nodes_events_are_read_from_the_data_node_that_keeps_them() 
         ..EventFilter::default()
     };
     let read = reader.events(only_s.clone()).await;
-    let ids: Vec<_> = read["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event_id"].as_str().unwrap())
-        .collect();
+    let ids = ids(&read);
     assert_eq!(
         ids,
         ["s2", "s1"],

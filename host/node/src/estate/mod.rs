@@ -195,20 +195,27 @@ impl Tallier {
             let full = page.len() == PAGE;
             for e in page {
                 after = e.seq;
-                tally.add(
-                    &UsageEvent {
-                        kind: e.kind,
-                        at_ms: e.at_ms,
-                        seat: e.seat,
-                        payload: e.payload,
-                    },
-                    zone,
-                );
+                tally.add(&usage_event(e.kind, e.at_ms, e.seat, e.payload), zone);
             }
             if !full {
                 return Ok((tally, after));
             }
         }
+    }
+}
+
+/// An event as the tally reads it (a row of the log, or a tapped event).
+fn usage_event(
+    kind: String,
+    at_ms: i64,
+    seat: Option<String>,
+    payload: serde_json::Value,
+) -> UsageEvent {
+    UsageEvent {
+        kind,
+        at_ms,
+        seat,
+        payload,
     }
 }
 
@@ -236,15 +243,7 @@ async fn publish_usage(t: Tallier, mut events: UsageEvents, mut stop: watch::Rec
                     if e.seq > 0 && e.seq <= *read_to {
                         continue;
                     }
-                    tally.add(
-                        &UsageEvent {
-                            kind: e.kind,
-                            at_ms: e.at_ms,
-                            seat: e.seat,
-                            payload: e.payload,
-                        },
-                        &zone,
-                    );
+                    tally.add(&usage_event(e.kind, e.at_ms, e.seat, e.payload), &zone);
                 }
                 let role_of = |seat: &str| {
                     company
