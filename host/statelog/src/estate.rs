@@ -179,3 +179,41 @@ fn positions_in(conn: &Connection) -> Result<Positions, EstateError> {
     }
     Ok(Positions(out))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::UsageQuery;
+
+    #[test]
+    fn an_estate_of_the_first_version_keeps_its_tokens_with_the_slot_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(ESTATE_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA[0]).unwrap();
+            conn.execute(
+                "INSERT INTO usage_tokens VALUES ('n1', '2026-12-06', 'ada', 'eng', 'executor', 'm1', 2, 30, 3)",
+                [],
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let estate = Estate::open(&path).unwrap();
+        let rows = UsageQuery::parse(None, Some("provider"), None, None)
+            .unwrap()
+            .run(&estate.reader().unwrap())
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (rows[0].key.as_deref(), rows[0].calls, rows[0].input_tokens),
+            (None, 2, 30)
+        );
+        let version: i64 = estate
+            .reader()
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA.len() as i64);
+    }
+}

@@ -205,30 +205,3 @@ async fn tokens_read_by_provider_slot_and_a_record_that_named_none_reads_unknown
     assert_eq!(json["key"], serde_json::Value::Null, "unknown, not a slot");
     applier.stop().await;
 }
-
-#[test]
-fn an_estate_of_the_first_version_keeps_its_tokens_with_the_slot_unknown() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(crewlet_statelog::ESTATE_FILE);
-    {
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch(include_str!("../migrations/estate.sql"))
-            .unwrap();
-        conn.execute(
-            "INSERT INTO usage_tokens VALUES ('n1', '2026-12-06', 'ada', 'eng', 'executor', 'm1', 2, 30, 3)",
-            [],
-        )
-        .unwrap();
-        conn.pragma_update(None, "user_version", 1).unwrap();
-    }
-    let estate = crewlet_statelog::Estate::open(&path).unwrap();
-    let rows = UsageQuery::parse(None, Some("provider"), None, None)
-        .unwrap()
-        .run(&estate.reader().unwrap())
-        .unwrap();
-    assert_eq!(rows.len(), 1, "{rows:?}");
-    assert_eq!(
-        (rows[0].key.as_deref(), rows[0].calls, rows[0].input_tokens),
-        (None, 2, 30)
-    );
-}
