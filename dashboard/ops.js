@@ -1,4 +1,6 @@
-// Budgets (meters per window, parked work marked), the fleet (nodes, roles,
+// Budgets (meters per window, parked work marked, the last 24 hours by hour
+// from the fleet's events and the last 14 company days by role from the
+// usage history, `GET /usage`), the fleet (nodes, roles,
 // posture, epochs, duties, heartbeats) and plugins (grants and where each
 // came from, health, breaker, reloads; a module's buckets browsable,
 // read-only, through `GET /plugins/{name}/state/{bucket}`).
@@ -36,9 +38,59 @@ async function spendChart() {
     el("figcaption", { class: "muted small" }, `Tokens of turns that ended in the last 24 hours, by hour (most ${tokens(top)}; ${r.truncated ? "the newest 1000 turns" : "every turn"}, ${r.coverage?.complete === false ? "some nodes did not answer" : "every node answered"}).`));
 }
 
+/** The company day of `ms` in `zone` (YYYY-MM-DD); UTC for a zone the
+ * browser does not know. */
+function dayIn(ms, zone) {
+  try {
+    return new Intl.DateTimeFormat("en-CA", { timeZone: zone, year: "numeric", month: "2-digit", day: "2-digit" }).format(ms);
+  } catch {
+    return new Date(ms).toISOString().slice(0, 10);
+  }
+}
+
+const DAYS = 14;
+
+/** Tokens by company day and role over the last 14 days, from the usage
+ * history (`GET /usage`, kept by the data nodes). A node without `data`
+ * holds none: it says where to look. A failed read says so. */
+async function usageChart(zone) {
+  const now = Date.now();
+  const days = Array.from({ length: DAYS }, (_, i) => dayIn(now - (DAYS - 1 - i) * 86_400_000, zone));
+  const r = await get(`/usage?period=day&by=role&from=${days[0]}`);
+  if (r.status === 409) {
+    return el("p", { class: "muted", "data-testid": "usage-elsewhere" },
+      `This node keeps no usage history (it has no \`data\` role): open the dashboard of a node whose roles include \`data\` to see spend by day. ${r.body?.detail ?? ""}`);
+  }
+  if (!r.ok) return problem(`the spend by day could not be read: ${why(r)}`);
+  const roles = [...new Set(r.body.rows.map((x) => x.key ?? "?"))].sort();
+  const spent = new Map(r.body.rows.map((x) => [`${x.period}\u0000${x.key ?? "?"}`, (x.input_tokens ?? 0) + (x.output_tokens ?? 0)]));
+  const total = (d) => roles.reduce((n, k) => n + (spent.get(`${d}\u0000${k}`) ?? 0), 0);
+  const top = Math.max(1, ...days.map(total));
+  const bars = [];
+  days.forEach((d, i) => {
+    let y = 60;
+    roles.forEach((k, j) => {
+      const t = spent.get(`${d}\u0000${k}`) ?? 0;
+      if (!t) return;
+      const h = Math.max((t / top) * 58, 1);
+      y -= h;
+      bars.push(svg("rect", { x: i * 17 + 1, y, width: 15, height: h, class: `bar r${j % 6}`, "data-testid": "usage-bar", "data-day": d, "data-key": k, "data-tokens": t },
+        svg("title", {}, `${d} · ${k || "(no role)"}: ${tokens(t)} tokens`)));
+    });
+  });
+  return el("figure", { class: "chart", "data-testid": "usage-chart" },
+    svg("svg", { viewBox: `0 0 ${DAYS * 17} 72`, role: "img", "aria-label": `Tokens spent by company day and role over the last ${DAYS} days; most in one day ${tokens(top)}` },
+      ...bars, svg("line", { x1: 0, y1: 60.5, x2: DAYS * 17, y2: 60.5, class: "axis" }),
+      svg("text", { x: 1, y: 70, class: "tick" }, days[0].slice(5)), svg("text", { x: DAYS * 17 - 16, y: 70, class: "tick" }, "today")),
+    el("figcaption", { class: "muted small" },
+      roles.length ? roles.map((k, j) => el("span", { class: `key r${j % 6}` }, k || "(no role)")) : "No usage in these days.",
+      ` Tokens by company day (${zone}) and role, from the fleet's usage history (most ${tokens(top)} in a day).`));
+}
+
 export async function renderBudgets(main) {
-  const [a, chart] = await Promise.all([get("/budgets"), spendChart()]);
+  const a = await get("/budgets");
   if (!a.ok) return main.replaceChildren(section("Budgets", problem(why(a))));
+  const [chart, daily] = await Promise.all([spendChart(), usageChart(a.body.timezone)]);
   const cards = a.body.scopes.map((s) => {
     const label = s.scope === "company" ? "Company" : s.scope.replace(/^seat:/, "@");
     return el("div", { class: "budget", "data-testid": "budget", "data-scope": s.scope },
@@ -53,7 +105,7 @@ export async function renderBudgets(main) {
         : null);
   });
   main.replaceChildren(section(`Budgets · ${a.body.org}`, el("p", { class: "muted" }, `Windows in ${a.body.timezone}; tokens spent against each cap.`),
-    el("div", { class: "grid" }, cards)), section("Spend over time", chart));
+    el("div", { class: "grid" }, cards)), section("Spend over time", chart), section("Spend by day", daily));
 }
 
 export async function renderFleet(main) {

@@ -115,6 +115,12 @@ try {
   if (Number(spent) <= 0) fail("grace's budget meter did not move");
   const hourly = await page.getByTestId("spend-bar").evaluateAll((b) => b.map((x) => Number(x.dataset.tokens)));
   if (hourly.length !== 24 || !hourly.some((t) => t > 0)) fail(`the spend chart shows no spend: ${hourly}`);
+  // By day from the usage history: grace's role (support) spent at least
+  // her turn's tokens (the only turn yet; embeddings may add to it).
+  const daily = await page.getByTestId("usage-bar").evaluateAll((b) => b.map((x) => ({ key: x.dataset.key, tokens: Number(x.dataset.tokens) })));
+  const support = daily.filter((b) => b.key === "support").reduce((n, b) => n + b.tokens, 0);
+  const turns = hourly.reduce((n, t) => n + t, 0);
+  if (support < turns) fail(`the spend by day shows ${support} tokens of support, below the turn's ${turns}: ${JSON.stringify(daily)}`);
   await shoot(page, "budgets");
 
   await open(page, "fleet");

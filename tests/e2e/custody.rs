@@ -1,9 +1,10 @@
 //! The `data` role through the real binary: two nodes on one nats-server,
 //! `keeper` with `data` and `edge` without it, the seat on `edge`. Alone,
-//! `edge` says on `/health` that no live node keeps the fleet's events;
-//! once `keeper` runs, `edge`'s turn events are read from both nodes'
-//! `/events` and `/turns/{id}` — kept in `keeper`'s log, while `edge`'s own
-//! log holds nothing.
+//! `edge` says on `/health` that no live node keeps the fleet's events, and
+//! its history reads say so rather than answering empty; once `keeper`
+//! runs, `edge`'s turn events are read from both nodes' `/events`,
+//! `/events?node=edge` and `/turns/{id}` — kept in `keeper`'s log, read
+//! from there, never from `edge`'s own.
 
 use crate::common;
 
@@ -76,6 +77,20 @@ fn a_stateless_nodes_turns_are_kept_by_a_data_node_and_read_from_both() {
             .is_some_and(|w| w.contains("no live node has the `data` role")),
         "{seen}"
     );
+    // Its history reads say nobody keeps its events: not an empty answer
+    // that reads as "nothing happened".
+    for path in ["/events?node=edge", "/turns/t-none"] {
+        let read = get(&edge, path);
+        let coverage = &read["coverage"];
+        assert_eq!(coverage["complete"], false, "{path}: {read}");
+        assert_eq!(coverage["keepers"], serde_json::json!([]), "{path}: {read}");
+        assert!(
+            coverage["warning"]
+                .as_str()
+                .is_some_and(|w| w.contains("no live node has the `data` role")),
+            "{path}: {read}"
+        );
+    }
 
     let keeper = node(
         &sb,
@@ -131,14 +146,22 @@ fn a_stateless_nodes_turns_are_kept_by_a_data_node_and_read_from_both() {
             "{kinds:?}"
         );
     }
-    // Each node's own log: edge's is empty, keeper's holds edge's rows.
-    let own = get(&edge, "/events?node=edge&limit=1000");
-    assert_eq!(
-        own["coverage"]["answered"],
-        serde_json::json!(["edge"]),
-        "{own}"
-    );
-    assert_eq!(own["events"], serde_json::json!([]), "{own}");
+    // Edge keeps no log: its events, asked of it by name on either node,
+    // are read from keeper's log, which keeps them.
+    for reader in [&edge, &keeper] {
+        let own = get(reader, "/events?node=edge&type=turn_started&limit=1000");
+        assert_eq!(
+            own["coverage"]["answered"],
+            serde_json::json!(["keeper"]),
+            "{own}"
+        );
+        assert_eq!(own["coverage"]["complete"], true, "{own}");
+        let rows = own["events"].as_array().unwrap();
+        assert!(
+            !rows.is_empty() && rows.iter().all(|e| e["node_id"] == "edge"),
+            "{own}"
+        );
+    }
     let kept = get(&keeper, "/events?node=keeper&type=turn_started&limit=1000");
     assert!(
         kept["events"]

@@ -65,6 +65,32 @@ fn every_view_shows_the_live_fleet_and_a_pause_from_the_page_holds_the_seats_wak
         "<@grace> hi",
     );
     wait_turn_ended(&a, "grace");
+    // Her turn's tokens reach the usage history the budgets view draws by
+    // day (published every 2 s, then applied).
+    let turn = &seat_events(&a, "turn_ended", "grace")[0]["payload"];
+    let spent =
+        turn["input_tokens"].as_u64().unwrap_or(0) + turn["output_tokens"].as_u64().unwrap_or(0);
+    assert!(spent > 0, "{turn}");
+    let used = |node: &Node| {
+        let rows = node
+            .get("/usage?by=seat")
+            .map(|r| r.json())
+            .unwrap_or_default();
+        rows["rows"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|r| r["key"] == "grace")
+            .map(|r| {
+                r["input_tokens"].as_u64().unwrap_or(0) + r["output_tokens"].as_u64().unwrap_or(0)
+            })
+            .sum::<u64>()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || used(&a) >= spent),
+        "grace's {spent} tokens never reached /usage: {}",
+        used(&a)
+    );
     let read_token = read_token(&a, "viewer");
 
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard-views");

@@ -1,4 +1,4 @@
-//! `GET /usage?period=day|week|month&by=seat|role|model|node&from=DAY&to=DAY`
+//! `GET /usage?period=day|week|month&by=seat|role|model|node|provider&from=DAY&to=DAY`
 //! (read scope) over the node's [`UsageSource`]: the fleet's usage history
 //! from this node's replicated estate — one local read, no scatter. A
 //! query the asker got wrong is 400 naming the word; a node that holds no

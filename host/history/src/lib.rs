@@ -24,9 +24,15 @@
 //!   `limit` applied), never silent.
 //! - A node without `data` keeps no log: its events are in the log of the
 //!   data node that keeps each batch ([`custody`]), so the scatter finds
-//!   them there, carrying the stateless node's id.
+//!   them there, carrying the stateless node's id. With no live data node
+//!   in presence the coverage says nobody keeps those events
+//!   ([`NO_KEEPER`], `complete: false`) — an empty answer must not read as
+//!   "nothing happened".
 //! - `node=ID` reads one node's log; `before_seq` is a position in one
 //!   node's log, so it pages the node named (the serving node when none is).
+//!   A node that is not a live data node (no `data`, or gone) has no log to
+//!   read: its events are read from every live data node's log, those it
+//!   published ([`Ask::Published`]).
 
 pub mod custody;
 pub mod custody_view;
@@ -49,6 +55,9 @@ pub use responder::{Responder, StartError};
 /// The fleet read budget: membership and every peer's answer within it.
 pub const BUDGET: Duration = Duration::from_secs(2);
 
+/// What a read's coverage says while no live node has `data`.
+pub const NO_KEEPER: &str = "no live node has the `data` role: the events of nodes without it are kept by no log until one runs, so this answer holds none of them (they wait on CREWLET_CUSTODY)";
+
 /// A node that was asked and did not answer, and why.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Missing {
@@ -69,6 +78,13 @@ pub struct Coverage {
     pub membership_error: Option<String>,
     pub answered: Vec<String>,
     pub missing: Vec<Missing>,
+    /// The live data nodes, which keep the events of nodes without `data`
+    /// (absent when presence was not listed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub keepers: Option<Vec<String>>,
+    /// Set when no live node keeps the events of nodes without `data`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub warning: Option<&'static str>,
     pub budget_ms: u64,
     pub took_ms: u64,
 }
@@ -128,13 +144,85 @@ impl Reader {
     }
 }
 
+/// Who a fleet read asks.
+enum Target<'a> {
+    /// Every node in presence.
+    Fleet,
+    /// One node, asked as it is.
+    Node(&'a str),
+    /// These nodes (the keepers of a stateless node's events), known from
+    /// presence listed at `begun`.
+    Keepers(Vec<String>, Instant, tokio::time::Instant),
+}
+
+/// Where one node's events are: its own log, or the logs of the live data
+/// nodes (it has no `data`, or is gone); `Err` when presence was not read.
+enum Publisher {
+    OwnLog,
+    Kept(Vec<String>),
+}
+
+/// Live data nodes among `leases` (a lease without its status yet is not
+/// counted: its roles are not known).
+fn data_nodes(leases: &[crewlet_coord::Lease]) -> Vec<String> {
+    let mut ids: Vec<String> = leases
+        .iter()
+        .filter(|l| {
+            l.status
+                .as_ref()
+                .is_some_and(|s| s.roles.iter().any(|r| r == "data"))
+        })
+        .map(|l| l.name.id().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+async fn publisher_of(
+    ctx: &Reader,
+    node: &str,
+    deadline: tokio::time::Instant,
+) -> Result<Publisher, String> {
+    let leases = match tokio::time::timeout_at(deadline, ctx.presence.live()).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(e.to_string()),
+        Err(_) => return Err("presence was not listed within the budget".into()),
+    };
+    let keepers = data_nodes(&leases);
+    Ok(if keepers.iter().any(|k| k == node) {
+        Publisher::OwnLog
+    } else if leases
+        .iter()
+        .any(|l| l.name.id() == node && l.status.is_none())
+    {
+        // Live, roles not published yet: its own log, as before.
+        Publisher::OwnLog
+    } else {
+        Publisher::Kept(keepers)
+    })
+}
+
 async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
-    let begun = Instant::now();
-    let deadline = tokio::time::Instant::now() + BUDGET;
+    let target = match only {
+        Some(node) => Target::Node(node),
+        None => Target::Fleet,
+    };
+    gather_in(ctx, ask, target).await
+}
+
+async fn gather_in(ctx: &Reader, ask: Ask, target: Target<'_>) -> Gathered {
+    let (begun, deadline) = match &target {
+        Target::Keepers(_, begun, deadline) => (*begun, *deadline),
+        _ => (Instant::now(), tokio::time::Instant::now() + BUDGET),
+    };
     let me = ctx.node_id.clone();
     let room = ctx.client.server_info().max_payload;
     let since = ctx.since_ms;
-    let asks_me = only.is_none_or(|n| n == me);
+    let asks_me = match &target {
+        Target::Fleet => true,
+        Target::Node(n) => *n == me,
+        Target::Keepers(k, ..) => k.contains(&me),
+    };
     let mine = async {
         if asks_me {
             let store = ctx.store.clone();
@@ -146,23 +234,30 @@ async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
     let peers = async {
         // A named node is asked as it is, without listing presence: the
         // read is of it alone, and its silence is named below.
-        let (targets, membership_error) = match only {
-            Some(node) if node == me => (Vec::new(), None),
-            Some(node) => (vec![node.to_owned()], None),
-            None => match tokio::time::timeout_at(deadline, ctx.presence.live()).await {
+        let (targets, keepers, membership_error) = match &target {
+            Target::Node(node) if *node == me => (Vec::new(), None, None),
+            Target::Node(node) => (vec![(*node).to_owned()], None, None),
+            Target::Keepers(keepers, ..) => (
+                keepers.iter().filter(|n| **n != me).cloned().collect(),
+                Some(keepers.clone()),
+                None,
+            ),
+            Target::Fleet => match tokio::time::timeout_at(deadline, ctx.presence.live()).await {
                 Ok(Ok(leases)) => (
                     leases
                         .iter()
                         .map(|l| l.name.id().to_owned())
                         .filter(|n| *n != me)
                         .collect(),
+                    Some(data_nodes(&leases)),
                     None,
                 ),
                 // Presence unknown: the rest of the fleet cannot be known,
                 // and the coverage says so.
-                Ok(Err(e)) => (Vec::new(), Some(e.to_string())),
+                Ok(Err(e)) => (Vec::new(), None, Some(e.to_string())),
                 Err(_) => (
                     Vec::new(),
+                    None,
                     Some(format!(
                         "presence was not listed within the {} ms budget",
                         BUDGET.as_millis()
@@ -187,9 +282,9 @@ async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
                 }),
             }
         }
-        (told, missing, membership_error)
+        (told, missing, keepers, membership_error)
     };
-    let (mine, (mut told, mut missing, membership_error)) = futures::join!(mine, peers);
+    let (mine, (mut told, mut missing, keepers, membership_error)) = futures::join!(mine, peers);
     if let Some(mine) = mine {
         told.insert(0, mine);
     }
@@ -209,9 +304,13 @@ async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
             true
         }
     });
+    let warning = keepers
+        .as_ref()
+        .is_some_and(|k| k.is_empty())
+        .then_some(NO_KEEPER);
     Gathered {
         coverage: Coverage {
-            complete: missing.is_empty() && membership_error.is_none(),
+            complete: missing.is_empty() && membership_error.is_none() && warning.is_none(),
             membership: if membership_error.is_some() {
                 "unknown"
             } else {
@@ -220,6 +319,8 @@ async fn gather(ctx: &Reader, ask: Ask, only: Option<&str>) -> Gathered {
             membership_error,
             answered,
             missing,
+            keepers,
+            warning,
             budget_ms: BUDGET.as_millis() as u64,
             took_ms: begun.elapsed().as_millis() as u64,
         },
@@ -296,11 +397,24 @@ async fn events(ctx: &Reader, filter: EventFilter) -> Value {
         .node
         .clone()
         .or_else(|| filter.before_seq.map(|_| ctx.node_id.clone()));
+    let named = filter.node.clone();
     let filter = EventFilter {
         limit: Some(limit),
         node: None,
         ..filter
     };
+    // A node named that keeps no log of its own: read what it published
+    // from the logs of the data nodes that keep it.
+    if let Some(node) = named {
+        let begun = Instant::now();
+        let deadline = tokio::time::Instant::now() + BUDGET;
+        if let Ok(Publisher::Kept(keepers)) = publisher_of(ctx, &node, deadline).await {
+            let ask = Ask::Published { node, filter };
+            let target = Target::Keepers(keepers, begun, deadline);
+            let gathered = gather_in(ctx, ask, target).await;
+            return answer(&gathered.told, gathered.coverage, limit, asked);
+        }
+    }
     let gathered = gather(ctx, Ask::Events { filter }, only.as_deref()).await;
     answer(&gathered.told, gathered.coverage, limit, asked)
 }
@@ -379,6 +493,8 @@ pub async fn own_log(
         ),
         answered: vec![node_id],
         missing: Vec::new(),
+        keepers: None,
+        warning: None,
         budget_ms: BUDGET.as_millis() as u64,
         took_ms: begun.elapsed().as_millis() as u64,
     };

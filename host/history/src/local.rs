@@ -47,6 +47,9 @@ pub enum Ask {
     /// Every row of one turn (`payload.turn_id`), among the turns of its
     /// latest [`TURN_WINDOW`] started on it.
     Turn { turn_id: String },
+    /// The rows of its log that `node` published, filtered: what a data
+    /// node keeps of a node without `data` (custody).
+    Published { node: String, filter: EventFilter },
 }
 
 /// How many of a node's latest started turns a turn's detail is looked
@@ -83,10 +86,16 @@ pub fn answer(store: &Store, node: &str, ask: &Ask, since_ms: i64, room: usize) 
         ..Told::default()
     };
     let read = match ask {
-        Ask::Events { filter } => events(store, filter, room).map(|(rows, full)| {
+        Ask::Events { filter } => events(store, filter, None, room).map(|(rows, full)| {
             told.events = rows;
             told.full = full;
         }),
+        Ask::Published { node, filter } => {
+            events(store, filter, Some(node), room).map(|(rows, full)| {
+                told.events = rows;
+                told.full = full;
+            })
+        }
         Ask::OpenTurns => open_turns(store, since_ms).map(|open| told.open_turns = open),
         Ask::Turn { turn_id } => turn(store, turn_id, room).map(|(rows, full)| {
             told.events = rows;
@@ -102,6 +111,7 @@ pub fn answer(store: &Store, node: &str, ask: &Ask, since_ms: i64, room: usize) 
 fn events(
     store: &Store,
     f: &EventFilter,
+    published_by: Option<&String>,
     room: usize,
 ) -> Result<(Vec<Value>, bool), crewlet_store::StoreError> {
     let limit = effective_limit(f.limit);
@@ -110,6 +120,7 @@ fn events(
         kind: f.kind.clone(),
         party: f.party.clone(),
         trace_id: f.trace_id.clone(),
+        node_id: published_by.cloned(),
         before_seq: f.before_seq,
         limit,
     })?;

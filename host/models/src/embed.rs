@@ -105,14 +105,14 @@ impl Embedder for Embeddings {
         self.room(&company, &site.seat, &company_caps, &seat_caps, &texts)
             .await?;
         let started = Instant::now();
-        let answer = self.call(entry, &texts, &whom).await?;
+        let (answer, slot) = self.call(entry, &texts, &whom).await?;
         let tokens = u64::from(answer.input_tokens);
         self.inner
             .emit(
                 "model_call",
                 Some(&whom),
                 json!({
-                    "model": label(entry), "input_tokens": tokens, "output_tokens": 0,
+                    "model": label(entry), "slot": slot, "input_tokens": tokens, "output_tokens": 0,
                     "texts": texts.len(), "tool_calls": [],
                     "ms": started.elapsed().as_millis() as u64,
                 }),
@@ -213,7 +213,7 @@ impl Embeddings {
         entry: &ModelRef,
         texts: &[String],
         whom: &Whom,
-    ) -> Result<crewlet_plugins::provider::Embedded, EmbedError> {
+    ) -> Result<(crewlet_plugins::provider::Embedded, String), EmbedError> {
         let options_json = options_json(entry);
         let mut attempts = Vec::new();
         let answered = self
@@ -239,7 +239,7 @@ impl Embeddings {
             })
             .await;
         match answered {
-            Ok((embedded, _)) => Ok(embedded),
+            Ok((embedded, hint)) => Ok((embedded, crate::slot(entry, hint.as_ref()))),
             Err(leave) => {
                 // Every attempt's line: a 429 is why the key then cools.
                 let lines: Vec<&str> = attempts

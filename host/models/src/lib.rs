@@ -178,6 +178,15 @@ fn label(m: &ModelRef) -> String {
     format!("{}/{}", m.provider, m.model)
 }
 
+/// The provider slot that served a call: the chain's entry and the key of
+/// its pool (by hint, never the key), `#keyless` for an entry without one.
+pub(crate) fn slot(m: &ModelRef, hint: Option<&KeyHint>) -> String {
+    match hint {
+        Some(h) => format!("{}#{}", label(m), h.as_str()),
+        None => format!("{}#keyless", label(m)),
+    }
+}
+
 fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
@@ -339,7 +348,8 @@ impl Inner {
         let mut last_error = "the chain is empty: give the role at least one model".to_owned();
         for (i, entry) in chain.iter().enumerate() {
             let leave = match self.try_model(entry, req, site, &mut attempts).await {
-                Ok((thought, receipt, key_hint)) => {
+                Ok((mut thought, receipt, key_hint)) => {
+                    thought.slot = Some(slot(entry, key_hint.as_ref()));
                     return Ok(ModelAnswer {
                         thought,
                         stop_reason: receipt.stop_reason,

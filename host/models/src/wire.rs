@@ -108,6 +108,7 @@ pub(crate) fn thought(c: Completion, model: &ModelRef) -> (Thought, Receipt) {
         input_tokens: c.usage.input_tokens.into(),
         output_tokens: c.usage.output_tokens.into(),
         model: format!("{}/{}", model.provider, model.model),
+        slot: None,
     };
     let receipt = Receipt {
         stop_reason: c.stop_reason,

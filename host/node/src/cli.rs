@@ -271,7 +271,7 @@ struct UsageArgs {
     /// day, week (named by its Monday) or month.
     #[arg(long, default_value = "day")]
     period: String,
-    /// seat, role, model or node.
+    /// seat, role, model, node or provider (the slot that served the calls).
     #[arg(long, default_value = "seat")]
     by: String,
     /// First company day included (YYYY-MM-DD).

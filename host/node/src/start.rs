@@ -135,11 +135,14 @@ pub async fn start(
         }
     }
     // Without `data` the node keeps no event log: custody batches instead.
+    // Either way the usage tally gets each usage event as it is kept.
+    let (tap, usage_events) = crate::estate::tap();
     let mut publisher = if data {
         crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream)
     } else {
         crewlet_observe::Publisher::stateless(p.node_id, jetstream)
-    };
+    }
+    .with_tap(tap);
     if let Some(endpoint) = &p.config.telemetry.otlp_endpoint {
         match crewlet_observe::Traces::start(endpoint, p.node_id) {
             Ok(traces) => {
@@ -243,7 +246,7 @@ pub async fn start(
         .await
         .map_err(NodeError::Engine)?;
     start_duties(&ctx, started).await;
-    start_estate(&ctx, started).await;
+    start_estate(&ctx, started, usage_events).await;
     p.late.set(ctx, edge);
     p.state.attach_stream(monitor);
     p.state.advance(Phase::Running);
@@ -252,8 +255,13 @@ pub async fn start(
 }
 
 /// The usage publisher, and with `data` the replicated estate.
-async fn start_estate(ctx: &EngineContext, started: &mut Started) {
+async fn start_estate(
+    ctx: &EngineContext,
+    started: &mut Started,
+    usage_events: crate::estate::UsageEvents,
+) {
     let parts = crate::estate::Parts {
+        usage_events,
         node_id: &ctx.node_id,
         client: &ctx.client,
         coord: &ctx.coord,

@@ -85,6 +85,36 @@ pub struct Publisher {
     meter: Meter,
     /// Where this node's spans go, when `[telemetry]` names a collector.
     traces: Option<Traces>,
+    /// Who gets a copy of each row of some kinds, once it is kept.
+    tap: Option<Tap>,
+}
+
+/// A copy of every row of the kinds named, handed over once the row is
+/// kept (in this node's log, or stored on the custody stream): the one
+/// place both kinds of node see the events they make, in the order made
+/// (the usage tally reads it). Unbounded: the kinds tapped are a turn's
+/// few, and the reader drains it every pass.
+#[derive(Clone)]
+pub struct Tap {
+    kinds: &'static [&'static str],
+    to: tokio::sync::mpsc::UnboundedSender<EventRecord>,
+}
+
+impl Tap {
+    /// A tap of `kinds`, and where its copies arrive.
+    pub fn new(
+        kinds: &'static [&'static str],
+    ) -> (Tap, tokio::sync::mpsc::UnboundedReceiver<EventRecord>) {
+        let (to, from) = tokio::sync::mpsc::unbounded_channel();
+        (Tap { kinds, to }, from)
+    }
+
+    fn copy(&self, event: &EventRecord) {
+        if self.kinds.contains(&event.kind.as_str()) {
+            // A reader that stopped (the node stopping) needs no copy.
+            let _ = self.to.send(event.clone());
+        }
+    }
 }
 
 impl Publisher {
@@ -96,6 +126,7 @@ impl Publisher {
             detached_failing: Arc::default(),
             meter: Meter::new(),
             traces: None,
+            tap: None,
         }
     }
 
@@ -110,6 +141,7 @@ impl Publisher {
             detached_failing: Arc::default(),
             meter: Meter::new(),
             traces: None,
+            tap: None,
         }
     }
 
@@ -117,6 +149,13 @@ impl Publisher {
     /// the kinds that have one) and exported through `traces`.
     pub fn with_traces(mut self, traces: Traces) -> Publisher {
         self.traces = Some(traces);
+        self
+    }
+
+    /// This publisher with a copy of each kept row of the tap's kinds
+    /// handed to it.
+    pub fn with_tap(mut self, tap: Tap) -> Publisher {
+        self.tap = Some(tap);
         self
     }
 
@@ -180,6 +219,9 @@ impl Publisher {
         }
         let event = written.await.expect("event log writer panicked")?;
         self.observe(&event);
+        if let Some(tap) = &self.tap {
+            tap.copy(&event);
+        }
         Ok(event)
     }
 

@@ -35,6 +35,7 @@ fn tokens(node: &str, day: &str, seat: &str, n: u64) -> UsageObject {
         role: format!("role{}", seat.len() % 7),
         phase: "executor".into(),
         model: format!("model{}", n % 3),
+        slot: Some(format!("model{}#keyless", n % 3)),
         calls: 1,
         input_tokens: n,
         output_tokens: n / 10,

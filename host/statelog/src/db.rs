@@ -1,6 +1,6 @@
 //! Opening one of the crate's two files: WAL, its schema applied once in one
-//! transaction, keyed by SQLite's `user_version` (each file has one schema
-//! script today; a later change appends a script and bumps the version).
+//! transaction, keyed by SQLite's `user_version`: a file's scripts are a
+//! list, version N having run the first N; a later change appends one.
 
 use std::path::Path;
 use std::time::Duration;
@@ -9,8 +9,9 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 
 use crate::EstateError;
 
-/// Opens `path` for writing, creating and migrating it.
-pub(crate) fn open_rw(path: &Path, schema: &str) -> Result<Connection, EstateError> {
+/// Opens `path` for writing, creating it and running the `scripts` it has
+/// not run yet, each in a transaction of its own with the version it sets.
+pub(crate) fn open_rw(path: &Path, scripts: &[&str]) -> Result<Connection, EstateError> {
     let err = |source| EstateError::Open {
         path: path.display().to_string(),
         source,
@@ -24,18 +25,20 @@ pub(crate) fn open_rw(path: &Path, schema: &str) -> Result<Connection, EstateErr
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .map_err(err)?;
-    if version == 0 {
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(err)?;
-        tx.execute_batch(schema).map_err(err)?;
-        tx.pragma_update(None, "user_version", 1).map_err(err)?;
-        tx.commit().map_err(err)?;
-    } else if version > 1 {
+    if version > scripts.len() as i64 {
         return Err(EstateError::Newer {
             path: path.display().to_string(),
             version,
         });
+    }
+    for (done, script) in scripts.iter().enumerate().skip(version.max(0) as usize) {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(err)?;
+        tx.execute_batch(script).map_err(err)?;
+        tx.pragma_update(None, "user_version", done as i64 + 1)
+            .map_err(err)?;
+        tx.commit().map_err(err)?;
     }
     Ok(conn)
 }

@@ -18,7 +18,11 @@ use crate::db;
 
 /// The estate's file name, in the node's data dir.
 pub const ESTATE_FILE: &str = "replicated.sqlite3";
-const SCHEMA: &str = include_str!("../migrations/estate.sql");
+/// The estate's scripts, in order (`db` runs those a file has not run).
+const SCHEMA: [&str; 2] = [
+    include_str!("../migrations/estate.sql"),
+    include_str!("../migrations/usage2_slot.sql"),
+];
 
 /// Where the estate stands on each domain's log: domain → position.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +57,7 @@ impl Estate {
 
     /// Opens the estate at `path`.
     pub fn open(path: &Path) -> Result<Estate, EstateError> {
-        let conn = db::open_rw(path, SCHEMA)?;
+        let conn = db::open_rw(path, &SCHEMA)?;
         Ok(Estate {
             path: path.to_path_buf(),
             writer: Mutex::new(conn),
@@ -142,7 +146,7 @@ impl Estate {
             path: self.path.display().to_string(),
             source: e,
         })?;
-        *conn = db::open_rw(&self.path, SCHEMA)?;
+        *conn = db::open_rw(&self.path, &SCHEMA)?;
         positions_in(&conn)
     }
 }
@@ -230,4 +234,42 @@ fn positions_in(conn: &Connection) -> Result<Positions, EstateError> {
         out.insert(d, p);
     }
     Ok(Positions(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::UsageQuery;
+
+    #[test]
+    fn an_estate_of_the_first_version_keeps_its_tokens_with_the_slot_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(ESTATE_FILE);
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA[0]).unwrap();
+            conn.execute(
+                "INSERT INTO usage_tokens VALUES ('n1', '2026-12-06', 'ada', 'eng', 'executor', 'm1', 2, 30, 3)",
+                [],
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let estate = Estate::open(&path).unwrap();
+        let rows = UsageQuery::parse(None, Some("provider"), None, None)
+            .unwrap()
+            .run(&estate.reader().unwrap())
+            .unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (rows[0].key.as_deref(), rows[0].calls, rows[0].input_tokens),
+            (None, 2, 30)
+        );
+        let version: i64 = estate
+            .reader()
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA.len() as i64);
+    }
 }

@@ -35,7 +35,7 @@ pub struct Local {
 impl Local {
     pub fn open_in(data_dir: &Path) -> Result<Local, EstateError> {
         Ok(Local {
-            conn: Mutex::new(db::open_rw(&data_dir.join(LOCAL_FILE), SCHEMA)?),
+            conn: Mutex::new(db::open_rw(&data_dir.join(LOCAL_FILE), &[SCHEMA])?),
         })
     }
 

@@ -60,6 +60,9 @@ pub struct EventQuery {
     pub kind: Option<String>,
     pub party: Option<String>,
     pub trace_id: Option<String>,
+    /// Only events this node published (a data node's log also keeps the
+    /// events of nodes without `data`).
+    pub node_id: Option<String>,
     /// Only events with `seq` below this (paging backwards).
     pub before_seq: Option<i64>,
     /// At most this many; 0 means the default of 100. Capped at 1,000.
@@ -125,6 +128,7 @@ fn read_sql(q: &EventQuery) -> String {
             " AND seq IN (SELECT seq FROM event_parties WHERE party = :party)",
         ),
         (q.trace_id.is_some(), " AND trace_id = :trace"),
+        (q.node_id.is_some(), " AND node_id = :node"),
         (q.before_seq.is_some(), " AND seq < :before"),
     ] {
         if present {
@@ -174,6 +178,7 @@ impl Store {
             (":kind", q.kind.as_ref()),
             (":party", q.party.as_ref()),
             (":trace", q.trace_id.as_ref()),
+            (":node", q.node_id.as_ref()),
         ] {
             if let Some(v) = value {
                 named.push((name, v));

@@ -1,5 +1,7 @@
-//! The event log as the usage publisher reads it: the usage kinds after a
-//! position, oldest first, in pages.
+//! The event log as the usage publisher reads it: the usage kinds one node
+//! published, after a position, oldest first, in pages. A data node's log
+//! also keeps the events of nodes without `data` (custody); those are
+//! their publishers' usage, not this node's.
 
 use rusqlite::params;
 
@@ -16,10 +18,11 @@ pub struct UsageRead {
 }
 
 impl Store {
-    /// Up to `limit` events of `kinds` after `after_seq` and at or after
-    /// `since_ms`, oldest first.
+    /// Up to `limit` events of `kinds` that `node` published, after
+    /// `after_seq` and at or after `since_ms`, oldest first.
     pub fn usage_events(
         &self,
+        node: &str,
         kinds: &[&str],
         after_seq: i64,
         since_ms: i64,
@@ -30,17 +33,21 @@ impl Store {
         let mut stmt = conn.prepare_cached(
             "SELECT seq, type, at_ms, seat, payload FROM events
               WHERE seq > ?1 AND at_ms >= ?2 AND type IN (SELECT value FROM json_each(?3))
+                AND node_id = ?5
               ORDER BY seq LIMIT ?4",
         )?;
-        let rows = stmt.query_map(params![after_seq, since_ms, list, limit as i64], |r| {
-            Ok((
-                r.get::<_, i64>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, i64>(2)?,
-                r.get::<_, Option<String>>(3)?,
-                r.get::<_, String>(4)?,
-            ))
-        })?;
+        let rows = stmt.query_map(
+            params![after_seq, since_ms, list, limit as i64, node],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<String>>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            },
+        )?;
         let mut out = Vec::new();
         for row in rows {
             let (seq, kind, at_ms, seat, payload) = row?;

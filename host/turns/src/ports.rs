@@ -100,6 +100,10 @@ pub struct Thought {
     pub output_tokens: u64,
     /// `provider/model` of the model that answered.
     pub model: String,
+    /// The provider slot that served the call: the chain's entry and the
+    /// pool's key (`provider/model#key-hint`, `#keyless` for an entry
+    /// without one); `None` where the brain cannot say.
+    pub slot: Option<String>,
 }
 
 /// Which stage of a turn a call belongs to.

@@ -1,6 +1,8 @@
 //! A fleet read through real request/reply on a real nats-server, with
 //! presence on the in-memory coordination twin: every live node's rows
-//! merged, a silent node named, an unreadable presence said as unknown.
+//! merged, a silent node named, an unreadable presence said as unknown; a
+//! node without `data` read from the data nodes that keep its events, and
+//! said to be kept nowhere while no data node is live.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,13 +41,32 @@ fn log(node: &str, rows: &[(&str, i64)]) -> (tempfile::TempDir, Arc<Store>) {
     (dir, Arc::new(store))
 }
 
+/// `node` in presence as a data node (it keeps its own log).
 async fn present(coord: &Coord, node: &str) {
+    present_as(coord, node, &["data"]).await;
+}
+
+async fn present_as(coord: &Coord, node: &str, roles: &[&str]) {
     let owner = Owner::incarnation(node);
+    let status = NodeStatus {
+        roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+        ..NodeStatus::default()
+    };
     let held = coord
-        .acquire_presence(node, &owner, NodeStatus::default())
+        .acquire_presence(node, &owner, status)
         .await
         .expect("the twin answers");
     assert!(held.is_yes(), "{node} in presence");
+}
+
+/// The event ids of a read's rows, in its order.
+fn ids(read: &serde_json::Value) -> Vec<&str> {
+    read["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap())
+        .collect()
 }
 
 async fn connect(server: &NatsServer) -> async_nats::Client {
@@ -74,12 +95,7 @@ async fn every_live_node_is_read_and_a_silent_one_is_named() {
     );
 
     let read = reader.events(EventFilter::default()).await;
-    let ids: Vec<_> = read["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["event_id"].as_str().unwrap())
-        .collect();
+    let ids = ids(&read);
     assert_eq!(ids, ["a2", "b1", "a1"], "newest first, both logs: {read}");
     let coverage = &read["coverage"];
     assert_eq!(coverage["complete"], false, "{coverage}");
@@ -150,4 +166,73 @@ async fn before_the_engine_the_own_log_says_the_fleet_was_not_asked() {
     assert_eq!(read["truncated"], true, "the limit cut a row: {read}");
     assert_eq!(read["coverage"]["membership"], "unknown", "{read}");
     assert_eq!(read["coverage"]["answered"], serde_json::json!(["a"]));
+}
+
+#[tokio::test]
+async fn a_stateless_nodes_events_are_read_from_the_data_node_that_keeps_them() {
+    let server = NatsServer::start();
+    let (_faulty, coord) = twin();
+    // k's log keeps what s (no `data`) published, beside a row of its own.
+    let (_dk, k) = log("s", &[("s1", 10), ("s2", 20)]);
+    k.append_event(&EventRecord::new(
+        "k1",
+        "turn_started",
+        "k",
+        serde_json::json!({}),
+    ))
+    .unwrap();
+    let (_ds, s) = log("s", &[]);
+    present(&coord, "k").await;
+    present_as(&coord, "s", &["seats"]).await;
+    let keeper = Responder::start(connect(&server).await, "k".into(), k, 0)
+        .await
+        .expect("subscribe");
+    let reader = Reader::new(
+        "s".into(),
+        connect(&server).await,
+        coord.roster("node"),
+        s,
+        0,
+    );
+    let only_s = EventFilter {
+        node: Some("s".into()),
+        ..EventFilter::default()
+    };
+    let read = reader.events(only_s.clone()).await;
+    let ids = ids(&read);
+    assert_eq!(
+        ids,
+        ["s2", "s1"],
+        "s's rows from k's log, not k's own: {read}"
+    );
+    let coverage = &read["coverage"];
+    assert_eq!(coverage["answered"], serde_json::json!(["k"]), "{coverage}");
+    assert_eq!(coverage["keepers"], serde_json::json!(["k"]), "{coverage}");
+    assert_eq!(coverage["complete"], true, "{coverage}");
+
+    // k stops and leaves presence: nobody keeps s's events, and the answer
+    // says so rather than reading as "nothing happened".
+    keeper.stop().await;
+    let (_faulty, coord) = twin();
+    present_as(&coord, "s", &["seats"]).await;
+    let (_ds, s) = log("s", &[]);
+    let reader = Reader::new(
+        "s".into(),
+        connect(&server).await,
+        coord.roster("node"),
+        s,
+        0,
+    );
+    for read in [reader.events(only_s).await, reader.turn("s1").await] {
+        let coverage = &read["coverage"];
+        assert_eq!(read["events"], serde_json::json!([]), "{read}");
+        assert_eq!(coverage["complete"], false, "{coverage}");
+        assert_eq!(coverage["keepers"], serde_json::json!([]), "{coverage}");
+        assert!(
+            coverage["warning"]
+                .as_str()
+                .is_some_and(|w| w.contains("no live node has the `data` role")),
+            "{coverage}"
+        );
+    }
 }

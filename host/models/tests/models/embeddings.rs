@@ -138,6 +138,11 @@ async fn a_429_benches_the_key_the_next_answers_and_the_tokens_are_charged() {
             Some("ada")
         )
     );
+    assert_eq!(
+        p["slot"],
+        format!("openai/text-emb#{}", key_hint(KEY_2).as_str()),
+        "the second key served the embedding"
+    );
     assert!(!calls[0].payload.to_string().contains(KEY_1));
     models.shutdown().await;
 }

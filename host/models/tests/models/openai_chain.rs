@@ -56,6 +56,11 @@ async fn a_tool_call_round_trips_with_its_arguments() {
     assert_eq!(answer.thought.model, "openai/gpt-a");
     assert_eq!(answer.model.model, "gpt-a");
     assert_eq!(answer.key_hint, Some(key_hint(KEY_1)));
+    assert_eq!(
+        answer.thought.slot,
+        Some(format!("openai/gpt-a#{}", key_hint(KEY_1).as_str())),
+        "the slot names the entry and the key that served"
+    );
     assert_eq!(answer.attempts.len(), 1);
     assert_eq!(answer.attempts[0].outcome, Outcome::Answered);
 

@@ -247,6 +247,11 @@ async fn injected_failures_drive_the_chain_like_a_vendor_would() {
     assert_eq!(answer.model.model, "good");
     assert_eq!(answer.thought.text.as_deref(), Some("hello ada"));
     assert_eq!(answer.key_hint, None, "keyless");
+    let slot = answer.thought.slot.as_deref().unwrap_or_default();
+    assert!(
+        slot.ends_with("/good#keyless"),
+        "the chain's third entry served, keyless: {slot}"
+    );
     let failures: Vec<_> = answer
         .attempts
         .iter()

@@ -1,8 +1,11 @@
 //! The node's side of the replicated estate (`crewlet-statelog`).
 //!
 //! Every node publishes its own usage (the usage domain's objects, tallied
-//! from its event log) whatever its roles: a node that keeps no estate
-//! still counts in history. A node with `data` also holds the estate: it
+//! from the usage events its publisher keeps — [`tap`] — whether they go to
+//! its log or onto custody) whatever its roles: a node that keeps no estate
+//! or log still counts in history. A restarted node resumes its open days
+//! from its log (with `data`; exact) or from the values it last published
+//! (without), so a day republished replaces and never shrinks. A node with `data` also holds the estate: it
 //! runs the usage domain's applier, answers peers' snapshot requests, and
 //! answers `GET /usage` from its own file. `/health` `estate` shows where
 //! each domain's applier stands, and a stopped (diverged) one with its fix.
@@ -13,6 +16,7 @@ use std::time::Duration;
 use crewlet_statelog::snapshot::{self, Adopter};
 use crewlet_statelog::usage::{Tally, USAGE_EVENT_KINDS, Usage, UsageEvent, UsagePublisher};
 use crewlet_statelog::{Applier, ApplierParts, Domain, Estate, Local, PositionBook};
+use crewlet_store::EventRecord;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
@@ -25,8 +29,18 @@ const PUBLISH_EVERY: Duration = Duration::from_secs(2);
 /// Events read per page while tallying.
 const PAGE: usize = 2_000;
 
+/// Where the usage events this node's publisher keeps arrive.
+pub type UsageEvents = tokio::sync::mpsc::UnboundedReceiver<EventRecord>;
+
+/// The tap the node's publisher hands its usage events to, and where they
+/// arrive (given to [`start`]).
+pub fn tap() -> (crewlet_observe::Tap, UsageEvents) {
+    crewlet_observe::Tap::new(&USAGE_EVENT_KINDS)
+}
+
 /// What the estate is started with (from the engine's context).
 pub struct Parts<'a> {
+    pub usage_events: UsageEvents,
     pub node_id: &'a str,
     pub client: &'a async_nats::Client,
     pub coord: &'a crewlet_coord::Coord,
@@ -66,12 +80,16 @@ pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
         warn!(subsystem = "statelog", error = %e, "usage log not opened; the publisher and applier retry");
     }
     let (stop_tx, stop) = watch::channel(false);
+    let data = p.config.roles.contains(&crewlet_config::Role::Data);
     let publisher = tokio::spawn(
         publish_usage(
-            p.node_id.to_owned(),
-            js.clone(),
-            p.store.clone(),
-            p.active.clone(),
+            Tallier {
+                node: p.node_id.to_owned(),
+                js: js.clone(),
+                past: data.then(|| p.store.clone()),
+                active: p.active.clone(),
+            },
+            p.usage_events,
             stop,
         )
         .instrument(info_span!("usage", subsystem = "statelog")),
@@ -82,7 +100,7 @@ pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
         donor: None,
         held: None,
     };
-    if !p.config.roles.contains(&crewlet_config::Role::Data) {
+    if !data {
         info!(
             subsystem = "statelog",
             "this node has no `data` role: it holds no replicated estate"
@@ -141,72 +159,109 @@ pub async fn start(p: Parts<'_>, slot: &EstateSlot) -> Running {
     running
 }
 
-/// Tallies this node's own usage events and publishes what moved, until
-/// `stop`. Starts from the start of yesterday (company days a zone away
-/// included), so a restarted node publishes its open days whole again.
-async fn publish_usage(
+/// What the usage publisher tallies with: this node, the stream, where
+/// its past is (its log with `data`; without, what it published before),
+/// and the active company (whose zone makes the days).
+struct Tallier {
     node: String,
     js: async_nats::jetstream::Context,
-    store: Arc<crewlet_store::Store>,
+    past: Option<Arc<crewlet_store::Store>>,
     active: crewlet_company::ActiveCompany,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut publisher = UsagePublisher::new(js);
-    let mut tally = Tally::default();
-    let mut after = 0i64;
-    let since = crewlet_os::now_ms() - 2 * 24 * 3600 * 1000;
+}
+
+impl Tallier {
+    /// The tally of this node's open days before now (from the start of
+    /// yesterday, company days a zone away included), and the log position
+    /// it read to (0 without a log): a tapped event at or below it was
+    /// counted already.
+    async fn resume(&self, zone: &jiff::tz::TimeZone) -> Result<(Tally, i64), String> {
+        let since = crewlet_os::now_ms() - 2 * 24 * 3600 * 1000;
+        let mut tally = Tally::default();
+        let Some(store) = &self.past else {
+            let day = crewlet_statelog::usage::company_day(since, zone);
+            let objects = crewlet_statelog::usage::published(&self.js, &self.node, &day)
+                .await
+                .map_err(|e| e.to_string())?;
+            tally.resume(objects);
+            return Ok((tally, 0));
+        };
+        let mut after = 0i64;
+        loop {
+            let (s, node) = (store.clone(), self.node.clone());
+            let page = tokio::task::spawn_blocking(move || {
+                s.usage_events(&node, &USAGE_EVENT_KINDS, after, since, PAGE)
+            })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("the event log could not be read: {e}"))?;
+            let full = page.len() == PAGE;
+            for e in page {
+                after = e.seq;
+                tally.add(&usage_event(e.kind, e.at_ms, e.seat, e.payload), zone);
+            }
+            if !full {
+                return Ok((tally, after));
+            }
+        }
+    }
+}
+
+/// An event as the tally reads it (a row of the log, or a tapped event).
+fn usage_event(
+    kind: String,
+    at_ms: i64,
+    seat: Option<String>,
+    payload: serde_json::Value,
+) -> UsageEvent {
+    UsageEvent {
+        kind,
+        at_ms,
+        seat,
+        payload,
+    }
+}
+
+/// Tallies the usage events this node's publisher keeps (`events`) and
+/// publishes what moved, until `stop`. Starts once the company (its zone)
+/// is known, from the node's open days ([`Tallier::resume`]).
+async fn publish_usage(t: Tallier, mut events: UsageEvents, mut stop: watch::Receiver<bool>) {
+    let mut publisher = UsagePublisher::new(t.js.clone());
+    let mut resumed: Option<(Tally, i64)> = None;
     loop {
-        if let Some(company) = active.current().map(|a| a.company) {
+        if let Some(company) = t.active.current().map(|a| a.company) {
             let zone =
                 jiff::tz::TimeZone::get(&company.timezone).unwrap_or(jiff::tz::TimeZone::UTC);
-            loop {
-                let s = store.clone();
-                let page = tokio::task::spawn_blocking(move || {
-                    s.usage_events(&USAGE_EVENT_KINDS, after, since, PAGE)
-                })
-                .await;
-                let page = match page {
-                    Ok(Ok(p)) => p,
-                    Ok(Err(e)) => {
-                        warn!(error = %e, "usage not tallied this pass; the event log could not be read");
-                        break;
-                    }
+            if resumed.is_none() {
+                match t.resume(&zone).await {
+                    Ok(r) => resumed = Some(r),
                     Err(e) => {
-                        warn!(error = %e, "usage not tallied this pass");
-                        break;
+                        warn!(error = %e, "usage not tallied yet: this node's open days could not be read back; retried next pass")
                     }
+                }
+            }
+            if let Some((tally, read_to)) = &mut resumed {
+                while let Ok(e) = events.try_recv() {
+                    // Kept in the log the resume read: counted there.
+                    if e.seq > 0 && e.seq <= *read_to {
+                        continue;
+                    }
+                    tally.add(&usage_event(e.kind, e.at_ms, e.seat, e.payload), &zone);
+                }
+                let role_of = |seat: &str| {
+                    company
+                        .seat(seat)
+                        .map(|s| s.role.clone())
+                        .unwrap_or_default()
                 };
-                let full = page.len() == PAGE;
-                for e in page {
-                    after = e.seq;
-                    tally.add(
-                        &UsageEvent {
-                            kind: e.kind,
-                            at_ms: e.at_ms,
-                            seat: e.seat,
-                            payload: e.payload,
-                        },
-                        &zone,
-                    );
+                if let Err(e) = publisher.publish(tally.objects(&t.node, role_of)).await {
+                    warn!(error = %e, "usage not published this pass; published next pass");
                 }
-                if !full {
-                    break;
-                }
+                let yesterday = crewlet_statelog::usage::company_day(
+                    crewlet_os::now_ms() - 24 * 3600 * 1000,
+                    &zone,
+                );
+                tally.forget_before(&yesterday);
             }
-            let role_of = |seat: &str| {
-                company
-                    .seat(seat)
-                    .map(|s| s.role.clone())
-                    .unwrap_or_default()
-            };
-            if let Err(e) = publisher.publish(tally.objects(&node, role_of)).await {
-                warn!(error = %e, "usage not published this pass; published next pass");
-            }
-            let yesterday = crewlet_statelog::usage::company_day(
-                crewlet_os::now_ms() - 24 * 3600 * 1000,
-                &zone,
-            );
-            tally.forget_before(&yesterday);
         }
         tokio::select! {
             _ = tokio::time::sleep(PUBLISH_EVERY) => {}

@@ -80,7 +80,8 @@ pub fn render_usage(v: &Value) -> String {
         out.push_str(&format!(
             "{:<12} {:<24} {:>7} {:>12} {:>12} {:>7} {:>7}\n",
             row["period"].as_str().unwrap_or(""),
-            row["key"].as_str().unwrap_or(""),
+            // By provider, calls whose records named no slot.
+            row["key"].as_str().unwrap_or("(unknown)"),
             dash(&row["calls"]),
             dash(&row["input_tokens"]),
             dash(&row["output_tokens"]),

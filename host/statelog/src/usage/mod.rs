@@ -22,14 +22,14 @@ use sha2::{Digest, Sha256};
 use crate::domain::{ApplyError, Domain};
 use crate::record::{Record, Undecodable};
 
-pub use publish::UsagePublisher;
+pub use publish::{UsagePublisher, published};
 pub use query::{By, Period, UsageQuery, UsageRow};
 pub use tally::{Tally, USAGE_EVENT_KINDS, UsageEvent, company_day, tally};
 
 /// How long usage is kept: the stream's age and the applier's horizon.
 pub const USAGE_DAYS: i64 = 181;
 
-/// Tokens one seat spent on one day, by phase and model.
+/// Tokens one seat spent on one day, by phase, model and provider slot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TokensObject {
     pub node: String,
@@ -38,6 +38,11 @@ pub struct TokensObject {
     pub role: String,
     pub phase: String,
     pub model: String,
+    /// The provider slot that served the calls (`provider/model#key-hint`);
+    /// `None` where the calls' events did not say (an older build's), and
+    /// absent from the record then, so an older build reads it as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slot: Option<String>,
     pub calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -81,21 +86,47 @@ impl UsageObject {
         }
     }
 
+    /// The company day the object counts.
+    pub fn day(&self) -> &str {
+        match self {
+            UsageObject::Tokens(o) => &o.day,
+            UsageObject::Turns(o) => &o.day,
+            UsageObject::Schedule(o) => &o.day,
+        }
+    }
+
     /// The subject this object rides: its writer, its day, and a digest of
     /// the rest of its identity.
     pub fn subject(&self) -> String {
         let (node, day, identity) = match self {
-            UsageObject::Tokens(o) => (
-                &o.node,
-                &o.day,
-                format!("{}\0{}\0{}", o.seat, o.phase, o.model),
-            ),
+            UsageObject::Tokens(o) => (&o.node, &o.day, {
+                let mut id = format!("{}\0{}\0{}", o.seat, o.phase, o.model);
+                // Unsaid: the subject an older build gave the object.
+                if let Some(slot) = &o.slot {
+                    id = format!("{id}\0{slot}");
+                }
+                id
+            }),
             UsageObject::Turns(o) => (&o.node, &o.day, format!("{}\0{}", o.seat, o.outcome)),
             UsageObject::Schedule(o) => (&o.node, &o.day, format!("{}\0{}", o.schedule, o.seat)),
         };
         let digest = Sha256::digest(identity.as_bytes());
         let key: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
         crewlet_bus::usage_subject(self.kind(), node, day, &key)
+    }
+
+    /// The object a record carries (the reverse of [`UsageObject::record`]).
+    pub fn from_record(record: &Record) -> Result<UsageObject, Undecodable> {
+        Ok(match record.kind.as_str() {
+            "tokens" => UsageObject::Tokens(body(record)?),
+            "turns" => UsageObject::Turns(body(record)?),
+            "schedule_runs" => UsageObject::Schedule(body(record)?),
+            other => {
+                return Err(Undecodable(format!(
+                    "usage record kind `{other}` is unknown to this build: upgrade this node"
+                )));
+            }
+        })
     }
 
     /// The record carrying this object's whole value.
@@ -154,8 +185,8 @@ impl Domain for Usage {
                 let o: TokensObject = body(record)?;
                 tx.prepare_cached(
                     "INSERT OR REPLACE INTO usage_tokens
-                       (node, day, seat, role, phase, model, calls, input_tokens, output_tokens)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                       (node, day, seat, role, phase, model, slot, calls, input_tokens, output_tokens)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 )?
                 .execute(params![
                     o.node,
@@ -164,6 +195,7 @@ impl Domain for Usage {
                     o.role,
                     o.phase,
                     o.model,
+                    o.slot.as_deref().unwrap_or(""),
                     o.calls as i64,
                     o.input_tokens as i64,
                     o.output_tokens as i64

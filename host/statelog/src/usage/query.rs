@@ -27,6 +27,9 @@ pub enum By {
     Role,
     Model,
     Node,
+    /// The provider slot that served the calls (tokens only; a row whose
+    /// records did not say is keyed `null`: unknown).
+    Provider,
 }
 
 /// Why a usage query was refused (the asker's to fix).
@@ -34,7 +37,7 @@ pub enum By {
 pub enum BadQuery {
     #[error("period `{0}` is not one of day, week, month")]
     Period(String),
-    #[error("by `{0}` is not one of seat, role, model, node")]
+    #[error("by `{0}` is not one of seat, role, model, node, provider")]
     By(String),
     #[error("`{field}` = `{value}` is not a day (YYYY-MM-DD)")]
     Day { field: &'static str, value: String },
@@ -60,6 +63,7 @@ impl FromStr for By {
             "role" => Ok(By::Role),
             "model" => Ok(By::Model),
             "node" => Ok(By::Node),
+            "provider" => Ok(By::Provider),
             other => Err(BadQuery::By(other.into())),
         }
     }
@@ -106,11 +110,12 @@ impl UsageQuery {
 }
 
 /// One period and key's sums. `turns` and `fires` are absent where the
-/// key does not apply to them (turns have no model; fires no role).
+/// key does not apply to them (turns have no model; fires no role). `key`
+/// is `None` only by provider, for calls whose records did not name a slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct UsageRow {
     pub period: String,
-    pub key: String,
+    pub key: Option<String>,
     pub calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -135,10 +140,11 @@ impl UsageQuery {
             By::Role => "role",
             By::Model => "model",
             By::Node => "node",
+            By::Provider => "NULLIF(slot, '')",
         };
         let from = self.from.clone().unwrap_or_else(|| "0000-00-00".into());
         let to = self.to.clone().unwrap_or_else(|| "9999-99-99".into());
-        let mut out: BTreeMap<(String, String), UsageRow> = BTreeMap::new();
+        let mut out: BTreeMap<(String, Option<String>), UsageRow> = BTreeMap::new();
         let sql = format!(
             "SELECT {period}, {key}, SUM(calls), SUM(input_tokens), SUM(output_tokens)
                FROM usage_tokens WHERE day BETWEEN ?1 AND ?2 GROUP BY 1, 2"
@@ -151,7 +157,7 @@ impl UsageQuery {
             e.input_tokens = r.get::<_, i64>(3)? as u64;
             e.output_tokens = r.get::<_, i64>(4)? as u64;
         }
-        if self.by != By::Model {
+        if !matches!(self.by, By::Model | By::Provider) {
             let sql = format!(
                 "SELECT {period}, {key}, outcome, SUM(turns)
                    FROM usage_turns WHERE day BETWEEN ?1 AND ?2 GROUP BY 1, 2, 3"
@@ -182,9 +188,9 @@ impl UsageQuery {
 }
 
 fn entry(
-    out: &mut BTreeMap<(String, String), UsageRow>,
+    out: &mut BTreeMap<(String, Option<String>), UsageRow>,
     period: String,
-    key: String,
+    key: Option<String>,
 ) -> &mut UsageRow {
     out.entry((period.clone(), key.clone()))
         .or_insert_with(|| UsageRow {

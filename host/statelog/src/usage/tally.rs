@@ -40,7 +40,8 @@ pub fn company_day(at_ms: i64, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
-type TokenKey = (String, String, String, String);
+/// Day, seat, phase, model and provider slot (unsaid: `None`).
+type TokenKey = (String, String, String, String, Option<String>);
 
 /// A node's running usage: every event added once, the objects read off
 /// whole. Seeded at start from the node's log for the days it still owns,
@@ -66,6 +67,10 @@ impl Tally {
                         seat,
                         text(&e.payload, "phase"),
                         text(&e.payload, "model"),
+                        e.payload
+                            .get("slot")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned),
                     ))
                     .or_default();
                 t.0 += 1;
@@ -92,6 +97,28 @@ impl Tally {
         }
     }
 
+    /// Starts from values this node published before (a node without
+    /// `data` has no log to count its day again from): each object's value
+    /// as it stands, the events added after it.
+    pub fn resume(&mut self, objects: impl IntoIterator<Item = UsageObject>) {
+        for o in objects {
+            match o {
+                UsageObject::Tokens(t) => {
+                    self.tokens.insert(
+                        (t.day, t.seat, t.phase, t.model, t.slot),
+                        (t.calls, t.input_tokens, t.output_tokens),
+                    );
+                }
+                UsageObject::Turns(t) => {
+                    self.turns.insert((t.day, t.seat, t.outcome), t.turns);
+                }
+                UsageObject::Schedule(s) => {
+                    self.fires.insert((s.day, s.schedule, s.seat), s.fires);
+                }
+            }
+        }
+    }
+
     /// Forgets the days before `day` (published already; no event of this
     /// node moves them any more).
     pub fn forget_before(&mut self, day: &str) {
@@ -104,7 +131,8 @@ impl Tally {
     /// seat's role (empty for a seat the company no longer has).
     pub fn objects(&self, node: &str, role_of: impl Fn(&str) -> String) -> Vec<UsageObject> {
         let mut out = Vec::new();
-        for ((day, seat, phase, model), (calls, input_tokens, output_tokens)) in &self.tokens {
+        for ((day, seat, phase, model, slot), (calls, input_tokens, output_tokens)) in &self.tokens
+        {
             out.push(UsageObject::Tokens(TokensObject {
                 node: node.to_owned(),
                 role: role_of(seat),
@@ -112,6 +140,7 @@ impl Tally {
                 seat: seat.clone(),
                 phase: phase.clone(),
                 model: model.clone(),
+                slot: slot.clone(),
                 calls: *calls,
                 input_tokens: *input_tokens,
                 output_tokens: *output_tokens,

@@ -16,6 +16,7 @@ const WRITERS: &[&str] = &[
     "host/statelog/src/usage/mod.rs",
     "host/statelog/src/estate.rs",
     "host/statelog/migrations/estate.sql",
+    "host/statelog/migrations/usage2_slot.sql",
 ];
 
 const TABLES: &[&str] = &[

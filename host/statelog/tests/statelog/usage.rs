@@ -75,8 +75,12 @@ async fn a_day_published_again_after_a_restart_replaces_and_never_adds() {
         .unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(
-        (rows[0].period.as_str(), rows[0].key.as_str(), rows[0].calls),
-        ("2026-12", "eng", 3)
+        (
+            rows[0].period.as_str(),
+            rows[0].key.as_deref(),
+            rows[0].calls
+        ),
+        ("2026-12", Some("eng"), 3)
     );
     let s = until(&applier, "applied", |s| s.position >= 2).await;
     assert_eq!(s.ops_lost, 0);
@@ -130,4 +134,74 @@ fn a_query_with_a_wrong_word_names_it() {
     assert!(e.to_string().contains("color"), "{e}");
     let e = UsageQuery::parse(None, None, Some("12/06/2026"), None).unwrap_err();
     assert!(e.to_string().contains("from"), "{e}");
+}
+
+#[tokio::test]
+async fn tokens_read_by_provider_slot_and_a_record_that_named_none_reads_unknown() {
+    let server = NatsServer::start();
+    let (_c, js) = js(&server.url()).await;
+    let node = Node::new();
+    let applier = node.applier(&js, "n0", None, None);
+    let day = 1_796_550_000_000; // 2026-12-06, UTC
+    let served = |slot: &str, input: u64| UsageEvent {
+        payload: json!({"phase": "executor", "model": "openai/m1", "slot": slot,
+            "input_tokens": input, "output_tokens": 1}),
+        ..call(day, "ada", input)
+    };
+    let mut objects = tally(
+        [
+            served("openai/m1#aaaaaaaaaaaa", 10),
+            served("openai/m1#bbbbbbbbbbbb", 4),
+            served("openai/m1#aaaaaaaaaaaa", 1),
+        ],
+        &jiff::tz::TimeZone::UTC,
+        "n1",
+        |_| "eng".into(),
+    );
+    // An older build's node: its calls' events carry no slot, and its
+    // record no `slot` field.
+    let older = tally(
+        [call(day, "bob", 7)],
+        &jiff::tz::TimeZone::UTC,
+        "n2",
+        |_| "eng".into(),
+    );
+    let record = older[0].record();
+    assert!(
+        record.body.get("slot").is_none(),
+        "an unsaid slot is left out of the record: {}",
+        record.body
+    );
+    objects.extend(older);
+    UsagePublisher::new(js.clone())
+        .publish(objects)
+        .await
+        .unwrap();
+    applier
+        .barrier(std::time::Duration::from_secs(10))
+        .await
+        .unwrap();
+    let rows = UsageQuery::parse(None, Some("provider"), None, None)
+        .unwrap()
+        .run(&node.estate.reader().unwrap())
+        .unwrap();
+    let by: Vec<_> = rows
+        .iter()
+        .map(|r| (r.key.as_deref(), r.calls, r.input_tokens))
+        .collect();
+    assert_eq!(
+        by,
+        [
+            (None, 1, 7),
+            (Some("openai/m1#aaaaaaaaaaaa"), 2, 11),
+            (Some("openai/m1#bbbbbbbbbbbb"), 1, 4),
+        ]
+    );
+    assert!(
+        rows.iter().all(|r| r.turns.is_none() && r.fires.is_none()),
+        "turns and fires have no slot: {rows:?}"
+    );
+    let json = serde_json::to_value(&rows[0]).unwrap();
+    assert_eq!(json["key"], serde_json::Value::Null, "unknown, not a slot");
+    applier.stop().await;
 }

@@ -245,7 +245,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             "model_call",
             json!({
                 "turn_id": self.turn_id, "phase": phase.as_str(), "iteration": iteration, "round": round,
-                "model": thought.model, "input_tokens": thought.input_tokens, "output_tokens": thought.output_tokens,
+                "model": thought.model, "slot": thought.slot, "input_tokens": thought.input_tokens, "output_tokens": thought.output_tokens,
                 "tool_calls": thought.calls.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
                 "ms": started.elapsed().as_millis() as u64,
             }),

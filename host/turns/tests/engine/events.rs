@@ -47,6 +47,15 @@ async fn every_step_is_emitted_in_order() {
         assert_eq!(e.trace_id.as_deref(), Some("trace-d1"));
         assert_eq!(e.conversation.as_deref(), Some("C1#17.1"));
         assert_eq!(e.at_ms, at, "stamped on the engine's clock");
+        if e.kind == "model_call" {
+            assert!(
+                e.payload["slot"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("scripted/") && s.ends_with("#keyless")),
+                "a model call names the slot that served it: {}",
+                e.payload
+            );
+        }
     }
     let p = |i: usize| &events[i].payload;
     assert_eq!(p(0)["owes_reply"], "C1#17.1");

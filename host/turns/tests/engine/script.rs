@@ -173,6 +173,7 @@ impl Brain for ScriptedBrain {
             input_tokens: step.input,
             output_tokens: step.output,
             model: format!("scripted/{}", chain[0].model),
+            slot: Some(format!("scripted/{}#keyless", chain[0].model)),
         })
     }
 }

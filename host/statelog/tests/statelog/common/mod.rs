@@ -98,6 +98,7 @@ pub fn tokens(node: &str, seat: &str, input: u64) -> UsageObject {
         role: "eng".into(),
         phase: "executor".into(),
         model: "m1".into(),
+        slot: None,
         calls: 1,
         input_tokens: input,
         output_tokens: 1,
