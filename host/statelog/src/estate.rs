@@ -177,7 +177,7 @@ pub(crate) fn restore_into(
     let staged = PathBuf::from(format!("{}.restoring", to.display()));
     std::fs::copy(from, &staged).map_err(install)?;
     let result = (|| {
-        let conn = db::open_rw(&staged, SCHEMA)?;
+        let conn = db::open_rw(&staged, &SCHEMA)?;
         let answer: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
         if answer != "ok" {
             return Err(install(std::io::Error::other(format!(
