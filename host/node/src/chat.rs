@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use crewlet_api::chat::{ChatFuture, PostBody, Posted, ReadQuery, WorkingBody};
 use crewlet_api::{Authority, Caller, ChatRefusal, ChatRoom, Refused, Verdict};
 use crewlet_ingress::Outcome;

@@ -29,7 +29,6 @@ pub(crate) mod local_guard;
 pub(crate) mod logging;
 pub(crate) mod memory_route;
 pub(crate) mod memory_tables;
-pub(crate) mod metrics;
 pub(crate) mod modules;
 pub(crate) mod operator;
 pub(crate) mod plugin_try;
