@@ -54,9 +54,7 @@ pub enum NameError {
         "expected a reference like `${{OPENAI_API_KEY}}`: credentials are never written into a document"
     )]
     NotAReference,
-    #[error(
-        "{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit"
-    )]
+    #[error("{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit")]
     NotASecretName(String),
 }
 

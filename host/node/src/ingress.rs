@@ -10,7 +10,6 @@
 
 use std::sync::Arc;
 
-use http::HeaderMap;
 use bytes::Bytes;
 use crewlet_api::webhooks::{BodyRefusal, WebhookAnswer, Webhooks};
 use crewlet_company::Handle;
@@ -18,6 +17,7 @@ use crewlet_ingress::{Edge, EdgeConfig, NotifyService, Outcome, Refusal, Route};
 use crewlet_plugins::Blame;
 use crewlet_stream::ensure_mailboxes;
 use crewlet_stream::streams::START_WITHIN;
+use http::HeaderMap;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};

@@ -30,7 +30,6 @@ pub(crate) mod logging;
 pub(crate) mod memory_route;
 pub(crate) mod memory_tables;
 pub(crate) mod modules;
-pub(crate) mod operator;
 pub(crate) mod plugin_try;
 pub(crate) mod plugins;
 // Public until its rework (issue 33 item 2, in place) lands: its

@@ -38,7 +38,9 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         )))
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))
-        .merge(crate::operator::routes(late.clone()))
+        .merge(crewlet_api::operator::routes(crewlet_operator::service(
+            Arc::new(OperatorDesk(late.clone())),
+        )))
         .merge(crate::backup::routes(late.clone()))
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
@@ -52,6 +54,33 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
                 tokens: operators.0.clone(),
             },
         )))
+}
+
+/// The operator catalogue's reach into the engine (`crewlet-operator`).
+struct OperatorDesk(Late);
+
+impl crewlet_operator::Engine for OperatorDesk {
+    fn parts(&self) -> Option<crewlet_operator::Parts> {
+        let (ctx, edge) = (self.0.get()?, self.0.edge()?);
+        Some(crewlet_operator::Parts {
+            node_id: ctx.node_id.clone(),
+            client: ctx.client.clone(),
+            survey: ctx.coord.survey(),
+            positions: ctx.coord.records(crewlet_coord::Bucket::Positions),
+            store: ctx.store.clone(),
+            edge: edge.clone(),
+            active: ctx.active.clone(),
+            fleet: ctx.fleet(),
+            history: ctx.history(),
+            seat_pauses: ctx.seat_pauses(),
+        })
+    }
+
+    fn draining(&self) -> bool {
+        self.0
+            .get()
+            .is_some_and(|ctx| ctx.state.phase() >= crate::state::Phase::Draining)
+    }
 }
 
 /// `GET /metrics`, served on every node whatever its roles, behind the
@@ -111,8 +140,7 @@ fn scrape_of(ctx: &crate::engine::EngineContext) -> crewlet_observe::scrape::Scr
             no: r.no,
             unknown: r.unknown,
         },
-        broker_connected: ctx.client.connection_state()
-            == async_nats::connection::State::Connected,
+        broker_connected: ctx.client.connection_state() == async_nats::connection::State::Connected,
         seats_held: ctx.state.seats_held(),
         turns_in_flight: ctx.state.turns_in_flight(),
     }

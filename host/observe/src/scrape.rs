@@ -130,8 +130,7 @@ impl Collector for Scrape {
             )?;
             for r in rows {
                 let labels: Labels = [("plugin", &r.name), ("kind", r.kind)];
-                ConstGauge::new(i64::from(r.degraded))
-                    .encode(family.encode_family(&labels)?)?;
+                ConstGauge::new(i64::from(r.degraded)).encode(family.encode_family(&labels)?)?;
             }
         }
         {

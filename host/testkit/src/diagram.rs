@@ -85,9 +85,7 @@ pub fn drawn(markdown: &str) -> Result<Graph, DiagramError> {
             let to = words
                 .next()
                 .ok_or(DiagramError::ArrowToNothing { line: at })?;
-            let from = from
-                .as_ref()
-                .ok_or(DiagramError::ArrowFirst { line: at })?;
+            let from = from.as_ref().ok_or(DiagramError::ArrowFirst { line: at })?;
             if !graph.arrows.insert((from.clone(), to.to_owned())) {
                 return Err(DiagramError::ArrowTwice {
                     line: at,

@@ -93,13 +93,10 @@ impl CompanyChat {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(b.to_string());
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| ChatCallError::Unreachable {
-                url: self.url.to_string(),
-                why: e.to_string(),
-            })?;
+        let resp = req.send().await.map_err(|e| ChatCallError::Unreachable {
+            url: self.url.to_string(),
+            why: e.to_string(),
+        })?;
         let status = resp.status();
         let bytes = resp
             .bytes()
