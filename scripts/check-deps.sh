@@ -23,6 +23,9 @@ rules=(
     # The duties: the model layer through the turns' port, never the
     # plugin runtime or the model crate that loads it.
     "crewlet-duties wasmtime axum rmcp crewlet-plugins crewlet-models crewlet-node"
+    # The operator's MCP catalogue: rmcp's own HTTP service, mounted by the
+    # api; it never builds axum or the node.
+    "crewlet-operator axum crewlet-api crewlet-node"
     # Memory rides the broker into the store: no HTTP, no plugins, never
     # the seats or the turns it serves.
     "crewlet-memory wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns"
@@ -54,4 +57,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the plugin host, the catalog, the feature crates and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the plugin host, the catalog, the feature crates, the operator catalogue and the HTTP surface stay free of what they must not reach"

@@ -29,6 +29,7 @@ pub mod hosts;
 pub mod memory;
 pub mod metrics;
 pub mod module_state;
+pub mod operator;
 pub mod pauses;
 mod retry;
 pub mod secrets;

@@ -39,6 +39,25 @@ pub const MAX_PROMPT_BYTES: usize = 8 * 1024;
 /// The namespace of seat ids (a fixed, random UUID).
 pub const SEAT_NAMESPACE: uuid::Uuid = uuid::uuid!("8d6f3a52-1c4e-4b8e-9a57-2f0c6d9e4b13");
 
+/// A handle or a secret name written against its rule: the writer (a
+/// company document, a CLI argument, a record) is to blame, and the text
+/// says the rule to follow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("a handle is 1 to 64 characters, found {0}")]
+    HandleLength(usize),
+    #[error(
+        "{0:?} is not a handle: use lowercase letters, digits, `-` and `_`, starting with a letter or digit"
+    )]
+    NotAHandle(String),
+    #[error(
+        "expected a reference like `${{OPENAI_API_KEY}}`: credentials are never written into a document"
+    )]
+    NotAReference,
+    #[error("{0:?} is not a secret name: use letters, digits and `_`, not starting with a digit")]
+    NotASecretName(String),
+}
+
 /// A seat's handle: one subject token and one lease segment.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
@@ -48,18 +67,16 @@ impl Handle {
     /// Lowercase letters, digits, `-` and `_`, starting with a letter or
     /// digit, at most 64: safe as a NATS subject token, a lease segment, a
     /// consumer name and a file name.
-    pub fn parse(s: &str) -> Result<Handle, String> {
+    pub fn parse(s: &str) -> Result<Handle, NameError> {
         let ok_char =
             |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_';
         if s.is_empty() || s.len() > 64 {
-            return Err(format!("a handle is 1 to 64 characters, found {}", s.len()));
+            return Err(NameError::HandleLength(s.len()));
         }
         if !s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
             || !s.chars().all(ok_char)
         {
-            return Err(format!(
-                "{s:?} is not a handle: use lowercase letters, digits, `-` and `_`, starting with a letter or digit"
-            ));
+            return Err(NameError::NotAHandle(s.to_owned()));
         }
         Ok(Handle(s.to_owned()))
     }
@@ -88,26 +105,22 @@ pub struct SecretRef(String);
 
 impl SecretRef {
     /// Accepts exactly `${NAME}` with NAME of letters, digits and `_`.
-    pub fn parse(s: &str) -> Result<SecretRef, String> {
+    pub fn parse(s: &str) -> Result<SecretRef, NameError> {
         let name = s
             .strip_prefix("${")
             .and_then(|r| r.strip_suffix('}'))
-            .ok_or_else(|| {
-                "expected a reference like `${OPENAI_API_KEY}`: credentials are never written into a document".to_owned()
-            })?;
+            .ok_or(NameError::NotAReference)?;
         SecretRef::name(name)
     }
 
     /// Accepts a bare secret name (`GITHUB_WEBHOOK_SECRET`).
-    pub fn name(name: &str) -> Result<SecretRef, String> {
+    pub fn name(name: &str) -> Result<SecretRef, NameError> {
         if name.is_empty()
             || name.len() > 128
             || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             || name.starts_with(|c: char| c.is_ascii_digit())
         {
-            return Err(format!(
-                "{name:?} is not a secret name: use letters, digits and `_`, not starting with a digit"
-            ));
+            return Err(NameError::NotASecretName(name.to_owned()));
         }
         Ok(SecretRef(name.to_owned()))
     }

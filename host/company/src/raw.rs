@@ -195,8 +195,12 @@ impl Errors {
         });
     }
 
-    pub(crate) fn check<T>(&mut self, path: impl Into<String>, r: Result<T, String>) -> Option<T> {
-        r.map_err(|m| self.add(path, m)).ok()
+    pub(crate) fn check<T, E: std::fmt::Display>(
+        &mut self,
+        path: impl Into<String>,
+        r: Result<T, E>,
+    ) -> Option<T> {
+        r.map_err(|m| self.add(path, m.to_string())).ok()
     }
 }
 

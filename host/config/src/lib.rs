@@ -393,19 +393,30 @@ impl NodeConfig {
 
 mod raw;
 
+/// A node id written against its rule; whoever wrote it (the node
+/// configuration, `--node-id`, the `node-id` file) is to blame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadNodeId {
+    #[error("expected 1 to 64 characters, found {0}")]
+    Length(usize),
+    #[error("expected letters, digits, `-` or `_`, found {bad:?} in {id:?}")]
+    Character { bad: char, id: String },
+}
+
 /// A node id is one segment of a lease name (`node:ID`) and a file name:
 /// letters, digits, `-` and `_`, 1 to 64 of them.
-pub fn validate_node_id(id: &str) -> Result<(), String> {
+pub fn validate_node_id(id: &str) -> Result<(), BadNodeId> {
     if id.is_empty() || id.len() > 64 {
-        return Err(format!("expected 1 to 64 characters, found {}", id.len()));
+        return Err(BadNodeId::Length(id.len()));
     }
     if let Some(bad) = id
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
     {
-        return Err(format!(
-            "expected letters, digits, `-` or `_`, found {bad:?} in {id:?}"
-        ));
+        return Err(BadNodeId::Character {
+            bad,
+            id: id.to_owned(),
+        });
     }
     Ok(())
 }

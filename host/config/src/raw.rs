@@ -209,7 +209,7 @@ impl File {
         let resolve = |p: PathBuf| if p.is_absolute() { p } else { base.join(p) };
 
         if let Some(id) = &self.node.id {
-            validate_node_id(id).map_err(|m| invalid("node.id", m))?;
+            validate_node_id(id).map_err(|m| invalid("node.id", m.to_string()))?;
         }
         let mut roles = self.node.roles.unwrap_or_default();
         roles.sort();

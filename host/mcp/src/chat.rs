@@ -189,7 +189,8 @@ impl ChatServer {
                 return chat
                     .post(&post.channel, post.thread.as_deref(), &post.text, key)
                     .await
-                    .map(Json);
+                    .map(Json)
+                    .map_err(|e| e.to_string());
             }
         };
         let message = Message {
@@ -224,7 +225,8 @@ impl ChatServer {
                 return chat
                     .read(&read.channel, read.thread.as_deref())
                     .await
-                    .map(Json);
+                    .map(Json)
+                    .map_err(|e| e.to_string());
             }
         };
         let all = tokio::task::spawn_blocking(move || read_all(&log))
@@ -256,7 +258,9 @@ impl ChatServer {
         }
         let log = match &self.backend {
             Backend::File(log) => working_log(log),
-            Backend::Company(chat) => return chat.indicate(at, working).await,
+            Backend::Company(chat) => {
+                return chat.indicate(at, working).await.map_err(|e| e.to_string());
+            }
         };
         let change = Working {
             author: self.identity.to_string(),

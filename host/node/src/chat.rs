@@ -23,12 +23,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue};
 use crewlet_api::chat::{ChatFuture, PostBody, Posted, ReadQuery, WorkingBody};
 use crewlet_api::{Authority, Caller, ChatRefusal, ChatRoom, Refused, Verdict};
 use crewlet_ingress::Outcome;
 use crewlet_plugins::module::{ModulePlugin, ModuleRefusal, ToolCaller, ToolError};
 use crewlet_secrets::{Lookup, Secrets};
+use http::{HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};

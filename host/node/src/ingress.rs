@@ -10,8 +10,6 @@
 
 use std::sync::Arc;
 
-use axum::Router;
-use axum::http::HeaderMap;
 use bytes::Bytes;
 use crewlet_api::webhooks::{BodyRefusal, WebhookAnswer, Webhooks};
 use crewlet_company::Handle;
@@ -19,6 +17,7 @@ use crewlet_ingress::{Edge, EdgeConfig, NotifyService, Outcome, Refusal, Route};
 use crewlet_plugins::Blame;
 use crewlet_stream::ensure_mailboxes;
 use crewlet_stream::streams::START_WITHIN;
+use http::HeaderMap;
 use tracing::warn;
 
 use crate::engine::{EngineContext, Late, Started};
@@ -87,15 +86,11 @@ where
     }
 }
 
-/// Routes bound with the HTTP surface, before the engine is up.
-pub fn routes(late: Late) -> Router {
-    crewlet_api::webhooks::routes(Arc::new(NodeWebhooks(late)))
-}
-
 /// The node's one webhook edge under the HTTP crate's webhook routes:
 /// 503 + Retry-After until the engine is up, then each request's route
-/// resolved once by the edge and its answer handed back to be rendered.
-struct NodeWebhooks(Late);
+/// resolved once by the edge and its answer handed back to be rendered
+/// (bound with the HTTP surface, before the engine is up: `crate::surface`).
+pub(crate) struct NodeWebhooks(pub(crate) Late);
 
 impl Webhooks for NodeWebhooks {
     type Route = (Arc<Edge>, Route);

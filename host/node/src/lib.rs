@@ -27,8 +27,6 @@ pub(crate) mod local_guard;
 pub(crate) mod logging;
 pub(crate) mod memory_route;
 pub(crate) mod memory_tables;
-pub(crate) mod metrics;
-pub(crate) mod operator;
 pub(crate) mod plugin_try;
 pub(crate) mod run;
 pub(crate) mod sample;

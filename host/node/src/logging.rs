@@ -14,8 +14,25 @@ use std::io::IsTerminal;
 use crewlet_config::{LogFormat, LoggingConfig};
 use tracing_subscriber::EnvFilter;
 
+/// Why the logger was not installed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    /// The operator's filter (`CREWLET_LOG` or `logging.level`) is wrong.
+    #[error(
+        "{origin} = {directives:?} is not a log filter (e.g. `info`, `crewlet_stream=debug,info`): {why}"
+    )]
+    BadFilter {
+        origin: &'static str,
+        directives: String,
+        why: String,
+    },
+    /// Something in this process installed a logger first: a bug here.
+    #[error("cannot install the logger: {0}")]
+    Install(String),
+}
+
 /// Installs the global subscriber. Called once, after the config is valid.
-pub fn init(config: &LoggingConfig) -> Result<(), String> {
+pub fn init(config: &LoggingConfig) -> Result<(), LoggingError> {
     let (origin, directives) = match std::env::var("CREWLET_LOG") {
         Ok(d) => ("CREWLET_LOG", d),
         Err(_) => ("logging.level", config.level.clone()),
@@ -27,8 +44,10 @@ pub fn init(config: &LoggingConfig) -> Result<(), String> {
     } else {
         format!("{directives},async_nats=warn")
     };
-    let filter = EnvFilter::try_new(&effective).map_err(|e| {
-        format!("{origin} = {directives:?} is not a log filter (e.g. `info`, `crewlet_stream=debug,info`): {e}")
+    let filter = EnvFilter::try_new(&effective).map_err(|e| LoggingError::BadFilter {
+        origin,
+        directives: directives.clone(),
+        why: e.to_string(),
     })?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -46,7 +65,7 @@ pub fn init(config: &LoggingConfig) -> Result<(), String> {
             .with_span_list(true)
             .try_init(),
     };
-    result.map_err(|e| format!("cannot install the logger: {e}"))
+    result.map_err(|e| LoggingError::Install(e.to_string()))
 }
 
 /// Whether to colour the log: on a terminal, unless `NO_COLOR` is set to

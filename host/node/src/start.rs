@@ -407,7 +407,7 @@ async fn serve_http(
         catalog: p.state.clone(),
         closing: stop_rx.clone(),
         routes: crate::surface::routes(p.late, &operators),
-        every_node: crate::metrics::routes(p.late.clone()),
+        every_node: crate::surface::metrics_routes(p.late.clone()),
         authority: Arc::new(crate::chat::Callers {
             operators,
             late: p.late.clone(),

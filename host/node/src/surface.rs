@@ -26,7 +26,7 @@ use crate::state::NodeState;
 /// gate and guard): each feature's routes from `crewlet-api` over its
 /// adapter below, and those not moved there yet.
 pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
-    crate::ingress::routes(late.clone())
+    crewlet_api::webhooks::routes(Arc::new(crate::ingress::NodeWebhooks(late.clone())))
         .merge(crewlet_api::config::routes(Arc::new(Config(late.clone()))))
         .merge(crewlet_api::secrets::routes(
             Arc::new(SecretsRoutes(late.clone())),
@@ -38,7 +38,9 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         )))
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))
-        .merge(crate::operator::routes(late.clone()))
+        .merge(crewlet_api::operator::routes(crewlet_operator::service(
+            Arc::new(OperatorDesk(late.clone())),
+        )))
         .merge(crate::backup::routes(late.clone()))
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
@@ -52,6 +54,96 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
                 tokens: operators.0.clone(),
             },
         )))
+}
+
+/// The operator catalogue's reach into the engine (`crewlet-operator`).
+struct OperatorDesk(Late);
+
+impl crewlet_operator::Engine for OperatorDesk {
+    fn parts(&self) -> Option<crewlet_operator::Parts> {
+        let (ctx, edge) = (self.0.get()?, self.0.edge()?);
+        Some(crewlet_operator::Parts {
+            node_id: ctx.node_id.clone(),
+            client: ctx.client.clone(),
+            survey: ctx.coord.survey(),
+            positions: ctx.coord.records(crewlet_coord::Bucket::Positions),
+            store: ctx.store.clone(),
+            edge: edge.clone(),
+            active: ctx.active.clone(),
+            fleet: ctx.fleet(),
+            history: ctx.history(),
+            seat_pauses: ctx.seat_pauses(),
+        })
+    }
+
+    fn draining(&self) -> bool {
+        self.0
+            .get()
+            .is_some_and(|ctx| ctx.state.phase() >= crate::state::Phase::Draining)
+    }
+}
+
+/// `GET /metrics`, served on every node whatever its roles, behind the
+/// operator guard with `read` scope; 503 until the engine is up.
+pub(crate) fn metrics_routes(late: Late) -> axum::Router {
+    crewlet_api::metrics::routes(Arc::new(Metrics(late)))
+}
+
+/// This node's meter, and what the scrape reads beside it
+/// (`crewlet_observe::scrape`).
+struct Metrics(Late);
+
+impl crewlet_api::MetricsSource for Metrics {
+    fn scrape(&self) -> Result<crewlet_api::Scraped, Unavailable> {
+        let Some(ctx) = self.0.get() else {
+            return Err(Unavailable {
+                error: "starting",
+                detail: "the node's engine is still starting; metrics are served once it is up"
+                    .into(),
+            });
+        };
+        let body = ctx.publisher.meter().render(vec![Box::new(scrape_of(ctx))]);
+        Ok(crewlet_api::Scraped {
+            content_type: crewlet_observe::OPENMETRICS_CONTENT_TYPE,
+            body,
+        })
+    }
+}
+
+fn scrape_of(ctx: &crate::engine::EngineContext) -> crewlet_observe::scrape::Scrape {
+    use crewlet_observe::scrape::{Latency, PluginRow, Renewals, Scrape};
+    let row = |p: &crewlet_plugins::Plugin| {
+        let (m, h) = (p.manifest(), p.health());
+        PluginRow {
+            name: m.name.clone(),
+            kind: m.kind.world(),
+            calls: h.total_calls,
+            faults: h.total_faults,
+            refused_calls: h.refused_calls,
+            degraded: h.degraded,
+            latency: Latency {
+                buckets: h.latency.buckets,
+                overflow: h.latency.overflow,
+                sum: h.latency.sum,
+            },
+        }
+    };
+    let r = ctx.coord.renewals();
+    Scrape {
+        plugins: ctx
+            .plugins
+            .as_ref()
+            .map(|loaded| loaded.installed.all().iter().map(row).collect())
+            .unwrap_or_default(),
+        renewals: Renewals {
+            yes: r.yes,
+            no: r.no,
+            unknown: r.unknown,
+        },
+        broker_connected: ctx.client.connection_state() == async_nats::connection::State::Connected,
+        seats_held: ctx.state.seats_held(),
+        turns_in_flight: ctx.state.turns_in_flight(),
+    }
 }
 
 /// `GET /usage` (this node's estate), `POST /estate/evict` and

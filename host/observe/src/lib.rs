@@ -32,6 +32,7 @@
 mod ack;
 mod custody;
 mod meter;
+pub mod scrape;
 mod traces;
 
 use std::sync::Arc;

@@ -32,18 +32,44 @@ pub struct Graph {
     pub arrows: BTreeSet<(String, String)>,
 }
 
+/// Why ARCHITECTURE.md's crate diagram cannot be read: whoever last edited
+/// the page is to blame, and the text names the line and the format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DiagramError {
+    #[error("no heading {HEADING:?}: the crate diagram goes under it")]
+    NoHeading,
+    #[error("no fenced block under {HEADING:?}")]
+    NoBlock,
+    #[error("line {line}: `->` names no crate")]
+    ArrowToNothing { line: usize },
+    #[error("line {line}: an arrow before any crate line")]
+    ArrowFirst { line: usize },
+    #[error("line {line}: `{from} -> {to}` is drawn twice")]
+    ArrowTwice {
+        line: usize,
+        from: String,
+        to: String,
+    },
+    #[error("line {line}: an indented line is an arrow `-> CRATE`, found {text:?}")]
+    Indented { line: usize, text: String },
+    #[error("line {line}: crate {name} is named twice")]
+    CrateTwice { line: usize, name: String },
+    #[error("the block under {HEADING:?} never closes")]
+    Unclosed,
+}
+
 /// Reads the diagram out of ARCHITECTURE.md's text. The error names the
 /// line (1-based, in the file) that breaks the format and what it should be.
-pub fn drawn(markdown: &str) -> Result<Graph, String> {
+pub fn drawn(markdown: &str) -> Result<Graph, DiagramError> {
     let mut lines = markdown.lines().enumerate();
     lines
         .by_ref()
         .find(|(_, l)| l.trim_end() == HEADING)
-        .ok_or_else(|| format!("no heading {HEADING:?}: the crate diagram goes under it"))?;
+        .ok_or(DiagramError::NoHeading)?;
     lines
         .by_ref()
         .find(|(_, l)| l.starts_with("```"))
-        .ok_or_else(|| format!("no fenced block under {HEADING:?}"))?;
+        .ok_or(DiagramError::NoBlock)?;
     let mut graph = Graph::default();
     let mut from: Option<String> = None;
     for (i, line) in lines {
@@ -58,25 +84,31 @@ pub fn drawn(markdown: &str) -> Result<Graph, String> {
         if first == "->" {
             let to = words
                 .next()
-                .ok_or_else(|| format!("line {at}: `->` names no crate"))?;
-            let from = from
-                .as_ref()
-                .ok_or_else(|| format!("line {at}: an arrow before any crate line"))?;
+                .ok_or(DiagramError::ArrowToNothing { line: at })?;
+            let from = from.as_ref().ok_or(DiagramError::ArrowFirst { line: at })?;
             if !graph.arrows.insert((from.clone(), to.to_owned())) {
-                return Err(format!("line {at}: `{from} -> {to}` is drawn twice"));
+                return Err(DiagramError::ArrowTwice {
+                    line: at,
+                    from: from.clone(),
+                    to: to.to_owned(),
+                });
             }
         } else if line.starts_with(char::is_whitespace) {
-            return Err(format!(
-                "line {at}: an indented line is an arrow `-> CRATE`, found {line:?}"
-            ));
+            return Err(DiagramError::Indented {
+                line: at,
+                text: line.to_owned(),
+            });
         } else {
             if !graph.crates.insert(first.to_owned()) {
-                return Err(format!("line {at}: crate {first} is named twice"));
+                return Err(DiagramError::CrateTwice {
+                    line: at,
+                    name: first.to_owned(),
+                });
             }
             from = Some(first.to_owned());
         }
     }
-    Err(format!("the block under {HEADING:?} never closes"))
+    Err(DiagramError::Unclosed)
 }
 
 /// The workspace's crates and their normal dependencies on each other, as
@@ -189,11 +221,13 @@ mod tests {
 
     #[test]
     fn a_line_that_is_neither_crate_nor_arrow_is_refused_with_its_number() {
-        let err = drawn(&doc("app\n  └─ lib\n")).unwrap_err();
+        let err = drawn(&doc("app\n  └─ lib\n")).unwrap_err().to_string();
         assert!(err.starts_with("line 9: an indented line"), "{err}");
-        let err = drawn(&doc("  -> lib\n")).unwrap_err();
+        let err = drawn(&doc("  -> lib\n")).unwrap_err().to_string();
         assert!(err.contains("an arrow before any crate line"), "{err}");
-        let err = drawn(&doc("app\n  -> lib\n  -> lib\n")).unwrap_err();
+        let err = drawn(&doc("app\n  -> lib\n  -> lib\n"))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`app -> lib` is drawn twice"), "{err}");
         assert!(drawn("# no diagram\n").is_err());
     }

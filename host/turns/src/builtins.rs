@@ -171,12 +171,35 @@ pub struct ToolArg {
     pub tool: String,
 }
 
+/// A tool call whose arguments do not decode: the model that wrote them is
+/// to blame, and the text (handed back to it as the call's answer) names
+/// the tool and what is wrong, so it can call again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid arguments for {tool}: {why}")]
+pub struct BadArguments {
+    pub tool: String,
+    pub why: String,
+}
+
+/// The model reads the refusal as the tool call's text answer.
+impl From<BadArguments> for String {
+    fn from(bad: BadArguments) -> String {
+        bad.to_string()
+    }
+}
+
 /// Decodes a call's JSON arguments; the error is written for the model.
-pub fn decode<T: serde::de::DeserializeOwned>(name: &str, arguments: &str) -> Result<T, String> {
+pub fn decode<T: serde::de::DeserializeOwned>(
+    name: &str,
+    arguments: &str,
+) -> Result<T, BadArguments> {
     let text = if arguments.trim().is_empty() {
         "{}"
     } else {
         arguments
     };
-    serde_json::from_str(text).map_err(|e| format!("invalid arguments for {name}: {e}"))
+    serde_json::from_str(text).map_err(|e| BadArguments {
+        tool: name.to_owned(),
+        why: e.to_string(),
+    })
 }

@@ -23,6 +23,24 @@ const READ_LIMIT: u32 = 50;
 /// How long one call to the node may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A call to the node's chat that did not do what was asked; the text is
+/// the tool's answer to the seat, saying whose side failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChatCallError {
+    /// The node did not answer (down, or the URL is wrong): try again later.
+    #[error("the chat at {url} did not answer: {why}")]
+    Unreachable { url: String, why: String },
+    /// The answer stopped half-way: the call may have been done; read back.
+    #[error("the chat's answer was cut off: {0}")]
+    CutOff(String),
+    /// The node refused the call; `detail` is its reason.
+    #[error("the chat refused the call ({status}): {detail}")]
+    Refused {
+        status: reqwest::StatusCode,
+        detail: String,
+    },
+}
+
 /// The node's chat, reached over HTTP with one seat's credential.
 #[derive(Debug, Clone)]
 pub struct CompanyChat {
@@ -64,7 +82,7 @@ impl CompanyChat {
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<(reqwest::StatusCode, Value), String> {
+    ) -> Result<(reqwest::StatusCode, Value), ChatCallError> {
         let mut req = self
             .http
             .request(method, format!("{}{path}", self.url))
@@ -75,15 +93,15 @@ impl CompanyChat {
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .body(b.to_string());
         }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| format!("the chat at {} did not answer: {e}", self.url))?;
+        let resp = req.send().await.map_err(|e| ChatCallError::Unreachable {
+            url: self.url.to_string(),
+            why: e.to_string(),
+        })?;
         let status = resp.status();
         let bytes = resp
             .bytes()
             .await
-            .map_err(|e| format!("the chat's answer was cut off: {e}"))?;
+            .map_err(|e| ChatCallError::CutOff(e.to_string()))?;
         Ok((
             status,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
@@ -96,7 +114,7 @@ impl CompanyChat {
         method: reqwest::Method,
         path: &str,
         body: Option<Value>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ChatCallError> {
         let (status, value) = self.send(method, path, body).await?;
         refused_unless_ok(status, value)
     }
@@ -107,7 +125,7 @@ impl CompanyChat {
         thread: Option<&str>,
         text: &str,
         key: Option<&str>,
-    ) -> Result<Posted, String> {
+    ) -> Result<Posted, ChatCallError> {
         let mut body = json!({ "text": text });
         if let Some(t) = thread {
             body["thread"] = json!(t);
@@ -124,7 +142,7 @@ impl CompanyChat {
         })
     }
 
-    pub async fn read(&self, channel: &str, thread: Option<&str>) -> Result<Thread, String> {
+    pub async fn read(&self, channel: &str, thread: Option<&str>) -> Result<Thread, ChatCallError> {
         let mut path = format!(
             "/chat/channels/{}/messages?limit={READ_LIMIT}",
             segment(channel)
@@ -159,7 +177,7 @@ impl CompanyChat {
         Ok(Thread { messages })
     }
 
-    pub async fn indicate(&self, at: Where, working: bool) -> Result<String, String> {
+    pub async fn indicate(&self, at: Where, working: bool) -> Result<String, ChatCallError> {
         let path = format!("/chat/channels/{}/working", segment(&at.channel));
         let body = json!({ "thread": at.thread, "working": working });
         self.call(reqwest::Method::PUT, &path, Some(body)).await?;
@@ -168,15 +186,16 @@ impl CompanyChat {
 }
 
 /// `value` when `status` is a success, else the node's reason.
-fn refused_unless_ok(status: reqwest::StatusCode, value: Value) -> Result<Value, String> {
+fn refused_unless_ok(status: reqwest::StatusCode, value: Value) -> Result<Value, ChatCallError> {
     if status.is_success() {
         return Ok(value);
     }
     let detail = value["detail"]
         .as_str()
         .or(value["error"].as_str())
-        .unwrap_or("no reason given");
-    Err(format!("the chat refused the call ({status}): {detail}"))
+        .unwrap_or("no reason given")
+        .to_owned();
+    Err(ChatCallError::Refused { status, detail })
 }
 
 #[cfg(test)]

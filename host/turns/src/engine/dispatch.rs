@@ -94,6 +94,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             }
             builtins::LIST_TOOLS => {
                 match builtins::decode::<builtins::ServerArg>(&call.name, &call.arguments)
+                    .map_err(String::from)
                     .and_then(|a| self.tools.tools(&a.server).map(|t| (a.server, t)))
                 {
                     Ok((server, tools)) => Answered::ok(prompts::tool_list(&server, &tools)),
@@ -102,6 +103,7 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
             }
             builtins::ACTIVATE => {
                 match builtins::decode::<builtins::ToolArg>(&call.name, &call.arguments)
+                    .map_err(String::from)
                     .and_then(|a| self.activate(&a.server, &a.tool))
                 {
                     Ok(name) => Answered::ok(format!("{name} is now callable.")),

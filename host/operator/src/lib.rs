@@ -1,6 +1,8 @@
 //! `/operator/mcp`: the company's operator catalogue as an MCP server
-//! (streamable HTTP, stateless), a route of the node like any other, so the
-//! node's HTTP guard covers it.
+//! (streamable HTTP, stateless). [`service`] is rmcp's own HTTP service;
+//! `crewlet-api` mounts it as a route of the node like any other, so the
+//! node's HTTP guard covers it, and the node hands it its parts through
+//! [`Engine`] once they are up.
 //!
 //! Rules, and why:
 //! - A message to a seat enters as a trigger like any other: claimed
@@ -21,9 +23,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use crewlet_company::{Active, Company};
-use crewlet_coord::{Answer, Bucket};
+use crewlet_company::{Active, ActiveCompany, Company};
+use crewlet_coord::Answer;
+use crewlet_ingress::Edge;
 use crewlet_plugins::webhook::{Addressed, Delivery};
 use crewlet_store::{EventQuery, EventRecord};
 use futures::StreamExt;
@@ -35,11 +37,31 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tracing::info;
 
-use crate::engine::{EngineContext, Late};
-use crate::state::Phase;
+/// What the catalogue reads and does, once the node's engine is up.
+pub struct Parts {
+    pub node_id: String,
+    /// The node's one NATS connection (the event broadcast is read on it).
+    pub client: async_nats::Client,
+    /// Who holds each seat, and who this node is among the holders.
+    pub survey: crewlet_coord::Survey,
+    /// The positions bucket, where a seat's pause record is read.
+    pub positions: crewlet_coord::Records,
+    /// This node's event log (whether a seat it holds is in a turn).
+    pub store: Arc<crewlet_store::Store>,
+    /// The node's webhook edge: an operator's message enters through it.
+    pub edge: Arc<Edge>,
+    pub active: ActiveCompany,
+    pub fleet: crewlet_fleet::View,
+    pub history: crewlet_history::Reader,
+    pub seat_pauses: crewlet_seats::SeatPauses,
+}
 
-/// The route the catalogue is served at.
-pub const ROUTE: &str = "/operator/mcp";
+/// Where the catalogue finds the engine: `None` until it is up.
+pub trait Engine: Send + Sync + 'static {
+    fn parts(&self) -> Option<Parts>;
+    /// Whether the node has begun draining (a waiting message gives up).
+    fn draining(&self) -> bool;
+}
 /// The `source` of an operator's message on the inbound stream.
 pub const SOURCE: &str = "operator";
 /// How long `send_message` waits when the caller does not say.
@@ -119,20 +141,24 @@ pub struct PauseSeat {
 /// One MCP server instance per request (the transport is stateless).
 #[derive(Clone)]
 pub struct Operator {
-    late: Late,
+    engine: Arc<dyn Engine>,
 }
 
-/// The route, served by rmcp's streamable HTTP transport.
-pub fn routes(late: Late) -> Router {
+/// The catalogue, served by rmcp's streamable HTTP transport (mounted by
+/// `crewlet_api::operator::routes`).
+pub fn service(engine: Arc<dyn Engine>) -> StreamableHttpService<Operator, LocalSessionManager> {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true);
-    let service = StreamableHttpService::new(
-        move || Ok(Operator { late: late.clone() }),
+    StreamableHttpService::new(
+        move || {
+            Ok(Operator {
+                engine: engine.clone(),
+            })
+        },
         Arc::new(LocalSessionManager::default()),
         config,
-    );
-    Router::new().route_service(ROUTE, service)
+    )
 }
 
 fn rendered(v: Result<Value, OperatorError>) -> Result<String, String> {
@@ -142,8 +168,8 @@ fn rendered(v: Result<Value, OperatorError>) -> Result<String, String> {
 
 #[tool_router]
 impl Operator {
-    fn ctx(&self) -> Result<(&EngineContext, Active), OperatorError> {
-        let ctx = self.late.get().ok_or(OperatorError::Starting)?;
+    fn ctx(&self) -> Result<(Parts, Active), OperatorError> {
+        let ctx = self.engine.parts().ok_or(OperatorError::Starting)?;
         let active = ctx.active.current().ok_or(OperatorError::NoCompany)?;
         Ok((ctx, active))
     }
@@ -187,7 +213,7 @@ impl Operator {
     async fn budgets(&self) -> Result<String, String> {
         let result = async {
             let (ctx, active) = self.ctx()?;
-            ctx.fleet()
+            ctx.fleet
                 .budgets_of(&active.company)
                 .await
                 .map_err(|e| OperatorError::Unavailable {
@@ -225,8 +251,8 @@ fn seat_of<'c>(
 impl Operator {
     async fn seats(&self) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
-        let me = ctx.coord.options().owner.clone();
-        let leases = ctx.coord.list_live("seat").await;
+        let me = ctx.survey.owner().clone();
+        let leases = ctx.survey.live("seat").await;
         let mut out = Vec::new();
         for seat in active.company.seats.values() {
             let handle = seat.handle.as_str();
@@ -238,11 +264,7 @@ impl Operator {
                 },
                 Err(e) => json!({"state": "unknown", "why": e.to_string()}),
             };
-            let paused = match ctx
-                .coord
-                .get_record(Bucket::Positions, "seat_pause", handle)
-                .await
-            {
+            let paused = match ctx.positions.get_record("seat_pause", handle).await {
                 Ok(Answer::Yes((record, _))) => json!({"paused": true, "record": record}),
                 Ok(Answer::No(())) => json!({"paused": false}),
                 Err(e) => json!({"paused": "unknown", "why": e.to_string()}),
@@ -253,7 +275,7 @@ impl Operator {
                 "holder": holder,
                 "pause": paused,
                 "turn": match holder["state"].as_str() {
-                    Some("here") => self.turn_state(ctx, handle).await,
+                    Some("here") => self.turn_state(&ctx, handle).await,
                     Some("unowned") => json!({"in_turn": false}),
                     _ => json!({"in_turn": "unknown", "why": "not held by this node: its turns are in its holder's event log"}),
                 },
@@ -264,7 +286,7 @@ impl Operator {
 
     /// In a turn when this node's latest `turn_started` for the seat has no
     /// `turn_ended` after it.
-    async fn turn_state(&self, ctx: &EngineContext, handle: &str) -> Value {
+    async fn turn_state(&self, ctx: &Parts, handle: &str) -> Value {
         let latest = |kind: &str| EventQuery {
             seat: Some(handle.to_owned()),
             kind: Some(kind.to_owned()),
@@ -351,7 +373,7 @@ impl Operator {
             wakes: crewlet_plugins::webhook::Wakes::RouteAndNamed,
             message: None,
         };
-        let edge = self.late.edge().ok_or(OperatorError::Starting)?.clone();
+        let edge = ctx.edge.clone();
         let started = std::time::Instant::now();
         let published = match edge.dispatch(SOURCE, Some(&handle), delivery).await {
             Ok(Some(p)) => p,
@@ -378,7 +400,7 @@ impl Operator {
                 m = events.next() => m,
                 _ = tokio::time::sleep_until(deadline) => None,
                 _ = phase_tick.tick() => {
-                    if ctx.state.phase() >= Phase::Draining {
+                    if self.engine.draining() {
                         return Err(OperatorError::Draining { seat: handle, trace_id });
                     }
                     continue;
@@ -444,13 +466,13 @@ impl Operator {
             }
         };
         // The fleet's logs: the seat's turns ran wherever it was held.
-        let filter = crewlet_api::EventFilter {
+        let filter = crewlet_bus::EventFilter {
             seat: Some(handle.clone()),
             kind: Some("turn_ended".into()),
             limit: Some(limit),
-            ..crewlet_api::EventFilter::default()
+            ..crewlet_bus::EventFilter::default()
         };
-        let read = ctx.history().events(filter).await;
+        let read = ctx.history.events(filter).await;
         let rows: Vec<EventRecord> = read["events"]
             .as_array()
             .into_iter()
@@ -486,7 +508,7 @@ impl Operator {
     async fn pause(&self, p: PauseSeat) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &p.seat)?.handle.to_string();
-        ctx.seat_pauses()
+        ctx.seat_pauses
             .pause(&handle, "operator-mcp", p.reason)
             .await
             .map_err(paused_not)
@@ -495,7 +517,7 @@ impl Operator {
     async fn resume(&self, s: SeatArg) -> Result<Value, OperatorError> {
         let (ctx, active) = self.ctx()?;
         let handle = seat_of(&active.company, &s.seat)?.handle.to_string();
-        ctx.seat_pauses()
+        ctx.seat_pauses
             .resume(&handle, "operator-mcp")
             .await
             .map_err(paused_not)
@@ -514,3 +536,6 @@ fn paused_not(e: crewlet_seats::PauseError) -> OperatorError {
         PauseError::Unavailable { what, why } => OperatorError::Unavailable { what, why },
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,97 +1,71 @@
-//! `GET /metrics`: the node's [`crewlet_observe::Meter`] (every event it
-//! recorded, every webhook answer) and, read at each scrape, what lives
-//! elsewhere: each plugin's calls, faults, refusals, breaker and call
-//! times; this node's lease renewals by answer; the broker connection; the
-//! seats held and turns in flight.
+//! What `GET /metrics` reads at each scrape beside the node's [`crate::Meter`]
+//! (every event it recorded, every webhook answer): each plugin's calls,
+//! faults, refusals, breaker and call times; this node's lease renewals by
+//! answer; the broker connection; the seats held and turns in flight.
 //!
-//! Served on every node (an ingress node's router, or beside the probes of
-//! a node without `ingress`), behind the operator guard with `read` scope:
-//! point Prometheus at it with a read token (`authorization:
-//! credentials_file`). Until the engine is up it answers 503.
+//! The values are plain numbers the node reads from its parts (the
+//! `MetricsSource` adapter in the node's surface), so this crate stays
+//! free of the plugin runtime and the coordination store: it only says
+//! them in OpenMetrics.
 
-use crewlet_api::{MetricsSource, Scraped, Unavailable};
-use crewlet_coord::RenewalCounts;
-use crewlet_plugins::{HealthReport, Latency};
+use std::time::Duration;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 
-use crate::engine::{EngineContext, Late};
-
-/// The route every node serves, whatever its roles (`crewlet-api`'s).
-pub(crate) fn routes(late: Late) -> axum::Router {
-    crewlet_api::metrics::routes(std::sync::Arc::new(Metrics(late)))
-}
-
-/// This node's meter, and what the scrape reads beside it.
-struct Metrics(Late);
-
-impl MetricsSource for Metrics {
-    fn scrape(&self) -> Result<Scraped, Unavailable> {
-        let Some(ctx) = self.0.get() else {
-            return Err(Unavailable {
-                error: "starting",
-                detail: "the node's engine is still starting; metrics are served once it is up"
-                    .into(),
-            });
-        };
-        let body = ctx
-            .publisher
-            .meter()
-            .render(vec![Box::new(Scrape::of(ctx))]);
-        Ok(Scraped {
-            content_type: crewlet_observe::OPENMETRICS_CONTENT_TYPE,
-            body,
-        })
-    }
-}
-
 /// One plugin's health, as read at the scrape.
-#[derive(Debug)]
-struct PluginRow {
-    name: String,
-    kind: &'static str,
-    health: HealthReport,
+#[derive(Debug, Clone, Default)]
+pub struct PluginRow {
+    pub name: String,
+    /// The plugin's world (`webhook`, `provider`, ...).
+    pub kind: &'static str,
+    /// Calls that ran (answered or faulted).
+    pub calls: u64,
+    /// Calls that faulted.
+    pub faults: u64,
+    /// Calls refused without running.
+    pub refused_calls: u64,
+    /// Open or half-open breaker.
+    pub degraded: bool,
+    /// How long the calls that ran took.
+    pub latency: Latency,
 }
 
-/// What this scrape read outside the meter.
-#[derive(Debug)]
-struct Scrape {
-    plugins: Vec<PluginRow>,
-    renewals: RenewalCounts,
-    broker_connected: bool,
-    seats_held: u32,
-    turns_in_flight: u32,
+/// A plugin's call times: `(upper bound, calls over the previous bound and
+/// at or under this one)`, ascending, then the calls past the last bound.
+#[derive(Debug, Clone, Default)]
+pub struct Latency {
+    pub buckets: Vec<(Duration, u64)>,
+    pub overflow: u64,
+    pub sum: Duration,
 }
 
-impl Scrape {
-    fn of(ctx: &EngineContext) -> Scrape {
-        let mut plugins = Vec::new();
-        if let Some(loaded) = &ctx.plugins {
-            let row = |m: &crewlet_plugins::Manifest, health| PluginRow {
-                name: m.name.clone(),
-                kind: m.kind.world(),
-                health,
-            };
-            plugins.extend(
-                loaded
-                    .installed
-                    .all()
-                    .iter()
-                    .map(|p| row(p.manifest(), p.health())),
-            );
-        }
-        Scrape {
-            plugins,
-            renewals: ctx.coord.renewals(),
-            broker_connected: ctx.client.connection_state()
-                == async_nats::connection::State::Connected,
-            seats_held: ctx.state.seats_held(),
-            turns_in_flight: ctx.state.turns_in_flight(),
-        }
+impl Latency {
+    fn count(&self) -> u64 {
+        self.overflow + self.buckets.iter().map(|(_, n)| n).sum::<u64>()
     }
+}
+
+/// This node's lease renewals by the store's answer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Renewals {
+    pub yes: u64,
+    pub no: u64,
+    pub unknown: u64,
+}
+
+/// What a scrape reads outside the meter; render it beside the meter with
+/// [`crate::Meter::render`].
+#[derive(Debug, Default)]
+pub struct Scrape {
+    pub plugins: Vec<PluginRow>,
+    pub renewals: Renewals,
+    pub broker_connected: bool,
+    pub seats_held: u32,
+    pub turns_in_flight: u32,
 }
 
 type Labels<'a> = [(&'static str, &'a str); 2];
@@ -101,12 +75,12 @@ fn plugin_counter(
     name: &str,
     help: &str,
     rows: &[PluginRow],
-    value: impl Fn(&HealthReport) -> u64,
+    value: impl Fn(&PluginRow) -> u64,
 ) -> Result<(), std::fmt::Error> {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
     for r in rows {
         let labels: Labels = [("plugin", &r.name), ("kind", r.kind)];
-        ConstCounter::new(value(&r.health)).encode(family.encode_family(&labels)?)?;
+        ConstCounter::new(value(r)).encode(family.encode_family(&labels)?)?;
     }
     Ok(())
 }
@@ -131,14 +105,14 @@ impl Collector for Scrape {
             "plugin_calls",
             "Plugin calls that ran (answered or faulted)",
             rows,
-            |h| h.total_calls,
+            |h| h.calls,
         )?;
         plugin_counter(
             &mut encoder,
             "plugin_faults",
             "Plugin calls that faulted (trap, timeout, memory, ...)",
             rows,
-            |h| h.total_faults,
+            |h| h.faults,
         )?;
         plugin_counter(
             &mut encoder,
@@ -156,8 +130,7 @@ impl Collector for Scrape {
             )?;
             for r in rows {
                 let labels: Labels = [("plugin", &r.name), ("kind", r.kind)];
-                ConstGauge::new(i64::from(r.health.degraded))
-                    .encode(family.encode_family(&labels)?)?;
+                ConstGauge::new(i64::from(r.degraded)).encode(family.encode_family(&labels)?)?;
             }
         }
         {
@@ -169,7 +142,7 @@ impl Collector for Scrape {
             )?;
             for r in rows {
                 let labels: Labels = [("plugin", &r.name), ("kind", r.kind)];
-                let (sum, count, buckets) = histogram(&r.health.latency);
+                let (sum, count, buckets) = histogram(&r.latency);
                 family
                     .encode_family(&labels)?
                     .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
