@@ -6,8 +6,8 @@
 //! node killed at any instant restarts at a position whose rows are all
 //! there and none twice. The reader decodes the next batch while one
 //! commits on a blocking thread (one commit at a time, in log order), so a
-//! slow commit makes the next batch bigger rather than the reader wait:
-//! the commit, not a record's rows, was most of an apply's time. Before
+//! slow commit makes the next batch bigger rather than the reader wait
+//! (the commit is the largest part of an apply: BENCHMARKS.md). Before
 //! a batch is applied the stream's identity and end are read again: a log
 //! recreated or restored underneath the node stops the domain for good
 //! (recorded in `statelog_diverged`, so a restart stays stopped), because
@@ -40,7 +40,7 @@ use crate::{EstateError, ensure_stream};
 /// publishes its position.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// The most records one transaction applies.
-const BATCH: usize = 8192;
+const BATCH: usize = 1024;
 
 /// What the node needs to run one domain's applier.
 pub struct ApplierParts {

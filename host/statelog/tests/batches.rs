@@ -59,6 +59,19 @@ impl Domain for Failing {
     }
 }
 
+fn start(node: &Node, js: &async_nats::jetstream::Context, domain: &Arc<Failing>) -> Applier {
+    Applier::start(ApplierParts {
+        js: js.clone(),
+        estate: node.estate.clone(),
+        local: node.local.clone(),
+        domain: domain.clone(),
+        book: None,
+        adopter: None,
+        node: "n1".into(),
+        replicas: 1,
+    })
+}
+
 #[tokio::test]
 async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once() {
     let server = NatsServer::start();
@@ -78,16 +91,7 @@ async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once()
         armed: AtomicBool::new(true),
         held_at_failure: AtomicI64::new(-1),
     });
-    let applier = Applier::start(ApplierParts {
-        js: js.clone(),
-        estate: node.estate.clone(),
-        local: node.local.clone(),
-        domain: domain.clone(),
-        book: None,
-        adopter: None,
-        node: "n1".into(),
-        replicas: 1,
-    });
+    let applier = start(&node, &js, &domain);
     let s = until(&applier, "the failing batch", |s| {
         matches!(s.state, DomainState::Unavailable { .. })
     })
@@ -115,16 +119,7 @@ async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once()
     assert_eq!(node.count("SELECT COUNT(*) FROM statelog_ops"), at as i64);
 
     domain.armed.store(false, Ordering::SeqCst);
-    let applier = Applier::start(ApplierParts {
-        js: js.clone(),
-        estate: node.estate.clone(),
-        local: node.local.clone(),
-        domain: domain.clone(),
-        book: None,
-        adopter: None,
-        node: "n1".into(),
-        replicas: 1,
-    });
+    let applier = start(&node, &js, &domain);
     until(&applier, "all applied", |s| s.position >= last).await;
     applier.stop().await;
     assert_eq!(node.count("SELECT COUNT(*) FROM usage_tokens"), 2_000);
