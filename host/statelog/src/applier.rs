@@ -2,8 +2,12 @@
 //! one order into the estate.
 //!
 //! Rule: a batch of records, the operation ledger's new ids and this node's
-//! position commit in one transaction, so a node killed at any instant
-//! restarts at a position whose rows are all there and none twice. Before
+//! position (the batch's last record's) commit in one transaction, so a
+//! node killed at any instant restarts at a position whose rows are all
+//! there and none twice. The reader decodes the next batch while one
+//! commits on a blocking thread (one commit at a time, in log order), so a
+//! slow commit makes the next batch bigger rather than the reader wait
+//! (the commit is the largest part of an apply: BENCHMARKS.md). Before
 //! a batch is applied the stream's identity and end are read again: a log
 //! recreated or restored underneath the node stops the domain for good
 //! (recorded in `statelog_diverged`, so a restart stays stopped), because
@@ -27,7 +31,7 @@ use crate::domain::{ApplyError, Domain};
 use crate::estate::{Cursor, Estate};
 use crate::local::{Diverged, Local};
 use crate::positions::PositionBook;
-use crate::record::{BARRIER_KIND, Record};
+use crate::record::{BARRIER_KIND, Record, Undecodable};
 use crate::snapshot::Adopter;
 use crate::{EstateError, ensure_stream};
 
@@ -225,14 +229,21 @@ async fn run(
     mut stopped: watch::Receiver<bool>,
 ) {
     let mut backoff = Duration::from_millis(200);
+    // The batch committing, owned here so that neither a stop nor the next
+    // pass starts before it has landed.
+    let mut committing = None;
     loop {
         if *stopped.borrow() {
             return;
         }
         let end = tokio::select! {
-            end = pass(&parts, &status) => end,
-            _ = stopped.changed() => return,
+            end = pass(&parts, &status, &mut committing) => Some(end),
+            _ = stopped.changed() => None,
         };
+        if let Some(task) = committing.take() {
+            let _ = task.await;
+        }
+        let Some(end) = end else { return };
         let name = parts.domain.name();
         match end {
             PassEnd::Diverged(finding) => {
@@ -366,15 +377,25 @@ async fn judge_checkpoint(
     Ok(())
 }
 
+/// A record as it arrived, decoded on the reader's side.
 struct Arrived {
     seq: u64,
     ns: i64,
     subject: String,
     payload: bytes::Bytes,
+    record: Result<Record, Undecodable>,
 }
 
-async fn pass(parts: &ApplierParts, status: &watch::Sender<DomainStatus>) -> PassEnd {
-    match pass_inner(parts, status).await {
+/// A batch's commit on a blocking thread: the new cursor and how many
+/// records were kept undecoded.
+type Committing = JoinHandle<Result<(Cursor, u64), EstateError>>;
+
+async fn pass(
+    parts: &ApplierParts,
+    status: &watch::Sender<DomainStatus>,
+    committing: &mut Option<Committing>,
+) -> PassEnd {
+    match pass_inner(parts, status, committing).await {
         Ok(never) => match never {},
         Err(end) => end,
     }
@@ -385,6 +406,7 @@ enum Never {}
 async fn pass_inner(
     parts: &ApplierParts,
     status: &watch::Sender<DomainStatus>,
+    committing: &mut Option<Committing>,
 ) -> Result<Never, PassEnd> {
     let name = parts.domain.name();
     if let Some(d) = parts.local.diverged(name)? {
@@ -441,67 +463,95 @@ async fn pass_inner(
     // ordered reader is made again (a gap, a lost heartbeat, a stream
     // deleted underneath).
     let mut delivered = 0u64;
+    // The records that arrived (decoded) while a batch commits on a
+    // blocking thread are the next batch: reading and decoding overlap the
+    // commit, and a slow commit makes the next batch bigger rather than the
+    // reader wait.
+    let mut next: Vec<Arrived> = Vec::new();
     loop {
         publish_position(parts, cursor.position, &mut published).await;
-        let chunk = tokio::select! {
-            c = chunks.next() => c,
+        if committing.is_none() && !next.is_empty() {
+            let age_out = last_age_out.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
+            if age_out {
+                last_age_out = Some(Instant::now());
+            }
+            let (estate, domain, batch) = (
+                parts.estate.clone(),
+                parts.domain.clone(),
+                std::mem::take(&mut next),
+            );
+            *committing = Some(tokio::task::spawn_blocking(move || {
+                apply(&estate, domain.as_ref(), cursor, &batch, age_out)
+            }));
+        }
+        tokio::select! {
+            biased;
+            done = async { committing.as_mut().expect("guarded").await }, if committing.is_some() => {
+                *committing = None;
+                cursor = settle(done, status)?;
+            }
+            chunk = chunks.next(), if next.len() < BATCH => {
+                let Some(chunk) = chunk else {
+                    return Err(PassEnd::Unavailable("the log's reader ended".into()));
+                };
+                let mut reset = false;
+                for m in chunk {
+                    let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
+                    let info = m.info().map_err(|e| {
+                        PassEnd::Unavailable(format!("a message without its position: {e}"))
+                    })?;
+                    reset |= info.consumer_sequence != delivered + 1;
+                    delivered = info.consumer_sequence;
+                    let record = Record::decode(&m.payload);
+                    next.push(Arrived {
+                        seq: info.stream_sequence,
+                        ns: info.published.unix_timestamp_nanos() as i64,
+                        subject: m.subject.to_string(),
+                        payload: m.payload.clone(),
+                        record,
+                    });
+                }
+                // The reader was made again (its delivery count restarted):
+                // the stream may be another one now. Its identity is read
+                // after the records arrived, so one of a recreated stream —
+                // delivered after that stream was made — shows the new
+                // identity here; it is judged once the batch committing
+                // has landed, against the position that batch reached.
+                if reset {
+                    if let Some(task) = committing.take() {
+                        cursor = settle(task.await, status)?;
+                    }
+                    let info = stream
+                        .info()
+                        .await
+                        .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
+                        .clone();
+                    judge(parts, &info, cursor)?;
+                }
+            }
             _ = tick.tick() => {
                 let info = stream.info().await
                     .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?.clone();
                 judge(parts, &info, cursor)?;
                 judge_checkpoint(parts, &stream, cursor).await?;
                 judge_standing(parts).await?;
-                continue;
             }
-        };
-        let Some(chunk) = chunk else {
-            return Err(PassEnd::Unavailable("the log's reader ended".into()));
-        };
-        let mut batch = Vec::with_capacity(chunk.len());
-        let mut reset = false;
-        for m in chunk {
-            let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
-            let info = m.info().map_err(|e| {
-                PassEnd::Unavailable(format!("a message without its position: {e}"))
-            })?;
-            reset |= info.consumer_sequence != delivered + 1;
-            delivered = info.consumer_sequence;
-            batch.push(Arrived {
-                seq: info.stream_sequence,
-                ns: info.published.unix_timestamp_nanos() as i64,
-                subject: m.subject.to_string(),
-                payload: m.payload.clone(),
-            });
         }
-        // The reader was made again (its delivery count restarted): the
-        // stream may be another one now. Its identity is read after the
-        // batch arrived, so a record of a recreated stream — delivered
-        // after that stream was made — shows the new identity here.
-        if reset {
-            let info = stream
-                .info()
-                .await
-                .map_err(|e| PassEnd::Unavailable(format!("stream info: {e}")))?
-                .clone();
-            judge(parts, &info, cursor)?;
-        }
-        let age_out = last_age_out.is_none_or(|t| t.elapsed() >= Duration::from_secs(60));
-        let estate = parts.estate.clone();
-        let domain = parts.domain.clone();
-        let (next, lost) = tokio::task::spawn_blocking(move || {
-            apply(&estate, domain.as_ref(), cursor, &batch, age_out)
-        })
-        .await
-        .map_err(|e| PassEnd::Unavailable(format!("the apply task failed: {e}")))??;
-        if age_out {
-            last_age_out = Some(Instant::now());
-        }
-        cursor = next;
-        status.send_modify(|s| {
-            s.position = cursor.position;
-            s.ops_lost += lost;
-        });
     }
+}
+
+/// The end of a batch's commit: its new cursor, told to `/health`.
+fn settle(
+    done: Result<Result<(Cursor, u64), EstateError>, tokio::task::JoinError>,
+    status: &watch::Sender<DomainStatus>,
+) -> Result<Cursor, PassEnd> {
+    let (cursor, lost) =
+        done.map_err(|e| PassEnd::Unavailable(format!("the apply task failed: {e}")))??;
+    status.send_modify(|s| {
+        s.position = cursor.position;
+        s.ops_lost += lost;
+    });
+    Ok(cursor)
 }
 
 async fn publish_position(
@@ -553,7 +603,7 @@ fn apply(
                     params![name, a.seq as i64, a.subject, reason, &a.payload[..]],
                 )
             };
-            match Record::decode(&a.payload) {
+            match &a.record {
                 Err(u) => {
                     kept(tx, &u.0)?;
                     lost += 1;
@@ -574,7 +624,7 @@ fn apply(
                         if guarded {
                             tx.prepare_cached("SAVEPOINT record")?.execute([])?;
                         }
-                        match domain.apply(tx, &r) {
+                        match domain.apply(tx, r) {
                             Ok(()) if guarded => {
                                 tx.prepare_cached("RELEASE record")?.execute([])?;
                             }

@@ -6,6 +6,7 @@ mod common;
 
 mod applier;
 mod backup;
+mod batches;
 mod only_the_applier_writes;
 mod snapshot;
 mod standing;
