@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 use crewlet_company::Active;
 use crewlet_config::DutiesConfig;
 use crewlet_coord::{Budgets, Fence, FenceEpoch};
-use crewlet_memory::{Changelog, Diary, Episodes, Memory, ReflectionMarks, SkillVersions, Skills};
+use crewlet_memory::{
+    Changelog, Diary, Episodes, Memory, MemoryError, ReflectionMarks, SkillVersions, Skills,
+};
 use crewlet_store::{
     Learned, MemoryKind, Origin, ReflectionMark, SkillRow, SkillVersionRow, Store, Vector,
 };
@@ -133,10 +135,8 @@ impl<B: Brain, E: Embedder> Learning<B, E> {
 
     /// The duty's memory stream and changelog, opened on the node's
     /// connection; the rest comes from `inputs`.
-    pub async fn equip(inputs: Inputs<B, E>) -> Result<Learning<B, E>, String> {
-        let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone()))
-            .await
-            .map_err(|e| e.to_string())?;
+    pub async fn equip(inputs: Inputs<B, E>) -> Result<Learning<B, E>, MemoryError> {
+        let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone())).await?;
         let memory = (inputs.tables)(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {

@@ -89,9 +89,23 @@ pub fn prompt(seat: &str, episodes: &[EpisodeBrief], known: &[String]) -> Vec<Ms
     ]
 }
 
+/// Why a reflection answer was not read: the model's, never the host's —
+/// the pass is failed and nothing is written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unreadable {
+    #[error("the reflection answer is not JSON ({error}): {shown:?}")]
+    NotJson { error: String, shown: String },
+    #[error("the reflection answer has no \"skill\" field: {shown:?}")]
+    NoSkill { shown: String },
+    #[error("the reflection's skill has no \"{field}\" text: {shown:?}")]
+    NoText { field: &'static str, shown: String },
+    #[error("the reflection's skill name {name:?} has no letter or digit")]
+    BadName { name: String },
+}
+
 /// Reads the model's answer: `Ok(Some((name, procedure)))`, `Ok(None)` for
-/// "nothing repeats", `Err(why)` for anything else.
-pub fn parse(text: &str) -> Result<Option<(String, String)>, String> {
+/// "nothing repeats", `Err` for anything else.
+pub fn parse(text: &str) -> Result<Option<(String, String)>, Unreadable> {
     let body = text.trim();
     let body = body
         .strip_prefix("```json")
@@ -100,27 +114,32 @@ pub fn parse(text: &str) -> Result<Option<(String, String)>, String> {
         .unwrap_or(body)
         .trim();
     let shown: String = body.chars().take(120).collect();
-    let v: Value = serde_json::from_str(body)
-        .map_err(|e| format!("the reflection answer is not JSON ({e}): {shown:?}"))?;
-    let skill = v
-        .get("skill")
-        .ok_or_else(|| format!("the reflection answer has no \"skill\" field: {shown:?}"))?;
+    let v: Value = serde_json::from_str(body).map_err(|e| Unreadable::NotJson {
+        error: e.to_string(),
+        shown: shown.clone(),
+    })?;
+    let skill = v.get("skill").ok_or_else(|| Unreadable::NoSkill {
+        shown: shown.clone(),
+    })?;
     if skill.is_null() {
         return Ok(None);
     }
-    let field = |k: &str| {
+    let field = |field: &'static str| {
         skill
-            .get(k)
+            .get(field)
             .and_then(Value::as_str)
             .map(str::trim)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| format!("the reflection's skill has no \"{k}\" text: {shown:?}"))
+            .ok_or_else(|| Unreadable::NoText {
+                field,
+                shown: shown.clone(),
+            })
     };
     let (name, procedure) = (field("name")?, field("procedure")?);
     if crewlet_store::skill_id(name).is_none() {
-        return Err(format!(
-            "the reflection's skill name {name:?} has no letter or digit"
-        ));
+        return Err(Unreadable::BadName {
+            name: name.to_owned(),
+        });
     }
     Ok(Some((name.to_owned(), procedure.to_owned())))
 }
@@ -179,7 +198,11 @@ pub async fn reflect<B: Brain>(
             tokens,
         },
         Ok(None) => Reflected::Nothing { model, tokens },
-        Err(why) => Reflected::Garbage { why, model, tokens },
+        Err(why) => Reflected::Garbage {
+            why: why.to_string(),
+            model,
+            tokens,
+        },
     }
 }
 

@@ -157,7 +157,7 @@ fn answer(outcome: Outcome) -> WebhookAnswer {
 /// mailbox (and again whenever the company changes), then the notification
 /// service; answers the node's webhook edge, which may accept deliveries
 /// from then on.
-pub async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
+pub(crate) async fn start(ctx: &EngineContext, started: &mut Started) -> Result<Arc<Edge>, String> {
     let js = async_nats::jetstream::new(ctx.client.clone());
     let records = ctx.coord.records(crewlet_coord::Bucket::Mailboxes);
     if let Some(active) = ctx.active.current() {
