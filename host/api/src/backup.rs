@@ -77,3 +77,55 @@ async fn back_up(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::http::{Request, header};
+    use std::sync::Mutex;
+    use tower::ServiceExt;
+
+    /// Answers `answer` and keeps the dirs it was asked for.
+    struct Source {
+        answer: Result<Value, BackupRefusal>,
+        asked: Mutex<Vec<PathBuf>>,
+    }
+
+    impl BackupSource for Source {
+        fn back_up(&self, dir: PathBuf) -> BackupFuture<'_> {
+            self.asked.lock().unwrap().push(dir);
+            let answer = self.answer.clone();
+            Box::pin(async move { answer })
+        }
+    }
+
+    async fn post(answer: Result<Value, BackupRefusal>, dir: &str) -> (u16, bool, Vec<PathBuf>) {
+        let source = Arc::new(Source {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        });
+        let request = Request::post("/backup")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(json!({ "dir": dir }).to_string()))
+            .unwrap();
+        let resp = routes(source.clone()).oneshot(request).await.unwrap();
+        let retry = resp.headers().contains_key(header::RETRY_AFTER);
+        let asked = source.asked.lock().unwrap().clone();
+        (resp.status().as_u16(), retry, asked)
+    }
+
+    #[tokio::test]
+    async fn each_answer_has_its_status_and_a_relative_dir_never_reaches_the_node() {
+        let (status, _, asked) = post(Ok(json!({"files": []})), "relative/dir").await;
+        assert_eq!((status, asked.len()), (400, 0));
+        let (status, _, asked) = post(Ok(json!({"files": []})), "/abs/dir").await;
+        assert_eq!((status, asked), (200, vec![PathBuf::from("/abs/dir")]));
+        let (status, retry, _) = post(Err(BackupRefusal::Starting), "/abs/dir").await;
+        assert_eq!((status, retry), (503, true));
+        let (status, _, _) = post(Err(BackupRefusal::Write("full".into())), "/abs/dir").await;
+        assert_eq!(status, 409);
+        let (status, _, _) = post(Err(BackupRefusal::Unavailable("nats".into())), "/a").await;
+        assert_eq!(status, 503);
+    }
+}
