@@ -20,6 +20,7 @@ rules=(
     "crewlet-history wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-fleet wasmtime axum rmcp crewlet-plugins crewlet-node"
     "crewlet-tokens wasmtime axum rmcp rusqlite crewlet-plugins crewlet-node"
+    "crewlet-estate wasmtime axum rmcp crewlet-api crewlet-plugins crewlet-node"
     # The duties: the model layer through the turns' port, never the
     # plugin runtime or the model crate that loads it.
     "crewlet-duties wasmtime axum rmcp crewlet-plugins crewlet-models crewlet-node"
@@ -57,4 +58,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the plugin host, the catalog, the feature crates, the operator catalogue and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the estate, the plugin host, the catalog, the feature crates, the operator catalogue and the HTTP surface stay free of what they must not reach"

@@ -20,6 +20,7 @@
 //! carries no write.
 
 pub mod auth;
+pub mod backup;
 pub mod chat;
 pub mod config;
 mod dashboard;
@@ -51,6 +52,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 pub use auth::{Authority, Caller, Refused, Scope, Verdict};
+pub use backup::{BackupRefusal, BackupSource};
 pub use chat::{ChatRefusal, ChatRoom};
 pub use config::{Activated, ConfigPlane, ConfigRefusal};
 pub use edge::{EdgeLimits, RefusalPace};

@@ -563,16 +563,18 @@ pub fn main() -> i32 {
         ),
         Command::Secrets(cmd) => secrets(cmd),
         Command::Backup(args) => backup(args),
-        Command::Restore(args) => match crate::backup::prepare(&args.artefact, &args.data_dir) {
-            Ok(said) => {
-                println!("{said}");
-                0
+        Command::Restore(args) => {
+            match crewlet_estate::backup::prepare(&args.artefact, &args.data_dir) {
+                Ok(said) => {
+                    println!("{said}");
+                    0
+                }
+                Err(e) => {
+                    eprintln!("crewlet: restore refused: {e}");
+                    1
+                }
             }
-            Err(e) => {
-                eprintln!("crewlet: restore refused: {e}");
-                1
-            }
-        },
+        }
         Command::Budgets(BudgetsCmd::Show(show)) => crate::client::shown(
             show.node.node(),
             "/budgets",
@@ -598,7 +600,7 @@ pub fn main() -> i32 {
                 u.show.node.node(),
                 &query,
                 u.show.json,
-                crate::estate::render_usage,
+                crewlet_estate::render_usage,
             )
         }
         Command::Estate(EstateCmd::Evict {

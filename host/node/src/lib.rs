@@ -11,7 +11,6 @@
 //! A feature lives in a crate of its own (`crewlet-configplane`,
 //! `crewlet-history`, …) and this crate wires it.
 
-pub(crate) mod backup;
 pub(crate) mod chat;
 pub(crate) mod cli;
 pub(crate) mod client;
@@ -20,7 +19,6 @@ pub(crate) mod config_import;
 pub(crate) mod descriptors;
 pub(crate) mod doctor;
 pub(crate) mod engine;
-pub(crate) mod estate;
 pub(crate) mod identity;
 pub(crate) mod ingress;
 pub(crate) mod local_guard;

@@ -136,7 +136,7 @@ pub async fn start(
     }
     // Without `data` the node keeps no event log: custody batches instead.
     // Either way the usage tally gets each usage event as it is kept.
-    let (tap, usage_events) = crate::estate::tap();
+    let (tap, usage_events) = crewlet_estate::tap();
     let mut publisher = if data {
         crewlet_observe::Publisher::new(p.node_id, p.store.clone(), jetstream)
     } else {
@@ -233,9 +233,9 @@ pub async fn start(
     started.push("custody", move || Box::pin(keeping.stop()));
     // A prepared restore: the company's buckets and streams back before
     // the config plane and the seats read them.
-    crate::backup::adopt_pending(&ctx)
+    crewlet_estate::backup::adopt_pending(&crate::surface::backup_parts(&ctx))
         .await
-        .map_err(NodeError::Engine)?;
+        .map_err(|e| NodeError::Engine(e.to_string()))?;
     start_config_plane(&ctx, started).await;
     let edge = crate::ingress::start(&ctx, started)
         .await
@@ -258,9 +258,9 @@ pub async fn start(
 async fn start_estate(
     ctx: &EngineContext,
     started: &mut Started,
-    usage_events: crate::estate::UsageEvents,
+    usage_events: crewlet_estate::UsageEvents,
 ) {
-    let parts = crate::estate::Parts {
+    let parts = crewlet_estate::Parts {
         usage_events,
         node_id: &ctx.node_id,
         client: &ctx.client,
@@ -269,7 +269,7 @@ async fn start_estate(
         active: &ctx.active,
         config: &ctx.config,
     };
-    let running = crate::estate::start(parts, &ctx.state.estate).await;
+    let running = crewlet_estate::start(parts, &ctx.state.estate).await;
     started.push("estate", move || Box::pin(running.stop()));
 }
 

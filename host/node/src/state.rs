@@ -96,7 +96,7 @@ pub struct NodeState {
     /// Who holds the duties, here and in the fleet.
     pub duties: crewlet_duties::DutiesView,
     /// The replicated estate, on a node with `data`.
-    pub estate: crate::estate::EstateSlot,
+    pub estate: crewlet_estate::EstateSlot,
     started_at: OffsetDateTime,
     started: Instant,
     phase: AtomicU8,
@@ -142,7 +142,7 @@ impl NodeState {
                 workers: config.roles.contains(&Role::Workers),
                 ..crewlet_duties::DutiesView::default()
             },
-            estate: crate::estate::EstateSlot::default(),
+            estate: crewlet_estate::EstateSlot::default(),
             started_at: OffsetDateTime::now_utc(),
             started: Instant::now(),
             phase: AtomicU8::new(Phase::Starting as u8),

@@ -41,7 +41,7 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
         .merge(crewlet_api::operator::routes(crewlet_operator::service(
             Arc::new(OperatorDesk(late.clone())),
         )))
-        .merge(crate::backup::routes(late.clone()))
+        .merge(crewlet_api::backup::routes(Arc::new(Backups(late.clone()))))
         .merge(crewlet_api::module_state::routes(Arc::new(States(
             late.clone(),
         ))))
@@ -165,25 +165,84 @@ impl crewlet_api::usage::UsageSource for UsageRoutes {
     fn usage(&self, ask: crewlet_api::usage::UsageAsk) -> crewlet_api::usage::UsageFuture<'_> {
         Box::pin(async move {
             let state = self.ctx()?.state.clone();
-            tokio::task::spawn_blocking(move || crate::estate::usage(&state.estate, ask))
+            let ask = crewlet_estate::UsageAsk {
+                period: ask.period,
+                by: ask.by,
+                from: ask.from,
+                to: ask.to,
+            };
+            tokio::task::spawn_blocking(move || crewlet_estate::usage(&state.estate, ask))
                 .await
-                .unwrap_or_else(|e| {
-                    Err(crewlet_api::usage::UsageRefusal::Unavailable(e.to_string()))
-                })
+                .unwrap_or_else(|e| Err(crewlet_estate::UsageRefusal::Unavailable(e.to_string())))
+                .map_err(usage_refusal)
         })
     }
 
     fn evict(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
         Box::pin(async move {
             let ctx = self.ctx()?;
-            crate::estate::evict(&ctx.coord, &ctx.publisher, ask).await
+            crewlet_estate::evict(&ctx.coord, &ctx.publisher, audited(ask))
+                .await
+                .map_err(usage_refusal)
         })
     }
 
     fn readmit(&self, ask: crewlet_api::usage::EvictAsk) -> crewlet_api::usage::UsageFuture<'_> {
         Box::pin(async move {
             let ctx = self.ctx()?;
-            crate::estate::readmit(&ctx.coord, &ctx.publisher, ask).await
+            crewlet_estate::readmit(&ctx.coord, &ctx.publisher, audited(ask))
+                .await
+                .map_err(usage_refusal)
+        })
+    }
+}
+
+fn audited(ask: crewlet_api::usage::EvictAsk) -> crewlet_estate::Audited {
+    crewlet_estate::Audited {
+        node: ask.node,
+        reason: ask.reason,
+    }
+}
+
+fn usage_refusal(r: crewlet_estate::UsageRefusal) -> crewlet_api::usage::UsageRefusal {
+    use crewlet_api::usage::UsageRefusal as Api;
+    use crewlet_estate::UsageRefusal as Estate;
+    match r {
+        Estate::BadQuery(s) => Api::BadQuery(s),
+        Estate::NotHeld(s) => Api::NotHeld(s),
+        Estate::Unavailable(s) => Api::Unavailable(s),
+        Estate::UnknownNode(s) => Api::UnknownNode(s),
+    }
+}
+
+/// The estate's backup handles, from the engine's context.
+pub(crate) fn backup_parts(
+    ctx: &crate::engine::EngineContext,
+) -> crewlet_estate::backup::Parts<'_> {
+    crewlet_estate::backup::Parts {
+        node_id: &ctx.node_id,
+        client: &ctx.client,
+        coord: &ctx.coord,
+        store: &ctx.store,
+        config: &ctx.config,
+        estate: &ctx.state.estate,
+    }
+}
+
+/// `POST /backup`, once the engine is up (`crewlet-estate` writes it).
+struct Backups(Late);
+
+impl crewlet_api::BackupSource for Backups {
+    fn back_up(&self, dir: std::path::PathBuf) -> crewlet_api::backup::BackupFuture<'_> {
+        use crewlet_api::BackupRefusal;
+        use crewlet_stream::backup::BackupError;
+        Box::pin(async move {
+            let ctx = self.0.get().ok_or(BackupRefusal::Starting)?;
+            match crewlet_estate::backup::back_up(&backup_parts(ctx), &dir).await {
+                Ok(manifest) => Ok(serde_json::json!(manifest)),
+                Err(e @ BackupError::Write { .. }) => Err(BackupRefusal::Write(e.to_string())),
+                Err(e) => Err(BackupRefusal::Unavailable(e.to_string())),
+            }
         })
     }
 }

@@ -1,4 +1,6 @@
-//! The node's side of the replicated estate (`crewlet-statelog`).
+//! The estate's wiring on a node (`crewlet-statelog` is the estate itself):
+//! the node only hands this crate plain handles ([`Parts`]) and translates
+//! its answers to HTTP; it never reaches the statelog's parts itself.
 //!
 //! Every node publishes its own usage (the usage domain's objects, tallied
 //! from the usage events its publisher keeps — [`tap`] — whether they go to
@@ -20,9 +22,28 @@ use crewlet_store::EventRecord;
 use tokio::sync::watch;
 use tracing::{Instrument, info, info_span, warn};
 
+pub mod backup;
 mod slot;
 
-pub use slot::{EstateSlot, NodeEstate, render_usage, usage};
+pub use slot::{EstateSlot, NodeEstate, UsageAsk, render_usage, usage};
+
+/// Why a usage read, an eviction or a readmission was refused; each text
+/// says what to do (the HTTP crate maps it onto its answer).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageRefusal {
+    /// The asker's query does not parse: theirs to fix.
+    #[error("{0}")]
+    BadQuery(String),
+    /// This node holds no estate: ask a node with `data`.
+    #[error("{0}")]
+    NotHeld(String),
+    /// The estate or the positions bucket did not answer: retry.
+    #[error("{0}")]
+    Unavailable(String),
+    /// No such node on the state log: nothing was changed.
+    #[error("{0}")]
+    UnknownNode(String),
+}
 
 /// How often a node publishes the usage objects that moved.
 const PUBLISH_EVERY: Duration = Duration::from_secs(2);
@@ -270,6 +291,13 @@ async fn publish_usage(t: Tallier, mut events: UsageEvents, mut stop: watch::Rec
     }
 }
 
+/// An operator's audited eviction or readmission: which node, and why.
+#[derive(Debug, Clone)]
+pub struct Audited {
+    pub node: String,
+    pub reason: String,
+}
+
 /// An operator's audited readmission of an evicted node: the eviction is
 /// ended (the node applies again — adopting a peer's snapshot first if
 /// the log was trimmed past it — and its position counts in the trim once
@@ -277,9 +305,8 @@ async fn publish_usage(t: Tallier, mut events: UsageEvents, mut stop: watch::Rec
 pub async fn readmit(
     coord: &crewlet_coord::Coord,
     publisher: &crewlet_observe::Publisher,
-    ask: crewlet_api::usage::EvictAsk,
-) -> Result<serde_json::Value, crewlet_api::usage::UsageRefusal> {
-    use crewlet_api::usage::UsageRefusal;
+    ask: Audited,
+) -> Result<serde_json::Value, UsageRefusal> {
     let book = PositionBook::new(coord.clone());
     let ended = book.readmit(&ask.node).await.map_err(|e| {
         UsageRefusal::Unavailable(format!(
@@ -307,9 +334,8 @@ pub async fn readmit(
 pub async fn evict(
     coord: &crewlet_coord::Coord,
     publisher: &crewlet_observe::Publisher,
-    ask: crewlet_api::usage::EvictAsk,
-) -> Result<serde_json::Value, crewlet_api::usage::UsageRefusal> {
-    use crewlet_api::usage::UsageRefusal;
+    ask: Audited,
+) -> Result<serde_json::Value, UsageRefusal> {
     let book = PositionBook::new(coord.clone());
     let unknown = |e: crewlet_coord::CoordError| {
         UsageRefusal::Unavailable(format!(

@@ -17,19 +17,12 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use axum::{Json, Router};
 use crewlet_statelog::usage::Usage;
 use crewlet_statelog::{Domain, PositionBook};
 use crewlet_stream::backup::{self, BackupError, Writer};
-use serde::Deserialize;
-use serde_json::json;
 use tracing::info;
 
-use crate::engine::{EngineContext, Late};
+use crate::EstateSlot;
 
 /// The marker a restore leaves in the data dir: the artefact's path.
 pub const PENDING: &str = "restore-pending";
@@ -38,51 +31,53 @@ const STORE_FILE: &str = "node.sqlite3";
 /// The replicated estate's copy inside an artefact.
 const ESTATE_FILE: &str = "replicated.sqlite3";
 
-#[derive(Deserialize)]
-struct BackupBody {
-    dir: PathBuf,
+/// What a backup and an adopted restore are run with (the node's handles).
+pub struct Parts<'a> {
+    pub node_id: &'a str,
+    pub client: &'a async_nats::Client,
+    pub coord: &'a crewlet_coord::Coord,
+    pub store: &'a Arc<crewlet_store::Store>,
+    pub config: &'a crewlet_config::NodeConfig,
+    pub estate: &'a EstateSlot,
 }
 
-pub(crate) fn routes(late: Late) -> Router {
-    Router::new()
-        .route("/backup", post(back_up_route))
-        .with_state(Arc::new(late))
+/// Why a restore was refused or failed; nothing is lost either way: a
+/// refused `prepare` wrote nothing, a failed adoption keeps its marker.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The artefact is missing, damaged or too new: the operator's to fix.
+    #[error("{0}")]
+    Artefact(#[source] BackupError),
+    /// `crewlet restore` was pointed at a data dir already in use.
+    #[error(
+        "{} is not empty (it holds a node store, a replicated estate or a restore already); restore into a fresh or emptied data dir",
+        .0.display()
+    )]
+    NotEmpty(PathBuf),
+    /// A file could not be read or written on this machine.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// At start: a pending restore did not finish (the broker, the
+    /// positions bucket or the artefact); the marker stays, so starting
+    /// again retries.
+    #[error("restore from {artefact}: {detail}")]
+    Adopt { artefact: String, detail: String },
 }
 
-async fn back_up_route(State(late): State<Arc<Late>>, Json(body): Json<BackupBody>) -> Response {
-    let Some(ctx) = late.get() else {
-        return crewlet_api::retry_later(
-            crewlet_api::OPERATOR_RETRY_SECONDS,
-            "the node is still starting",
-            "ask again in a moment",
-        );
-    };
-    if !body.dir.is_absolute() {
-        let e = "`dir` must be an absolute path on the node's machine";
-        return (StatusCode::BAD_REQUEST, Json(json!({ "error": e }))).into_response();
-    }
-    match back_up(ctx, &body.dir).await {
-        Ok(manifest) => (StatusCode::OK, Json(json!(manifest))).into_response(),
-        Err(e) => {
-            let status = match e {
-                BackupError::Write { .. } => StatusCode::CONFLICT,
-                _ => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            (status, Json(json!({ "error": e.to_string() }))).into_response()
-        }
-    }
-}
-
-/// Writes the artefact into `dir`: the estate (pinning the state logs),
-/// the streams, then the store; the pins are let go however it ends.
-async fn back_up(ctx: &EngineContext, dir: &Path) -> Result<backup::Manifest, BackupError> {
-    let mut writer = Writer::create(dir, &ctx.node_id)?;
-    let book = PositionBook::new(ctx.coord.clone());
-    let pin = format!("backup-{}-{}", ctx.node_id, crewlet_os::now_ms());
+/// `POST /backup` (admin): writes the artefact into `dir`, which must be
+/// an absolute path on the node's machine.
+pub async fn back_up(p: &Parts<'_>, dir: &Path) -> Result<backup::Manifest, BackupError> {
+    let mut writer = Writer::create(dir, p.node_id)?;
+    let book = PositionBook::new(p.coord.clone());
+    let pin = format!("backup-{}-{}", p.node_id, crewlet_os::now_ms());
     let domains = [Usage.name()];
-    let positions = match ctx.state.estate.get() {
+    let positions = match p.estate.get() {
         None => {
-            let why = if ctx.config.roles.contains(&crewlet_config::Role::Data) {
+            let why = if p.config.roles.contains(&crewlet_config::Role::Data) {
                 "this node's replicated estate is not open (see /health `estate`): back up from another data node for the estate"
             } else {
                 "this node has no `data` role, so it holds no replicated estate: back up from a data node for the estate"
@@ -102,7 +97,7 @@ async fn back_up(ctx: &EngineContext, dir: &Path) -> Result<backup::Manifest, Ba
             Some(copied)
         }
     };
-    let written = write_rest(ctx, writer, dir, positions.as_ref()).await;
+    let written = write_rest(p, writer, dir, positions.as_ref()).await;
     if positions.is_some() {
         crewlet_statelog::backup::unpin(&book, &domains, &pin).await;
     }
@@ -110,7 +105,7 @@ async fn back_up(ctx: &EngineContext, dir: &Path) -> Result<backup::Manifest, Ba
 }
 
 async fn write_rest(
-    ctx: &EngineContext,
+    p: &Parts<'_>,
     mut writer: Writer,
     dir: &Path,
     estate: Option<&crewlet_statelog::Positions>,
@@ -118,9 +113,9 @@ async fn write_rest(
     if let Some(positions) = estate {
         writer.add_estate(ESTATE_FILE, positions.0.clone())?;
     }
-    let js = async_nats::jetstream::new(ctx.client.clone());
-    backup::write_streams(&js, &mut writer, &ctx.coord.options().namespace).await?;
-    let (store, into) = (ctx.store.clone(), writer.dir().join(STORE_FILE));
+    let js = async_nats::jetstream::new(p.client.clone());
+    backup::write_streams(&js, &mut writer, &p.coord.options().namespace).await?;
+    let (store, into) = (p.store.clone(), writer.dir().join(STORE_FILE));
     tokio::task::spawn_blocking(move || store.snapshot_to(&into))
         .await
         .expect("the store snapshot panicked")
@@ -137,9 +132,12 @@ async fn write_rest(
 /// `crewlet restore`: verifies `artefact`, puts its store into the empty
 /// `data_dir` and leaves the marker the next start reads. Answers what to
 /// print, or the reason it refused (nothing written then).
-pub fn prepare(artefact: &Path, data_dir: &Path) -> Result<String, String> {
-    let artefact = std::path::absolute(artefact).map_err(|e| e.to_string())?;
-    let manifest = backup::verify(&artefact).map_err(|e| e.to_string())?;
+pub fn prepare(artefact: &Path, data_dir: &Path) -> Result<String, RestoreError> {
+    let artefact = std::path::absolute(artefact).map_err(|source| RestoreError::Io {
+        path: artefact.to_owned(),
+        source,
+    })?;
+    let manifest = backup::verify(&artefact).map_err(RestoreError::Artefact)?;
     let store = data_dir.join(crewlet_store::FILE_NAME);
     let taken = [
         store.clone(),
@@ -147,18 +145,17 @@ pub fn prepare(artefact: &Path, data_dir: &Path) -> Result<String, String> {
         data_dir.join(crewlet_statelog::ESTATE_FILE),
     ];
     if taken.iter().any(|f| f.exists()) {
-        return Err(format!(
-            "{} is not empty (it holds a node store, a replicated estate or a restore already); restore into a fresh or emptied data dir",
-            data_dir.display()
-        ));
+        return Err(RestoreError::NotEmpty(data_dir.to_owned()));
     }
-    std::fs::create_dir_all(data_dir).map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| RestoreError::Io { path, source }
+    };
+    std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
     if manifest.files.iter().any(|f| f.file == STORE_FILE) {
-        std::fs::copy(artefact.join(STORE_FILE), &store)
-            .map_err(|e| format!("{}: {e}", store.display()))?;
+        std::fs::copy(artefact.join(STORE_FILE), &store).map_err(io(&store))?;
     }
-    std::fs::write(data_dir.join(PENDING), artefact.display().to_string())
-        .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+    std::fs::write(data_dir.join(PENDING), artefact.display().to_string()).map_err(io(data_dir))?;
     Ok(format!(
         "restore prepared in {}: start `crewlet run` on it against a fresh broker; the company's buckets and streams are restored as it starts",
         data_dir.display()
@@ -167,17 +164,20 @@ pub fn prepare(artefact: &Path, data_dir: &Path) -> Result<String, String> {
 
 /// At start: publishes a prepared restore's streams back, then removes the
 /// marker. Nothing to do without one.
-pub async fn adopt_pending(ctx: &EngineContext) -> Result<(), String> {
-    let marker = ctx.config.data_dir.join(PENDING);
+pub async fn adopt_pending(p: &Parts<'_>) -> Result<(), RestoreError> {
+    let marker = p.config.data_dir.join(PENDING);
     let Ok(artefact) = std::fs::read_to_string(&marker) else {
         return Ok(());
     };
-    let js = async_nats::jetstream::new(ctx.client.clone());
+    let js = async_nats::jetstream::new(p.client.clone());
     let dir = Path::new(artefact.trim());
-    let fail = |e: String| format!("restore from {artefact}: {e}");
+    let fail = |detail: String| RestoreError::Adopt {
+        artefact: artefact.clone(),
+        detail,
+    };
     // The usage log exists before its records go back (the estate makes it
     // later at start), and how many it held says where they land.
-    let usage = crewlet_statelog::ensure_stream(&js, &Usage, ctx.config.stream.replicas)
+    let usage = crewlet_statelog::ensure_stream(&js, &Usage, p.config.stream.replicas)
         .await
         .map_err(|e| fail(e.to_string()))?;
     let base = usage
@@ -189,8 +189,11 @@ pub async fn adopt_pending(ctx: &EngineContext) -> Result<(), String> {
     let restored = backup::restore_streams(&js, dir)
         .await
         .map_err(|e| fail(e.to_string()))?;
-    restore_estate(ctx, dir, base).await.map_err(fail)?;
-    std::fs::remove_file(&marker).map_err(|e| format!("{}: {e}", marker.display()))?;
+    restore_estate(p, dir, base).await.map_err(fail)?;
+    std::fs::remove_file(&marker).map_err(|source| RestoreError::Io {
+        path: marker.clone(),
+        source,
+    })?;
     info!(subsystem = "backup", %artefact, ?restored, "the company's buckets and streams were restored");
     Ok(())
 }
@@ -200,7 +203,7 @@ pub async fn adopt_pending(ctx: &EngineContext) -> Result<(), String> {
 /// landed after `base`; then forgets the old log's positions, pins and
 /// floor the restored positions bucket brought back (they number another
 /// log's records).
-async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<(), String> {
+async fn restore_estate(p: &Parts<'_>, dir: &Path, base: u64) -> Result<(), String> {
     let manifest = backup::verify(dir).map_err(|e| e.to_string())?;
     let dump = manifest
         .files
@@ -210,7 +213,7 @@ async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<()
         .transpose()
         .map_err(|e| e.to_string())?;
     if dump.is_some() {
-        PositionBook::new(ctx.coord.clone())
+        PositionBook::new(p.coord.clone())
             .forget_log(Usage.name())
             .await
             .map_err(|e| format!("the positions bucket: {e}; start again to retry"))?;
@@ -218,7 +221,7 @@ async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<()
     let Some(slot) = &manifest.estate else {
         return Ok(());
     };
-    if !ctx.config.roles.contains(&crewlet_config::Role::Data) {
+    if !p.config.roles.contains(&crewlet_config::Role::Data) {
         info!(
             subsystem = "backup",
             "the artefact holds an estate, but this node has no `data` role: not installed"
@@ -231,7 +234,7 @@ async fn restore_estate(ctx: &EngineContext, dir: &Path, base: u64) -> Result<()
             .unwrap_or(base)
     };
     let positions =
-        crewlet_statelog::backup::restore(&dir.join(&slot.file), &ctx.config.data_dir, &rebase)
+        crewlet_statelog::backup::restore(&dir.join(&slot.file), &p.config.data_dir, &rebase)
             .map_err(|e| e.to_string())?;
     info!(
         subsystem = "backup",

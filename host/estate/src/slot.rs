@@ -7,6 +7,8 @@ use crewlet_statelog::usage::UsageQuery;
 use crewlet_statelog::{Applier, Estate};
 use serde_json::{Value, json};
 
+use crate::UsageRefusal;
+
 /// This node's estate, when it holds one.
 pub struct NodeEstate {
     pub estate: Arc<Estate>,
@@ -38,12 +40,17 @@ impl EstateSlot {
     }
 }
 
+/// `GET /usage`'s query as asked (each part optional).
+#[derive(Debug, Clone, Default)]
+pub struct UsageAsk {
+    pub period: Option<String>,
+    pub by: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+}
+
 /// Answers `GET /usage` from this node's estate.
-pub fn usage(
-    slot: &EstateSlot,
-    ask: crewlet_api::usage::UsageAsk,
-) -> Result<Value, crewlet_api::usage::UsageRefusal> {
-    use crewlet_api::usage::UsageRefusal;
+pub fn usage(slot: &EstateSlot, ask: UsageAsk) -> Result<Value, UsageRefusal> {
     let query = UsageQuery::parse(
         ask.period.as_deref(),
         ask.by.as_deref(),
