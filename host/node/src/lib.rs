@@ -33,7 +33,6 @@ pub(crate) mod sample;
 pub(crate) mod seat_memory;
 pub(crate) mod seat_tools;
 pub(crate) mod seats;
-pub(crate) mod secrets;
 pub(crate) mod skills;
 pub(crate) mod start;
 pub(crate) mod state;

@@ -21,7 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use tracing::{info, warn};
 
-pub use crewlet_secrets::{Keyring, Record, Secrets, SecretsError, check_name};
+pub use crate::{Keyring, Record, Secrets, SecretsError, check_name};
 
 use crate::engine::EngineContext;
 
