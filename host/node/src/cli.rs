@@ -648,7 +648,7 @@ pub fn main() -> i32 {
 }
 
 fn secrets(cmd: SecretsCmd) -> i32 {
-    use crate::secrets::{Offline, cli_list, cli_remove, cli_rotate, cli_set};
+    use crate::secrets_cli::{Offline, cli_list, cli_remove, cli_rotate, cli_set};
     let done = match cmd {
         SecretsCmd::Set {
             name,

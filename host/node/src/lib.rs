@@ -33,6 +33,7 @@ pub(crate) mod sample;
 pub(crate) mod seat_memory;
 pub(crate) mod seat_tools;
 pub(crate) mod seats;
+pub(crate) mod secrets_cli;
 pub(crate) mod skills;
 pub(crate) mod start;
 pub(crate) mod state;

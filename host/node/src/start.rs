@@ -500,13 +500,18 @@ async fn open_secrets(
         Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord.options(), keyring).await);
     p.state.attach_secrets(secrets.clone());
     let adopting = if secrets.is_listed() {
-        crate::secrets::adopt_pending(p.store, &secrets).await;
+        crewlet_secrets::admin::adopt_pending(&crate::secrets_cli::PendingRows(p.store), &secrets)
+            .await;
         None
     } else {
         let (secrets, store) = (secrets.clone(), p.store.clone());
         Some(tokio::spawn(async move {
             if secrets.until_listed().await {
-                crate::secrets::adopt_pending(&store, &secrets).await;
+                crewlet_secrets::admin::adopt_pending(
+                    &crate::secrets_cli::PendingRows(&store),
+                    &secrets,
+                )
+                .await;
             }
         }))
     };

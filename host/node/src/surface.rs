@@ -524,7 +524,9 @@ impl SecretsAdmin for SecretsRoutes {
 
     fn list(&self) -> SecretFuture<'_, serde_json::Value> {
         Box::pin(async move {
-            crate::secrets::listing(self.ctx()?)
+            let ctx = self.ctx()?;
+            let active = ctx.active.current();
+            crewlet_secrets::admin::listing(&ctx.secrets, active.as_ref().map(|a| &*a.company))
                 .await
                 .map_err(secret_refusal)
         })

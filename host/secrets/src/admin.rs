@@ -1,14 +1,11 @@
-//! The company's secrets on this node: what `GET /secrets` lists (the
-//! routes are `crewlet-api`'s, wired in `crate::surface`), and `crewlet secrets
-//! set|list|rm|rotate-key` against a running node — or `set --data-dir`
-//! against a stopped one, which seals the value into that node's store
-//! ([`adopt_pending`] moves it onto the fleet at the next start).
-//!
-//! The mirror itself ([`Secrets`]: the fleet's bucket of sealed values,
-//! kept current by a watch, with this node's environment as the fallback —
-//! one rule, [`PRECEDENCE`]; every name unknown until the bucket answers)
-//! and the keyring live in `crewlet-secrets`; it is in the engine context as
-//! `secrets`, and every reader holds its [`crewlet_secrets::Resolver`].
+//! The company's secrets as the node administers them: what `GET /secrets`
+//! lists ([`listing`]; the routes are `crewlet-api`'s, the node's adapter
+//! only translates), the one precedence rule ([`PRECEDENCE`]), and moving
+//! what `crewlet secrets set --data-dir` sealed into a stopped node's store
+//! onto the fleet at the next start ([`adopt_pending`], through the
+//! [`PendingStore`] port the node implements over its SQLite store, so this
+//! crate stays free of SQLite; the `crewlet secrets` CLI and its HTTP
+//! client stay in the node).
 //!
 //! Rules: a value is never logged, never echoed and never listed — the API
 //! answers names and update times only; a name follows the company
@@ -16,21 +13,35 @@
 //! of at most 64 KiB (413 above it). An unreachable bucket is 503 with
 //! Retry-After and changes nothing.
 
-use std::time::Duration;
-
 use serde_json::json;
 use tracing::{info, warn};
 
-pub use crate::{Keyring, Record, Secrets, SecretsError, check_name};
+use crate::{Record, Secrets, SecretsError};
 
-use crate::engine::EngineContext;
+/// One secret sealed into a stopped node's store: its name and its sealed
+/// record, as the secrets bucket will hold it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pending {
+    pub name: String,
+    pub record: String,
+}
+
+/// The node store's table of secrets set while the node was stopped.
+pub trait PendingStore {
+    /// The store's own error, logged with what could not be done.
+    type Error: std::fmt::Display;
+    /// Every pending secret.
+    fn pending(&self) -> Result<Vec<Pending>, Self::Error>;
+    /// Deletes `name`'s row if it still holds `record` (a newer set stays).
+    fn delete(&self, name: &str, record: &str) -> Result<(), Self::Error>;
+}
 
 /// Moves the secrets set while this node was stopped onto the fleet's
 /// bucket, then deletes them locally. A row the fleet already holds a newer
 /// value for is dropped; one that cannot be moved now (bucket unreachable)
 /// stays for the next start. Answers how many moved.
-pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> usize {
-    let rows = match store.pending_secrets() {
+pub async fn adopt_pending(store: &impl PendingStore, secrets: &Secrets) -> usize {
+    let rows = match store.pending() {
         Ok(rows) => rows,
         Err(e) => {
             warn!(subsystem = "secrets", error = %e, "cannot read the secrets set while this node was stopped");
@@ -45,7 +56,7 @@ pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> u
             Err(e) => {
                 warn!(subsystem = "secrets", secret = name, error = %e,
                     "a secret set while this node was stopped is unreadable and was dropped; set it again");
-                let _ = store.delete_pending_secret(name, &row.record);
+                let _ = store.delete(name, &row.record);
                 continue;
             }
         };
@@ -79,7 +90,7 @@ pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> u
             );
             moved += 1;
         }
-        if let Err(e) = store.delete_pending_secret(name, &row.record) {
+        if let Err(e) = store.delete(name, &row.record) {
             warn!(subsystem = "secrets", secret = name, error = %e, "moved, but its local row could not be deleted");
         }
     }
@@ -91,11 +102,14 @@ pub const PRECEDENCE: &str = "a name the fleet's secrets bucket holds answers fr
 
 /// `GET /secrets`: the bucket's names (`source: bucket`, and whether this
 /// node's environment has the name too, which the bucket overrides), then
-/// every name the active company uses that the bucket lacks, answered from
-/// this node's environment or unset. 503 while the bucket does not answer:
-/// then no name's source is known.
-pub(crate) async fn listing(ctx: &EngineContext) -> Result<serde_json::Value, SecretsError> {
-    let listed = ctx.secrets.list().await?;
+/// every name `company` (the active one, if any) uses that the bucket
+/// lacks, answered from this node's environment or unset. An error while
+/// the bucket does not answer (503): then no name's source is known.
+pub async fn listing(
+    secrets: &Secrets,
+    company: Option<&crewlet_company::Company>,
+) -> Result<serde_json::Value, SecretsError> {
+    let listed = secrets.list().await?;
     let in_env = |name: &str| std::env::var_os(name).is_some();
     let rows: Vec<serde_json::Value> = listed
         .iter()
@@ -106,10 +120,8 @@ pub(crate) async fn listing(ctx: &EngineContext) -> Result<serde_json::Value, Se
             row
         })
         .collect();
-    let outside: Vec<serde_json::Value> = ctx
-        .active
-        .current()
-        .map(|a| secret_names(&a.company))
+    let outside: Vec<serde_json::Value> = company
+        .map(secret_names)
         .unwrap_or_default()
         .into_iter()
         .filter(|name| !listed.iter().any(|l| &l.name == name))
@@ -125,263 +137,10 @@ pub(crate) async fn listing(ctx: &EngineContext) -> Result<serde_json::Value, Se
     Ok(json!({ "secrets": rows, "outside_bucket": outside, "precedence": PRECEDENCE }))
 }
 
-// ---- `crewlet secrets` ---------------------------------------------------------
-
-/// Why a `crewlet secrets` command did not do what it was asked.
-#[derive(Debug, thiserror::Error)]
-pub enum SecretsCliError {
-    #[error(transparent)]
-    BadName(SecretsError),
-    #[error("cannot read the secret's value from stdin: {0}")]
-    Stdin(std::io::Error),
-    #[error(
-        "the value on stdin is empty; pipe the secret in, e.g. `printf %s \"$VALUE\" | crewlet secrets set NAME`"
-    )]
-    Empty,
-    #[error("{0}{hint}", hint = .0.offline_hint())]
-    Http(#[from] crate::client::ClientError),
-    #[error("the node at {api} answered {status}: {body}")]
-    Refused {
-        api: String,
-        status: u16,
-        body: String,
-    },
-    #[error(transparent)]
-    Keyring(#[from] crewlet_secrets::KeyringError),
-    #[error(transparent)]
-    Sealing(SecretsError),
-    #[error("cannot write the secret into the stopped node's store: {0}")]
-    Store(#[from] crewlet_store::StoreError),
-    #[error("cannot tell whether a node holds {dir}: {source}")]
-    Lock {
-        dir: String,
-        #[source]
-        source: crewlet_stream::LockError,
-    },
-    #[error("--data-dir {0}: not a directory; pass the data dir of the node the secret is for")]
-    NoDataDir(String),
-}
-
-impl SecretsCliError {
-    /// 2 for a request the node (or the CLI) refused as wrong, 1 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            SecretsCliError::BadName(_)
-            | SecretsCliError::Empty
-            | SecretsCliError::Sealing(_)
-            | SecretsCliError::NoDataDir(_)
-            | SecretsCliError::Keyring(_) => 2,
-            SecretsCliError::Refused { status, .. } if (400..500).contains(status) => 2,
-            _ => 1,
-        }
-    }
-}
-
-/// The value as read from stdin: one trailing newline (`\n` or `\r\n`)
-/// trimmed, so `echo VALUE |` sets `VALUE`.
-pub fn value_from(raw: &str) -> &str {
-    raw.strip_suffix('\n')
-        .map(|v| v.strip_suffix('\r').unwrap_or(v))
-        .unwrap_or(raw)
-}
-
-/// A stopped node to write into: its data dir and its keyring file.
-#[derive(Debug, Clone)]
-pub struct Offline {
-    pub data_dir: std::path::PathBuf,
-    /// Defaults to `<data_dir>/keyring` (the node's own default).
-    pub keyring: Option<std::path::PathBuf>,
-}
-
-/// `crewlet secrets set NAME` with the value read from `input`: through the
-/// API, or — with `offline` naming a data dir no node holds — sealed into
-/// that node's store.
-pub fn cli_set(
-    api: &str,
-    name: &str,
-    input: &mut impl std::io::Read,
-    offline: Option<&Offline>,
-) -> Result<String, SecretsCliError> {
-    check_name(name).map_err(SecretsCliError::BadName)?;
-    let mut raw = String::new();
-    input
-        .read_to_string(&mut raw)
-        .map_err(SecretsCliError::Stdin)?;
-    let value = value_from(&raw);
-    if value.is_empty() {
-        return Err(SecretsCliError::Empty);
-    }
-    if let Some(offline) = offline
-        && let Some(done) = set_offline(offline, name, value)?
-    {
-        return Ok(done);
-    }
-    // A node holding the data dir gets that data dir's own token.
-    let node = crate::client::NodeApi {
-        api,
-        data_dir: offline.map(|o| o.data_dir.as_path()),
-    };
-    expect_ok(
-        api,
-        crate::client::request_to(
-            node,
-            "PUT",
-            &format!("/secrets/{name}"),
-            &[],
-            value.as_bytes(),
-        )?,
-    )?;
-    Ok(format!("set {name} through {api}"))
-}
-
-/// Seals `value` into the store of the stopped node at `offline`; `None`
-/// when a node holds the data dir (the caller goes through its API).
-fn set_offline(
-    offline: &Offline,
-    name: &str,
-    value: &str,
-) -> Result<Option<String>, SecretsCliError> {
-    let dir = &offline.data_dir;
-    if !dir.is_dir() {
-        return Err(SecretsCliError::NoDataDir(dir.display().to_string()));
-    }
-    let owner = format!("crewlet secrets set {name}");
-    let _lock =
-        match crewlet_stream::DirLock::acquire(dir, ".crewlet-node.lock", "data dir", &owner) {
-            Ok(lock) => lock,
-            Err(crewlet_stream::LockError::Held { .. }) => return Ok(None),
-            Err(source) => {
-                return Err(SecretsCliError::Lock {
-                    dir: dir.display().to_string(),
-                    source,
-                });
-            }
-        };
-    let path = offline
-        .keyring
-        .clone()
-        .unwrap_or_else(|| dir.join("keyring"));
-    let keyring = Keyring::open_or_create(&path)?;
-    let record = Record::seal(&keyring, name, value).map_err(SecretsCliError::Sealing)?;
-    let store = crewlet_store::Store::open_in(dir)?;
-    store.put_pending_secret(name, &String::from_utf8_lossy(&record.to_bytes()))?;
-    Ok(Some(format!(
-        "no node is running on {}: sealed {name} under key {} into its node store; the node moves it onto the fleet when it starts",
-        dir.display(),
-        keyring.current()
-    )))
-}
-
-/// `crewlet secrets rotate-key`: the node adds a key to its keyring,
-/// re-seals every value and retires keys nothing uses.
-pub fn cli_rotate(api: &str) -> Result<String, SecretsCliError> {
-    let body = expect_ok(
-        api,
-        crate::client::request(api, "POST", "/secrets/rotate-key", &[], b"")?,
-    )?;
-    let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    let r = &answer["rotation"];
-    let mut out = format!(
-        "new key {}: re-sealed {} secret(s); retired {}\n",
-        r["key"].as_str().unwrap_or("?"),
-        r["resealed"].as_array().map_or(0, Vec::len),
-        match r["retired"].as_array() {
-            Some(ids) if !ids.is_empty() => ids
-                .iter()
-                .filter_map(|i| i.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            _ => "none".to_owned(),
-        },
-    );
-    for (key, names) in r["kept"].as_object().into_iter().flatten() {
-        out.push_str(&format!(
-            "kept key {key}: still seals {} (not openable on this node); copy the fleet's keyring here and rotate again\n",
-            names
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|n| n.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-    }
-    out.push_str("copy the keyring file to every node of the fleet\n");
-    Ok(out)
-}
-
-/// `crewlet secrets rm NAME`.
-pub fn cli_remove(api: &str, name: &str) -> Result<String, SecretsCliError> {
-    check_name(name).map_err(SecretsCliError::BadName)?;
-    expect_ok(
-        api,
-        crate::client::request(api, "DELETE", &format!("/secrets/{name}"), &[], b"")?,
-    )?;
-    Ok(format!("removed {name} through {api}"))
-}
-
-/// `crewlet secrets list`: one line per secret, name and update time.
-pub fn cli_list(api: &str) -> Result<String, SecretsCliError> {
-    let body = expect_ok(
-        api,
-        crate::client::request(api, "GET", "/secrets", &[], b"")?,
-    )?;
-    let answer: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-    let mut out = String::new();
-    for s in answer["secrets"].as_array().into_iter().flatten() {
-        let name = s["name"].as_str().unwrap_or("?");
-        let updated = s["updated_ms"]
-            .as_u64()
-            .map(|ms| {
-                let at = time::OffsetDateTime::UNIX_EPOCH + Duration::from_millis(ms);
-                at.format(&time::format_description::well_known::Rfc3339)
-                    .unwrap_or_default()
-            })
-            .unwrap_or_default();
-        let key = s["key"].as_str().unwrap_or("-");
-        let shadow = if s["environment_too"] == true {
-            "\tbucket (overrides this node's environment)"
-        } else {
-            "\tbucket"
-        };
-        match s["problem"].as_str() {
-            Some(problem) => out.push_str(&format!(
-                "{name}\t{updated}\t{key}{shadow}\tUNAVAILABLE: {problem}\n"
-            )),
-            None => out.push_str(&format!("{name}\t{updated}\t{key}{shadow}\n")),
-        }
-    }
-    for s in answer["outside_bucket"].as_array().into_iter().flatten() {
-        let name = s["name"].as_str().unwrap_or("?");
-        match s["source"].as_str() {
-            Some("environment") => out.push_str(&format!("{name}\t-\t-\tthe node's environment\n")),
-            _ => out.push_str(&format!(
-                "{name}\t-\t-\tUNSET: the company uses it; `crewlet secrets set {name}`\n"
-            )),
-        }
-    }
-    if let Some(rule) = answer["precedence"].as_str() {
-        out.push_str(&format!("precedence: {rule}\n"));
-    }
-    Ok(out)
-}
-
-fn expect_ok(api: &str, (status, body): (u16, String)) -> Result<String, SecretsCliError> {
-    if (200..300).contains(&status) {
-        Ok(body)
-    } else {
-        Err(SecretsCliError::Refused {
-            api: api.to_owned(),
-            status,
-            body,
-        })
-    }
-}
-
 /// Every secret the company names: integrations' signing secrets, model
 /// credentials (the embedding model's too), seats' own credentials; each
 /// once, sorted.
-pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
+pub fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
     let mut names = std::collections::BTreeSet::new();
     for i in company.integrations.values() {
         names.insert(i.secret.name_str().to_string());
@@ -407,23 +166,121 @@ pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::sync::Mutex;
 
-    #[test]
-    fn one_trailing_newline_is_trimmed_and_nothing_else() {
-        assert_eq!(value_from("abc\n"), "abc");
-        assert_eq!(value_from("abc\r\n"), "abc");
-        assert_eq!(value_from("abc"), "abc");
-        assert_eq!(value_from("abc\n\n"), "abc\n");
-        assert_eq!(value_from(" abc \n"), " abc ");
+    use super::*;
+    use crate::mirror::tests::{Ring, kv};
+
+    /// The node store's table as the port sees it: rows kept in order.
+    #[derive(Default)]
+    struct Rows(Mutex<Vec<Pending>>);
+
+    impl Rows {
+        fn with(rows: Vec<Pending>) -> Rows {
+            Rows(Mutex::new(rows))
+        }
+        fn names(&self) -> Vec<String> {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|r| r.name.clone())
+                .collect()
+        }
     }
 
-    #[test]
-    fn a_bad_name_is_refused_before_any_request() {
-        let err = cli_set("http://127.0.0.1:1", "1BAD", &mut "v".as_bytes(), None).unwrap_err();
-        assert!(matches!(err, SecretsCliError::BadName(_)), "{err}");
-        assert_eq!(err.exit_code(), 2);
-        let err = cli_set("http://127.0.0.1:1", "GOOD", &mut "\n".as_bytes(), None).unwrap_err();
-        assert!(matches!(err, SecretsCliError::Empty), "{err}");
+    impl PendingStore for Rows {
+        type Error = std::convert::Infallible;
+        fn pending(&self) -> Result<Vec<Pending>, Self::Error> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        fn delete(&self, name: &str, record: &str) -> Result<(), Self::Error> {
+            self.0
+                .lock()
+                .unwrap()
+                .retain(|r| !(r.name == name && r.record == record));
+            Ok(())
+        }
+    }
+
+    fn sealed(ring: &Ring, name: &str, value: &str, updated_ms: u64) -> Pending {
+        let mut record = Record::seal(&ring.open(), name, value).unwrap();
+        record.updated_ms = updated_ms;
+        Pending {
+            name: name.to_owned(),
+            record: String::from_utf8_lossy(&record.to_bytes()).into_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_secret_set_while_stopped_moves_unless_the_fleet_holds_a_newer_one() {
+        let (_f, kv) = kv();
+        let ring = Ring::new();
+        let secrets = Secrets::start(kv, ring.open()).await;
+        secrets.set("CREWLET_ADMIN_KEPT", "fleet's").await.unwrap();
+        let rows = Rows::with(vec![
+            sealed(&ring, "CREWLET_ADMIN_KEPT", "older", 1),
+            sealed(&ring, "CREWLET_ADMIN_MOVED", "offline", 1),
+            Pending {
+                name: "CREWLET_ADMIN_TORN".into(),
+                record: "not a record".into(),
+            },
+        ]);
+        assert_eq!(adopt_pending(&rows, &secrets).await, 1);
+        assert!(
+            rows.names().is_empty(),
+            "every row is settled: {:?}",
+            rows.names()
+        );
+        let value = |name: &str| secrets.get(name).found();
+        assert_eq!(value("CREWLET_ADMIN_MOVED").as_deref(), Some("offline"));
+        assert_eq!(value("CREWLET_ADMIN_KEPT").as_deref(), Some("fleet's"));
+        assert!(
+            secrets
+                .record("CREWLET_ADMIN_TORN")
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_secret_set_while_stopped_stays_local_while_the_bucket_cannot_answer() {
+        let (faulty, kv) = kv();
+        let ring = Ring::new();
+        let secrets = Secrets::start(kv, ring.open()).await;
+        let rows = Rows::with(vec![sealed(&ring, "CREWLET_ADMIN_LATER", "v", 1)]);
+        faulty.break_store();
+        assert_eq!(adopt_pending(&rows, &secrets).await, 0);
+        assert_eq!(rows.names(), ["CREWLET_ADMIN_LATER"]);
+        faulty.heal();
+        assert_eq!(adopt_pending(&rows, &secrets).await, 1);
+        assert!(rows.names().is_empty());
+        assert_eq!(
+            secrets.get("CREWLET_ADMIN_LATER").found().as_deref(),
+            Some("v")
+        );
+    }
+
+    #[tokio::test]
+    async fn the_listing_names_the_bucket_and_never_a_value_and_is_unknown_while_it_is_down() {
+        let (faulty, kv) = kv();
+        let ring = Ring::new();
+        let secrets = Secrets::start(kv, ring.open()).await;
+        secrets
+            .set("CREWLET_ADMIN_LISTED", "hidden-value")
+            .await
+            .unwrap();
+        let answer = listing(&secrets, None).await.unwrap();
+        let rows = answer["secrets"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{answer}");
+        assert_eq!(rows[0]["name"], "CREWLET_ADMIN_LISTED");
+        assert_eq!(rows[0]["source"], "bucket");
+        assert_eq!(rows[0]["environment_too"], false);
+        assert_eq!(answer["outside_bucket"], json!([]));
+        assert_eq!(answer["precedence"], PRECEDENCE);
+        assert!(!answer.to_string().contains("hidden-value"), "{answer}");
+        faulty.break_store();
+        assert!(listing(&secrets, None).await.is_err());
     }
 }
