@@ -12,7 +12,6 @@
 //! `crewlet-history`, …) and this crate wires it.
 
 pub(crate) mod backup;
-pub(crate) mod chat;
 pub(crate) mod cli;
 pub(crate) mod client;
 pub(crate) mod company;
