@@ -753,7 +753,7 @@ fn chat(cmd: ChatCmd) -> i32 {
             if let Some(t) = thread {
                 path.push_str(&format!("?thread={}", segment(&t)));
             }
-            crate::client::shown(show.node.node(), &path, show.json, crate::chat::render)
+            crate::client::shown(show.node.node(), &path, show.json, crewlet_chat::render)
         }
     }
 }

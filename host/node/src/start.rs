@@ -408,9 +408,9 @@ async fn serve_http(
         closing: stop_rx.clone(),
         routes: crate::surface::routes(p.late, &operators),
         every_node: crate::surface::metrics_routes(p.late.clone()),
-        authority: Arc::new(crate::chat::Callers {
+        authority: Arc::new(crewlet_chat::Callers {
             operators,
-            late: p.late.clone(),
+            node: Arc::new(p.late.clone()),
         }),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });
@@ -526,7 +526,7 @@ async fn open_secrets(
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let making = tokio::spawn(
-        crate::chat::ensure_secret(secrets.clone(), stop_rx)
+        crewlet_chat::ensure_secret(secrets.clone(), stop_rx)
             .instrument(info_span!("chat", subsystem = "chat")),
     );
     started.push("chat-secret", move || {

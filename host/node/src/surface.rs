@@ -49,11 +49,30 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
             late.clone(),
         ))))
         .merge(crewlet_api::chat::routes(Arc::new(
-            crate::chat::ChatRoutes {
-                late: late.clone(),
+            crewlet_chat::ChatRoutes {
+                node: Arc::new(late.clone()),
                 tokens: operators.0.clone(),
             },
         )))
+}
+
+/// The chat's reach into the engine (`crewlet-chat`).
+impl crewlet_chat::ChatNode for Late {
+    fn engine(&self) -> Option<crewlet_chat::Engine<'_>> {
+        let ctx = self.get()?;
+        Some(crewlet_chat::Engine {
+            secrets: &ctx.secrets,
+            active: &ctx.active,
+            module: ctx
+                .plugins
+                .as_ref()
+                .and_then(|p| p.installed.module(crewlet_chat::CHAT)),
+        })
+    }
+
+    fn edge(&self) -> Option<&Arc<crewlet_ingress::Edge>> {
+        Late::edge(self)
+    }
 }
 
 /// The operator catalogue's reach into the engine (`crewlet-operator`).
