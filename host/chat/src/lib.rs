@@ -402,3 +402,6 @@ pub fn render(answer: &Value) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
