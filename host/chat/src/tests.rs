@@ -193,3 +193,17 @@ fn a_read_is_rendered_one_line_a_message_and_says_when_there_is_none() {
     );
     assert_eq!(render(&json!({ "messages": [] })), "(no messages)\n");
 }
+
+#[test]
+fn a_module_refusal_is_answered_by_its_first_word() {
+    let kind = |why: &str| match refused(why.to_owned()) {
+        ChatRefusal::NotFound(_) => "not found",
+        ChatRefusal::Unavailable(_) => "unavailable",
+        ChatRefusal::Bad(_) => "bad",
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(kind("not-found: no channel #x"), "not found");
+    assert_eq!(kind("unavailable: the bucket"), "unavailable");
+    assert_eq!(kind("bucket-full: the channel is full"), "unavailable");
+    assert_eq!(kind("text too long"), "bad");
+}
