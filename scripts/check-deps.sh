@@ -37,6 +37,9 @@ rules=(
     # log; the node's plugins at work (catalog) of HTTP and the node.
     "crewlet-plugins axum rmcp rusqlite crewlet-stream crewlet-observe crewlet-node"
     "crewlet-catalog axum rmcp crewlet-api crewlet-stream crewlet-node"
+    # The company chat reaches the node through its ChatNode port: never
+    # the node, the seats, the turns or the MCP servers that call it.
+    "crewlet-chat rmcp crewlet-mcp crewlet-seats crewlet-turns crewlet-catalog crewlet-node"
     # The HTTP surface reads the node through traits: no NATS, no SQLite.
     "crewlet-api wasmtime async-nats rusqlite rmcp crewlet-node"
     # The webhook edge answers in the HTTP crate's terms: no axum, no api.
@@ -58,4 +61,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the estate, the plugin host, the catalog, the feature crates, the operator catalogue and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the estate, the plugin host, the catalog, the feature crates, the operator catalogue, the chat and the HTTP surface stay free of what they must not reach"

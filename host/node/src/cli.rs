@@ -650,7 +650,7 @@ pub fn main() -> i32 {
 }
 
 fn secrets(cmd: SecretsCmd) -> i32 {
-    use crate::secrets::{Offline, cli_list, cli_remove, cli_rotate, cli_set};
+    use crate::secrets_cli::{Offline, cli_list, cli_remove, cli_rotate, cli_set};
     let done = match cmd {
         SecretsCmd::Set {
             name,
@@ -755,7 +755,7 @@ fn chat(cmd: ChatCmd) -> i32 {
             if let Some(t) = thread {
                 path.push_str(&format!("?thread={}", segment(&t)));
             }
-            crate::client::shown(show.node.node(), &path, show.json, crate::chat::render)
+            crate::client::shown(show.node.node(), &path, show.json, crewlet_chat::render)
         }
     }
 }

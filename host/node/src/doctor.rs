@@ -452,13 +452,13 @@ fn company(
             return;
         }
     };
-    for name in crate::secrets::secret_names(&company) {
+    for name in crewlet_secrets::admin::secret_names(&company) {
         let mut finding = if std::env::var_os(&name).is_some() {
             ok(
                 "secret",
                 format!(
                     "{name} is set in this environment; a value in the fleet's bucket overrides it (precedence: {})",
-                    crate::secrets::PRECEDENCE
+                    crewlet_secrets::admin::PRECEDENCE
                 ),
             )
         } else {

@@ -5,7 +5,7 @@
 //! Rules: the routes answer 503 + Retry-After until the engine is up (the
 //! notification consumer must exist before a delivery is accepted: its
 //! stream has interest retention). Webhook secrets are resolved through the
-//! engine's [`crate::secrets::Secrets`] — the fleet's secrets bucket, then
+//! engine's [`crewlet_secrets::Secrets`] — the fleet's secrets bucket, then
 //! this node's environment — by the name the company gives them.
 
 use std::sync::Arc;

@@ -11,7 +11,6 @@
 //! A feature lives in a crate of its own (`crewlet-configplane`,
 //! `crewlet-history`, …) and this crate wires it.
 
-pub(crate) mod chat;
 pub(crate) mod cli;
 pub(crate) mod client;
 pub(crate) mod company;
@@ -31,7 +30,7 @@ pub(crate) mod sample;
 pub(crate) mod seat_memory;
 pub(crate) mod seat_tools;
 pub(crate) mod seats;
-pub(crate) mod secrets;
+pub(crate) mod secrets_cli;
 pub(crate) mod skills;
 pub(crate) mod start;
 pub(crate) mod state;

@@ -63,7 +63,7 @@ fn with_data_dir(
         .to_string();
     crewlet_mcp::Resolver::new(move |name: &str| match name {
         DATA_DIR_VARIABLE => crewlet_secrets::Lookup::Found(dir.clone()),
-        crate::chat::URL_VARIABLE => crewlet_secrets::Lookup::Found(chat_url.clone()),
+        crewlet_chat::URL_VARIABLE => crewlet_secrets::Lookup::Found(chat_url.clone()),
         _ => resolve.lookup(name),
     })
 }
@@ -255,8 +255,8 @@ impl NodeSeats {
         crewlet_mcp::Resolver::new(move |name: &str| match own.get(name) {
             Some(secret) => company.lookup(secret),
             None if name == SEAT_VARIABLE => crewlet_secrets::Lookup::Found(handle.clone()),
-            None if name == crate::chat::TOKEN_VARIABLE => {
-                crate::chat::seat_token(&company, &handle)
+            None if name == crewlet_chat::TOKEN_VARIABLE => {
+                crewlet_chat::seat_token(&company, &handle)
             }
             None => company.lookup(name),
         })
@@ -567,7 +567,7 @@ pub async fn start(
         resolve: with_data_dir(
             resolve,
             &ctx.config.data_dir,
-            crate::chat::api_url(&ctx.config),
+            crewlet_chat::api_url(&ctx.config),
         ),
         mcp,
         exe: std::env::current_exe().ok(),

@@ -408,9 +408,9 @@ async fn serve_http(
         closing: stop_rx.clone(),
         routes: crate::surface::routes(p.late, &operators),
         every_node: crate::surface::metrics_routes(p.late.clone()),
-        authority: Arc::new(crate::chat::Callers {
+        authority: Arc::new(crewlet_chat::Callers {
             operators,
-            late: p.late.clone(),
+            node: Arc::new(p.late.clone()),
         }),
         allowed_hosts: crewlet_api::AllowedHosts::new(api.host, &api.allowed_hosts),
     });
@@ -500,13 +500,18 @@ async fn open_secrets(
         Arc::new(crewlet_secrets::Secrets::open(client.clone(), coord.options(), keyring).await);
     p.state.attach_secrets(secrets.clone());
     let adopting = if secrets.is_listed() {
-        crate::secrets::adopt_pending(p.store, &secrets).await;
+        crewlet_secrets::admin::adopt_pending(&crate::secrets_cli::PendingRows(p.store), &secrets)
+            .await;
         None
     } else {
         let (secrets, store) = (secrets.clone(), p.store.clone());
         Some(tokio::spawn(async move {
             if secrets.until_listed().await {
-                crate::secrets::adopt_pending(&store, &secrets).await;
+                crewlet_secrets::admin::adopt_pending(
+                    &crate::secrets_cli::PendingRows(&store),
+                    &secrets,
+                )
+                .await;
             }
         }))
     };
@@ -521,7 +526,7 @@ async fn open_secrets(
     });
     let (stop_tx, stop_rx) = watch::channel(false);
     let making = tokio::spawn(
-        crate::chat::ensure_secret(secrets.clone(), stop_rx)
+        crewlet_chat::ensure_secret(secrets.clone(), stop_rx)
             .instrument(info_span!("chat", subsystem = "chat")),
     );
     started.push("chat-secret", move || {

@@ -49,11 +49,30 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
             late.clone(),
         ))))
         .merge(crewlet_api::chat::routes(Arc::new(
-            crate::chat::ChatRoutes {
-                late: late.clone(),
+            crewlet_chat::ChatRoutes {
+                node: Arc::new(late.clone()),
                 tokens: operators.0.clone(),
             },
         )))
+}
+
+/// The chat's reach into the engine (`crewlet-chat`).
+impl crewlet_chat::ChatNode for Late {
+    fn engine(&self) -> Option<crewlet_chat::Engine<'_>> {
+        let ctx = self.get()?;
+        Some(crewlet_chat::Engine {
+            secrets: &ctx.secrets,
+            active: &ctx.active,
+            module: ctx
+                .plugins
+                .as_ref()
+                .and_then(|p| p.installed.module(crewlet_chat::CHAT)),
+        })
+    }
+
+    fn edge(&self) -> Option<&Arc<crewlet_ingress::Edge>> {
+        Late::edge(self)
+    }
 }
 
 /// The operator catalogue's reach into the engine (`crewlet-operator`).
@@ -583,7 +602,9 @@ impl SecretsAdmin for SecretsRoutes {
 
     fn list(&self) -> SecretFuture<'_, serde_json::Value> {
         Box::pin(async move {
-            crate::secrets::listing(self.ctx()?)
+            let ctx = self.ctx()?;
+            let active = ctx.active.current();
+            crewlet_secrets::admin::listing(&ctx.secrets, active.as_ref().map(|a| &*a.company))
                 .await
                 .map_err(secret_refusal)
         })

@@ -17,6 +17,7 @@
 //!
 //! No wasmtime, no axum: the crate sits below every reader.
 
+pub mod admin;
 pub mod forms;
 pub use forms::forms;
 pub mod keyring;

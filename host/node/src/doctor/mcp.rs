@@ -183,8 +183,8 @@ fn references(transport: &McpTransport) -> BTreeSet<String> {
             ![
                 SEAT_VARIABLE,
                 DATA_DIR_VARIABLE,
-                crate::chat::URL_VARIABLE,
-                crate::chat::TOKEN_VARIABLE,
+                crewlet_chat::URL_VARIABLE,
+                crewlet_chat::TOKEN_VARIABLE,
             ]
             .contains(&n.as_str())
         })

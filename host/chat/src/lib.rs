@@ -1,6 +1,9 @@
-//! The company chat on this node (`docs/chat.md`): `crewlet-api`'s chat
-//! routes over the `chat` module, the hand-off of each post to the webhook
-//! edge, the chat signing secret, and each seat's chat credential.
+//! The company chat (`docs/chat.md`): `crewlet-api`'s chat routes over the
+//! `chat` module, the hand-off of each post to the webhook edge, the chat
+//! signing secret, and each seat's chat credential. The node reaches in
+//! through [`ChatNode`] (its engine once up: the secrets, the active
+//! company, the `chat` module; and its one webhook edge), so this crate
+//! never builds the node.
 //!
 //! Rules, and why:
 //! - **Stored, then delivered, through the product's own parts.** A post is
@@ -33,7 +36,23 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use crate::engine::{EngineContext, Late};
+use crewlet_company::ActiveCompany;
+use crewlet_ingress::Edge;
+
+/// What the chat reads of the node's engine once it is up.
+pub struct Engine<'a> {
+    pub secrets: &'a Secrets,
+    pub active: &'a ActiveCompany,
+    /// The `chat` module, when this node runs it.
+    pub module: Option<Arc<ModulePlugin>>,
+}
+
+/// The node as the chat reaches it: its engine (`None` while it starts)
+/// and its one webhook edge (`None` until the ingress is up).
+pub trait ChatNode: Send + Sync {
+    fn engine(&self) -> Option<Engine<'_>>;
+    fn edge(&self) -> Option<&Arc<Edge>>;
+}
 
 /// The module and the webhook source of the chat.
 pub const CHAT: &str = "chat";
@@ -63,7 +82,7 @@ pub fn seat_credential(secret: &str, handle: &str) -> String {
 
 /// `${CREWLET_CHAT_TOKEN}` for seat `handle`, through `resolve` (the
 /// secret unknown or unset answers the same of the credential).
-pub fn seat_token(resolve: &crewlet_mcp::Resolver, handle: &str) -> Lookup {
+pub fn seat_token(resolve: &crewlet_secrets::Resolver, handle: &str) -> Lookup {
     match resolve.lookup(SECRET) {
         Lookup::Found(secret) => Lookup::Found(seat_credential(&secret, handle)),
         other => other,
@@ -81,10 +100,10 @@ pub fn api_url(config: &crewlet_config::NodeConfig) -> String {
 }
 
 /// The guard's judge: a seat's chat credential, else an operator token.
-pub(crate) struct Callers {
+pub struct Callers {
     /// The operator tokens' judge.
-    pub(crate) operators: Arc<dyn Authority>,
-    pub(crate) late: Late,
+    pub operators: Arc<dyn Authority>,
+    pub node: Arc<dyn ChatNode>,
 }
 
 impl Authority for Callers {
@@ -95,10 +114,10 @@ impl Authority for Callers {
         let Some((handle, _)) = rest.split_once('.') else {
             return Verdict::Refused(Refused::Unknown);
         };
-        let Some(ctx) = self.late.get() else {
+        let Some(engine) = self.node.engine() else {
             return Verdict::Unknown("the node's engine is not up yet".into());
         };
-        let secret = match ctx.secrets.get(SECRET) {
+        let secret = match engine.secrets.get(SECRET) {
             Lookup::Found(s) => s,
             Lookup::Unset => return Verdict::Refused(Refused::Unknown),
             Lookup::Unavailable(why) | Lookup::Unknown(why) => return Verdict::Unknown(why),
@@ -110,7 +129,7 @@ impl Authority for Callers {
                 .zip(token.bytes())
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
-        let seated = ctx
+        let seated = engine
             .active
             .current()
             .is_some_and(|a| a.company.seat(handle).is_some());
@@ -168,9 +187,9 @@ async fn make_secret(secrets: &Secrets) -> Result<bool, crewlet_secrets::Secrets
 }
 
 /// The chat routes over the `chat` module and the webhook edge.
-pub(crate) struct ChatRoutes {
-    pub(crate) late: Late,
-    pub(crate) tokens: Arc<crewlet_tokens::Tokens>,
+pub struct ChatRoutes {
+    pub node: Arc<dyn ChatNode>,
+    pub tokens: Arc<crewlet_tokens::Tokens>,
 }
 
 fn unavailable(why: impl std::fmt::Display) -> ChatRefusal {
@@ -178,17 +197,15 @@ fn unavailable(why: impl std::fmt::Display) -> ChatRefusal {
 }
 
 impl ChatRoutes {
-    fn ctx(&self) -> Result<&EngineContext, ChatRefusal> {
-        self.late
-            .get()
+    fn engine(&self) -> Result<Engine<'_>, ChatRefusal> {
+        self.node
+            .engine()
             .ok_or_else(|| unavailable("the node's engine is not up yet; retry shortly"))
     }
 
     fn module(&self) -> Result<Arc<ModulePlugin>, ChatRefusal> {
-        self.ctx()?
-            .plugins
-            .as_ref()
-            .and_then(|p| p.installed.module(CHAT))
+        self.engine()?
+            .module
             .ok_or_else(|| {
                 unavailable("this node does not run the `chat` module: start it with --plugins naming plugins/ (plugins/modules/chat)")
             })
@@ -223,7 +240,7 @@ impl ChatRoutes {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
         let author = if usable { name } else { OPERATOR.to_owned() };
-        let company = self.ctx()?.active.current();
+        let company = self.engine()?.active.current();
         if company.is_some_and(|a| a.company.seat(&author).is_some()) {
             return Err(ChatRefusal::Forbidden(format!(
                 "this token is named {author:?}, a seat's handle: a person never posts as a seat; post with a token named after you (`crewlet tokens create --name NAME`)"
@@ -235,14 +252,14 @@ impl ChatRoutes {
     /// Hands a stored message to this node's webhook edge, signed; `None`
     /// when it was taken, else why not.
     async fn deliver(&self, message: &Value) -> Option<String> {
-        let ctx = self.late.get()?;
-        let edge = self.late.edge()?;
-        let name = ctx.active.current().and_then(|a| {
+        let engine = self.node.engine()?;
+        let edge = self.node.edge()?;
+        let name = engine.active.current().and_then(|a| {
             a.company
                 .route_secret(CHAT, None)
                 .map(|s| s.name_str().to_owned())
         })?;
-        let secret = match ctx.secrets.get(&name) {
+        let secret = match engine.secrets.get(&name) {
             Lookup::Found(s) => s,
             Lookup::Unset => return Some(format!("the chat secret {name} is not set")),
             Lookup::Unavailable(why) | Lookup::Unknown(why) => {
@@ -366,7 +383,7 @@ impl ChatRoom for ChatRoutes {
 }
 
 /// `crewlet chat read`: one line per message, oldest first.
-pub(crate) fn render(answer: &Value) -> String {
+pub fn render(answer: &Value) -> String {
     let mut out = String::new();
     for m in answer["messages"].as_array().into_iter().flatten() {
         let replies = match m["replies"].as_u64() {
@@ -385,3 +402,6 @@ pub(crate) fn render(answer: &Value) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;

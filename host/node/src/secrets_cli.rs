@@ -1,131 +1,37 @@
-//! The company's secrets on this node: what `GET /secrets` lists (the
-//! routes are `crewlet-api`'s, wired in `crate::surface`), and `crewlet secrets
-//! set|list|rm|rotate-key` against a running node — or `set --data-dir`
-//! against a stopped one, which seals the value into that node's store
-//! ([`adopt_pending`] moves it onto the fleet at the next start).
-//!
-//! The mirror itself ([`Secrets`]: the fleet's bucket of sealed values,
-//! kept current by a watch, with this node's environment as the fallback —
-//! one rule, [`PRECEDENCE`]; every name unknown until the bucket answers)
-//! and the keyring live in `crewlet-secrets`; it is in the engine context as
-//! `secrets`, and every reader holds its [`crewlet_secrets::Resolver`].
-//!
-//! Rules: a value is never logged, never echoed and never listed — the API
-//! answers names and update times only; a name follows the company
-//! document's rule for secret names (400 otherwise); a value is UTF-8 text
-//! of at most 64 KiB (413 above it). An unreachable bucket is 503 with
-//! Retry-After and changes nothing.
+//! `crewlet secrets set|list|rm|rotate-key` against a running node — or
+//! `set --data-dir` against a stopped one, which seals the value into that
+//! node's store (`crewlet_secrets::admin::adopt_pending` moves it onto the
+//! fleet at the next start, through [`PendingRows`]). What the routes
+//! answer is `crewlet_secrets::admin`'s; this file is the CLI's side and
+//! the node store's port.
 
 use std::time::Duration;
 
-use serde_json::json;
-use tracing::{info, warn};
+use crewlet_secrets::admin::{Pending, PendingStore};
+use crewlet_secrets::{Keyring, Record, SecretsError, check_name};
 
-pub use crewlet_secrets::{Keyring, Record, Secrets, SecretsError, check_name};
+/// The node store's `pending_secrets` table as `crewlet-secrets` reads it.
+pub(crate) struct PendingRows<'a>(pub(crate) &'a crewlet_store::Store);
 
-use crate::engine::EngineContext;
+impl PendingStore for PendingRows<'_> {
+    type Error = crewlet_store::StoreError;
 
-/// Moves the secrets set while this node was stopped onto the fleet's
-/// bucket, then deletes them locally. A row the fleet already holds a newer
-/// value for is dropped; one that cannot be moved now (bucket unreachable)
-/// stays for the next start. Answers how many moved.
-pub async fn adopt_pending(store: &crewlet_store::Store, secrets: &Secrets) -> usize {
-    let rows = match store.pending_secrets() {
-        Ok(rows) => rows,
-        Err(e) => {
-            warn!(subsystem = "secrets", error = %e, "cannot read the secrets set while this node was stopped");
-            return 0;
-        }
-    };
-    let mut moved = 0;
-    for row in rows {
-        let name = row.name.as_str();
-        let record = match Record::from_bytes(name, row.record.as_bytes()) {
-            Ok(r) => r,
-            Err(e) => {
-                warn!(subsystem = "secrets", secret = name, error = %e,
-                    "a secret set while this node was stopped is unreadable and was dropped; set it again");
-                let _ = store.delete_pending_secret(name, &row.record);
-                continue;
-            }
-        };
-        let newer = match secrets.record(name).await {
-            Ok(Some((held, _))) => held.updated_ms > record.updated_ms,
-            Ok(None) => false,
-            Err(e) => {
-                warn!(subsystem = "secrets", secret = name, error = %e,
-                    "a secret set while this node was stopped stays local until the next start");
-                continue;
-            }
-        };
-        if newer {
-            info!(
-                subsystem = "secrets",
-                secret = name,
-                "the fleet holds a newer value than the one set while this node was stopped; keeping the fleet's"
-            );
-        } else if let Err(e) = secrets
-            .put_record(name, &record, crewlet_coord::kv::Expect::Any)
-            .await
-        {
-            warn!(subsystem = "secrets", secret = name, error = %e,
-                "a secret set while this node was stopped stays local until the next start");
-            continue;
-        } else {
-            info!(
-                subsystem = "secrets",
-                secret = name,
-                "secret set while stopped moved onto the fleet"
-            );
-            moved += 1;
-        }
-        if let Err(e) = store.delete_pending_secret(name, &row.record) {
-            warn!(subsystem = "secrets", secret = name, error = %e, "moved, but its local row could not be deleted");
-        }
+    fn pending(&self) -> Result<Vec<Pending>, Self::Error> {
+        Ok(self
+            .0
+            .pending_secrets()?
+            .into_iter()
+            .map(|row| Pending {
+                name: row.name,
+                record: row.record,
+            })
+            .collect())
     }
-    moved
+
+    fn delete(&self, name: &str, record: &str) -> Result<(), Self::Error> {
+        self.0.delete_pending_secret(name, record).map(|_| ())
+    }
 }
-
-/// The one precedence rule, as `GET /secrets` and `crewlet doctor` state it.
-pub const PRECEDENCE: &str = "a name the fleet's secrets bucket holds answers from the bucket, even when this node's environment has it too; else from this node's environment variable of that name; else it is unset";
-
-/// `GET /secrets`: the bucket's names (`source: bucket`, and whether this
-/// node's environment has the name too, which the bucket overrides), then
-/// every name the active company uses that the bucket lacks, answered from
-/// this node's environment or unset. 503 while the bucket does not answer:
-/// then no name's source is known.
-pub(crate) async fn listing(ctx: &EngineContext) -> Result<serde_json::Value, SecretsError> {
-    let listed = ctx.secrets.list().await?;
-    let in_env = |name: &str| std::env::var_os(name).is_some();
-    let rows: Vec<serde_json::Value> = listed
-        .iter()
-        .map(|l| {
-            let mut row = serde_json::to_value(l).unwrap_or_default();
-            row["source"] = json!("bucket");
-            row["environment_too"] = json!(in_env(&l.name));
-            row
-        })
-        .collect();
-    let outside: Vec<serde_json::Value> = ctx
-        .active
-        .current()
-        .map(|a| secret_names(&a.company))
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|name| !listed.iter().any(|l| &l.name == name))
-        .map(|name| {
-            let source = if in_env(&name) {
-                "environment"
-            } else {
-                "unset"
-            };
-            json!({ "name": name, "source": source })
-        })
-        .collect();
-    Ok(json!({ "secrets": rows, "outside_bucket": outside, "precedence": PRECEDENCE }))
-}
-
-// ---- `crewlet secrets` ---------------------------------------------------------
 
 /// Why a `crewlet secrets` command did not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -376,33 +282,6 @@ fn expect_ok(api: &str, (status, body): (u16, String)) -> Result<String, Secrets
             body,
         })
     }
-}
-
-/// Every secret the company names: integrations' signing secrets, model
-/// credentials (the embedding model's too), seats' own credentials; each
-/// once, sorted.
-pub(crate) fn secret_names(company: &crewlet_company::Company) -> Vec<String> {
-    let mut names = std::collections::BTreeSet::new();
-    for i in company.integrations.values() {
-        names.insert(i.secret.name_str().to_string());
-    }
-    for role in company.roles.values() {
-        for m in role.executor.iter().chain(std::iter::once(&role.reviewer)) {
-            names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
-        }
-    }
-    if let Some(m) = &company.embedding {
-        names.extend(m.credentials.iter().map(|c| c.name_str().to_string()));
-    }
-    for seat in company.seats.values() {
-        names.extend(seat.credentials.values().map(|c| c.name_str().to_string()));
-        names.extend(
-            seat.signing_secrets
-                .values()
-                .map(|c| c.name_str().to_string()),
-        );
-    }
-    names.into_iter().collect()
 }
 
 #[cfg(test)]
