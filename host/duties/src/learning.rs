@@ -275,7 +275,12 @@ impl<B: Brain, E: Embedder> Learning<B, E> {
                 not.push(named(why));
                 continue;
             }
-            let vector = match self.with.embedder.embed(vec![row.text.clone()], &site).await {
+            let vector = match self
+                .with
+                .embedder
+                .embed(vec![row.text.clone()], &site)
+                .await
+            {
                 Ok(mut e) if e.vectors.len() == 1 => Vector {
                     model: e.model,
                     values: e.vectors.remove(0),

@@ -162,7 +162,10 @@ impl Running {
 
 /// Starts the duties this node competes for (with `workers`), its own
 /// retention and the fleet view.
-pub fn start<B: Brain, E: Embedder>(p: Parts<B, E>, view: &DutiesView) -> Result<Running, StartError> {
+pub fn start<B: Brain, E: Embedder>(
+    p: Parts<B, E>,
+    view: &DutiesView,
+) -> Result<Running, StartError> {
     wired(&p.leases, &p.nodes)?;
     let lease = |duty: Duty| {
         DutyLease::start(

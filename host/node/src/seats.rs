@@ -520,7 +520,7 @@ pub async fn start(
     let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    let memory = crate::memory_tables::memory_tables(memory, &ctx.store);
+    let memory = crewlet_memory::memory_tables(memory, &ctx.store);
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let (tail, tailing) = crewlet_memory::Tail::start(memory.clone())
         .await
@@ -544,13 +544,13 @@ pub async fn start(
         },
     )
     .with_recall(crewlet_turns::Recall {
-        memory: Arc::new(crate::seat_memory::NodeMemory {
+        memory: Arc::new(crewlet_recall::NodeMemory {
             store: ctx.store.clone(),
             changelog: changelog.clone(),
         }),
         // The company's `[memory] embedding` (none: recall by recency).
         embedder: Arc::new(models.embedder(ctx.coord.budgets(), ctx.active.clone())),
-        skills: Arc::new(crate::skills::NodeSkills {
+        skills: Arc::new(crewlet_recall::NodeSkills {
             store: ctx.store.clone(),
             changelog: changelog.clone(),
         }),
