@@ -11,18 +11,14 @@ use crewlet_memory::{Changelog, Diary, Memory, MemoryError, ViewError, memory_ta
 use crewlet_store::{DiaryNote, Store};
 use crewlet_testkit::NatsServer;
 
+use crate::memory::store;
+
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
     crewlet_stream::streams::ensure_streams(&js, 1)
         .await
         .unwrap();
     memory_tables(Memory::open(js).await.unwrap(), store)
-}
-
-fn store() -> (tempfile::TempDir, Arc<Store>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_in(dir.path()).unwrap());
-    (dir, store)
 }
 
 #[tokio::test]
