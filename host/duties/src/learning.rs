@@ -83,8 +83,6 @@ pub struct Inputs<B, E> {
     /// The company's embedding model, as turns embed with it (charged to
     /// the seat's budget like theirs).
     pub embedder: E,
-    /// The tables a seat's memory is replayed into (the node's one list).
-    pub tables: fn(Memory, &Arc<Store>) -> Memory,
 }
 
 /// The learning duty's work loop and what it writes with.
@@ -137,7 +135,7 @@ impl<B: Brain, E: Embedder> Learning<B, E> {
         let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone()))
             .await
             .map_err(|e| e.to_string())?;
-        let memory = (inputs.tables)(memory, &inputs.store);
+        let memory = crewlet_memory::memory_tables(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {
             with: inputs,
