@@ -1,5 +1,6 @@
 //! A seat's memory at work in its turns: the node store's memory tables as
-//! the turn engine's [`crewlet_turns::SeatMemory`] ([`NodeMemory`]) and its
+//! the turn engine's [`crewlet_turns::SeatMemory`] ([`NodeMemory`]), its
+//! conversation sessions as [`crewlet_turns::Sessions`] ([`NodeSessions`]) and its
 //! learned skills as the prefetch's [`crewlet_turns::SkillSource`]
 //! ([`NodeSkills`]).
 //!
@@ -9,7 +10,9 @@
 //! wires it.
 
 mod seat_memory;
+mod sessions;
 mod skills;
 
 pub use seat_memory::{MAX_PROFILE_BYTES, NodeMemory};
+pub use sessions::NodeSessions;
 pub use skills::{NodeSkills, PROCEDURE_CARRIED, SKILLS_CARRIED};

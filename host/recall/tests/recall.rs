@@ -1,17 +1,18 @@
 //! The turns' memory ports over real store files and a real nats-server:
 //! what a turn leaves (its episode, what it learned of whom it met, the
 //! onboarding marker) is recalled on its node and follows the seat to
-//! another node's store; carrying a skill counts its use there too.
+//! another node's store; so does what it said in a thread; carrying a
+//! skill counts its use there too.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use crewlet_memory::{Changelog, Memory, memory_tables};
-use crewlet_recall::{NodeMemory, NodeSkills};
+use crewlet_recall::{NodeMemory, NodeSessions, NodeSkills};
 use crewlet_store::{Learned, Origin, Store};
 use crewlet_testkit::NatsServer;
-use crewlet_turns::{Episode, SeatMemory, SkillSource, TurnMemory, Vector};
+use crewlet_turns::{Episode, Said, SeatMemory, Sessions, SkillSource, TurnMemory, Vector};
 
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
     let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
@@ -152,4 +153,35 @@ async fn carrying_a_skill_counts_its_use_and_the_use_follows_the_seat() {
             .is_some_and(|h| h.skill.uses == 1)
     })
     .await;
+}
+
+#[tokio::test]
+async fn what_a_seat_said_in_a_thread_is_read_back_and_follows_the_seat() {
+    let server = NatsServer::start();
+    let ((_a_dir, a), (_b_dir, b)) = (store(), store());
+    let (changelog, _carrier) = Changelog::start(memory(&server, &a).await);
+    let here = NodeSessions {
+        store: a.clone(),
+        changelog,
+    };
+    let said = vec![Said {
+        turn_id: "t1".into(),
+        text: "deployed v2".into(),
+        at_ms: 5,
+    }];
+    here.remember("ada", "C1#1", &said, 5).unwrap();
+    assert_eq!(here.said("ada", "C1#1").unwrap(), said);
+    assert!(here.said("ada", "C1#2").unwrap().is_empty());
+
+    let (other, _carrier_b) = Changelog::start(memory(&server, &b).await);
+    let there = NodeSessions {
+        store: b.clone(),
+        changelog: other,
+    };
+    let replay = memory(&server, &b).await;
+    hydrated_until(&replay, "ada", || {
+        !there.said("ada", "C1#1").unwrap().is_empty()
+    })
+    .await;
+    assert_eq!(there.said("ada", "C1#1").unwrap(), said);
 }
