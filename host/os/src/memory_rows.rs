@@ -33,6 +33,14 @@ impl Vector {
     }
 }
 
+/// One thing a seat said in a conversation (its session's lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Said {
+    pub turn_id: String,
+    pub text: String,
+    pub at_ms: i64,
+}
+
 /// One ended turn of a seat, as its memory keeps it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Episode {

@@ -20,15 +20,7 @@ impl Sessions for NodeSessions {
             .store
             .session(seat, conversation)
             .map_err(|e| SessionError(e.to_string()))?;
-        Ok(session
-            .said
-            .into_iter()
-            .map(|s| Said {
-                turn_id: s.turn_id,
-                text: s.text,
-                at_ms: s.at_ms,
-            })
-            .collect())
+        Ok(session.said)
     }
 
     fn remember(
@@ -38,16 +30,8 @@ impl Sessions for NodeSessions {
         said: &[Said],
         at_ms: i64,
     ) -> Result<(), SessionError> {
-        let said: Vec<crewlet_store::Said> = said
-            .iter()
-            .map(|s| crewlet_store::Said {
-                turn_id: s.turn_id.clone(),
-                text: s.text.clone(),
-                at_ms: s.at_ms,
-            })
-            .collect();
         self.store
-            .remember(seat, conversation, &said, at_ms)
+            .remember(seat, conversation, said, at_ms)
             .map_err(|e| SessionError(e.to_string()))?;
         // The local row is written: a row that cannot follow the seat is
         // said here, not as a session that was not recorded.
