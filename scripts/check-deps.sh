@@ -30,6 +30,9 @@ rules=(
     # Memory rides the broker into the store: no HTTP, no plugins, never
     # the seats or the turns it serves.
     "crewlet-memory wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns"
+    # The turns' memory ports over the store: no HTTP, no plugins, never
+    # the node or the state log.
+    "crewlet-recall wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-statelog"
     # The state log and its estate: no HTTP, no plugins, never the node,
     # the seats or the turns (they stay free of it, the rows above).
     "crewlet-statelog wasmtime axum rmcp crewlet-plugins crewlet-node crewlet-seats crewlet-turns crewlet-store"
@@ -61,4 +64,4 @@ done
 if [[ $failed -ne 0 ]]; then
     exit 1
 fi
-echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, statelog, the duties, the estate, the plugin host, the catalog, the feature crates, the operator catalogue, the chat and the HTTP surface stay free of what they must not reach"
+echo "check-deps: bus, coord, seats, turns, schedule, ingress, memory, recall, statelog, the duties, the estate, the plugin host, the catalog, the feature crates, the operator catalogue, the chat and the HTTP surface stay free of what they must not reach"

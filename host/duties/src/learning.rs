@@ -85,8 +85,6 @@ pub struct Inputs<B, E> {
     /// The company's embedding model, as turns embed with it (charged to
     /// the seat's budget like theirs).
     pub embedder: E,
-    /// The tables a seat's memory is replayed into (the node's one list).
-    pub tables: fn(Memory, &Arc<Store>) -> Memory,
 }
 
 /// The learning duty's work loop and what it writes with.
@@ -137,7 +135,7 @@ impl<B: Brain, E: Embedder> Learning<B, E> {
     /// connection; the rest comes from `inputs`.
     pub async fn equip(inputs: Inputs<B, E>) -> Result<Learning<B, E>, MemoryError> {
         let memory = Memory::open(async_nats::jetstream::new(inputs.client.clone())).await?;
-        let memory = (inputs.tables)(memory, &inputs.store);
+        let memory = crewlet_memory::memory_tables(memory, &inputs.store);
         let (changelog, carrier) = Changelog::start(memory.clone());
         Ok(Learning {
             with: inputs,

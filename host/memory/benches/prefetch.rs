@@ -118,13 +118,6 @@ impl Stored {
     }
 }
 
-fn to_store(v: Vector) -> crewlet_store::Vector {
-    crewlet_store::Vector {
-        model: v.model,
-        values: v.values,
-    }
-}
-
 impl SeatMemory for Stored {
     fn remember(&self, _seat: &str, _note: Note) -> BoxFuture<'_, Result<(), MemoryFault>> {
         Box::pin(async { Err(MemoryFault("a prefetch does not remember".into())) })
@@ -139,8 +132,7 @@ impl SeatMemory for Stored {
     ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
         let seat = seat.to_owned();
         let read = self.blocking(move |s| {
-            let q = query.map(to_store);
-            let rows = s.recall_notes(&seat, q.as_ref(), max_distance, limit)?;
+            let rows = s.recall_notes(&seat, query.as_ref(), max_distance, limit)?;
             Ok(rows
                 .into_iter()
                 .map(|r| crewlet_store::Recalled {
@@ -161,7 +153,7 @@ impl SeatMemory for Stored {
     ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
         let seat = seat.to_owned();
         let read = self.blocking(move |s| {
-            let rows = s.recall_episodes(&seat, &to_store(query), max_distance, limit)?;
+            let rows = s.recall_episodes(&seat, &query, max_distance, limit)?;
             Ok(rows
                 .into_iter()
                 .map(|r| crewlet_store::Recalled {

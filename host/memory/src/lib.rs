@@ -61,11 +61,13 @@ macro_rules! store_table {
 }
 
 mod courier;
+mod every;
 mod hydrate;
 mod sessions;
 mod skills;
 mod tables;
 mod tail;
+mod view;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -76,11 +78,13 @@ use crewlet_bus::{MEMORY_STREAM, memory_subject};
 use sha2::{Digest, Sha256};
 
 pub use courier::Changelog;
+pub use every::memory_tables;
 pub use hydrate::Hydrated;
 pub use sessions::Sessions;
 pub use skills::{ReflectionMarks, SkillVersions, Skills};
 pub use tables::{Diary, Episodes, Onboarding, Profiles};
 pub use tail::Tail;
+pub use view::{ViewError, view};
 
 /// What applying a replayed row did to this node's copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -36,9 +36,7 @@ use crewlet_coord::{Admits, Budgets, Scope};
 use crewlet_mcp::{McpOptions, SeatTools, ServerState, SharedChildren};
 use crewlet_models::Models;
 use crewlet_seats::{Batch, Room, SeatHost, SeatSpec, TurnVerdict};
-use crewlet_turns::{
-    Act, EventSink, Said, SessionError, Sessions, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished,
-};
+use crewlet_turns::{Act, EventSink, Turn, TurnEnd, TurnEngine, TurnEvent, Unpublished};
 use futures::future::BoxFuture;
 
 pub use crate::seat_tools::Equipped;
@@ -104,65 +102,6 @@ impl EventSink for NodeEvents {
                 .map(drop)
                 .map_err(|e| Unpublished(e.to_string()))
         })
-    }
-}
-
-/// The node store's conversation sessions as the turn engine's; every row
-/// written is offered to the memory changelog too.
-pub struct NodeSessions {
-    pub store: Arc<crewlet_store::Store>,
-    pub changelog: crewlet_memory::Changelog,
-}
-
-impl Sessions for NodeSessions {
-    fn said(&self, seat: &str, conversation: &str) -> Result<Vec<Said>, SessionError> {
-        let session = self
-            .store
-            .session(seat, conversation)
-            .map_err(|e| SessionError(e.to_string()))?;
-        Ok(session
-            .said
-            .into_iter()
-            .map(|s| Said {
-                turn_id: s.turn_id,
-                text: s.text,
-                at_ms: s.at_ms,
-            })
-            .collect())
-    }
-
-    fn remember(
-        &self,
-        seat: &str,
-        conversation: &str,
-        said: &[Said],
-        at_ms: i64,
-    ) -> Result<(), SessionError> {
-        let said: Vec<crewlet_store::Said> = said
-            .iter()
-            .map(|s| crewlet_store::Said {
-                turn_id: s.turn_id.clone(),
-                text: s.text.clone(),
-                at_ms: s.at_ms,
-            })
-            .collect();
-        self.store
-            .remember(seat, conversation, &said, at_ms)
-            .map_err(|e| SessionError(e.to_string()))?;
-        // The local row is written: a row that cannot follow the seat is
-        // said here, not as a session that was not recorded.
-        match self.store.session_row(seat, conversation) {
-            Ok(Some(row)) => {
-                if let Err(e) = self.changelog.offer::<crewlet_memory::Sessions>(&row) {
-                    warn!(subsystem = "memory", seat, conversation, error = %e, "session row not published");
-                }
-            }
-            Ok(None) => {}
-            Err(e) => {
-                warn!(subsystem = "memory", seat, conversation, error = %e, "cannot read the session row back to publish it")
-            }
-        }
-        Ok(())
     }
 }
 
@@ -520,7 +459,7 @@ pub async fn start(
     let memory = crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
         .await
         .map_err(|e| e.to_string())?;
-    let memory = crate::memory_tables::memory_tables(memory, &ctx.store);
+    let memory = crewlet_memory::memory_tables(memory, &ctx.store);
     let (changelog, carrier) = crewlet_memory::Changelog::start(memory.clone());
     let (tail, tailing) = crewlet_memory::Tail::start(memory.clone())
         .await
@@ -532,7 +471,7 @@ pub async fn start(
         ctx.coord.follows(),
         crewlet_turns::Ports {
             events: Arc::new(NodeEvents(ctx.publisher.clone())),
-            sessions: Arc::new(NodeSessions {
+            sessions: Arc::new(crewlet_recall::NodeSessions {
                 store: ctx.store.clone(),
                 changelog: changelog.clone(),
             }),
@@ -544,13 +483,13 @@ pub async fn start(
         },
     )
     .with_recall(crewlet_turns::Recall {
-        memory: Arc::new(crate::seat_memory::NodeMemory {
+        memory: Arc::new(crewlet_recall::NodeMemory {
             store: ctx.store.clone(),
             changelog: changelog.clone(),
         }),
         // The company's `[memory] embedding` (none: recall by recency).
         embedder: Arc::new(models.embedder(ctx.coord.budgets(), ctx.active.clone())),
-        skills: Arc::new(crate::skills::NodeSkills {
+        skills: Arc::new(crewlet_recall::NodeSkills {
             store: ctx.store.clone(),
             changelog: changelog.clone(),
         }),

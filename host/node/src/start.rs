@@ -332,7 +332,6 @@ async fn start_duties(ctx: &EngineContext, started: &mut Started) {
             budgets: ctx.coord.budgets(),
             embedder: models.embedder(ctx.coord.budgets(), ctx.active.clone()),
             models,
-            tables: crate::memory_tables::memory_tables,
         });
     let running = crewlet_duties::start(
         crewlet_duties::Parts {

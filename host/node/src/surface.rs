@@ -33,9 +33,9 @@ pub(crate) fn routes(late: &Late, operators: &Arc<Operators>) -> axum::Router {
             crewlet_secrets::MAX_SECRET_BYTES,
         ))
         .merge(crewlet_api::pauses::routes(Arc::new(Pausing(late.clone()))))
-        .merge(crewlet_api::memory::routes(Arc::new(
-            crate::memory_route::SeatMemoryRoutes(late.clone()),
-        )))
+        .merge(crewlet_api::memory::routes(Arc::new(SeatMemoryRoutes(
+            late.clone(),
+        ))))
         .merge(crewlet_api::fleet::routes(Arc::new(Fleet(late.clone()))))
         .merge(crewlet_api::tokens::routes(operators.clone()))
         .merge(crewlet_api::operator::routes(crewlet_operator::service(
@@ -619,6 +619,43 @@ impl SecretsAdmin for SecretsRoutes {
                     Err(secret_refusal(e))
                 }
             }
+        })
+    }
+}
+
+/// `GET /agents/{handle}/memory`: a seat of the live company, its memory
+/// from `crewlet-memory`'s view; a memory that cannot be read is
+/// unavailable (503), never empty.
+pub(crate) struct SeatMemoryRoutes(pub(crate) Late);
+
+impl crewlet_api::SeatMemory for SeatMemoryRoutes {
+    fn memory(&self, handle: String) -> crewlet_api::memory::MemoryFuture<'_> {
+        use crewlet_api::MemoryRefusal;
+        Box::pin(async move {
+            let ctx = self.0.get().ok_or_else(|| {
+                MemoryRefusal::Unavailable(
+                    "the node's engine is not up yet; retry in a few seconds".into(),
+                )
+            })?;
+            let known = ctx
+                .active
+                .current()
+                .is_some_and(|a| a.company.seat(&handle).is_some());
+            if !known {
+                return Err(MemoryRefusal::NoSeat(format!(
+                    "the company has no seat {handle:?} (see `crewlet agents`)"
+                )));
+            }
+            let unavailable = |e: String| MemoryRefusal::Unavailable(e);
+            let memory =
+                crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
+                    .await
+                    .map_err(|e| unavailable(e.to_string()))?;
+            let memory = crewlet_memory::memory_tables(memory, &ctx.store);
+            let half_life = ctx.config.duties.skill_half_life.as_millis() as i64;
+            crewlet_memory::view(&memory, &ctx.store, &handle, half_life)
+                .await
+                .map_err(|e| unavailable(e.to_string()))
         })
     }
 }

@@ -12,6 +12,8 @@
 //! - [`ConfigEpoch`]: the config pointer's epoch, a type every crate that
 //!   carries it can see (the company, the store, the MCP children, the
 //!   config plane and coordination, which mints it).
+//! - [`Vector`] / [`Episode`] / [`Said`]: the memory rows the turn engine and the
+//!   node store both speak, defined once.
 //! - [`Stoppable`]: a background loop with an explicit stop that waits for
 //!   it to end.
 //!
@@ -19,12 +21,14 @@
 
 mod clock;
 mod config_epoch;
+mod memory_rows;
 mod priority;
 mod spawn;
 mod task;
 
 pub use clock::{TEST_CLOCK_OFFSET_ENV, now_ms, wall_now};
 pub use config_epoch::ConfigEpoch;
+pub use memory_rows::{Episode, Said, Vector};
 pub use priority::lower_thread_priority;
 pub use spawn::DieWithParent;
 pub use task::Stoppable;

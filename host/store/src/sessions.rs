@@ -17,13 +17,7 @@ use crate::{Store, StoreError};
 /// How many of a seat's messages one session keeps (the newest).
 pub const SESSION_KEEP: usize = 20;
 
-/// One thing a seat said in a conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Said {
-    pub turn_id: String,
-    pub text: String,
-    pub at_ms: i64,
-}
+pub use crewlet_os::Said;
 
 /// A seat's session in one conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]

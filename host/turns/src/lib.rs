@@ -22,7 +22,7 @@ pub use engine::{
     prefetch_recalled, turns_over_at, windows_at, windows_now,
 };
 pub use memory::{
-    Embeds, EpisodeRecord, MemoryFault, NoSkills, Note, Recall, Recalled, SeatMemory, SkillSource,
+    Embeds, Episode, MemoryFault, NoSkills, Note, Recall, Recalled, SeatMemory, SkillSource,
     TurnMemory, Vector,
 };
 pub use ports::{

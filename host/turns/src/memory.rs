@@ -13,12 +13,7 @@ use futures::future::BoxFuture;
 
 use crate::ports::{EmbedError, EmbedSite, Embedded, Embedder};
 
-/// A vector and the model it came from.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Vector {
-    pub model: String,
-    pub values: Vec<f32>,
-}
+pub use crewlet_os::{Episode, Vector};
 
 /// A note a seat keeps with `remember`.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,28 +34,11 @@ pub struct Recalled {
     pub distance: Option<f64>,
 }
 
-/// One ended turn, as the seat's memory keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EpisodeRecord {
-    pub turn_id: String,
-    pub conversation: Option<String>,
-    pub trigger: String,
-    /// Who asked: the wakes' sender ids.
-    pub asked_by: Vec<String>,
-    pub tools: Vec<String>,
-    pub reply: Option<String>,
-    pub outcome: String,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    pub summary: String,
-    pub ended_ms: i64,
-    pub vector: Option<Vector>,
-}
-
 /// What a turn leaves in the seat's memory when it ends.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TurnMemory {
-    pub episode: EpisodeRecord,
+    /// The ended turn (its store stamp 0: the store sets it).
+    pub episode: Episode,
     /// Each counterparty dealt with, and the line learned of them.
     pub met: Vec<(String, String)>,
     /// This was the seat's first turn: mark it onboarded, fleet-wide.

@@ -228,13 +228,7 @@ pub trait EventSink: Send + Sync + 'static {
     fn publish(&self, event: TurnEvent) -> BoxFuture<'_, Result<(), Unpublished>>;
 }
 
-/// One thing a seat said in a conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Said {
-    pub turn_id: String,
-    pub text: String,
-    pub at_ms: i64,
-}
+pub use crewlet_os::Said;
 
 /// A session could not be read or written; carries the store's own line.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -3,3 +3,4 @@
 
 mod memory;
 mod skills;
+mod view;

@@ -30,7 +30,7 @@ async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
         .with(Onboarding(store.clone()))
 }
 
-fn store() -> (tempfile::TempDir, Arc<Store>) {
+pub(crate) fn store() -> (tempfile::TempDir, Arc<Store>) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::open_in(dir.path()).unwrap());
     (dir, store)

@@ -28,33 +28,13 @@ use crate::{Applied, Store, StoreError};
 pub use recall::{COSINE_DISTANCE, Recalled};
 pub use reembed::{MemoryKind, Unmatched};
 
-/// A vector and the model it came from (`provider/model`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Vector {
-    pub model: String,
-    pub values: Vec<f32>,
-}
+pub use crewlet_os::{Episode, Vector};
 
-impl Vector {
-    /// Little-endian f32, as the `embedding` column holds it.
-    pub fn to_blob(&self) -> Vec<u8> {
-        self.values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    }
-
-    fn from_columns(
-        blob: Option<Vec<u8>>,
-        model: Option<String>,
-    ) -> Result<Option<Vector>, rusqlite::Error> {
-        Ok(match (blob, model) {
-            (Some(blob), Some(model)) => Some(Vector {
-                model,
-                values: blob
-                    .chunks_exact(4)
-                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            }),
-            _ => None,
-        })
+/// An optional vector from its `embedding` and `embedding_model` columns.
+fn vector_of(blob: Option<Vec<u8>>, model: Option<String>) -> Option<Vector> {
+    match (blob, model) {
+        (Some(blob), Some(model)) => Some(Vector::from_blob(model, &blob)),
+        _ => None,
     }
 }
 
@@ -81,33 +61,6 @@ pub struct DiaryNote {
     pub updated_ms: i64,
     pub vector: Option<Vector>,
     /// This node's stamp (not carried on the stream).
-    #[serde(skip)]
-    pub change_seq: i64,
-}
-
-/// One ended turn of a seat.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Episode {
-    pub seat: String,
-    pub turn_id: String,
-    pub conversation: Option<String>,
-    /// The trigger as the executor read it (bounded).
-    pub trigger: String,
-    /// Who asked: the delivery's sender ids.
-    pub asked_by: Vec<String>,
-    /// The tools called, in order.
-    pub tools: Vec<String>,
-    /// What was posted as the reply (bounded), if anything.
-    pub reply: Option<String>,
-    /// The outcome label (`delivered`, `no_action`, …).
-    pub outcome: String,
-    pub input_tokens: u64,
-    pub output_tokens: u64,
-    /// The bounded text recall shows and embeds.
-    pub summary: String,
-    pub ended_ms: i64,
-    pub updated_ms: i64,
-    pub vector: Option<Vector>,
     #[serde(skip)]
     pub change_seq: i64,
 }
@@ -162,7 +115,7 @@ fn note_of(r: &Row<'_>) -> Result<DiaryNote, rusqlite::Error> {
         turn_id: r.get(3)?,
         created_ms: r.get(4)?,
         updated_ms: r.get(5)?,
-        vector: Vector::from_columns(r.get(6)?, r.get(7)?)?,
+        vector: vector_of(r.get(6)?, r.get(7)?),
         change_seq: r.get(8)?,
     })
 }
@@ -189,7 +142,7 @@ fn episode_of(r: &Row<'_>) -> Result<Episode, rusqlite::Error> {
         summary: r.get(10)?,
         ended_ms: r.get(11)?,
         updated_ms: r.get(12)?,
-        vector: Vector::from_columns(r.get(13)?, r.get(14)?)?,
+        vector: vector_of(r.get(13)?, r.get(14)?),
         change_seq: r.get(15)?,
     })
 }

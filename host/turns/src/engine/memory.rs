@@ -24,7 +24,7 @@ use super::dispatch::Answered;
 use super::prefetch::{NOTE_DISTANCE, QUOTED, embed_query};
 use super::prompts::clipped;
 use super::{Brain, Outcome, Run};
-use crate::memory::{EpisodeRecord, Note, TurnMemory};
+use crate::memory::{Episode, Note, TurnMemory};
 use crate::ports::Toolbox;
 
 /// The most one note may hold, in bytes.
@@ -192,8 +192,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 )
             })
             .collect();
+        let ended_ms = self.engine.clock.now_ms();
         let turn = TurnMemory {
-            episode: EpisodeRecord {
+            episode: Episode {
+                seat: self.handle.clone(),
                 turn_id: self.turn_id.clone(),
                 conversation: self.conversation.clone(),
                 trigger,
@@ -204,8 +206,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
                 input_tokens: self.input_tokens,
                 output_tokens: self.output_tokens,
                 summary,
-                ended_ms: self.engine.clock.now_ms(),
+                ended_ms,
+                updated_ms: ended_ms,
                 vector,
+                change_seq: 0,
             },
             met,
             onboarded: self.first_turn,

@@ -1,61 +1,48 @@
-//! `GET /agents/{handle}/memory` on this node: the seat's memory replayed
+//! `GET /agents/{handle}/memory`'s answer: the seat's memory replayed
 //! from `CREWLET_MEMORY` into this node's store first (so any node answers
 //! with the seat's whole memory, not only what it wrote), then read back.
 //!
 //! Rule: a memory that cannot be read is unavailable (503), never empty.
 
-use crewlet_api::memory::MemoryFuture;
-use crewlet_api::{MemoryRefusal, SeatMemory};
-use crewlet_store::{MemoryView, SkillHistory};
+use std::sync::Arc;
+
+use crewlet_store::{MemoryView, SkillHistory, Store};
 use serde_json::{Value, json};
 
-use crate::engine::Late;
+use crate::{Memory, MemoryError};
 
 /// Rows of each list the view answers.
 const VIEW_ROWS: usize = 50;
 
-/// The route's adapter, once the engine is up.
-pub(crate) struct SeatMemoryRoutes(pub(crate) Late);
+/// Why a seat's memory could not be shown: never "empty".
+#[derive(Debug, thiserror::Error)]
+pub enum ViewError {
+    /// The seat's rows could not be replayed from the stream.
+    #[error(transparent)]
+    Unhydrated(#[from] MemoryError),
+    /// This node's store did not answer.
+    #[error("this node's store did not answer: {0} (check the data dir's disk)")]
+    Store(String),
+}
 
-impl SeatMemory for SeatMemoryRoutes {
-    fn memory(&self, handle: String) -> MemoryFuture<'_> {
-        Box::pin(async move {
-            let ctx = self.0.get().ok_or_else(|| {
-                MemoryRefusal::Unavailable(
-                    "the node's engine is not up yet; retry in a few seconds".into(),
-                )
-            })?;
-            let known = ctx
-                .active
-                .current()
-                .is_some_and(|a| a.company.seat(&handle).is_some());
-            if !known {
-                return Err(MemoryRefusal::NoSeat(format!(
-                    "the company has no seat {handle:?} (see `crewlet agents`)"
-                )));
-            }
-            let memory =
-                crewlet_memory::Memory::open(async_nats::jetstream::new(ctx.client.clone()))
-                    .await
-                    .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;
-            crate::memory_tables::memory_tables(memory, &ctx.store)
-                .hydrate(&handle)
-                .await
-                .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?;
-            let store = ctx.store.clone();
-            let seat = handle.clone();
-            let view = tokio::task::spawn_blocking(move || store.memory_view(&seat, VIEW_ROWS))
-                .await
-                .map_err(|e| MemoryRefusal::Unavailable(e.to_string()))?
-                .map_err(|e| {
-                    MemoryRefusal::Unavailable(format!(
-                        "this node's store did not answer: {e} (check the data dir's disk)"
-                    ))
-                })?;
-            let half_life = ctx.config.duties.skill_half_life.as_millis() as i64;
-            Ok(render(&handle, &view, crewlet_os::now_ms(), half_life))
-        })
-    }
+/// Seat `handle`'s memory as `GET /agents/{handle}/memory` answers it:
+/// replayed from the stream into `store` first through `memory` (with
+/// every table, [`crate::memory_tables`]), then read back; skill strength
+/// decays with `half_life_ms`.
+pub async fn view(
+    memory: &Memory,
+    store: &Arc<Store>,
+    handle: &str,
+    half_life_ms: i64,
+) -> Result<Value, ViewError> {
+    memory.hydrate(handle).await?;
+    let store = store.clone();
+    let seat = handle.to_owned();
+    let view = tokio::task::spawn_blocking(move || store.memory_view(&seat, VIEW_ROWS))
+        .await
+        .map_err(|e| ViewError::Store(e.to_string()))?
+        .map_err(|e| ViewError::Store(e.to_string()))?;
+    Ok(render(handle, &view, crewlet_os::now_ms(), half_life_ms))
 }
 
 /// The route's JSON (its shape is documented in `crewlet_api::memory`).

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use crewlet_memory::{Changelog, Diary, Episodes, Onboarding, Profiles, Table};
-use crewlet_store::{DiaryNote, Episode, Onboarded, Profile, Store, StoreError};
+use crewlet_store::{DiaryNote, Onboarded, Profile, Store, StoreError};
 use crewlet_turns::{MemoryFault, Note, Recalled, SeatMemory, TurnMemory, Vector};
 use futures::future::BoxFuture;
 use tracing::warn;
@@ -28,13 +28,6 @@ pub struct NodeMemory {
 
 fn fault(e: impl std::fmt::Display) -> MemoryFault {
     MemoryFault(e.to_string())
-}
-
-fn to_store(v: Option<Vector>) -> Option<crewlet_store::Vector> {
-    v.map(|v| crewlet_store::Vector {
-        model: v.model,
-        values: v.values,
-    })
 }
 
 impl NodeMemory {
@@ -88,7 +81,7 @@ impl SeatMemory for NodeMemory {
             turn_id: Some(note.turn_id),
             created_ms: note.at_ms,
             updated_ms: note.at_ms,
-            vector: to_store(note.vector),
+            vector: note.vector,
             change_seq: 0,
         };
         let put = self.blocking(move |s| s.put_note(&row));
@@ -107,7 +100,6 @@ impl SeatMemory for NodeMemory {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
         let seat = seat.to_owned();
-        let query = to_store(query);
         let read =
             self.blocking(move |s| s.recall_notes(&seat, query.as_ref(), max_distance, limit));
         Box::pin(async move {
@@ -131,11 +123,7 @@ impl SeatMemory for NodeMemory {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<Recalled>, MemoryFault>> {
         let seat = seat.to_owned();
-        let query = to_store(Some(query));
-        let read = self.blocking(move |s| match &query {
-            Some(q) => s.recall_episodes(&seat, q, max_distance, limit),
-            None => Ok(Vec::new()),
-        });
+        let read = self.blocking(move |s| s.recall_episodes(&seat, &query, max_distance, limit));
         Box::pin(async move {
             Ok(read
                 .await?
@@ -174,29 +162,12 @@ impl SeatMemory for NodeMemory {
 
     fn ended(&self, seat: &str, turn: TurnMemory) -> BoxFuture<'_, Result<(), MemoryFault>> {
         let seat = seat.to_owned();
-        let e = turn.episode;
-        let at = e.ended_ms;
-        let episode = Episode {
-            seat: seat.clone(),
-            turn_id: e.turn_id.clone(),
-            conversation: e.conversation,
-            trigger: e.trigger,
-            asked_by: e.asked_by,
-            tools: e.tools,
-            reply: e.reply,
-            outcome: e.outcome,
-            input_tokens: e.input_tokens,
-            output_tokens: e.output_tokens,
-            summary: e.summary,
-            ended_ms: at,
-            updated_ms: at,
-            vector: to_store(e.vector),
-            change_seq: 0,
-        };
+        let episode = turn.episode;
+        let at = episode.ended_ms;
         let met = turn.met;
         let marker = turn.onboarded.then(|| Onboarded {
             seat: seat.clone(),
-            turn_id: e.turn_id,
+            turn_id: episode.turn_id.clone(),
             onboarded_ms: at,
             updated_ms: at,
             change_seq: 0,
