@@ -8,7 +8,7 @@ use crate::common;
 
 use std::time::Duration;
 
-use common::{Node, js, raw, tokens, until};
+use common::{Node, js, raw, recreate_log, tokens, until};
 use crewlet_statelog::usage::Usage;
 use crewlet_statelog::{Domain, DomainState, Record, ensure_stream};
 use crewlet_testkit::NatsServer;
@@ -222,8 +222,7 @@ async fn a_log_restored_from_an_older_copy_stops_the_domain_even_unrecognised() 
     };
 
     // The older copy holds two records: it ends below the position.
-    js.delete_stream(Usage.stream()).await.unwrap();
-    ensure_stream(&js, &Usage, 1).await.unwrap();
+    recreate_log(&js).await;
     for i in 0..2 {
         let o = tokens("n1", &format!("old{i}"), 9);
         crewlet_statelog::append(&js, &o.subject(), &o.record())
@@ -249,8 +248,7 @@ async fn a_log_restored_from_an_older_copy_stops_the_domain_even_unrecognised() 
     // Another node, same story but the copy reaches past its position:
     // another record sits at the checkpoint.
     let other = Node::new();
-    js.delete_stream(Usage.stream()).await.unwrap();
-    ensure_stream(&js, &Usage, 1).await.unwrap();
+    recreate_log(&js).await;
     let first = other.applier(&js, "n2", None, None);
     for i in 0..3 {
         let o = tokens("n2", &format!("a{i}"), 1);
@@ -260,8 +258,7 @@ async fn a_log_restored_from_an_older_copy_stops_the_domain_even_unrecognised() 
     }
     until(&first, "applied", |s| s.position >= last).await;
     first.stop().await;
-    js.delete_stream(Usage.stream()).await.unwrap();
-    ensure_stream(&js, &Usage, 1).await.unwrap();
+    recreate_log(&js).await;
     for i in 0..5 {
         let o = tokens("n2", &format!("b{i}"), 2);
         crewlet_statelog::append(&js, &o.subject(), &o.record())

@@ -11,7 +11,7 @@ use async_nats::jetstream;
 use crewlet_coord::{Coord, CoordOptions, Owner};
 use crewlet_statelog::snapshot::{self, Adopter, Donor};
 use crewlet_statelog::usage::{TokensObject, Usage, UsageObject};
-use crewlet_statelog::{Applier, ApplierParts, DomainStatus, Estate, Local, PositionBook};
+use crewlet_statelog::{Applier, ApplierParts, Domain, DomainStatus, Estate, Local, PositionBook};
 
 pub struct Node {
     pub dir: tempfile::TempDir,
@@ -114,6 +114,34 @@ pub async fn raw(js: &jetstream::Context, subject: &str, bytes: Vec<u8>) -> u64 
         .await
         .unwrap()
         .sequence
+}
+
+/// Deletes the usage log and makes it again, empty: the test's "broker
+/// restored from an older copy". A log made again at once after its delete
+/// was answered can come back holding the deleted one's records (seen
+/// here with the file store: the new log showed the old three), so it
+/// deletes and makes it again until the new one is empty (bounded: 10 s).
+pub async fn recreate_log(js: &jetstream::Context) -> jetstream::stream::Stream {
+    let name = Usage.stream();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = js.delete_stream(name).await;
+        if js.get_stream(name).await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        } else {
+            let mut stream = crewlet_statelog::ensure_stream(js, &Usage, 1)
+                .await
+                .unwrap();
+            let state = stream.info().await.unwrap().state.clone();
+            if state.messages == 0 && state.last_sequence == 0 {
+                return stream;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{name} not made again empty within 10 s"
+        );
+    }
 }
 
 /// Waits (up to 20 s) until the applier's status satisfies `cond`.
