@@ -5,10 +5,14 @@
 
 use std::time::Duration;
 
+use crewlet_testkit::NatsServer;
 use crewlet_testkit::openai::{Reply, ScriptedOpenAi};
 use serde_json::{Value, json};
 
-use crate::turns::{KEYS, OPENAI_COMPANY, World, outcomes, post, start, submit, verdict};
+use crate::common;
+use crate::turns::{
+    KEYS, OPENAI_COMPANY, World, outcomes, post, start, start_with, submit, verdict,
+};
 
 /// Waits for the node to die at its crash point.
 fn died(w: &mut World) {
@@ -68,26 +72,47 @@ fn a_reply_cut_off_by_a_crash_is_posted_exactly_once_after_the_restart() {
 /// w1's turn posts; w2 of the same thread arrives while it runs; the node
 /// dies before the turn is recorded done. After the restart w1 and w2 run as
 /// one new turn: w1's reply is not posted again, w2 gets its own.
+///
+/// w2 reaches the seat while w1's model call is held (the gate), so the dead
+/// holder got the two apart; they come back to the next one as one batch
+/// because one conversation's wakes lapse together (`crewlet_seats`'
+/// progress rule). The broker is an outside one that lives through the
+/// node's death: an embedded broker dies with its node, and whether its
+/// store had w2's delivery written by then is its own timing — w2 came back
+/// at once when it had not, alone, a turn before w1.
 #[test]
 fn a_reply_posted_before_a_crash_is_not_posted_again_when_its_trigger_is_batched_anew() {
     let ai = ScriptedOpenAi::start();
+    let broker = NatsServer::start();
     let crash: Vec<(&str, &str)> = KEYS
         .iter()
         .copied()
         .chain([("CREWLET_TEST_CRASH_AT", "reply.after_reply")])
         .collect();
-    let mut w = start(OPENAI_COMPANY, Some(&ai), &crash);
-    // A slow first model call: w2 arrives while w1's turn is in it.
+    let on_broker = format!("[stream]\nurl = \"{}\"\n", broker.url());
+    let mut w = start_with(OPENAI_COMPANY, Some(&ai), &crash, &on_broker);
+    // The first model call lasts until w2 waits behind its turn.
+    let gate = ai.gate();
     ai.reply(
         "exec-a",
-        Reply::Delayed(
-            Duration::from_secs(3),
+        Reply::Held(
+            gate.clone(),
             Box::new(post("C1", "17.1", "Yes, the build is green.")),
         ),
     );
     w.mention("ada", "Ev1", "C1", "17.1", "<@ada> is the build green?");
     w.wait_events("turn_started", 1);
     w.mention("ada", "Ev2", "C1", "17.1", "<@ada> and does it deploy?");
+    let behind = "a wake waits for its conversation's running turn";
+    assert!(
+        common::eventually(Duration::from_secs(30), || w
+            .node
+            .log_text()
+            .contains(behind)),
+        "w2 never waited behind w1's turn: {}",
+        w.node.log_text()
+    );
+    gate.open();
     died(&mut w);
     assert_eq!(texts(&w.posts()), ["Yes, the build is green."]);
 

@@ -36,6 +36,7 @@ mod mailbox;
 mod park;
 pub mod pauses;
 pub mod placement;
+mod progress;
 mod seat;
 mod sweep;
 mod tick;

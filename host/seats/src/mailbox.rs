@@ -22,7 +22,9 @@
 //!   all under the node-wide turn limit.
 //! - A wake waiting for its turn, and every wake of a running turn, gets an
 //!   in-progress ack at half the consumer's ack wait, so a long turn is not
-//!   delivered a second time to somebody else.
+//!   delivered a second time to somebody else; one conversation's wakes
+//!   lapse together ([`crate::progress`]), so a dead holder's thread comes
+//!   back to the next one as one batch.
 //! - The verdict settles every wake of the turn: done → ack (confirmed by
 //!   the server), retry → nak with delay, poison → term, park → nak, and
 //!   the seat's park gate shuts ([`crate::park`]): nothing is fetched or
@@ -52,6 +54,7 @@ use tracing::{debug, info, warn};
 
 use crate::host::{Batch, SeatHost, SeatSpec, TurnVerdict};
 use crate::park::ParkGate;
+use crate::progress::{self, Clock};
 
 /// Most wakes one turn takes; the rest wait for the next turn of the
 /// same conversation.
@@ -117,7 +120,7 @@ struct Conv {
 struct Mailbox<H: SeatHost> {
     ctx: Arc<SeatCtx<H>>,
     pace: Pace,
-    progress_every: Duration,
+    progress: Clock,
     convs: HashMap<ConvKey, Conv>,
     turns: JoinSet<Ended>,
     /// The messages of each running turn, to hand back if it is cancelled.
@@ -144,7 +147,7 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut mb = Mailbox {
         ctx,
         pace,
-        progress_every: (ack_wait / 2).max(Duration::from_millis(50)),
+        progress: Clock::new(ack_wait),
         convs: HashMap::new(),
         turns: JoinSet::new(),
         running: HashMap::new(),
@@ -167,9 +170,7 @@ pub(crate) async fn serve<H: SeatHost>(
     let mut admission = mb.ctx.admission.clone();
     let mut pauses = mb.ctx.pauses.clone();
     let mut company = mb.ctx.active.subscribe();
-    let mut progress =
-        tokio::time::interval_at(Instant::now() + mb.progress_every, mb.progress_every);
-    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut progress = mb.progress.ticks();
     loop {
         let admitting = !detaching
             && state.borrow().admits == Admits::Yes
@@ -388,7 +389,7 @@ impl<H: SeatHost> Mailbox<H> {
             Some(c) => (ConvKey::Thread(c.clone()), self.pace.batch_window),
             None => (ConvKey::Lone(seq), Duration::ZERO),
         };
-        let conv = self.convs.entry(key).or_default();
+        let conv = self.convs.entry(key.clone()).or_default();
         if let Some(w) = conv.queue.iter_mut().find(|w| w.seq == seq) {
             // Delivered again while still waiting: answer on the newer delivery.
             w.msg = msg;
@@ -397,6 +398,14 @@ impl<H: SeatHost> Mailbox<H> {
         conv.queue.push(Waiting { msg, wake, seq });
         if conv.due.is_none() {
             conv.due = Some(Instant::now() + window);
+        }
+        let (behind_a_turn, joined) = (conv.running, conv.queue.len() > 1);
+        if let (true, ConvKey::Thread(conversation)) = (behind_a_turn, &key) {
+            info!(subsystem = "seats", seat = %self.handle(), seq, %conversation,
+                "a wake waits for its conversation's running turn");
+        }
+        if behind_a_turn || joined {
+            self.align(&key).await;
         }
     }
 
@@ -432,7 +441,7 @@ impl<H: SeatHost> Mailbox<H> {
                 conversation,
                 msgs.clone(),
                 wakes,
-                self.progress_every,
+                self.progress,
                 self.pace.retry_without_company,
             );
             let id = self.turns.spawn(turn).id();
@@ -514,14 +523,29 @@ impl<H: SeatHost> Mailbox<H> {
     }
 
     async fn progress_waiting(&self) {
-        for conv in self.convs.values() {
-            for w in &conv.queue {
-                if let Err(e) = w.msg.ack_with(AckKind::Progress).await {
-                    debug!(subsystem = "seats", seat = %self.handle(), error = %e,
-                        "in-progress ack not sent");
-                }
-            }
-        }
+        let waiting: Vec<&Message> = self
+            .convs
+            .values()
+            .flat_map(|c| c.queue.iter().map(|w| &w.msg))
+            .collect();
+        progress::refresh(&waiting).await;
+    }
+
+    /// Refreshes every wake `key` holds, waiting or running, so they lapse
+    /// together.
+    async fn align(&self, key: &ConvKey) {
+        let waiting = self
+            .convs
+            .get(key)
+            .into_iter()
+            .flat_map(|c| c.queue.iter().map(|w| &w.msg));
+        let running = self
+            .running
+            .values()
+            .filter(|(k, _)| k == key)
+            .flat_map(|(_, msgs)| msgs.iter());
+        let held: Vec<&Message> = waiting.chain(running).collect();
+        progress::refresh(&held).await;
     }
 
     async fn detach(mut self) {
@@ -576,7 +600,7 @@ async fn run_turn<H: SeatHost>(
     conversation: Option<String>,
     msgs: Vec<Message>,
     wakes: Vec<Wake>,
-    progress_every: Duration,
+    progress: Clock,
     retry_without_company: Duration,
 ) -> Ended {
     let mut under = None;
@@ -618,7 +642,7 @@ async fn run_turn<H: SeatHost>(
     };
     let verdict = tokio::select! {
         v = work => v,
-        never = keep_in_progress(&msgs, progress_every) => match never {},
+        never = progress::keep(&msgs, progress) => match never {},
     };
     let park = match &verdict {
         TurnVerdict::Park { after, need, .. } => Some((*after, *need)),
@@ -649,16 +673,6 @@ struct Ended {
     park: Option<(Duration, u64)>,
     /// The company it ran under (none: it never started).
     under: Option<Active>,
-}
-
-/// Sends in-progress acks for `msgs` every `every`, for ever.
-async fn keep_in_progress(msgs: &[Message], every: Duration) -> std::convert::Infallible {
-    loop {
-        tokio::time::sleep(every).await;
-        for m in msgs {
-            let _ = m.ack_with(AckKind::Progress).await;
-        }
-    }
 }
 
 async fn settle(handle: &str, msgs: &[Message], verdict: TurnVerdict) -> Option<Duration> {

@@ -48,6 +48,9 @@ pub enum Reply {
     /// This reply, after a wait: a slow model, so a test can act while a
     /// turn is in its model call.
     Delayed(std::time::Duration, Box<Reply>),
+    /// This reply once the test opens the gate: a model call that lasts
+    /// exactly until the test has seen what it waits for.
+    Held(Gate, Box<Reply>),
     /// This reply, its usage reported as these token counts whatever was
     /// sent: a vendor whose tokenizer counts more than the client's
     /// estimate, or that bills past the request's `max_tokens`.
@@ -56,6 +59,30 @@ pub enum Reply {
         output: u64,
         reply: Box<Reply>,
     },
+}
+
+/// Holds a [`Reply::Held`] answer until [`Gate::open`]; open stays open.
+/// Made by [`ScriptedOpenAi::gate`], which opens it when dropped, so a test
+/// that fails before opening it does not leave the server waiting.
+#[derive(Debug, Clone)]
+pub struct Gate(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Gate {
+    /// Lets every reply held at this gate go, now and later.
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    async fn passed(&self) {
+        // The sender lives in `self`, so the wait ends only when opened.
+        let _ = self.0.subscribe().wait_for(|open| *open).await;
+    }
+}
+
+impl PartialEq for Gate {
+    fn eq(&self, other: &Gate) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Reply {
@@ -116,6 +143,7 @@ pub struct SeenRequest {
 struct Shared {
     queues: Mutex<HashMap<String, VecDeque<Reply>>>,
     seen: Mutex<Vec<SeenRequest>>,
+    gates: Mutex<Vec<Gate>>,
 }
 
 /// The running server; dropping it stops the server.
@@ -179,6 +207,13 @@ impl ScriptedOpenAi {
         self.addr.port()
     }
 
+    /// A shut gate for [`Reply::Held`].
+    pub fn gate(&self) -> Gate {
+        let gate = Gate(Arc::new(tokio::sync::watch::channel(false).0));
+        self.shared.gates.lock().expect("gates").push(gate.clone());
+        gate
+    }
+
     /// Queues `reply` as the next answer for `model`.
     pub fn reply(&self, model: &str, reply: Reply) {
         self.shared
@@ -221,6 +256,9 @@ impl ScriptedOpenAi {
 
 impl Drop for ScriptedOpenAi {
     fn drop(&mut self) {
+        for gate in self.shared.gates.lock().expect("gates").iter() {
+            gate.open();
+        }
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -296,6 +334,10 @@ async fn take(
         match reply {
             Some(Reply::Delayed(wait, inner)) => {
                 tokio::time::sleep(wait).await;
+                reply = Some(*inner);
+            }
+            Some(Reply::Held(gate, inner)) => {
+                gate.passed().await;
                 reply = Some(*inner);
             }
             Some(Reply::Billed {
@@ -377,7 +419,7 @@ async fn completions(
         Err(answer) => return *answer,
     };
     let (message, finish, answer_chars) = match reply {
-        Reply::Status { .. } | Reply::Delayed(..) | Reply::Billed { .. } => {
+        Reply::Status { .. } | Reply::Delayed(..) | Reply::Held(..) | Reply::Billed { .. } => {
             unreachable!("answered or unwrapped above")
         }
         Reply::Vectors(_) => {
