@@ -171,6 +171,27 @@ ada = {{ role = "r" }}
         Some(floor_http),
     );
     node.stop();
+    // Part of wake → first request: the memory the turn fetches before its
+    // first call (each turn's `prefetch` event says how long it took).
+    let store = crewlet_store::Store::open_in(&dir.path().join("data")).unwrap();
+    let prefetch: Vec<Duration> = store
+        .events(&crewlet_store::EventQuery {
+            kind: Some("prefetch".into()),
+            limit: 1_000,
+            ..Default::default()
+        })
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.payload["us"].as_u64())
+        .map(Duration::from_micros)
+        .collect();
+    if !prefetch.is_empty() {
+        row(
+            "  of which the turn's memory prefetch",
+            percentiles(prefetch),
+            None,
+        );
+    }
 }
 
 fn seat_taking(rt: &tokio::runtime::Runtime, seats: usize, mcp: bool) {

@@ -12,8 +12,9 @@
 //! recreated or restored underneath the node stops the domain for good
 //! (recorded in `statelog_diverged`, so a restart stays stopped), because
 //! applying another history on top of these rows is a fork nobody sees.
-//! A record this build cannot decode is kept in `statelog_ops_lost` and
-//! stepped over, never applied half (a savepoint per record).
+//! The reader also decodes each record into the domain's change, so the
+//! committer only writes; a record this build cannot decode is kept in
+//! `statelog_ops_lost` and stepped over, nothing of it written.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,11 +28,11 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::domain::{ApplyError, Domain};
+use crate::domain::{Change, Domain};
 use crate::estate::{Cursor, Estate};
 use crate::local::{Diverged, Local};
 use crate::positions::PositionBook;
-use crate::record::{BARRIER_KIND, Record, Undecodable};
+use crate::record::{BARRIER_KIND, Incoming, Record, Undecodable, op_floor};
 use crate::snapshot::Adopter;
 use crate::{EstateError, ensure_stream};
 
@@ -40,7 +41,7 @@ use crate::{EstateError, ensure_stream};
 /// publishes its position.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// The most records one transaction applies.
-const BATCH: usize = 1024;
+const BATCH: usize = 8192;
 
 /// What the node needs to run one domain's applier.
 pub struct ApplierParts {
@@ -381,9 +382,35 @@ async fn judge_checkpoint(
 struct Arrived {
     seq: u64,
     ns: i64,
-    subject: String,
+    subject: async_nats::Subject,
     payload: bytes::Bytes,
-    record: Result<Record, Undecodable>,
+    read: Read,
+}
+
+/// What a record is, as the reader decoded it.
+enum Read {
+    Barrier,
+    Change { op: String, change: Box<dyn Change> },
+    Undecodable(Undecodable),
+}
+
+impl Read {
+    fn of(domain: &dyn Domain, payload: bytes::Bytes) -> Read {
+        let record = match Incoming::decode(payload) {
+            Ok(r) => r,
+            Err(u) => return Read::Undecodable(u),
+        };
+        if record.kind == BARRIER_KIND {
+            return Read::Barrier;
+        }
+        match domain.decode(&record) {
+            Ok(change) => Read::Change {
+                op: record.op,
+                change,
+            },
+            Err(u) => Read::Undecodable(u),
+        }
+    }
 }
 
 /// A batch's commit on a blocking thread: the new cursor and how many
@@ -502,13 +529,12 @@ async fn pass_inner(
                     })?;
                     reset |= info.consumer_sequence != delivered + 1;
                     delivered = info.consumer_sequence;
-                    let record = Record::decode(&m.payload);
                     next.push(Arrived {
                         seq: info.stream_sequence,
                         ns: info.published.unix_timestamp_nanos() as i64,
-                        subject: m.subject.to_string(),
+                        subject: m.subject.clone(),
                         payload: m.payload.clone(),
-                        record,
+                        read: Read::of(parts.domain.as_ref(), m.payload.clone()),
                     });
                 }
                 // The reader was made again (its delivery count restarted):
@@ -592,6 +618,10 @@ fn apply(
     estate.write(|tx| {
         let mut at = cursor;
         let mut lost = 0;
+        let mut ledger = tx.prepare_cached(
+            "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
+             VALUES (?1, ?2, ?3, ?4)",
+        )?;
         for a in batch {
             if a.seq <= at.position {
                 continue;
@@ -600,49 +630,21 @@ fn apply(
                 tx.execute(
                     "INSERT OR IGNORE INTO statelog_ops_lost (domain, position, subject, reason, record)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![name, a.seq as i64, a.subject, reason, &a.payload[..]],
+                    params![name, a.seq as i64, a.subject.as_str(), reason, &a.payload[..]],
                 )
             };
-            match &a.record {
-                Err(u) => {
+            match &a.read {
+                Read::Undecodable(u) => {
                     kept(tx, &u.0)?;
                     lost += 1;
                 }
-                Ok(r) if r.kind == BARRIER_KIND => {}
-                Ok(r) => {
+                Read::Barrier => {}
+                Read::Change { op, change } => {
                     // The ledger row first: a retried operation's insert
                     // is ignored, and the record is stepped over.
-                    let fresh = tx
-                        .prepare_cached(
-                            "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
-                             VALUES (?1, ?2, ?3, ?4)",
-                        )?
-                        .execute(params![name, r.op, a.seq as i64, now])?
-                        == 1;
+                    let fresh = ledger.execute(params![name, op, a.seq as i64, now])? == 1;
                     if fresh {
-                        let guarded = !domain.apply_is_atomic();
-                        if guarded {
-                            tx.prepare_cached("SAVEPOINT record")?.execute([])?;
-                        }
-                        match domain.apply(tx, r) {
-                            Ok(()) if guarded => {
-                                tx.prepare_cached("RELEASE record")?.execute([])?;
-                            }
-                            Ok(()) => {}
-                            Err(ApplyError::Undecodable(u)) => {
-                                if guarded {
-                                    tx.prepare_cached("ROLLBACK TO record")?.execute([])?;
-                                    tx.prepare_cached("RELEASE record")?.execute([])?;
-                                }
-                                tx.prepare_cached(
-                                    "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id = ?2",
-                                )?
-                                .execute(params![name, r.op])?;
-                                kept(tx, &u.0)?;
-                                lost += 1;
-                            }
-                            Err(ApplyError::Sqlite(e)) => return Err(e.into()),
-                        }
+                        change.write(tx)?;
                     }
                 }
             }
@@ -659,11 +661,59 @@ fn apply(
             domain.age_out(tx, now)?;
             if let Some(age) = domain.max_age() {
                 tx.execute(
-                    "DELETE FROM statelog_ops WHERE domain = ?1 AND applied_ms < ?2",
-                    params![name, now - age.as_millis() as i64],
+                    "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id < ?2",
+                    params![name, op_floor(now - age.as_millis() as i64)],
                 )?;
             }
         }
         Ok((at, lost))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usage::Usage;
+
+    #[test]
+    fn the_ledger_ages_out_operations_made_before_the_horizon_by_their_ids() {
+        let dir = tempfile::tempdir().unwrap();
+        let estate = Estate::open_in(dir.path()).unwrap();
+        let now = crewlet_os::now_ms();
+        let day = 24 * 3600 * 1000;
+        let horizon = Usage.max_age().unwrap().as_millis() as i64;
+        // An id made just after `ms`: its floor with a later random part.
+        let made_at = |ms: i64| op_floor(ms).replacen("-0000-0000-", "-7abc-8def-", 1);
+        let (old, kept) = (made_at(now - horizon - day), made_at(now - horizon + day));
+        estate
+            .write(|tx| {
+                for (op, position) in [(&old, 1), (&kept, 2)] {
+                    tx.execute(
+                        "INSERT INTO statelog_ops (domain, op_id, position, applied_ms) VALUES ('usage', ?1, ?2, 0)",
+                        params![op, position],
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        let barrier = Arrived {
+            seq: 3,
+            ns: 1,
+            subject: async_nats::Subject::from_static("crewlet.usage.log.barrier"),
+            payload: bytes::Bytes::new(),
+            read: Read::Barrier,
+        };
+        let (at, lost) = apply(&estate, &Usage, Cursor::default(), &[barrier], true).unwrap();
+        assert_eq!((at.position, lost), (3, 0));
+        let ops: Vec<String> = estate
+            .reader()
+            .unwrap()
+            .prepare("SELECT op_id FROM statelog_ops ORDER BY position")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(ops, [kept]);
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-use crate::record::{Record, Undecodable};
+use crate::record::{Incoming, Undecodable};
 
 /// What the applier needs to know of a domain.
 pub trait Domain: Send + Sync + 'static {
@@ -21,27 +21,19 @@ pub trait Domain: Send + Sync + 'static {
     fn compacted(&self) -> bool;
     /// The stream's age, if any (a horizon the applier also ages rows at).
     fn max_age(&self) -> Option<Duration>;
-    /// Applies one decoded record inside the applier's transaction. `Err`
-    /// with [`Undecodable`] when the body is not one this build knows (the
-    /// applier rolls the record back and keeps it); a database error is
-    /// the caller's to retry.
-    fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError>;
-    /// True when [`Domain::apply`] writes with one statement and refuses
-    /// an undecodable body before writing anything, so the applier needs
-    /// no savepoint around it to never apply a record half.
-    fn apply_is_atomic(&self) -> bool {
-        false
-    }
+    /// Reads one record as this domain's change — on the reader's side,
+    /// while the batch before commits, so the committer only writes.
+    /// `Err` when the body is not one this build knows: the applier keeps
+    /// the record and writes nothing of it.
+    fn decode(&self, record: &Incoming) -> Result<Box<dyn Change>, Undecodable>;
     /// Removes rows past the domain's horizon (`now_ms` on the wall clock);
     /// run by the applier, inside its transaction.
     fn age_out(&self, tx: &Connection, now_ms: i64) -> rusqlite::Result<()>;
 }
 
-/// Why one record was not applied.
-#[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
-    #[error(transparent)]
-    Undecodable(#[from] Undecodable),
-    #[error("the estate refused the write: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+/// One record's effect on the estate, decoded and ready to write inside
+/// the applier's transaction. A failed write is the estate's (the batch is
+/// retried whole); nothing about the record is left to refuse by then.
+pub trait Change: Send + Sync {
+    fn write(&self, tx: &Connection) -> rusqlite::Result<()>;
 }

@@ -8,21 +8,26 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 
 use crate::EstateError;
+use crate::checkpoint::Checkpointer;
 use crate::db;
 
 /// The estate's file name, in the node's data dir.
 pub const ESTATE_FILE: &str = "replicated.sqlite3";
 /// The estate's scripts, in order (`db` runs those a file has not run).
-const SCHEMA: [&str; 2] = [
+const SCHEMA: [&str; 3] = [
     include_str!("../migrations/estate.sql"),
     include_str!("../migrations/usage2_slot.sql"),
+    include_str!("../migrations/v3_day_first.sql"),
 ];
+
+/// The writer's page cache, KiB.
+const WRITER_CACHE_KIB: i64 = 64 * 1024;
 
 /// Where the estate stands on each domain's log: domain → position.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +52,27 @@ pub struct Cursor {
 pub struct Estate {
     path: PathBuf,
     writer: Mutex<Connection>,
+    /// Held for writing while the file is replaced ([`Estate::install`]).
+    file: Arc<RwLock<()>>,
+    checkpoints: Checkpointer,
+}
+
+/// The writer's connection: the schema run, its checkpoints left to the
+/// estate's own thread ([`crate::checkpoint`]), and a page cache a batch
+/// fits in — the applier's batches touch rows all over the usage tables
+/// (one object per seat and day), and with SQLite's 2 MiB default each
+/// page evicted was read back from the WAL.
+fn open_writer(path: &Path) -> Result<Connection, EstateError> {
+    let conn = db::open_rw(path, &SCHEMA)?;
+    let err = |source| EstateError::Open {
+        path: path.display().to_string(),
+        source,
+    };
+    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)
+        .map_err(err)?;
+    conn.pragma_update(None, "wal_autocheckpoint", 0)
+        .map_err(err)?;
+    Ok(conn)
 }
 
 impl Estate {
@@ -57,10 +83,12 @@ impl Estate {
 
     /// Opens the estate at `path`.
     pub fn open(path: &Path) -> Result<Estate, EstateError> {
-        let conn = db::open_rw(path, &SCHEMA)?;
+        let file = Arc::new(RwLock::new(()));
         Ok(Estate {
             path: path.to_path_buf(),
-            writer: Mutex::new(conn),
+            writer: Mutex::new(open_writer(path)?),
+            checkpoints: Checkpointer::start(path.to_path_buf(), file.clone()),
+            file,
         })
     }
 
@@ -122,6 +150,7 @@ impl Estate {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let out = f(&tx)?;
         tx.commit()?;
+        self.checkpoints.ask();
         Ok(out)
     }
 
@@ -130,6 +159,7 @@ impl Estate {
     /// WAL moved aside, `from` renamed in, the writer opened again.
     pub(crate) fn install(&self, from: &Path) -> Result<Positions, EstateError> {
         let mut conn = self.lock();
+        let _file = self.file.write().unwrap_or_else(PoisonError::into_inner);
         let placeholder = Connection::open_in_memory()?;
         let old = std::mem::replace(&mut *conn, placeholder);
         old.close().map_err(|(_, e)| e)?;
@@ -146,7 +176,7 @@ impl Estate {
             path: self.path.display().to_string(),
             source: e,
         })?;
-        *conn = db::open_rw(&self.path, &SCHEMA)?;
+        *conn = open_writer(&self.path)?;
         positions_in(&conn)
     }
 }
@@ -242,7 +272,7 @@ mod tests {
     use crate::usage::UsageQuery;
 
     #[test]
-    fn an_estate_of_the_first_version_keeps_its_tokens_with_the_slot_unknown() {
+    fn an_estate_of_the_first_version_keeps_its_rows_with_the_slot_unknown_keyed_day_first() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(ESTATE_FILE);
         {
@@ -250,6 +280,16 @@ mod tests {
             conn.execute_batch(SCHEMA[0]).unwrap();
             conn.execute(
                 "INSERT INTO usage_tokens VALUES ('n1', '2026-12-06', 'ada', 'eng', 'executor', 'm1', 2, 30, 3)",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO usage_turns VALUES ('n1', '2026-12-06', 'ada', 'eng', 'delivered', 4)",
+                [],
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO usage_schedule_runs VALUES ('n1', '2026-12-06', 'daily', 'ada', 1)",
                 [],
             )
             .unwrap();
@@ -271,5 +311,38 @@ mod tests {
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
         assert_eq!(version, SCHEMA.len() as i64);
+        let conn = estate.reader().unwrap();
+        let kept: (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT turns FROM usage_turns WHERE day = '2026-12-06' AND seat = 'ada'),
+                        (SELECT fires FROM usage_schedule_runs WHERE day = '2026-12-06')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(kept, (4, 1));
+        let indexes: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND (name LIKE 'usage_%' OR name = 'statelog_ops_applied')")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(
+            indexes,
+            Vec::<String>::new(),
+            "the day is the key's first column"
+        );
+        let plan: String = conn
+            .query_row(
+                "EXPLAIN QUERY PLAN SELECT sum(calls) FROM usage_tokens WHERE day BETWEEN '2026-12-01' AND '2026-12-07'",
+                [],
+                |r| r.get(3),
+            )
+            .unwrap();
+        assert!(
+            plan.contains("SEARCH usage_tokens USING PRIMARY KEY"),
+            "{plan}"
+        );
     }
 }

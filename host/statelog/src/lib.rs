@@ -19,6 +19,7 @@
 
 pub mod applier;
 pub mod backup;
+mod checkpoint;
 mod db;
 mod domain;
 mod estate;
@@ -32,11 +33,11 @@ pub mod usage;
 use async_nats::jetstream;
 
 pub use applier::{Applier, ApplierParts, DomainState, DomainStatus};
-pub use domain::{ApplyError, Domain};
+pub use domain::{Change, Domain};
 pub use estate::{Cursor, ESTATE_FILE, Estate, Positions};
 pub use local::{Diverged, LOCAL_FILE, Local};
 pub use positions::{Eviction, PositionBook};
-pub use record::{BARRIER_KIND, RECORD_VERSION, Record, Undecodable};
+pub use record::{BARRIER_KIND, Incoming, RECORD_VERSION, Record, Undecodable, op_floor};
 
 /// Why the estate or the node's observations file could not be read or
 /// written (the node's disk, or a file from a newer build).

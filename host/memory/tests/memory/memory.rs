@@ -14,26 +14,16 @@ use crewlet_memory::{
 use crewlet_store::{DiaryNote, Episode, Onboarded, Profile, Said, SessionRow, Store, Vector};
 use crewlet_testkit::NatsServer;
 
+use crate::common::{self, store};
+
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
-    let client = async_nats::connect(server.url()).await.unwrap();
-    let js = jetstream::new(client);
-    crewlet_stream::streams::ensure_streams(&js, 1)
+    common::changelog(server)
         .await
-        .unwrap();
-    Memory::open(js)
-        .await
-        .unwrap()
         .with(Sessions(store.clone()))
         .with(Diary(store.clone()))
         .with(Episodes(store.clone()))
         .with(Profiles(store.clone()))
         .with(Onboarding(store.clone()))
-}
-
-pub(crate) fn store() -> (tempfile::TempDir, Arc<Store>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_in(dir.path()).unwrap());
-    (dir, store)
 }
 
 fn said(text: &str) -> Said {

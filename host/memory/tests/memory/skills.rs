@@ -10,28 +10,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
 use crewlet_memory::{Changelog, Memory, ReflectionMarks, SkillVersions, Skills, Tail};
 use crewlet_store::{Learned, Origin, ReflectionMark, Store};
 use crewlet_testkit::NatsServer;
 
+use crate::common::{self, store};
+
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
-    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    crewlet_stream::streams::ensure_streams(&js, 1)
+    common::changelog(server)
         .await
-        .unwrap();
-    Memory::open(js)
-        .await
-        .unwrap()
         .with(Skills(store.clone()))
         .with(SkillVersions(store.clone()))
         .with(ReflectionMarks(store.clone()))
-}
-
-fn store() -> (tempfile::TempDir, Arc<Store>) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Store::open_in(dir.path()).unwrap());
-    (dir, store)
 }
 
 #[tokio::test]

@@ -6,19 +6,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream;
 use crewlet_memory::{Changelog, Diary, Memory, MemoryError, ViewError, memory_tables, view};
 use crewlet_store::{DiaryNote, Store};
 use crewlet_testkit::NatsServer;
 
-use crate::memory::store;
+use crate::common::{self, store};
 
 async fn memory(server: &NatsServer, store: &Arc<Store>) -> Memory {
-    let js = jetstream::new(async_nats::connect(server.url()).await.unwrap());
-    crewlet_stream::streams::ensure_streams(&js, 1)
-        .await
-        .unwrap();
-    memory_tables(Memory::open(js).await.unwrap(), store)
+    memory_tables(common::changelog(server).await, store)
 }
 
 #[tokio::test]

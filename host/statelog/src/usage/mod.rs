@@ -19,8 +19,8 @@ use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{ApplyError, Domain};
-use crate::record::{Record, Undecodable};
+use crate::domain::{Change, Domain};
+use crate::record::{Incoming, Record, Undecodable};
 
 pub use publish::{UsagePublisher, published};
 pub use query::{By, Period, UsageQuery, UsageRow};
@@ -116,11 +116,11 @@ impl UsageObject {
     }
 
     /// The object a record carries (the reverse of [`UsageObject::record`]).
-    pub fn from_record(record: &Record) -> Result<UsageObject, Undecodable> {
+    pub fn from_record(record: &Incoming) -> Result<UsageObject, Undecodable> {
         Ok(match record.kind.as_str() {
-            "tokens" => UsageObject::Tokens(body(record)?),
-            "turns" => UsageObject::Turns(body(record)?),
-            "schedule_runs" => UsageObject::Schedule(body(record)?),
+            "tokens" => UsageObject::Tokens(record.body()?),
+            "turns" => UsageObject::Turns(record.body()?),
+            "schedule_runs" => UsageObject::Schedule(record.body()?),
             other => {
                 return Err(Undecodable(format!(
                     "usage record kind `{other}` is unknown to this build: upgrade this node"
@@ -141,17 +141,63 @@ impl UsageObject {
     }
 }
 
+/// Each object is one row, its whole value replacing the one before.
+impl Change for UsageObject {
+    fn write(&self, tx: &Connection) -> rusqlite::Result<()> {
+        match self {
+            UsageObject::Tokens(o) => {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_tokens
+                       (node, day, seat, role, phase, model, slot, calls, input_tokens, output_tokens)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.seat,
+                    o.role,
+                    o.phase,
+                    o.model,
+                    o.slot.as_deref().unwrap_or(""),
+                    o.calls as i64,
+                    o.input_tokens as i64,
+                    o.output_tokens as i64
+                ])?;
+            }
+            UsageObject::Turns(o) => {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_turns (node, day, seat, role, outcome, turns)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.seat,
+                    o.role,
+                    o.outcome,
+                    o.turns as i64
+                ])?;
+            }
+            UsageObject::Schedule(o) => {
+                tx.prepare_cached(
+                    "INSERT OR REPLACE INTO usage_schedule_runs (node, day, schedule, seat, fires)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )?
+                .execute(params![
+                    o.node,
+                    o.day,
+                    o.schedule,
+                    o.seat,
+                    o.fires as i64
+                ])?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The usage domain, as the applier sees it.
 pub struct Usage;
-
-fn body<T: serde::de::DeserializeOwned>(record: &Record) -> Result<T, Undecodable> {
-    T::deserialize(&record.body).map_err(|e| {
-        Undecodable(format!(
-            "a `{}` usage record of another shape: {e}",
-            record.kind
-        ))
-    })
-}
 
 impl Domain for Usage {
     fn name(&self) -> &'static str {
@@ -174,70 +220,8 @@ impl Domain for Usage {
         Some(Duration::from_secs(USAGE_DAYS as u64 * 24 * 3600))
     }
 
-    fn apply_is_atomic(&self) -> bool {
-        // Each kind decodes its body, then writes one row.
-        true
-    }
-
-    fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError> {
-        match record.kind.as_str() {
-            "tokens" => {
-                let o: TokensObject = body(record)?;
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_tokens
-                       (node, day, seat, role, phase, model, slot, calls, input_tokens, output_tokens)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.seat,
-                    o.role,
-                    o.phase,
-                    o.model,
-                    o.slot.as_deref().unwrap_or(""),
-                    o.calls as i64,
-                    o.input_tokens as i64,
-                    o.output_tokens as i64
-                ])?;
-            }
-            "turns" => {
-                let o: TurnsObject = body(record)?;
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_turns (node, day, seat, role, outcome, turns)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.seat,
-                    o.role,
-                    o.outcome,
-                    o.turns as i64
-                ])?;
-            }
-            "schedule_runs" => {
-                let o: ScheduleObject = body(record)?;
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_schedule_runs (node, day, schedule, seat, fires)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.schedule,
-                    o.seat,
-                    o.fires as i64
-                ])?;
-            }
-            other => {
-                return Err(Undecodable(format!(
-                    "usage record kind `{other}` is unknown to this build: upgrade this node"
-                ))
-                .into());
-            }
-        }
-        Ok(())
+    fn decode(&self, record: &Incoming) -> Result<Box<dyn Change>, Undecodable> {
+        Ok(Box::new(UsageObject::from_record(record)?))
     }
 
     fn age_out(&self, tx: &Connection, now_ms: i64) -> rusqlite::Result<()> {

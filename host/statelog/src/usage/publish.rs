@@ -11,7 +11,7 @@ use futures::StreamExt;
 
 use super::UsageObject;
 use crate::PublishError;
-use crate::record::Record;
+use crate::record::Incoming;
 
 /// How long reading back a node's published values may take.
 const READ_BACK: Duration = Duration::from_secs(10);
@@ -97,7 +97,8 @@ pub async fn published(
             .ok_or_else(|| failed("the reader ended".into()))?
             .map_err(|e| failed(e.to_string()))?;
         left = m.info().map_err(|e| failed(e.to_string()))?.pending;
-        let Ok(object) = Record::decode(&m.payload).and_then(|r| UsageObject::from_record(&r))
+        let Ok(object) =
+            Incoming::decode(m.payload.clone()).and_then(|r| UsageObject::from_record(&r))
         else {
             continue;
         };

@@ -11,17 +11,50 @@ use std::time::Duration;
 
 use common::{Node, js, tokens, until};
 use crewlet_statelog::usage::Usage;
-use crewlet_statelog::{Applier, ApplierParts, ApplyError, Domain, DomainState, Record};
+use crewlet_statelog::{Applier, ApplierParts, Change, Domain, DomainState, Incoming, Undecodable};
 use crewlet_testkit::NatsServer;
 use rusqlite::Connection;
 
 /// The usage domain, whose disk fails while armed at the first record a
 /// transaction applies after it already wrote one (a batch cut mid-way).
 struct Failing {
+    disk: Arc<Disk>,
+}
+
+struct Disk {
     armed: AtomicBool,
     /// Rows the failing transaction held when it failed (its own,
     /// uncommitted view).
     held_at_failure: AtomicI64,
+}
+
+/// A usage change written through the failing disk.
+struct Cut {
+    usage: Box<dyn Change>,
+    disk: Arc<Disk>,
+}
+
+impl Change for Cut {
+    fn write(&self, tx: &Connection) -> rusqlite::Result<()> {
+        if self.disk.armed.load(Ordering::SeqCst) {
+            let held: i64 = tx.query_row("SELECT COUNT(*) FROM usage_tokens", [], |r| r.get(0))?;
+            // The cursor row is written at a batch's end: here it is the
+            // committed position.
+            let committed: i64 = tx.query_row(
+                "SELECT COALESCE(MAX(position), 0) FROM statelog_cursor",
+                [],
+                |r| r.get(0),
+            )?;
+            if held > committed {
+                self.disk.held_at_failure.store(held, Ordering::SeqCst);
+                return Err(rusqlite::Error::SqliteFailure(
+                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                    Some("the test's disk failed".into()),
+                ));
+            }
+        }
+        self.usage.write(tx)
+    }
 }
 
 impl Domain for Failing {
@@ -40,28 +73,11 @@ impl Domain for Failing {
     fn max_age(&self) -> Option<Duration> {
         Usage.max_age()
     }
-    fn apply_is_atomic(&self) -> bool {
-        Usage.apply_is_atomic()
-    }
-    fn apply(&self, tx: &Connection, record: &Record) -> Result<(), ApplyError> {
-        if self.armed.load(Ordering::SeqCst) {
-            let held: i64 = tx.query_row("SELECT COUNT(*) FROM usage_tokens", [], |r| r.get(0))?;
-            // The cursor row is written at a batch's end: here it is the
-            // committed position.
-            let committed: i64 = tx.query_row(
-                "SELECT COALESCE(MAX(position), 0) FROM statelog_cursor",
-                [],
-                |r| r.get(0),
-            )?;
-            if held > committed {
-                self.held_at_failure.store(held, Ordering::SeqCst);
-                return Err(ApplyError::Sqlite(rusqlite::Error::SqliteFailure(
-                    rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
-                    Some("the test's disk failed".into()),
-                )));
-            }
-        }
-        Usage.apply(tx, record)
+    fn decode(&self, record: &Incoming) -> Result<Box<dyn Change>, Undecodable> {
+        Ok(Box::new(Cut {
+            usage: Usage.decode(record)?,
+            disk: self.disk.clone(),
+        }))
     }
     fn age_out(&self, tx: &Connection, now_ms: i64) -> rusqlite::Result<()> {
         Usage.age_out(tx, now_ms)
@@ -96,8 +112,10 @@ async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once()
     }
     let node = Node::new();
     let domain = Arc::new(Failing {
-        armed: AtomicBool::new(true),
-        held_at_failure: AtomicI64::new(-1),
+        disk: Arc::new(Disk {
+            armed: AtomicBool::new(true),
+            held_at_failure: AtomicI64::new(-1),
+        }),
     });
     let applier = start(&node, &js, &domain);
     let s = until(&applier, "the failing batch", |s| {
@@ -110,7 +128,7 @@ async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once()
     };
     assert!(reason.contains("the test's disk failed"), "{reason}");
     let at = node.estate.cursor("usage").unwrap().position;
-    let held = domain.held_at_failure.load(Ordering::SeqCst);
+    let held = domain.disk.held_at_failure.load(Ordering::SeqCst);
     assert!(at < last, "the cut batch's position was committed ({at})");
     // The cut batch had written a row before it failed (a retry after
     // the backoff may have committed a batch of one since).
@@ -122,7 +140,7 @@ async fn a_batch_cut_mid_way_commits_none_of_it_and_the_resume_applies_it_once()
     );
     assert_eq!(node.count("SELECT COUNT(*) FROM statelog_ops"), at as i64);
 
-    domain.armed.store(false, Ordering::SeqCst);
+    domain.disk.armed.store(false, Ordering::SeqCst);
     let applier = start(&node, &js, &domain);
     until(&applier, "all applied", |s| s.position >= last).await;
     applier.stop().await;
