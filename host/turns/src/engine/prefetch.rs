@@ -192,12 +192,13 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     }
 
     /// Fetches and renders every block; records the `prefetch` event.
-    pub(super) async fn prefetch(&mut self) {
+    /// Answers the rendered text and whether this turn onboards the seat
+    /// (the caller keeps both: this runs beside the thread's read-back).
+    pub(super) async fn prefetch(&self) -> (String, bool) {
         let started = Instant::now();
         let mut text = self.roster();
         let Some(recall) = self.engine.recall.clone() else {
-            self.prefetched = text;
-            return;
+            return (text, false);
         };
         let deadline = started + self.engine.limits.prefetch_timeout;
         let trigger = self.trigger_text();
@@ -212,11 +213,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         )
         .await;
         text.push_str(&got.text);
-        if got.onboarded == Some(false) {
+        let first_turn = got.onboarded == Some(false);
+        if first_turn {
             text.push_str(&self.onboarding());
-            self.first_turn = true;
         }
-        self.prefetched = text;
         let blocks = got.blocks;
         let how = got.recall;
         let skipped: Vec<&String> = blocks
@@ -231,9 +231,10 @@ impl<B: Brain, T: Toolbox> Run<'_, B, T> {
         let us = started.elapsed().as_micros() as u64;
         self.emit(
             "prefetch",
-            json!({"turn_id": self.turn_id, "ms": ms, "us": us, "recall": how, "blocks": blocks, "bytes": self.prefetched.len()}),
+            json!({"turn_id": self.turn_id, "ms": ms, "us": us, "recall": how, "blocks": blocks, "bytes": text.len()}),
         )
         .await;
+        (text, first_turn)
     }
 }
 

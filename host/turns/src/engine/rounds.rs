@@ -38,8 +38,12 @@ enum Executed {
 
 impl<B: Brain, T: Toolbox> Run<'_, B, T> {
     pub(super) async fn iterate(&mut self) -> Result<Outcome, Stop> {
-        self.read_back().await;
-        self.prefetch().await;
+        // The thread and the recalled blocks are fetched side by side,
+        // each under its own bound.
+        let (thread, (prefetched, first_turn)) = futures::join!(self.read_back(), self.prefetch());
+        self.thread = thread;
+        self.prefetched = prefetched;
+        self.first_turn = first_turn;
         let mut conversation = vec![
             Msg::system(self.executor_prompt()),
             Msg::user(trigger::render(&self.wakes)),

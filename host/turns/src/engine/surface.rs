@@ -270,24 +270,23 @@ impl<T: Toolbox> Drop for Working<'_, T> {
 }
 
 impl<'a, B: Brain, T: Toolbox> Run<'a, B, T> {
-    /// Reads the thread the turn was woken in, for the executor's prompt;
-    /// emits `thread_read` saying what became of it.
-    pub(super) async fn read_back(&mut self) {
-        let Some(at) = place(&self.wakes).filter(|p| p.thread.is_some()) else {
-            return;
-        };
+    /// Reads the thread the turn was woken in, for the executor's prompt
+    /// (answered: the caller keeps it); emits `thread_read` saying what
+    /// became of it.
+    pub(super) async fn read_back(&self) -> Option<(Mapped, ThreadText)> {
+        let at = place(&self.wakes).filter(|p| p.thread.is_some())?;
         let Some(call) = resolve(self.tools, &self.role, READ_THREAD, |s| &s.read_thread, &at)
         else {
             self.not_offered("thread_read", "status", "a read-thread tool", at.source)
                 .await;
-            return;
+            return None;
         };
         let started = Instant::now();
         let answered = self.surface_call(&call).await;
         let ms = started.elapsed().as_millis() as u64;
         let mut event =
             json!({"turn_id": self.turn_id, "server": call.server, "tool": call.tool, "ms": ms});
-        match answered {
+        let thread = match answered {
             Ok(answer) => {
                 let read = bound(&answer);
                 event["status"] = json!("read");
@@ -295,15 +294,17 @@ impl<'a, B: Brain, T: Toolbox> Run<'a, B, T> {
                 event["kept"] = json!(read.kept);
                 event["bytes"] = json!(read.text.len());
                 event["cut"] = json!(read.cut);
-                self.thread = Some((call, read));
+                Some((call, read))
             }
             Err((status, error)) => {
                 warn!(subsystem = "turns", seat = %self.handle, turn_id = %self.turn_id, server = %call.server, tool = %call.tool, %error, "the thread could not be read back; the turn runs without it");
                 event["status"] = json!(status);
                 event["error"] = json!(error);
+                None
             }
-        }
+        };
         self.emit("thread_read", event).await;
+        thread
     }
 
     /// Raises the working indicator where the turn was woken, when a

@@ -314,6 +314,39 @@ async fn a_block_that_fails_or_hangs_is_skipped_named_and_the_turn_runs() {
     );
 }
 
+/// The thread's read-back and the recalled blocks are fetched side by
+/// side: a read and a block that each run to their 400 ms bound hold the
+/// turn's first call ~400 ms, not ~800.
+#[tokio::test]
+async fn the_thread_and_the_recalled_blocks_are_fetched_side_by_side() {
+    let doc = Doc {
+        prefetch_timeout: Duration::from_millis(400),
+        surface_timeout: Duration::from_millis(400),
+        ..Doc::default()
+    };
+    let f = with_memory(doc, Arc::new(Twin::default()), Arc::new(Hanging));
+    f.chat
+        .hang_reads
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let started = std::time::Instant::now();
+    delivered(&f, mention("d1")).await;
+    let took = started.elapsed();
+    let events = f.events().await;
+    let read = events.iter().find(|e| e.kind == "thread_read").unwrap();
+    assert_eq!(read.payload["status"], "timed_out", "{:?}", read.payload);
+    let prefetch = events.iter().find(|e| e.kind == "prefetch").unwrap();
+    assert_eq!(
+        prefetch.payload["blocks"]["skills"]["state"], "timed_out",
+        "{:?}",
+        prefetch.payload
+    );
+    // One after the other they take 800 ms before the first call.
+    assert!(
+        took < Duration::from_millis(750),
+        "the turn took {took:?}: the read-back and the prefetch ran one after the other"
+    );
+}
+
 /// An embedding provider that is down.
 struct Down;
 
