@@ -78,6 +78,11 @@ pub struct Loaded {
     /// Where the plugins are read from, and the grants applied to them.
     dirs: Vec<PathBuf>,
     config: NodeConfig,
+    /// The folders as they were stamped just before they were read: what
+    /// the reload loop compares against first, so a change made while the
+    /// node was loading (or before the loop's first poll) is not taken
+    /// for what was loaded.
+    stamps: reload::Stamps,
 }
 
 /// Where a module's `init` stands.
@@ -181,6 +186,7 @@ pub async fn load(
     let data_dir = &config.data_dir;
     let replicas = config.stream.replicas;
     let bus: Arc<dyn ModuleBus> = Arc::new(crate::modules::bus::NodeBus(publisher));
+    let stamps = reload::stamp_all(dirs);
     let (catalogue, invalid) = catalogue(dirs, config)?;
     let invalid: Vec<(String, String)> = invalid
         .into_iter()
@@ -245,6 +251,7 @@ pub async fn load(
         board: Arc::default(),
         dirs: dirs.to_vec(),
         config: config.clone(),
+        stamps,
     };
     for module in loaded.installed.modules() {
         start_module(module, loaded.module_states.clone());

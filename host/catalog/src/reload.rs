@@ -9,6 +9,10 @@
 //!   watcher would need both rebuilt by hand.
 //! - A change is acted on once it held still for one poll, so a component
 //!   caught half-written by `cargo build` is never loaded.
+//! - The first poll is compared with the folders as stamped just before
+//!   the node read them ([`Loaded`]), not with itself: a plugin edited
+//!   while the node loaded was otherwise taken for what was loaded, and
+//!   the old version served until the next edit.
 //! - A new version is loaded whole (compiled, linked; a webhook is
 //!   instantiated once; a module runs `init`) **before** it replaces the
 //!   old one. If anything fails, the old version keeps serving and the
@@ -98,9 +102,9 @@ pub async fn watch(
         let dirs = dirs.clone();
         tokio::task::spawn_blocking(move || stamp_all(&dirs))
     };
-    let Ok(mut applied) = stamp().await else {
-        return;
-    };
+    // From what was loaded, not from the first poll: a change made before
+    // it is a change.
+    let mut applied = loaded.stamps.clone();
     let mut seen = applied.clone();
     loop {
         tokio::select! {

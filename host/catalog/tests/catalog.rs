@@ -53,6 +53,12 @@ struct Node {
 }
 
 async fn start_node(dir: &Path, reload: bool) -> Node {
+    start_node_then(dir, reload, || {}).await
+}
+
+/// [`start_node`], running `between` after the catalogue is loaded and
+/// before its consumers and reload loop start.
+async fn start_node_then(dir: &Path, reload: bool, between: impl FnOnce()) -> Node {
     let server = NatsServer::start();
     let client = async_nats::connect(server.url()).await.expect("connect");
     let js = jetstream::new(client.clone());
@@ -72,6 +78,7 @@ async fn start_node(dir: &Path, reload: bool) -> Node {
             .await
             .expect("the catalogue loads"),
     );
+    between();
     let running = crewlet_catalog::start(Parts {
         loaded: loaded.clone(),
         js,
@@ -254,5 +261,20 @@ async fn reload_swaps_a_changed_module_in_and_keeps_it_when_the_next_cannot_load
     assert_eq!(entry["version"], "0.2.0", "{entry:#}");
     let reason = entry["reload_refused"]["reason"].as_str().unwrap();
     assert!(reason.contains("gone.wasm"), "{reason}");
+    node.running.stop().await;
+}
+
+/// A plugin edited after the node read it and before the reload loop's
+/// first poll is reloaded: the loop starts from what was loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_made_while_the_node_loads_is_reloaded() {
+    let plugins = plugins_dir_with_notebook("0.1.0");
+    let manifest = plugins.path().join("notebook/plugin.toml");
+    let node = start_node_then(plugins.path(), true, || {
+        std::fs::write(&manifest, notebook_manifest("0.2.0", "notebook.wasm")).unwrap();
+    })
+    .await;
+    let entry = entry_when(&node.loaded, "notebook", |e| e["version"] == "0.2.0").await;
+    assert_eq!(entry["reloads"], 1, "{entry:#}");
     node.running.stop().await;
 }
