@@ -38,6 +38,7 @@ pub mod pauses;
 pub mod placement;
 mod progress;
 mod seat;
+mod serving;
 mod sweep;
 mod tick;
 
@@ -142,9 +143,8 @@ pub(crate) struct Shared<H: SeatHost> {
     pub(crate) swept: watch::Receiver<Arc<sweep::Swept>>,
     slots: Mutex<BTreeMap<Handle, Slot>>,
     backoff: Mutex<BTreeMap<Handle, Backoff>>,
-    held_tx: watch::Sender<usize>,
     /// How many slots are [`Phase::Serving`]; changed under the slots lock.
-    serving: AtomicUsize,
+    serving: serving::Serving,
     generations: AtomicU64,
     /// The last read of the previous holders, and when it was made.
     tenures: Mutex<Option<(Instant, Previous)>>,
@@ -227,8 +227,7 @@ impl<H: SeatHost> Seats<H> {
             swept: swept_rx,
             slots: Mutex::new(BTreeMap::new()),
             backoff: Mutex::new(BTreeMap::new()),
-            held_tx: watch::channel(0).0,
-            serving: AtomicUsize::new(0),
+            serving: serving::Serving::new(),
             generations: AtomicU64::new(0),
             tenures: Mutex::new(None),
         });
@@ -272,7 +271,7 @@ impl<H: SeatHost> Seats<H> {
 
     /// How many seats are served now, kept current (for the node's status).
     pub fn watch_held(&self) -> watch::Receiver<usize> {
-        self.shared.held_tx.subscribe()
+        self.shared.serving.watch()
     }
 
     /// Turns running now on this node (all seats).
@@ -323,10 +322,10 @@ impl<H: SeatHost> Shared<H> {
     pub(crate) fn move_to(&self, slot: &mut Slot, phase: Phase) {
         match (slot.phase == Phase::Serving, phase == Phase::Serving) {
             (false, true) => {
-                self.serving.fetch_add(1, Ordering::Relaxed);
+                self.serving.up();
             }
             (true, false) => {
-                self.serving.fetch_sub(1, Ordering::Relaxed);
+                self.serving.down();
             }
             _ => {}
         }
@@ -334,12 +333,7 @@ impl<H: SeatHost> Shared<H> {
     }
 
     fn update_held(&self) {
-        let n = self.serving.load(Ordering::Relaxed);
-        self.held_tx.send_if_modified(|v| {
-            let changed = *v != n;
-            *v = n;
-            changed
-        });
+        self.serving.publish();
     }
 
     pub(crate) fn set_phase(&self, handle: &Handle, generation: u64, phase: Phase) {
