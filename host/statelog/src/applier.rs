@@ -28,7 +28,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::domain::{Change, Domain};
+use crate::domain::{Change, Domain, Writes};
 use crate::estate::{Cursor, Estate};
 use crate::local::{Diverged, Local};
 use crate::positions::PositionBook;
@@ -378,27 +378,39 @@ async fn judge_checkpoint(
     Ok(())
 }
 
-/// A record as it arrived, decoded on the reader's side.
+/// A record as it arrived, decoded on the reader's side. Only a record
+/// kept undecoded holds on to its message's bytes: the rest are freed on
+/// the reader's thread, where they were made.
 struct Arrived {
     seq: u64,
     ns: i64,
-    subject: async_nats::Subject,
-    payload: bytes::Bytes,
     read: Read,
 }
 
 /// What a record is, as the reader decoded it.
 enum Read {
     Barrier,
-    Change { op: String, change: Box<dyn Change> },
-    Undecodable(Undecodable),
+    Change {
+        op: String,
+        change: Box<dyn Change>,
+    },
+    Undecodable {
+        why: Undecodable,
+        subject: async_nats::Subject,
+        payload: bytes::Bytes,
+    },
 }
 
 impl Read {
-    fn of(domain: &dyn Domain, payload: bytes::Bytes) -> Read {
-        let record = match Incoming::decode(payload) {
+    fn of(domain: &dyn Domain, m: &async_nats::Message) -> Read {
+        let undecodable = |why| Read::Undecodable {
+            why,
+            subject: m.subject.clone(),
+            payload: m.payload.clone(),
+        };
+        let record = match Incoming::decode(m.payload.clone()) {
             Ok(r) => r,
-            Err(u) => return Read::Undecodable(u),
+            Err(u) => return undecodable(u),
         };
         if record.kind == BARRIER_KIND {
             return Read::Barrier;
@@ -408,7 +420,7 @@ impl Read {
                 op: record.op,
                 change,
             },
-            Err(u) => Read::Undecodable(u),
+            Err(u) => undecodable(u),
         }
     }
 }
@@ -532,9 +544,7 @@ async fn pass_inner(
                     next.push(Arrived {
                         seq: info.stream_sequence,
                         ns: info.published.unix_timestamp_nanos() as i64,
-                        subject: m.subject.clone(),
-                        payload: m.payload.clone(),
-                        read: Read::of(parts.domain.as_ref(), m.payload.clone()),
+                        read: Read::of(parts.domain.as_ref(), &m),
                     });
                 }
                 // The reader was made again (its delivery count restarted):
@@ -604,6 +614,12 @@ async fn publish_position(
     }
 }
 
+static LEDGER: &str = "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
+ VALUES (?1, ?2, ?3, ?4)";
+static KEEP_LOST: &str =
+    "INSERT OR IGNORE INTO statelog_ops_lost (domain, position, subject, reason, record)
+ VALUES (?1, ?2, ?3, ?4, ?5)";
+
 /// Applies one batch in one transaction; answers the new cursor and how
 /// many records were kept undecoded.
 fn apply(
@@ -618,33 +634,34 @@ fn apply(
     estate.write(|tx| {
         let mut at = cursor;
         let mut lost = 0;
-        let mut ledger = tx.prepare_cached(
-            "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
-             VALUES (?1, ?2, ?3, ?4)",
-        )?;
+        let mut w = Writes::new(tx);
         for a in batch {
             if a.seq <= at.position {
                 continue;
             }
-            let kept = |tx: &rusqlite::Connection, reason: &str| {
-                tx.execute(
-                    "INSERT OR IGNORE INTO statelog_ops_lost (domain, position, subject, reason, record)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![name, a.seq as i64, a.subject.as_str(), reason, &a.payload[..]],
-                )
-            };
             match &a.read {
-                Read::Undecodable(u) => {
-                    kept(tx, &u.0)?;
+                Read::Undecodable {
+                    why,
+                    subject,
+                    payload,
+                } => {
+                    w.statement(KEEP_LOST)?.execute(params![
+                        name,
+                        a.seq as i64,
+                        subject.as_str(),
+                        &why.0,
+                        &payload[..]
+                    ])?;
                     lost += 1;
                 }
                 Read::Barrier => {}
                 Read::Change { op, change } => {
                     // The ledger row first: a retried operation's insert
                     // is ignored, and the record is stepped over.
-                    let fresh = ledger.execute(params![name, op, a.seq as i64, now])? == 1;
+                    let fresh =
+                        w.statement(LEDGER)?.execute(params![name, op, a.seq as i64, now])? == 1;
                     if fresh {
-                        change.write(tx)?;
+                        change.write(&mut w)?;
                     }
                 }
             }
@@ -653,6 +670,7 @@ fn apply(
                 record_ns: a.ns,
             };
         }
+        drop(w);
         tx.execute(
             "INSERT OR REPLACE INTO statelog_cursor (domain, position, record_ns) VALUES (?1, ?2, ?3)",
             params![name, at.position as i64, at.record_ns],
@@ -699,8 +717,6 @@ mod tests {
         let barrier = Arrived {
             seq: 3,
             ns: 1,
-            subject: async_nats::Subject::from_static("crewlet.usage.log.barrier"),
-            payload: bytes::Bytes::new(),
             read: Read::Barrier,
         };
         let (at, lost) = apply(&estate, &Usage, Cursor::default(), &[barrier], true).unwrap();

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, Statement};
 
 use crate::record::{Incoming, Undecodable};
 
@@ -35,5 +35,87 @@ pub trait Domain: Send + Sync + 'static {
 /// the applier's transaction. A failed write is the estate's (the batch is
 /// retried whole); nothing about the record is left to refuse by then.
 pub trait Change: Send + Sync {
-    fn write(&self, tx: &Connection) -> rusqlite::Result<()>;
+    fn write(&self, w: &mut Writes<'_>) -> rusqlite::Result<()>;
+}
+
+/// The applier's transaction as a change writes to it: the connection,
+/// and statements prepared once per batch.
+///
+/// Why not the connection's own statement cache: it hashes the SQL text
+/// and moves the statement out and back on every use, a cost paid per
+/// record that a batch of thousands repeats for a handful of statements.
+/// Here a statement is found by the address of its `'static` text (a
+/// pointer compare over a few entries); text at another address is only
+/// prepared again, never mistaken for another statement.
+pub struct Writes<'c> {
+    tx: &'c Connection,
+    prepared: Vec<(&'static str, Statement<'c>)>,
+}
+
+impl<'c> Writes<'c> {
+    pub(crate) fn new(tx: &'c Connection) -> Writes<'c> {
+        Writes {
+            tx,
+            prepared: Vec::new(),
+        }
+    }
+
+    /// The transaction, for what a prepared statement does not cover.
+    pub fn tx(&self) -> &'c Connection {
+        self.tx
+    }
+
+    /// `sql` prepared in this batch, the first use preparing it.
+    pub fn statement(&mut self, sql: &'static str) -> rusqlite::Result<&mut Statement<'c>> {
+        let at = match self
+            .prepared
+            .iter()
+            .position(|(s, _)| std::ptr::eq(*s, sql))
+        {
+            Some(at) => at,
+            None => {
+                self.prepared.push((sql, self.tx.prepare(sql)?));
+                self.prepared.len() - 1
+            }
+        };
+        Ok(&mut self.prepared[at].1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static COUNT: &str = "SELECT COUNT(*) FROM t";
+    static SUM: &str = "SELECT COALESCE(SUM(x), 0) FROM t";
+
+    #[test]
+    fn a_statement_is_prepared_once_per_batch_and_never_taken_for_another() {
+        let db = Connection::open_in_memory().unwrap();
+        db.execute_batch("CREATE TABLE t (x INTEGER); INSERT INTO t VALUES (2), (3);")
+            .unwrap();
+        let mut w = Writes::new(&db);
+        for _ in 0..3 {
+            let n: i64 = w
+                .statement(COUNT)
+                .unwrap()
+                .query_row([], |r| r.get(0))
+                .unwrap();
+            let sum: i64 = w
+                .statement(SUM)
+                .unwrap()
+                .query_row([], |r| r.get(0))
+                .unwrap();
+            assert_eq!((n, sum), (2, 5));
+        }
+        assert_eq!(w.prepared.len(), 2);
+        // The same text at another address is prepared again, not mixed up.
+        let elsewhere: &'static str = String::from(COUNT).leak();
+        let n: i64 = w
+            .statement(elsewhere)
+            .unwrap()
+            .query_row([], |r| r.get(0))
+            .unwrap();
+        assert_eq!((n, w.prepared.len()), (2, 3));
+    }
 }

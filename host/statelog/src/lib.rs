@@ -33,7 +33,7 @@ pub mod usage;
 use async_nats::jetstream;
 
 pub use applier::{Applier, ApplierParts, DomainState, DomainStatus};
-pub use domain::{Change, Domain};
+pub use domain::{Change, Domain, Writes};
 pub use estate::{Cursor, ESTATE_FILE, Estate, Positions};
 pub use local::{Diverged, LOCAL_FILE, Local};
 pub use positions::{Eviction, PositionBook};

@@ -15,11 +15,12 @@ mod tally;
 
 use std::time::Duration;
 
+use compact_str::CompactString;
 use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::domain::{Change, Domain};
+use crate::domain::{Change, Domain, Writes};
 use crate::record::{Incoming, Record, Undecodable};
 
 pub use publish::{UsagePublisher, published};
@@ -32,17 +33,17 @@ pub const USAGE_DAYS: i64 = 181;
 /// Tokens one seat spent on one day, by phase, model and provider slot.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TokensObject {
-    pub node: String,
-    pub day: String,
-    pub seat: String,
-    pub role: String,
-    pub phase: String,
-    pub model: String,
+    pub node: CompactString,
+    pub day: CompactString,
+    pub seat: CompactString,
+    pub role: CompactString,
+    pub phase: CompactString,
+    pub model: CompactString,
     /// The provider slot that served the calls (`provider/model#key-hint`);
     /// `None` where the calls' events did not say (an older build's), and
     /// absent from the record then, so an older build reads it as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub slot: Option<String>,
+    pub slot: Option<CompactString>,
     pub calls: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
@@ -51,21 +52,21 @@ pub struct TokensObject {
 /// Turns one seat ended on one day with one outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TurnsObject {
-    pub node: String,
-    pub day: String,
-    pub seat: String,
-    pub role: String,
-    pub outcome: String,
+    pub node: CompactString,
+    pub day: CompactString,
+    pub seat: CompactString,
+    pub role: CompactString,
+    pub outcome: CompactString,
     pub turns: u64,
 }
 
 /// Fires of one schedule for one seat on one day.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ScheduleObject {
-    pub node: String,
-    pub day: String,
-    pub schedule: String,
-    pub seat: String,
+    pub node: CompactString,
+    pub day: CompactString,
+    pub schedule: CompactString,
+    pub seat: CompactString,
     pub fires: u64,
 }
 
@@ -141,23 +142,28 @@ impl UsageObject {
     }
 }
 
+static WRITE_TOKENS: &str = "INSERT OR REPLACE INTO usage_tokens
+   (node, day, seat, role, phase, model, slot, calls, input_tokens, output_tokens)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+static WRITE_TURNS: &str =
+    "INSERT OR REPLACE INTO usage_turns (node, day, seat, role, outcome, turns)
+ VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+static WRITE_SCHEDULE: &str =
+    "INSERT OR REPLACE INTO usage_schedule_runs (node, day, schedule, seat, fires)
+ VALUES (?1, ?2, ?3, ?4, ?5)";
+
 /// Each object is one row, its whole value replacing the one before.
 impl Change for UsageObject {
-    fn write(&self, tx: &Connection) -> rusqlite::Result<()> {
+    fn write(&self, w: &mut Writes<'_>) -> rusqlite::Result<()> {
         match self {
             UsageObject::Tokens(o) => {
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_tokens
-                       (node, day, seat, role, phase, model, slot, calls, input_tokens, output_tokens)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.seat,
-                    o.role,
-                    o.phase,
-                    o.model,
+                w.statement(WRITE_TOKENS)?.execute(params![
+                    o.node.as_str(),
+                    o.day.as_str(),
+                    o.seat.as_str(),
+                    o.role.as_str(),
+                    o.phase.as_str(),
+                    o.model.as_str(),
                     o.slot.as_deref().unwrap_or(""),
                     o.calls as i64,
                     o.input_tokens as i64,
@@ -165,29 +171,21 @@ impl Change for UsageObject {
                 ])?;
             }
             UsageObject::Turns(o) => {
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_turns (node, day, seat, role, outcome, turns)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.seat,
-                    o.role,
-                    o.outcome,
+                w.statement(WRITE_TURNS)?.execute(params![
+                    o.node.as_str(),
+                    o.day.as_str(),
+                    o.seat.as_str(),
+                    o.role.as_str(),
+                    o.outcome.as_str(),
                     o.turns as i64
                 ])?;
             }
             UsageObject::Schedule(o) => {
-                tx.prepare_cached(
-                    "INSERT OR REPLACE INTO usage_schedule_runs (node, day, schedule, seat, fires)
-                     VALUES (?1, ?2, ?3, ?4, ?5)",
-                )?
-                .execute(params![
-                    o.node,
-                    o.day,
-                    o.schedule,
-                    o.seat,
+                w.statement(WRITE_SCHEDULE)?.execute(params![
+                    o.node.as_str(),
+                    o.day.as_str(),
+                    o.schedule.as_str(),
+                    o.seat.as_str(),
                     o.fires as i64
                 ])?;
             }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use compact_str::CompactString;
 use serde_json::Value;
 
 use super::{ScheduleObject, TokensObject, TurnsObject, UsageObject};
@@ -20,11 +21,8 @@ pub struct UsageEvent {
     pub payload: Value,
 }
 
-fn text(v: &Value, field: &str) -> String {
-    v.get(field)
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_owned()
+fn text(v: &Value, field: &str) -> Text {
+    v.get(field).and_then(Value::as_str).unwrap_or("").into()
 }
 
 fn count(v: &Value, field: &str) -> u64 {
@@ -40,8 +38,11 @@ pub fn company_day(at_ms: i64, zone: &jiff::tz::TimeZone) -> String {
         .to_string()
 }
 
+/// The objects' own text type (short strings held inline).
+type Text = CompactString;
+
 /// Day, seat, phase, model and provider slot (unsaid: `None`).
-type TokenKey = (String, String, String, String, Option<String>);
+type TokenKey = (Text, Text, Text, Text, Option<Text>);
 
 /// A node's running usage: every event added once, the objects read off
 /// whole. Seeded at start from the node's log for the days it still owns,
@@ -49,15 +50,15 @@ type TokenKey = (String, String, String, String, Option<String>);
 #[derive(Debug, Default)]
 pub struct Tally {
     tokens: BTreeMap<TokenKey, (u64, u64, u64)>,
-    turns: BTreeMap<(String, String, String), u64>,
-    fires: BTreeMap<(String, String, String), u64>,
+    turns: BTreeMap<(Text, Text, Text), u64>,
+    fires: BTreeMap<(Text, Text, Text), u64>,
 }
 
 impl Tally {
     /// Counts one event (a kind usage does not read is ignored).
     pub fn add(&mut self, e: &UsageEvent, zone: &jiff::tz::TimeZone) {
-        let day = company_day(e.at_ms, zone);
-        let seat = e.seat.clone().unwrap_or_default();
+        let day = Text::from(company_day(e.at_ms, zone));
+        let seat = Text::from(e.seat.as_deref().unwrap_or_default());
         match e.kind.as_str() {
             "model_call" => {
                 let t = self
@@ -70,7 +71,7 @@ impl Tally {
                         e.payload
                             .get("slot")
                             .and_then(Value::as_str)
-                            .map(str::to_owned),
+                            .map(Text::from),
                     ))
                     .or_default();
                 t.0 += 1;
@@ -134,8 +135,8 @@ impl Tally {
         for ((day, seat, phase, model, slot), (calls, input_tokens, output_tokens)) in &self.tokens
         {
             out.push(UsageObject::Tokens(TokensObject {
-                node: node.to_owned(),
-                role: role_of(seat),
+                node: node.into(),
+                role: role_of(seat).into(),
                 day: day.clone(),
                 seat: seat.clone(),
                 phase: phase.clone(),
@@ -148,8 +149,8 @@ impl Tally {
         }
         for ((day, seat, outcome), n) in &self.turns {
             out.push(UsageObject::Turns(TurnsObject {
-                node: node.to_owned(),
-                role: role_of(seat),
+                node: node.into(),
+                role: role_of(seat).into(),
                 day: day.clone(),
                 seat: seat.clone(),
                 outcome: outcome.clone(),
@@ -158,7 +159,7 @@ impl Tally {
         }
         for ((day, schedule, seat), n) in &self.fires {
             out.push(UsageObject::Schedule(ScheduleObject {
-                node: node.to_owned(),
+                node: node.into(),
                 day: day.clone(),
                 schedule: schedule.clone(),
                 seat: seat.clone(),

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use common::{Node, js, tokens, until};
 use crewlet_statelog::usage::Usage;
-use crewlet_statelog::{Applier, ApplierParts, Change, Domain, DomainState, Incoming, Undecodable};
+use crewlet_statelog::{
+    Applier, ApplierParts, Change, Domain, DomainState, Incoming, Undecodable, Writes,
+};
 use crewlet_testkit::NatsServer;
 use rusqlite::Connection;
 
@@ -35,7 +37,8 @@ struct Cut {
 }
 
 impl Change for Cut {
-    fn write(&self, tx: &Connection) -> rusqlite::Result<()> {
+    fn write(&self, w: &mut Writes<'_>) -> rusqlite::Result<()> {
+        let tx = w.tx();
         if self.disk.armed.load(Ordering::SeqCst) {
             let held: i64 = tx.query_row("SELECT COUNT(*) FROM usage_tokens", [], |r| r.get(0))?;
             // The cursor row is written at a batch's end: here it is the
@@ -53,7 +56,7 @@ impl Change for Cut {
                 ));
             }
         }
-        self.usage.write(tx)
+        self.usage.write(w)
     }
 }
 

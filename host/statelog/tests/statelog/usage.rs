@@ -108,7 +108,7 @@ async fn the_applier_ages_out_days_past_the_horizon() {
             String::new()
         });
         if let UsageObject::Tokens(t) = &mut objects[0] {
-            t.day = day(ago);
+            t.day = day(ago).into();
         }
         publisher.publish(objects).await.unwrap();
     }
