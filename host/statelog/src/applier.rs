@@ -391,7 +391,7 @@ struct Arrived {
 enum Read {
     Barrier,
     Change {
-        op: String,
+        op: uuid::Uuid,
         change: Box<dyn Change>,
     },
     Undecodable {
@@ -658,8 +658,12 @@ fn apply(
                 Read::Change { op, change } => {
                     // The ledger row first: a retried operation's insert
                     // is ignored, and the record is stepped over.
-                    let fresh =
-                        w.statement(LEDGER)?.execute(params![name, op, a.seq as i64, now])? == 1;
+                    let fresh = w.statement(LEDGER)?.execute(params![
+                        name,
+                        op.as_bytes().as_slice(),
+                        a.seq as i64,
+                        now
+                    ])? == 1;
                     if fresh {
                         change.write(&mut w)?;
                     }
@@ -680,7 +684,10 @@ fn apply(
             if let Some(age) = domain.max_age() {
                 tx.execute(
                     "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id < ?2",
-                    params![name, op_floor(now - age.as_millis() as i64)],
+                    params![
+                        name,
+                        op_floor(now - age.as_millis() as i64).as_bytes().as_slice()
+                    ],
                 )?;
             }
         }
@@ -701,7 +708,11 @@ mod tests {
         let day = 24 * 3600 * 1000;
         let horizon = Usage.max_age().unwrap().as_millis() as i64;
         // An id made just after `ms`: its floor with a later random part.
-        let made_at = |ms: i64| op_floor(ms).replacen("-0000-0000-", "-7abc-8def-", 1);
+        let made_at = |ms: i64| {
+            let mut id = *op_floor(ms).as_bytes();
+            id[6..].copy_from_slice(&[0x7a, 0xbc, 0x8d, 0xef, 1, 2, 3, 4, 5, 6]);
+            id.to_vec()
+        };
         let (old, kept) = (made_at(now - horizon - day), made_at(now - horizon + day));
         estate
             .write(|tx| {
@@ -721,7 +732,7 @@ mod tests {
         };
         let (at, lost) = apply(&estate, &Usage, Cursor::default(), &[barrier], true).unwrap();
         assert_eq!((at.position, lost), (3, 0));
-        let ops: Vec<String> = estate
+        let ops: Vec<Vec<u8>> = estate
             .reader()
             .unwrap()
             .prepare("SELECT op_id FROM statelog_ops ORDER BY position")

@@ -20,10 +20,11 @@ use crate::db;
 /// The estate's file name, in the node's data dir.
 pub const ESTATE_FILE: &str = "replicated.sqlite3";
 /// The estate's scripts, in order (`db` runs those a file has not run).
-const SCHEMA: [&str; 3] = [
+const SCHEMA: [&str; 4] = [
     include_str!("../migrations/estate.sql"),
     include_str!("../migrations/usage2_slot.sql"),
     include_str!("../migrations/v3_day_first.sql"),
+    include_str!("../migrations/v4_op_bytes.sql"),
 ];
 
 /// The writer's page cache, KiB.
@@ -271,8 +272,11 @@ mod tests {
     use super::*;
     use crate::usage::UsageQuery;
 
+    const LEDGER_OP: &str = "019af3c2-5e1d-7abc-8def-0123456789ab";
+
     #[test]
-    fn an_estate_of_the_first_version_keeps_its_rows_with_the_slot_unknown_keyed_day_first() {
+    fn an_estate_of_the_first_version_keeps_its_rows_with_the_slot_unknown_keyed_day_first_and_its_ledger_as_bytes()
+     {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join(ESTATE_FILE);
         {
@@ -291,6 +295,13 @@ mod tests {
             conn.execute(
                 "INSERT INTO usage_schedule_runs VALUES ('n1', '2026-12-06', 'daily', 'ada', 1)",
                 [],
+            )
+            .unwrap();
+            // The ledger as text: a UUID's row is carried over as its
+            // bytes; an id that is no UUID cannot recur and goes.
+            conn.execute(
+                "INSERT INTO statelog_ops VALUES ('usage', ?1, 7, 1), ('usage', 'op-7', 8, 1)",
+                [LEDGER_OP],
             )
             .unwrap();
             conn.pragma_update(None, "user_version", 1).unwrap();
@@ -321,6 +332,15 @@ mod tests {
             )
             .unwrap();
         assert_eq!(kept, (4, 1));
+        let ledger: Vec<(Vec<u8>, i64)> = conn
+            .prepare("SELECT op_id, position FROM statelog_ops")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let op = uuid::Uuid::parse_str(LEDGER_OP).unwrap();
+        assert_eq!(ledger, [(op.as_bytes().to_vec(), 7)]);
         let indexes: Vec<String> = conn
             .prepare("SELECT name FROM sqlite_master WHERE type = 'index' AND (name LIKE 'usage_%' OR name = 'statelog_ops_applied')")
             .unwrap()

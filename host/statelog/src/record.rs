@@ -10,7 +10,10 @@
 //! fifth of what the applier spent (BENCHMARKS.md, "The replicated
 //! estate").
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
+use compact_str::CompactString;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -53,26 +56,24 @@ impl Record {
 }
 
 /// The least operation id made at or after `ms` (Unix milliseconds): the
-/// ledger's age-out deletes the ids below it. A UUIDv7's text starts with
-/// its 48-bit millisecond time in hex, so text order is time order.
+/// ledger's age-out deletes the ids below it. A UUIDv7 starts with its
+/// 48-bit millisecond time, so byte order is time order.
 ///
 /// ```
 /// use crewlet_statelog::{Record, op_floor};
-/// let op = Record::new("tokens", serde_json::Value::Null).op;
+/// let op: uuid::Uuid = Record::new("tokens", serde_json::Value::Null).op.parse().unwrap();
 /// let now = std::time::SystemTime::now()
 ///     .duration_since(std::time::UNIX_EPOCH)
 ///     .unwrap()
 ///     .as_millis() as i64;
-/// assert!(op_floor(now - 1_000).as_str() < op.as_str());
-/// assert!(op.as_str() < op_floor(now + 1_000).as_str());
+/// assert!(op_floor(now - 1_000) < op);
+/// assert!(op < op_floor(now + 1_000));
 /// ```
-pub fn op_floor(ms: i64) -> String {
-    let ms = ms.max(0) as u64 & 0xffff_ffff_ffff;
-    format!(
-        "{:08x}-{:04x}-0000-0000-000000000000",
-        ms >> 16,
-        ms & 0xffff
-    )
+pub fn op_floor(ms: i64) -> uuid::Uuid {
+    let ms = (ms.max(0) as u64 & 0xffff_ffff_ffff).to_be_bytes();
+    let mut bytes = [0u8; 16];
+    bytes[..6].copy_from_slice(&ms[2..]);
+    uuid::Uuid::from_bytes(bytes)
 }
 
 /// A record as read off the log: the head decoded, the body left in the
@@ -80,17 +81,20 @@ pub fn op_floor(ms: i64) -> String {
 #[derive(Debug, Clone)]
 pub struct Incoming {
     pub v: u32,
-    pub op: String,
-    pub kind: String,
+    /// The operation id, read as the UUID it must be (the ledger keeps its
+    /// 16 bytes).
+    pub op: uuid::Uuid,
+    pub kind: CompactString,
     payload: Bytes,
 }
 
 /// The head alone: serde skips the body unread (`Incoming::body` reads it).
 #[derive(Deserialize)]
-struct Head {
+struct Head<'a> {
     v: u32,
-    op: String,
-    kind: String,
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    kind: CompactString,
 }
 
 #[derive(Deserialize)]
@@ -112,9 +116,15 @@ impl Incoming {
         if head.op.is_empty() {
             return Err(Undecodable("record has no operation id".into()));
         }
+        let op = uuid::Uuid::try_parse(&head.op).map_err(|e| {
+            Undecodable(format!(
+                "the record's operation id `{}` is not a UUID ({e}); records are written with UUIDv7 ids",
+                head.op
+            ))
+        })?;
         Ok(Incoming {
             v: head.v,
-            op: head.op,
+            op,
             kind: head.kind,
             payload,
         })
@@ -143,8 +153,8 @@ mod tests {
         let ok = Record::new("tokens", serde_json::json!({"a": 1}));
         let read = Incoming::decode(ok.to_bytes().into()).unwrap();
         assert_eq!(
-            (read.v, &read.op, read.kind.as_str()),
-            (1, &ok.op, "tokens")
+            (read.v, read.op.to_string(), read.kind.as_str()),
+            (1, ok.op.clone(), "tokens")
         );
         assert_eq!(read.body::<Value>().unwrap(), ok.body);
         let decode = |b: &'static [u8]| Incoming::decode(Bytes::from_static(b));
@@ -153,6 +163,21 @@ mod tests {
         assert!(decode(b"\xff\x00").is_err());
         let no_op = br#"{"v":1,"op":"","kind":"tokens"}"#;
         assert!(decode(no_op).is_err());
+        let not_a_uuid = br#"{"v":1,"op":"op-7","kind":"tokens","body":{}}"#;
+        assert!(
+            decode(not_a_uuid)
+                .unwrap_err()
+                .0
+                .contains("`op-7` is not a UUID")
+        );
+        // An id with an escape in it is read all the same (and refused).
+        let escaped = br#"{"v":1,"op":"op\u002d7","kind":"tokens","body":{}}"#;
+        assert!(
+            decode(escaped)
+                .unwrap_err()
+                .0
+                .contains("`op-7` is not a UUID")
+        );
     }
 
     #[test]
