@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rusqlite::params;
 use serde::Serialize;
 use tokio::sync::watch;
@@ -486,11 +486,10 @@ async fn pass_inner(
         })
         .await
         .map_err(|e| PassEnd::Unavailable(format!("cannot read the log: {e}")))?;
-    let messages = consumer
+    let mut messages = consumer
         .messages()
         .await
         .map_err(|e| PassEnd::Unavailable(format!("cannot read the log: {e}")))?;
-    let mut chunks = messages.ready_chunks(BATCH);
     status.send_modify(|s| {
         s.position = cursor.position;
         s.state = DomainState::Applying;
@@ -529,23 +528,15 @@ async fn pass_inner(
                 *committing = None;
                 cursor = settle(done, status)?;
             }
-            chunk = chunks.next(), if next.len() < BATCH => {
-                let Some(chunk) = chunk else {
-                    return Err(PassEnd::Unavailable("the log's reader ended".into()));
-                };
-                let mut reset = false;
-                for m in chunk {
-                    let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
-                    let info = m.info().map_err(|e| {
-                        PassEnd::Unavailable(format!("a message without its position: {e}"))
-                    })?;
-                    reset |= info.consumer_sequence != delivered + 1;
-                    delivered = info.consumer_sequence;
-                    next.push(Arrived {
-                        seq: info.stream_sequence,
-                        ns: info.published.unix_timestamp_nanos() as i64,
-                        read: Read::of(parts.domain.as_ref(), &m),
-                    });
+            m = messages.next(), if next.len() < BATCH => {
+                // What else the reader holds already is taken too, without
+                // waiting, straight into the next batch (no chunk buffer:
+                // `ready_chunks` reserved a whole batch's room per read).
+                let domain = parts.domain.as_ref();
+                let mut reset = arrive(domain, m, &mut delivered, &mut next)?;
+                while next.len() < BATCH {
+                    let Some(m) = messages.next().now_or_never() else { break };
+                    reset |= arrive(domain, m, &mut delivered, &mut next)?;
                 }
                 // The reader was made again (its delivery count restarted):
                 // the stream may be another one now. Its identity is read
@@ -574,6 +565,31 @@ async fn pass_inner(
             }
         }
     }
+}
+
+/// Takes one message off the log into `next`; answers whether the reader
+/// was made again before it (its delivery count restarted).
+fn arrive<E: std::fmt::Display>(
+    domain: &dyn Domain,
+    m: Option<Result<jetstream::Message, E>>,
+    delivered: &mut u64,
+    next: &mut Vec<Arrived>,
+) -> Result<bool, PassEnd> {
+    let Some(m) = m else {
+        return Err(PassEnd::Unavailable("the log's reader ended".into()));
+    };
+    let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
+    let info = m
+        .info()
+        .map_err(|e| PassEnd::Unavailable(format!("a message without its position: {e}")))?;
+    let reset = info.consumer_sequence != *delivered + 1;
+    *delivered = info.consumer_sequence;
+    next.push(Arrived {
+        seq: info.stream_sequence,
+        ns: info.published.unix_timestamp_nanos() as i64,
+        read: Read::of(domain, &m),
+    });
+    Ok(reset)
 }
 
 /// The end of a batch's commit: its new cursor, told to `/health`.
