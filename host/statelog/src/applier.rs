@@ -23,18 +23,23 @@ use async_nats::jetstream;
 use async_nats::jetstream::consumer::DeliverPolicy;
 use async_nats::jetstream::consumer::pull::OrderedConfig;
 use futures::{FutureExt, StreamExt};
-use rusqlite::params;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::domain::{Change, Domain, Writes};
+use crate::domain::Domain;
 use crate::estate::{Cursor, Estate};
 use crate::local::{Diverged, Local};
 use crate::positions::PositionBook;
-use crate::record::{BARRIER_KIND, Incoming, Record, Undecodable, op_floor};
+use crate::record::{BARRIER_KIND, Record};
 use crate::snapshot::Adopter;
 use crate::{EstateError, ensure_stream};
+
+mod batch;
+mod judge;
+
+use batch::{Arrived, apply, arrive};
+use judge::{fix_for, judge, judge_checkpoint, judge_standing};
 
 /// How often a running applier reads the stream's identity and the record
 /// at its checkpoint while the log is quiet, and at most how often it
@@ -214,16 +219,6 @@ impl Applier {
     }
 }
 
-fn fix_for(d: &Diverged) -> String {
-    format!(
-        "the log {} no longer matches this node's estate, so nothing more is applied to domain `{}`. \
-         If the broker was restored by mistake, restore the copy these rows came from and restart this node. \
-         To take the log as it now stands instead: stop this node, delete replicated.sqlite3 and \
-         statelog-local.sqlite3 from its data dir, and start it — it rebuilds from the log or a peer's snapshot",
-        d.stream, d.domain
-    )
-}
-
 async fn run(
     parts: ApplierParts,
     status: watch::Sender<DomainStatus>,
@@ -291,137 +286,6 @@ async fn run(
             _ = stopped.changed() => return,
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
-    }
-}
-
-fn identity(info: &jetstream::stream::Info) -> String {
-    info.created.unix_timestamp_nanos().to_string()
-}
-
-/// Judges the stream against this node's cursor: answers a divergence, if
-/// any, and records the identity seen.
-fn judge(
-    parts: &ApplierParts,
-    info: &jetstream::stream::Info,
-    cursor: Cursor,
-) -> Result<(), PassEnd> {
-    let stream = parts.domain.stream();
-    let now = identity(info);
-    let finding = |found: String| {
-        PassEnd::Diverged(Diverged {
-            domain: parts.domain.name().to_owned(),
-            stream: stream.to_owned(),
-            position: cursor.position,
-            found,
-            found_ms: crewlet_os::now_ms(),
-        })
-    };
-    match parts.local.identity(stream)? {
-        Some(seen) if seen != now && cursor.position > 0 => {
-            return Err(finding(format!(
-                "stream {stream} was recreated underneath this node (created {seen} then, {now} now)"
-            )));
-        }
-        Some(seen) if seen == now => {}
-        _ => parts.local.see_identity(stream, &now)?,
-    }
-    if info.state.last_sequence < cursor.position {
-        return Err(finding(format!(
-            "stream {stream} ends at {}, below this node's position {} (restored from an older copy?)",
-            info.state.last_sequence, cursor.position
-        )));
-    }
-    Ok(())
-}
-
-/// An operator's eviction of this node ends the pass: a node evicted must
-/// neither apply nor publish a position until it is readmitted.
-async fn judge_standing(parts: &ApplierParts) -> Result<(), PassEnd> {
-    let Some(book) = &parts.book else {
-        return Ok(());
-    };
-    match book.eviction_of(&parts.node).await {
-        Ok(None) => Ok(()),
-        Ok(Some(e)) => Err(PassEnd::Evicted(e)),
-        Err(e) => Err(PassEnd::Unavailable(format!(
-            "whether this node is evicted is unknown: {e}"
-        ))),
-    }
-}
-
-/// Reads the record at the cursor: another record there is a divergence.
-async fn judge_checkpoint(
-    parts: &ApplierParts,
-    stream: &jetstream::stream::Stream,
-    cursor: Cursor,
-) -> Result<(), PassEnd> {
-    if cursor.position == 0 || cursor.record_ns == 0 {
-        return Ok(());
-    }
-    // A record compacted or trimmed away cannot be compared; one there
-    // must be the one applied.
-    if let Ok(m) = stream.get_raw_message(cursor.position).await {
-        let ns = m.time.unix_timestamp_nanos() as i64;
-        if ns != cursor.record_ns {
-            return Err(PassEnd::Diverged(Diverged {
-                domain: parts.domain.name().to_owned(),
-                stream: parts.domain.stream().to_owned(),
-                position: cursor.position,
-                found: format!(
-                    "another record sits at position {} (broker instant {ns} ns, this node applied one of {} ns)",
-                    cursor.position, cursor.record_ns
-                ),
-                found_ms: crewlet_os::now_ms(),
-            }));
-        }
-    }
-    Ok(())
-}
-
-/// A record as it arrived, decoded on the reader's side. Only a record
-/// kept undecoded holds on to its message's bytes: the rest are freed on
-/// the reader's thread, where they were made.
-struct Arrived {
-    seq: u64,
-    ns: i64,
-    read: Read,
-}
-
-/// What a record is, as the reader decoded it.
-enum Read {
-    Barrier,
-    Change {
-        op: uuid::Uuid,
-        change: Box<dyn Change>,
-    },
-    Undecodable {
-        why: Undecodable,
-        subject: async_nats::Subject,
-        payload: bytes::Bytes,
-    },
-}
-
-impl Read {
-    fn of(domain: &dyn Domain, m: &async_nats::Message) -> Read {
-        let undecodable = |why| Read::Undecodable {
-            why,
-            subject: m.subject.clone(),
-            payload: m.payload.clone(),
-        };
-        let record = match Incoming::decode(m.payload.clone()) {
-            Ok(r) => r,
-            Err(u) => return undecodable(u),
-        };
-        if record.kind == BARRIER_KIND {
-            return Read::Barrier;
-        }
-        match domain.decode(&record) {
-            Ok(change) => Read::Change {
-                op: record.op,
-                change,
-            },
-            Err(u) => undecodable(u),
-        }
     }
 }
 
@@ -567,31 +431,6 @@ async fn pass_inner(
     }
 }
 
-/// Takes one message off the log into `next`; answers whether the reader
-/// was made again before it (its delivery count restarted).
-fn arrive<E: std::fmt::Display>(
-    domain: &dyn Domain,
-    m: Option<Result<jetstream::Message, E>>,
-    delivered: &mut u64,
-    next: &mut Vec<Arrived>,
-) -> Result<bool, PassEnd> {
-    let Some(m) = m else {
-        return Err(PassEnd::Unavailable("the log's reader ended".into()));
-    };
-    let m = m.map_err(|e| PassEnd::Unavailable(format!("reading the log: {e}")))?;
-    let info = m
-        .info()
-        .map_err(|e| PassEnd::Unavailable(format!("a message without its position: {e}")))?;
-    let reset = info.consumer_sequence != *delivered + 1;
-    *delivered = info.consumer_sequence;
-    next.push(Arrived {
-        seq: info.stream_sequence,
-        ns: info.published.unix_timestamp_nanos() as i64,
-        read: Read::of(domain, &m),
-    });
-    Ok(reset)
-}
-
 /// The end of a batch's commit: its new cursor, told to `/health`.
 fn settle(
     done: Result<Result<(Cursor, u64), EstateError>, tokio::task::JoinError>,
@@ -627,136 +466,5 @@ async fn publish_position(
         Err(e) => {
             tracing::warn!(subsystem = "statelog", domain = parts.domain.name(), error = %e, "position not published; retried")
         }
-    }
-}
-
-static LEDGER: &str = "INSERT OR IGNORE INTO statelog_ops (domain, op_id, position, applied_ms)
- VALUES (?1, ?2, ?3, ?4)";
-static KEEP_LOST: &str =
-    "INSERT OR IGNORE INTO statelog_ops_lost (domain, position, subject, reason, record)
- VALUES (?1, ?2, ?3, ?4, ?5)";
-
-/// Applies one batch in one transaction; answers the new cursor and how
-/// many records were kept undecoded.
-fn apply(
-    estate: &Estate,
-    domain: &dyn Domain,
-    cursor: Cursor,
-    batch: &[Arrived],
-    age_out: bool,
-) -> Result<(Cursor, u64), EstateError> {
-    let name = domain.name();
-    let now = crewlet_os::now_ms();
-    estate.write(|tx| {
-        let mut at = cursor;
-        let mut lost = 0;
-        let mut w = Writes::new(tx);
-        for a in batch {
-            if a.seq <= at.position {
-                continue;
-            }
-            match &a.read {
-                Read::Undecodable {
-                    why,
-                    subject,
-                    payload,
-                } => {
-                    w.statement(KEEP_LOST)?.execute(params![
-                        name,
-                        a.seq as i64,
-                        subject.as_str(),
-                        &why.0,
-                        &payload[..]
-                    ])?;
-                    lost += 1;
-                }
-                Read::Barrier => {}
-                Read::Change { op, change } => {
-                    // The ledger row first: a retried operation's insert
-                    // is ignored, and the record is stepped over.
-                    let fresh = w.statement(LEDGER)?.execute(params![
-                        name,
-                        op.as_bytes().as_slice(),
-                        a.seq as i64,
-                        now
-                    ])? == 1;
-                    if fresh {
-                        change.write(&mut w)?;
-                    }
-                }
-            }
-            at = Cursor {
-                position: a.seq,
-                record_ns: a.ns,
-            };
-        }
-        drop(w);
-        tx.execute(
-            "INSERT OR REPLACE INTO statelog_cursor (domain, position, record_ns) VALUES (?1, ?2, ?3)",
-            params![name, at.position as i64, at.record_ns],
-        )?;
-        if age_out {
-            domain.age_out(tx, now)?;
-            if let Some(age) = domain.max_age() {
-                tx.execute(
-                    "DELETE FROM statelog_ops WHERE domain = ?1 AND op_id < ?2",
-                    params![
-                        name,
-                        op_floor(now - age.as_millis() as i64).as_bytes().as_slice()
-                    ],
-                )?;
-            }
-        }
-        Ok((at, lost))
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::usage::Usage;
-
-    #[test]
-    fn the_ledger_ages_out_operations_made_before_the_horizon_by_their_ids() {
-        let dir = tempfile::tempdir().unwrap();
-        let estate = Estate::open_in(dir.path()).unwrap();
-        let now = crewlet_os::now_ms();
-        let day = 24 * 3600 * 1000;
-        let horizon = Usage.max_age().unwrap().as_millis() as i64;
-        // An id made just after `ms`: its floor with a later random part.
-        let made_at = |ms: i64| {
-            let mut id = *op_floor(ms).as_bytes();
-            id[6..].copy_from_slice(&[0x7a, 0xbc, 0x8d, 0xef, 1, 2, 3, 4, 5, 6]);
-            id.to_vec()
-        };
-        let (old, kept) = (made_at(now - horizon - day), made_at(now - horizon + day));
-        estate
-            .write(|tx| {
-                for (op, position) in [(&old, 1), (&kept, 2)] {
-                    tx.execute(
-                        "INSERT INTO statelog_ops (domain, op_id, position, applied_ms) VALUES ('usage', ?1, ?2, 0)",
-                        params![op, position],
-                    )?;
-                }
-                Ok(())
-            })
-            .unwrap();
-        let barrier = Arrived {
-            seq: 3,
-            ns: 1,
-            read: Read::Barrier,
-        };
-        let (at, lost) = apply(&estate, &Usage, Cursor::default(), &[barrier], true).unwrap();
-        assert_eq!((at.position, lost), (3, 0));
-        let ops: Vec<Vec<u8>> = estate
-            .reader()
-            .unwrap()
-            .prepare("SELECT op_id FROM statelog_ops ORDER BY position")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(ops, [kept]);
     }
 }

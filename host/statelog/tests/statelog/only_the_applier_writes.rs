@@ -8,11 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-/// The files allowed to write the estate: the applier (rows, ledger,
-/// cursor, lost records), the domains' apply functions it calls, and the
-/// estate's own open, install and schema.
+/// The files allowed to write the estate: the applier's batch (rows,
+/// ledger, cursor, lost records), the domains' apply functions it calls,
+/// and the estate's own open, install and schema.
 const WRITERS: &[&str] = &[
-    "host/statelog/src/applier.rs",
+    "host/statelog/src/applier/batch.rs",
     "host/statelog/src/usage/mod.rs",
     "host/statelog/src/estate.rs",
     "host/statelog/migrations/estate.sql",
