@@ -194,13 +194,34 @@ async fn throughput() {
     );
 }
 
+/// A 3-node cluster can refuse for a moment while its peers settle or a
+/// stream's leader is elected ("no suitable peers", "no stream found"):
+/// the bench retries, said on stderr. An append is retried with the same
+/// record (its operation id dedupes it) and timed from the first attempt.
+async fn retried<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match attempt().await {
+            Ok(v) => return v,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{what}: {e}; retried");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("{what}: {e}"),
+        }
+    }
+}
+
 async fn lag() {
     let n = env("LAG_RECORDS", 2_000);
     let cluster = Cluster::start();
     cluster.wait_ready(Duration::from_secs(60));
     let mut nodes = Vec::new();
     let first = jetstream::new(async_nats::connect(cluster.url(0)).await.unwrap());
-    ensure_stream(&first, &Usage, 3).await.unwrap();
+    retried("creating the R3 log", || ensure_stream(&first, &Usage, 3)).await;
     for i in 0..3 {
         let js = jetstream::new(async_nats::connect(cluster.url(i)).await.unwrap());
         while js.get_stream(crewlet_bus::USAGE_LOG_STREAM).await.is_err() {
@@ -242,7 +263,8 @@ async fn lag() {
     for i in 0..n {
         let o = tokens("n0", "2026-12-06", &format!("lag{i}"), i as u64);
         let at = Instant::now();
-        let seq = append(js, &o.subject(), &o.record()).await.unwrap();
+        let (subject, record) = (o.subject(), o.record());
+        let seq = retried("appending", || append(js, &subject, &record)).await;
         sent.push((seq, at));
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
