@@ -4,12 +4,12 @@
 //! (last per subject, instant replay, no acks): one request makes it and
 //! the server pushes every row back to back under flow control. Direct gets
 //! would cost a round trip per row (async-nats 0.51 has no batched get) and
-//! a pull consumer a round trip per batch. Beside the pass the stream
-//! leader is asked for the seat's newest sequence: a consumer placed on a
-//! replica that lags the leader can end its pass short of a row the
-//! previous holder just wrote, so a pass that did not reach it is run
-//! again, and a pass that never does is [`MemoryError::Unreadable`] —
-//! unknown, never "nothing to remember".
+//! a pull consumer a round trip per batch. Before the pass the stream
+//! leader is asked for the seat's newest sequence (a seat with none needs
+//! no pass): a consumer placed on a replica that lags the leader can end
+//! its pass short of a row the previous holder just wrote, so a pass that
+//! did not reach it is run again, and a pass that never does is
+//! [`MemoryError::Unreadable`] — unknown, never "nothing to remember".
 
 use std::time::{Duration, Instant};
 
@@ -69,11 +69,20 @@ impl Memory {
             .get_stream(MEMORY_STREAM)
             .await
             .map_err(|e| unreadable(e.to_string()))?;
-        let mut last = Hydrated::default();
-        for _ in 0..PASSES {
-            let (pass, newest) = futures::join!(self.pass(&stream, seat), newest(&stream, seat));
-            let (hydrated, reached) = pass?;
-            let newest = newest?;
+        // Asked first: a seat the leader holds no row of (every seat of a
+        // new company) is hydrated by that answer alone, with no consumer
+        // made and deleted for it. A row written after it reaches the seat
+        // through the tail, which watches from before the hydration.
+        let mut newest = newest(&stream, seat).await?;
+        let mut last = Hydrated {
+            took: started.elapsed(),
+            ..Hydrated::default()
+        };
+        if newest == 0 {
+            return Ok(last);
+        }
+        for pass in 1..=PASSES {
+            let (hydrated, reached) = self.pass(&stream, seat).await?;
             last = Hydrated {
                 took: started.elapsed(),
                 reached,
@@ -89,7 +98,10 @@ impl Memory {
                 newest,
                 "the memory pass ended short of the stream leader's newest row (a lagging replica); reading again"
             );
-            tokio::time::sleep(CATCH_UP).await;
+            if pass < PASSES {
+                tokio::time::sleep(CATCH_UP).await;
+                newest = self::newest(&stream, seat).await?;
+            }
         }
         Err(unreadable(format!(
             "{PASSES} passes ended short of the stream leader's newest row ({} rows read)",

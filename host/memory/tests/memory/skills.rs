@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use crewlet_memory::{Changelog, Memory, ReflectionMarks, SkillVersions, Skills, Tail};
 use crewlet_store::{Learned, Origin, ReflectionMark, Store};
 use crewlet_testkit::NatsServer;
+use futures::StreamExt;
 
 use crate::common::{self, store};
 
@@ -162,6 +163,62 @@ async fn rows_written_elsewhere_reach_the_holder_while_it_holds_the_seat() {
             .unwrap()
             .iter()
             .any(|s| s.skill.name == "Gone")
+    );
+    task.abort();
+}
+
+/// A seat with no rows (every seat of a new company) is hydrated by the
+/// leader's answer alone: no consumer is asked for. Its first row, written
+/// after, reaches the holder through the tail.
+#[tokio::test]
+async fn a_seat_with_no_rows_is_hydrated_without_a_consumer_and_its_first_row_still_arrives() {
+    let server = NatsServer::start();
+    let ((_wd, w_store), (_hd, h_store)) = (store(), store());
+    let w = memory(&server, &w_store).await;
+    let h = memory(&server, &h_store).await;
+    let (tail, task) = Tail::start(h.clone()).await.unwrap();
+    learn(&w, &w_store, "ada", "Someone else's", 10).await;
+    // Every consumer made from here on is seen asked for.
+    let watcher = async_nats::connect(server.url()).await.unwrap();
+    let mut creates = watcher
+        .subscribe("$JS.API.CONSUMER.CREATE.>")
+        .await
+        .unwrap();
+    watcher.flush().await.unwrap();
+
+    tail.watch("cy").await;
+    let hydrated = h.hydrate("cy").await.unwrap();
+    assert_eq!((hydrated.rows, hydrated.reached), (0, 0), "{hydrated:?}");
+    assert_eq!(tail.live("cy", hydrated.reached).await, 0);
+    // A seat with rows still makes its pass's consumer: the watch sees one.
+    tail.watch("ada").await;
+    let ada = h.hydrate("ada").await.unwrap();
+    assert_eq!(ada.rows, 2, "{ada:?}");
+    // The requests arrive in the order they were made: cy's, had there
+    // been one, before ada's.
+    let (ada_filter, cy_filter) = (
+        crewlet_bus::memory_filter("ada"),
+        crewlet_bus::memory_filter("cy"),
+    );
+    loop {
+        let asked = tokio::time::timeout(Duration::from_secs(5), creates.next())
+            .await
+            .expect("ada's pass asked for its consumer")
+            .unwrap();
+        let body = String::from_utf8_lossy(&asked.payload).into_owned();
+        assert!(
+            !body.contains(&format!("\"{cy_filter}\"")),
+            "cy's hydration asked for a consumer: {body}"
+        );
+        if body.contains(&format!("\"{ada_filter}\"")) {
+            break;
+        }
+    }
+
+    learn(&w, &w_store, "cy", "First", 20).await;
+    assert!(
+        arrives(&h_store, "cy", "First").await,
+        "the first row of a seat hydrated empty never reached the holder"
     );
     task.abort();
 }
