@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use common::{caller, manifest, manifest_text, nats_bus, plugins_dir, runtime};
 use crewlet_plugins::catalogue::{BucketSpec, Catalogue};
 use crewlet_plugins::grant::Grant;
-use crewlet_plugins::module::{ModulePlugin, ModuleRefusal, ensure_buckets, orphaned_buckets};
+use crewlet_plugins::module::{
+    ModulePlugin, ModuleRefusal, WatchState, ensure_buckets, orphaned_buckets,
+};
 use crewlet_plugins::runtime::LoadError;
 use crewlet_plugins::state::{KvState, StateBackend};
 use crewlet_testkit::NatsServer;
@@ -473,7 +475,19 @@ async fn a_module_whose_watch_step_trapped_is_started_again_and_watches() {
     let first = hellos(&bucket_entries(backend.as_ref(), bucket).await);
     assert_eq!(first.len(), 1, "one instance said hello: {first:?}");
 
-    // Only the watch drives this module: nothing else will call it.
+    // Only the watch drives this module: nothing else will call it. The
+    // trap is written once the watch is live: the module's `watch` returns
+    // before its listing is taken, and a trap listed as current does not
+    // fire.
+    let live = Instant::now() + Duration::from_secs(10);
+    while !matches!(relay.watches().as_slice(), [w] if w.state == WatchState::Live) {
+        assert!(
+            Instant::now() < live,
+            "the watch never went live: {:?}",
+            relay.watches()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     backend
         .put(bucket, "trap.once", b"x".to_vec())
         .await
@@ -493,7 +507,22 @@ async fn a_module_whose_watch_step_trapped_is_started_again_and_watches() {
     };
     assert_eq!(relay.health().total_faults, 1, "{:?}", relay.health());
 
-    // The new instance's watch is live: a hello written now is seen as `put`.
+    // The new instance's watch is live once it noted the first instance's
+    // hello as current (its listing taken): a hello written after that is
+    // seen as `put`.
+    let listed = Instant::now() + Duration::from_secs(10);
+    let noted = format!("saw.{second}.{}", first[0]);
+    while !bucket_entries(backend.as_ref(), bucket)
+        .await
+        .contains_key(&noted)
+    {
+        assert!(
+            Instant::now() < listed,
+            "{noted} never written: {:?}",
+            relay.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     backend
         .put(bucket, "hello.late", b"{}".to_vec())
         .await
